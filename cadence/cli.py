@@ -1,0 +1,172 @@
+"""The `cadence` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+
+log = logging.getLogger("cadence")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        "-m",
+        default=DEFAULT_MODEL,
+        help=f"checkpoint directory or Hugging Face id (default: {DEFAULT_MODEL})",
+    )
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bf16", "fp32"],
+        help="talker precision; auto = bf16 on GPU, fp32 on CPU (the codec always runs in fp32)",
+    )
+    p.add_argument(
+        "--tokenizer-regex",
+        default="qwen2",
+        choices=["qwen2", "mistral"],
+        help="pre-tokenizer regex: qwen2 (the model's training regex, default) or mistral (what the "
+        "official package applies to local checkpoint directories under transformers 4.57.3)",
+    )
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling (defaults: the checkpoint's generation_config.json)")
+    g.add_argument("--greedy", action="store_true", help="argmax everywhere (deterministic)")
+    g.add_argument("--seed", type=int, help="random seed for sampling")
+    g.add_argument("--temperature", type=float)
+    g.add_argument("--top-k", type=int)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--repetition-penalty", type=float)
+    g.add_argument("--max-new-tokens", type=int, help="most audio frames to generate (80 ms each)")
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from .audio import to_int16, write_wav
+    from .errors import InvalidRequestError
+    from .models.qwen3_tts import Qwen3TTS, SamplingParams
+    from .models.qwen3_tts.reference import generate
+
+    text = args.text if args.text not in (None, "-") else sys.stdin.read()
+    model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype, args.tokenizer_regex)
+    try:
+        prompt = model.prompt(text, args.voice, args.language, args.instruct, args.layout)
+        params = SamplingParams.from_defaults(
+            model.config.generation,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            repetition_penalty=args.repetition_penalty,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+        )
+    except InvalidRequestError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if model.instruct_ignored(args.instruct):
+        log.warning("--instruct is ignored: the %s model does not take instructions", model.config.tts_model_size)
+    if args.greedy:
+        params = params.greedy()
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+
+    start = time.perf_counter()
+    with tqdm(desc="generating", unit="frame", disable=args.quiet) as bar:
+        result = generate(model, [prompt], params, on_frame=lambda _: bar.update())
+    gen = result.generations[0]
+    wav = model.codec.decode(gen.codes)
+    elapsed = time.perf_counter() - start
+    write_wav(args.output, to_int16(wav), model.sample_rate)
+    seconds = wav.numel() / model.sample_rate
+    print(
+        f"wrote {args.output}: {gen.codes.shape[0]} frames, {seconds:.2f} s of audio at {model.sample_rate} Hz "
+        f"({wav.numel()} samples), finish_reason={gen.finish_reason}, {elapsed:.1f} s wall "
+        f"(RTF wall/audio {elapsed / max(seconds, 1e-9):.2f})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_checkpoint_random(args: argparse.Namespace) -> int:
+    from .models.qwen3_tts.checkpoint import write_random_checkpoint
+
+    out = write_random_checkpoint(args.skeleton, args.out, args.preset, args.seed, progress=not args.quiet)
+    print(f"wrote a random-weight {args.preset} checkpoint to {out}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cadence",
+        description="Streaming text-to-speech for the Qwen3-TTS 12 Hz models.",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "synth",
+        help="synthesise one utterance to a WAV file",
+        description="Synthesise TEXT (or standard input) with a preset voice and write a 24 kHz WAV file.",
+    )
+    p.add_argument("text", nargs="?", help="text to speak; '-' or nothing reads standard input")
+    _add_model_args(p)
+    p.add_argument("--voice", "-v", default="ryan", help="preset speaker (ryan, vivian, serena, ...)")
+    p.add_argument("--language", "-l", default="auto", help="auto, english, chinese, ... (default auto)")
+    p.add_argument("--instruct", help="style instruction (1.7B models; ignored with a warning on 0.6B)")
+    p.add_argument(
+        "--layout",
+        default="whole",
+        choices=["whole", "streaming"],
+        help="whole text in the prompt (official default) or fed one token per frame",
+    )
+    p.add_argument("--output", "-o", default="out.wav", help="WAV file to write (default out.wav)")
+    _add_sampling_args(p)
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("checkpoint", help="checkpoint tools")
+    csub = p.add_subparsers(dest="checkpoint_command", required=True)
+    r = csub.add_parser(
+        "random",
+        help="write a random-weight checkpoint in the official layout",
+        description="Write a checkpoint of random weights that both cadence and the official qwen-tts "
+        "package load: the architecture of SKELETON (a directory or Hugging Face id holding config and "
+        "tokenizer files; only those small files are fetched), shrunk by --preset.",
+    )
+    r.add_argument("--from", dest="skeleton", required=True, help="skeleton directory or Hugging Face id")
+    r.add_argument("--preset", default="tiny", choices=["tiny", "full"], help="tiny (CPU tests) or full size")
+    r.add_argument("--out", required=True, help="directory to write")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=cmd_checkpoint_random)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # user-facing errors (bad checkpoint, offline hub) as one clear line
+        from .models.qwen3_tts.config import ConfigError
+        from .weights import CheckpointError
+
+        if isinstance(e, (ConfigError, CheckpointError, FileNotFoundError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

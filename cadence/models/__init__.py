@@ -1,0 +1,1 @@
+"""Model packages. Each declares its config, modules (named like checkpoint keys) and partitions."""

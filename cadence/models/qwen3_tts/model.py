@@ -1,0 +1,123 @@
+"""A loaded Qwen3-TTS CustomVoice checkpoint: config, tokenizer, Talker and Codec modules."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ...errors import InvalidRequestError
+from ...weights import load_weights, resolve_checkpoint, safetensors_files
+from .codec import SpeechTokenizer
+from .config import Qwen3TTSConfig
+from .prompt import Prompt, TextLayout, build_prompt
+from .talker import Qwen3TTSTalkerModel, Talker
+from .tokenizer import PretokenizerRegex, TextTokenizer
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_PATTERNS = ("*.json", "*.txt", "*.safetensors", "speech_tokenizer/*")
+
+
+def pick_device(device: str | torch.device | None = "auto") -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """Talker dtype: the checkpoint's bf16 on GPUs; fp32 on CPUs, where bf16 matmuls are slow."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in table:
+        raise ValueError(f"unknown dtype '{dtype}'; allowed: auto, {', '.join(table)}")
+    return table[dtype]
+
+
+@dataclass
+class Qwen3TTS:
+    config: Qwen3TTSConfig
+    tokenizer: TextTokenizer
+    talker: Talker
+    codec: SpeechTokenizer
+    device: torch.device
+    dtype: torch.dtype
+    path: Path
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | os.PathLike,
+        device: str | torch.device | None = "auto",
+        dtype: str | torch.dtype | None = "auto",
+        tokenizer_regex: PretokenizerRegex = "qwen2",
+    ) -> Qwen3TTS:
+        path = resolve_checkpoint(model, CHECKPOINT_PATTERNS)
+        config = Qwen3TTSConfig.from_dir(path)
+        dev = pick_device(device)
+        dt = pick_dtype(dtype, dev)
+        tokenizer = TextTokenizer.from_dir(path, tokenizer_regex)
+        with torch.device("meta"):
+            root = Qwen3TTSTalkerModel(config)
+            codec = SpeechTokenizer(config.speech_tokenizer.decoder)
+        load_weights(root, safetensors_files(path), dev, dt)
+        # The codec always runs in fp32 (the file is fp32; a bf16 SnakeBeta can produce NaN/silence).
+        load_weights(codec, safetensors_files(path / "speech_tokenizer"), dev, torch.float32, skip_prefixes=("encoder.",))
+        log.info("loaded %s (%s, talker %s on %s)", path, config.tts_model_size, dt, dev)
+        return cls(config, tokenizer, root.talker, codec, dev, dt, path)
+
+    # -- prompts ---------------------------------------------------------------------------------
+
+    def prompt(
+        self,
+        text: str,
+        voice: str,
+        language: str | None = "auto",
+        instruct: str | None = None,
+        layout: TextLayout | str = TextLayout.WHOLE,
+    ) -> Prompt:
+        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field."""
+        try:
+            layout = TextLayout(layout)
+        except ValueError:
+            raise InvalidRequestError(
+                f"unknown text layout '{layout}'", "layout", [m.value for m in TextLayout]
+            ) from None
+        return build_prompt(self.config, self.tokenizer, text, voice, language, instruct, layout)
+
+    def instruct_ignored(self, instruct: str | None) -> bool:
+        """True when `instruct` was given but this model size drops it (0.6B, as the official wrapper)."""
+        return bool(instruct) and not self.config.supports_instruct
+
+    @torch.no_grad()
+    def prefill_embeddings(self, prompt: Prompt) -> torch.Tensor:
+        """[len(prompt), hidden]: T(text id) + C(codec id) per row, absent tracks contributing nothing."""
+        dev = self.device
+        text_ids = torch.tensor([i if i is not None else 0 for i in prompt.text_track], device=dev)
+        codec_ids = torch.tensor([i if i is not None else 0 for i in prompt.codec_track], device=dev)
+        has_text = torch.tensor([i is not None for i in prompt.text_track], device=dev)[:, None]
+        has_codec = torch.tensor([i is not None for i in prompt.codec_track], device=dev)[:, None]
+        text = self.talker.embed_text(text_ids)
+        codec = self.talker.embed_codec(codec_ids)
+        zero = torch.zeros((), dtype=text.dtype, device=dev)
+        return torch.where(has_text, text, zero) + torch.where(has_codec, codec, zero)
+
+    @torch.no_grad()
+    def trailing_embeddings(self, prompt: Prompt) -> torch.Tensor:
+        """[len(trailing)+... , hidden]: text added to decode steps; row -1 is tts_pad (used after)."""
+        ids = [*prompt.trailing_text, self.config.tts_pad_token_id]
+        return self.talker.embed_text(torch.tensor(ids, device=self.device))
+
+    @property
+    def sample_rate(self) -> int:
+        return self.config.sample_rate
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.config.samples_per_frame

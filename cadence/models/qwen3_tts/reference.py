@@ -1,0 +1,225 @@
+"""The reference generation loop: small, eager, and the oracle for every fast path.
+
+One request or a lockstep batch, as the official `generate()` runs them: prompts left-padded,
+every row decodes until all rows have stopped, each row cut at its first EOS. It can also be
+teacher-forced (feed given codes instead of its own choices) and record the processed logits of
+every step, which is how the parity tests tell a real mismatch from a near-tie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .layers import attention
+from .model import Qwen3TTS
+from .prompt import Prompt
+from .sampling import MIN_NEW_TOKENS, SamplingParams, choose, mask_code0, repetition_penalty
+
+
+class ContiguousKVCache:
+    """Per-layer K/V concatenated over time, with a key-validity mask for left padding."""
+
+    def __init__(self, num_layers: int):
+        self.k: list[torch.Tensor | None] = [None] * num_layers
+        self.v: list[torch.Tensor | None] = [None] * num_layers
+        self.valid: torch.Tensor | None = None  # bool [B, S]
+        self.mask: torch.Tensor | None = None
+
+    def step(self, valid_new: torch.Tensor) -> ContiguousKVCache:
+        """Announce the next forward's tokens ([B, L] validity); build its causal + padding mask."""
+        old = 0 if self.valid is None else self.valid.shape[1]
+        self.valid = valid_new if self.valid is None else torch.cat([self.valid, valid_new], dim=1)
+        total, new = self.valid.shape[1], valid_new.shape[1]
+        q_idx = torch.arange(old, total, device=valid_new.device)[:, None]
+        k_idx = torch.arange(total, device=valid_new.device)[None, :]
+        causal = k_idx <= q_idx
+        # A padded query row still sees itself, so no row is all-masked (which would make NaNs
+        # that leak through 0-weighted values into real rows).
+        self.mask = (causal[None] & self.valid[:, None, :]) | (k_idx == q_idx)[None]
+        assert self.mask.shape[1] == new
+        return self
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.k[layer] is not None:
+            k = torch.cat([self.k[layer], k], dim=1)
+            v = torch.cat([self.v[layer], v], dim=1)
+        self.k[layer], self.v[layer] = k, v
+        return attention(q, k, v, self.mask)
+
+
+@dataclass
+class StepTrace:
+    """What one frame's choices were made from (fp32, after logits processing)."""
+
+    code0_logits: torch.Tensor  # [B, vocab]
+    code_logits: torch.Tensor  # [B, 15, cp_vocab]
+
+
+@dataclass
+class Generation:
+    codes: torch.Tensor  # [frames, 16] long, EOS frame excluded
+    finish_reason: str  # "stop" (EOS) or "length" (max_new_tokens)
+
+
+@dataclass
+class BatchResult:
+    generations: list[Generation]
+    trace: list[StepTrace] = field(default_factory=list)
+
+
+@torch.no_grad()
+def predict_codes(
+    model: Qwen3TTS,
+    hidden: torch.Tensor,
+    code0: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    forced: torch.Tensor | None = None,
+    logits_out: list[torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Codes 1..15 of a frame from the talker's hidden state [B,H] and code0 [B] -> [B,15].
+
+    A fresh 16-position cache per frame: [hidden, C(code0), E1(code1), ...] at positions 0..15.
+    """
+    talker = model.talker
+    cp = talker.code_predictor
+    b = hidden.shape[0]
+    cache = ContiguousKVCache(cp.cfg.num_hidden_layers)
+    embeds = torch.stack([hidden, talker.embed_codec(code0)], dim=1)
+    positions = torch.arange(2, device=hidden.device).expand(b, 2)
+    h = cp(embeds, positions, cache.step(torch.ones(b, 2, dtype=torch.bool, device=hidden.device)))
+    codes = []
+    for j in range(cp.cfg.num_code_groups - 1):
+        logits = cp.lm_head[j](h[:, -1]).float()
+        if logits_out is not None:
+            logits_out.append(logits)
+        code = choose(
+            logits,
+            params.subtalker_dosample,
+            params.subtalker_temperature,
+            params.subtalker_top_k,
+            params.subtalker_top_p,
+            generator,
+        )
+        if forced is not None:
+            code = forced[:, j]
+        codes.append(code)
+        if j + 1 < cp.cfg.num_code_groups - 1:
+            pos = torch.full((b, 1), j + 2, device=hidden.device)
+            valid = torch.ones(b, 1, dtype=torch.bool, device=hidden.device)
+            h = cp(cp.model.codec_embedding[j](code)[:, None], pos, cache.step(valid))
+    return torch.stack(codes, dim=1)
+
+
+@torch.no_grad()
+def generate(
+    model: Qwen3TTS,
+    prompts: list[Prompt],
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    teacher: list[torch.Tensor] | None = None,
+    record: bool = False,
+    on_frame: Callable[[int], None] | None = None,
+) -> BatchResult:
+    """Generate the codes of `prompts` in lockstep.
+
+    teacher: per prompt, codes [T,16] to feed instead of the model's choices (frame k of a row is
+    forced while k < T; a row whose teacher ends is stopped as if it had emitted EOS).
+    record: keep the processed logits of every step in the result's trace.
+    """
+    params.validate()
+    cfg = model.config.talker
+    dev = model.device
+    b = len(prompts)
+    eos = cfg.codec_eos_token_id
+    if generator is None and params.seed is not None:
+        generator = torch.Generator(device=dev).manual_seed(params.seed)
+
+    # Left-pad the prefills; positions count real tokens only.
+    embeds = [model.prefill_embeddings(p) for p in prompts]
+    longest = max(e.shape[0] for e in embeds)
+    x = torch.zeros(b, longest, embeds[0].shape[1], dtype=model.dtype, device=dev)
+    valid = torch.zeros(b, longest, dtype=torch.bool, device=dev)
+    for i, e in enumerate(embeds):
+        x[i, longest - e.shape[0] :] = e
+        valid[i, longest - e.shape[0] :] = True
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+    next_pos = valid.sum(1)
+
+    # Trailing text per row and step, padded with tts_pad (each row's last trailing row).
+    trailing = [model.trailing_embeddings(p) for p in prompts]
+    steps_text = max(t.shape[0] for t in trailing) - 1
+    text_track = torch.stack(
+        [torch.cat([t[:-1], t[-1:].expand(steps_text - (t.shape[0] - 1) + 1, -1)]) for t in trailing]
+    )  # [B, steps_text + 1, H]; the last column is tts_pad for every row
+
+    cache = ContiguousKVCache(cfg.num_hidden_layers)
+    hidden = model.talker(x, positions, cache.step(valid))[:, -1]
+    history = torch.zeros(b, 0, dtype=torch.long, device=dev)
+    done = torch.zeros(b, dtype=torch.bool, device=dev)
+    frames: list[torch.Tensor] = []
+    trace: list[StepTrace] = []
+
+    for k in range(params.max_new_tokens):
+        logits = model.talker.codec_head(hidden).float()
+        logits = repetition_penalty(logits, history, params.repetition_penalty)
+        logits = mask_code0(logits, eos, cfg.suppressed_code0_range, ban_eos=k < MIN_NEW_TOKENS)
+        code0 = choose(logits, params.do_sample, params.temperature, params.top_k, params.top_p, generator)
+        forced = None
+        if teacher is not None:
+            forced = torch.stack([_teacher_frame(t, k, eos, cfg.num_code_groups, dev) for t in teacher])
+            code0 = forced[:, 0]
+        # Rows that already stopped keep feeding EOS, as HF's generate() pads finished rows.
+        code0 = torch.where(done, torch.full_like(code0, eos), code0)
+        history = torch.cat([history, code0[:, None]], dim=1)
+        done = done | (code0 == eos)
+        if bool(done.all()):
+            if record:
+                trace.append(StepTrace(logits, torch.empty(b, 0, device=dev)))
+            break
+        cp_logits: list[torch.Tensor] = []
+        rest = predict_codes(
+            model,
+            hidden,
+            code0,
+            params,
+            generator,
+            None if forced is None else forced[:, 1:],
+            cp_logits if record else None,
+        )
+        frame = torch.cat([code0[:, None], rest], dim=1)
+        frames.append(frame)
+        if record:
+            trace.append(StepTrace(logits, torch.stack(cp_logits, dim=1)))
+        if on_frame is not None:
+            on_frame(k)
+        if k + 1 == params.max_new_tokens:
+            break
+        step_text = text_track[:, min(k, steps_text)]
+        x = (model.talker.embed_frame(frame) + step_text)[:, None]
+        hidden = model.talker(x, next_pos[:, None], cache.step(torch.ones(b, 1, dtype=torch.bool, device=dev)))
+        hidden = hidden[:, 0]
+        next_pos = next_pos + 1
+
+    codes = torch.stack(frames, dim=1) if frames else torch.zeros(b, 0, cfg.num_code_groups, dtype=torch.long)
+    generations = []
+    for i in range(b):
+        stops = (codes[i, :, 0] == eos).nonzero()
+        if len(stops):
+            generations.append(Generation(codes[i, : int(stops[0])].cpu(), "stop"))
+        elif bool(done[i]):  # stopped on the step that ended the loop: no EOS frame was stored
+            generations.append(Generation(codes[i].cpu(), "stop"))
+        else:
+            generations.append(Generation(codes[i].cpu(), "length"))
+    return BatchResult(generations, trace)
+
+
+def _teacher_frame(codes: torch.Tensor, k: int, eos: int, groups: int, dev: torch.device) -> torch.Tensor:
+    if k < codes.shape[0]:
+        return codes[k].to(dev)
+    frame = torch.zeros(groups, dtype=torch.long, device=dev)
+    frame[0] = eos
+    return frame

@@ -1,0 +1,115 @@
+"""The official implementation (qwen-tts 0.1.1) as a test oracle.
+
+`import qwen_tts` always imports the 25 Hz tokenizer, whose module level does `import sox`,
+`import onnxruntime` and `import torchaudio.compliance.kaldi`; only its x-vector extractor uses
+them, and the 12 Hz path never does. Inert stand-ins are put in `sys.modules` after transformers is
+imported, so transformers' own availability checks still see the real (absent) packages.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def _stub_unused_audio_modules() -> None:
+    import transformers  # noqa: F401  (first, so its import-time checks see the real environment)
+
+    for name in ("sox", "onnxruntime", "torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi"):
+        if name not in sys.modules:
+            try:
+                __import__(name)
+            except Exception:
+                stub = types.ModuleType(name)
+                stub.__spec__ = importlib.machinery.ModuleSpec(name, loader=None)
+                sys.modules[name] = stub
+    sys.modules["torchaudio"].compliance = sys.modules["torchaudio.compliance"]
+    sys.modules["torchaudio.compliance"].kaldi = sys.modules["torchaudio.compliance.kaldi"]
+
+
+def import_qwen_tts():
+    pytest.importorskip("transformers", reason="official oracle needs the test extra (transformers==4.57.3)")
+    _stub_unused_audio_modules()
+    try:
+        import qwen_tts
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        pytest.skip(f"official qwen-tts package not importable: {e}")
+    return qwen_tts
+
+
+@dataclass
+class OfficialRun:
+    codes: list[torch.Tensor]
+    code0_scores: list[torch.Tensor] = field(default_factory=list)  # per step [B, vocab], processed
+    cp_scores: list[list[torch.Tensor]] = field(default_factory=list)  # per frame: 15 x [B, cp_vocab]
+
+
+class Official:
+    """A loaded official model (fp32, CPU, sdpa) with hooks that record what it decided from."""
+
+    def __init__(self, path: Path):
+        qwen_tts = import_qwen_tts()
+        self.wrapper = qwen_tts.Qwen3TTSModel.from_pretrained(str(path), dtype=torch.float32, device_map="cpu")
+        self.model = self.wrapper.model
+        self._cp_log: list[list[torch.Tensor]] | None = None
+        self._install_hooks()
+
+    def _install_hooks(self) -> None:
+        talker = self.model.talker
+        cp = talker.code_predictor
+        cp_generate = cp.generate
+        talker_generate = talker.generate
+
+        def recording_cp_generate(*args, **kwargs):
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
+            out = cp_generate(*args, **kwargs)
+            if self._cp_log is not None:
+                self._cp_log.append([s.float().clone() for s in out.scores])
+            return out
+
+        def recording_talker_generate(*args, **kwargs):
+            kwargs.update(output_scores=True)
+            out = talker_generate(*args, **kwargs)
+            self.last_talker_scores = [s.float().clone() for s in out.scores]
+            return out
+
+        cp.generate = recording_cp_generate
+        talker.generate = recording_talker_generate
+
+    def ids(self, text: str) -> list[int]:
+        return self.wrapper.processor(text=text, return_tensors="pt")["input_ids"][0].tolist()
+
+    @torch.no_grad()
+    def generate(
+        self, texts: list[str], speakers: list[str], languages: list[str], frames: int, streaming_layout: bool
+    ) -> OfficialRun:
+        """Greedy codes; `frames` + 1 official max_new_tokens gives at most `frames` frames."""
+        self._cp_log = []
+        w = self.wrapper
+        input_ids = w._tokenize_texts([w._build_assistant_text(t) for t in texts])
+        codes, _ = self.model.generate(
+            input_ids=input_ids,
+            instruct_ids=[None] * len(texts),
+            languages=languages,
+            speakers=speakers,
+            non_streaming_mode=not streaming_layout,
+            max_new_tokens=frames + 1,
+            do_sample=False,
+            subtalker_dosample=False,
+            repetition_penalty=1.05,
+        )
+        run = OfficialRun([c.cpu() for c in codes], self.last_talker_scores, self._cp_log)
+        self._cp_log = None
+        return run
+
+    @torch.no_grad()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        wavs, sr = self.model.speech_tokenizer.decode([{"audio_codes": codes}])
+        assert sr == 24000
+        return torch.from_numpy(wavs[0]).float()
