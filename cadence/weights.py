@@ -32,9 +32,7 @@ def resolve_checkpoint(model: str | os.PathLike, allow_patterns: Iterable[str] |
         return path
     model_id = str(model)
     if path.exists() or model_id.count("/") != 1 or model_id.startswith(("/", ".", "~")):
-        raise CheckpointError(
-            f"'{model}' is neither a checkpoint directory nor a Hugging Face model id (owner/name)"
-        )
+        raise CheckpointError(f"'{model}' is neither a checkpoint directory nor a Hugging Face model id (owner/name)")
     try:
         from huggingface_hub import snapshot_download
 

@@ -5,4 +5,12 @@ from .model import Qwen3TTS
 from .prompt import Prompt, TextLayout
 from .sampling import SamplingParams
 
-__all__ = ["ConfigError", "Prompt", "Qwen3TTS", "Qwen3TTSConfig", "SamplingParams", "TextLayout", "UnsupportedModelError"]
+__all__ = [
+    "ConfigError",
+    "Prompt",
+    "Qwen3TTS",
+    "Qwen3TTSConfig",
+    "SamplingParams",
+    "TextLayout",
+    "UnsupportedModelError",
+]

@@ -31,15 +31,20 @@ _STACK = dict(
     num_key_value_heads=2, head_dim=16,
 )  # fmt: skip
 
-# Overrides applied to the skeleton's config files. `tiny` keeps every id table, 16 code groups,
-# the codebook and vocab sizes and the real text vocabulary (so the real tokenizer files work), and
-# the upsampling rates (1920 samples per frame); sliding_window 8 lets short tests cross the window.
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "full": {},
-    "tiny": {
+
+def _tiny(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Keeps every id table, 16 code groups, the codebook and vocab sizes and the real text
+    vocabulary (so the real tokenizer files work), and the upsampling rates (1920 samples per
+    frame); sliding_window 8 lets short tests cross the codec's attention window. A talker wider
+    than its code predictor (1.7B) stays wider, so `small_to_mtp_projection` exists."""
+    talker = config.get("talker_config", {})
+    ratio = max(1, talker.get("hidden_size", 1) // talker.get("code_predictor_config", {}).get("hidden_size", 1))
+    return {
         "config.json": {
             "talker_config": {
                 **_STACK,
+                "hidden_size": 64 * ratio,
+                "intermediate_size": 128 * ratio,
                 "text_hidden_size": 64,
                 "rope_scaling": {"mrope_section": [4, 2, 2]},
                 "code_predictor_config": dict(_STACK),
@@ -47,13 +52,23 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "speech_tokenizer/config.json": {
             "decoder_config": dict(
-                hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=2, head_dim=16, latent_dim=64, decoder_dim=48, codebook_dim=32,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                head_dim=16,
+                latent_dim=64,
+                decoder_dim=48,
+                codebook_dim=32,
                 sliding_window=8,
             )  # fmt: skip
         },
-    },
-}
+    }
+
+
+# Overrides applied to the skeleton's config files, computed from its config.json.
+PRESETS = {"full": lambda config: {}, "tiny": _tiny}
 
 SMALL_FILES = ("*.json", "*.txt", "speech_tokenizer/*.json")
 COPIED_FILES = (
@@ -130,8 +145,12 @@ def write_random_checkpoint(
     configs = {}
     for name in ("config.json", "speech_tokenizer/config.json"):
         with open(src / name, encoding="utf-8") as f:
-            configs[name] = merge(json.load(f), PRESETS[preset].get(name, {}))
-    generation = json.loads((src / "generation_config.json").read_text()) if (src / "generation_config.json").exists() else {}
+            configs[name] = json.load(f)
+    overrides = PRESETS[preset](configs["config.json"])
+    configs = {name: merge(data, overrides.get(name, {})) for name, data in configs.items()}
+    generation = (
+        json.loads((src / "generation_config.json").read_text()) if (src / "generation_config.json").exists() else {}
+    )
     cfg = Qwen3TTSConfig.from_dicts(configs["config.json"], configs["speech_tokenizer/config.json"], generation)
 
     steps = tqdm(total=4, desc=f"random {preset} checkpoint", disable=not progress)

@@ -110,9 +110,7 @@ class SplitResidualVectorQuantizer(nn.Module):
         )
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        return self.rvq_first.decode(codes[:, : self.n_semantic]) + self.rvq_rest.decode(
-            codes[:, self.n_semantic :]
-        )
+        return self.rvq_first.decode(codes[:, : self.n_semantic]) + self.rvq_rest.decode(codes[:, self.n_semantic :])
 
 
 class CodecAttention(nn.Module):
@@ -245,8 +243,7 @@ class DecoderBlock(nn.Module):
     def __init__(self, cin: int, cout: int, rate: int):
         super().__init__()
         self.block = nn.ModuleList(
-            [SnakeBeta(cin), CausalTransConv1d(cin, cout, 2 * rate, rate)]
-            + [ResidualUnit(cout, d) for d in (1, 3, 9)]
+            [SnakeBeta(cin), CausalTransConv1d(cin, cout, 2 * rate, rate)] + [ResidualUnit(cout, d) for d in (1, 3, 9)]
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,9 @@ class Qwen3TTS:
             codec = SpeechTokenizer(config.speech_tokenizer.decoder)
         load_weights(root, safetensors_files(path), dev, dt)
         # The codec always runs in fp32 (the file is fp32; a bf16 SnakeBeta can produce NaN/silence).
-        load_weights(codec, safetensors_files(path / "speech_tokenizer"), dev, torch.float32, skip_prefixes=("encoder.",))
+        load_weights(
+            codec, safetensors_files(path / "speech_tokenizer"), dev, torch.float32, skip_prefixes=("encoder.",)
+        )
         log.info("loaded %s (%s, talker %s on %s)", path, config.tts_model_size, dt, dev)
         return cls(config, tokenizer, root.talker, codec, dev, dt, path)
 

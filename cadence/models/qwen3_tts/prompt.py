@@ -9,14 +9,14 @@ embeddings, lets the engine store it compactly and batch the embedding lookups.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from ...errors import InvalidRequestError
 from .config import Qwen3TTSConfig
 from .tokenizer import TextTokenizer
 
 
-class TextLayout(str, Enum):
+class TextLayout(StrEnum):
     # Whole text in the prompt (official CustomVoice default, non_streaming_mode=True).
     WHOLE = "whole"
     # First text token in the prompt, the rest fed one per frame (non_streaming_mode=False).

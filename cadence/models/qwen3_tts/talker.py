@@ -62,9 +62,7 @@ class CodePredictor(nn.Module):
         )
         # 1.7B: the talker is wider than the code predictor. 0.6B: same width, no weights.
         self.small_to_mtp_projection: nn.Module = (
-            nn.Linear(talker_hidden, cfg.hidden_size, bias=True)
-            if talker_hidden != cfg.hidden_size
-            else nn.Identity()
+            nn.Linear(talker_hidden, cfg.hidden_size, bias=True) if talker_hidden != cfg.hidden_size else nn.Identity()
         )
 
     def forward(self, embeds: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:

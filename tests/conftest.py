@@ -1,0 +1,68 @@
+"""Shared fixtures: random-weight checkpoints built from the real config/tokenizer files.
+
+The reference files live in ../shared/reference beside the checkout (or CADENCE_REFERENCE_DIR);
+tests that need them skip with a reason where they are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE_ROOT = Path(os.environ.get("CADENCE_REFERENCE_DIR", REPO.parent / "shared" / "reference"))
+SKELETON_06B = REFERENCE_ROOT / "Qwen3-TTS-12Hz-0.6B-CustomVoice"
+SKELETON_17B = REFERENCE_ROOT / "Qwen3-TTS-12Hz-1.7B-CustomVoice"
+
+torch.set_num_threads(min(4, os.cpu_count() or 1))
+
+
+def need_reference() -> Path:
+    if not (SKELETON_06B / "config.json").exists():
+        pytest.skip(f"reference config/tokenizer files not found at {SKELETON_06B} (set CADENCE_REFERENCE_DIR)")
+    return SKELETON_06B
+
+
+def set_transformers_version(path: Path, version: str) -> None:
+    """The official tokenizer swaps its regex for local dirs saying 4.57.3; 4.57.2 keeps Qwen2's."""
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["transformers_version"] = version
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
+@pytest.fixture(scope="session")
+def skeleton_06b() -> Path:
+    return need_reference()
+
+
+@pytest.fixture(scope="session")
+def skeleton_17b(tmp_path_factory) -> Path:
+    """1.7B config + the (shared) tokenizer files of the 0.6B reference."""
+    base = need_reference()
+    if not (SKELETON_17B / "config.json").exists():
+        pytest.skip(f"1.7B reference config not found at {SKELETON_17B}")
+    out = tmp_path_factory.mktemp("skeleton-1.7b")
+    shutil.copytree(base, out, dirs_exist_ok=True)
+    for name in ("config.json", "generation_config.json"):
+        shutil.copyfile(SKELETON_17B / name, out / name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, skeleton_06b) -> Path:
+    """Tiny random 0.6B-shaped checkpoint; config says transformers 4.57.3 (official: Mistral regex)."""
+    from cadence.models.qwen3_tts.checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(skeleton_06b, tmp_path_factory.mktemp("tiny"), "tiny", seed=0, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_checkpoint):
+    from cadence.models.qwen3_tts import Qwen3TTS
+
+    return Qwen3TTS.from_pretrained(tiny_checkpoint, "cpu", "fp32")
