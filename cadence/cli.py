@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="directory to write")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_checkpoint_random)
+
+    for module in ("cadence.bench.cli",):  # subcommands that live with their feature
+        try:
+            register = __import__(module, fromlist=["register"]).register
+        except ImportError:
+            continue
+        register(sub)
     return parser
 
 
