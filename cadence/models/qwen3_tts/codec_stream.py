@@ -1,0 +1,272 @@
+"""A stateful streaming Codec decoder: each call decodes only the new frames of B streams at once.
+
+`StreamingCodecDecoder` wraps an offline `CodecDecoder` (same modules, no copied weights) and a
+`CodecStreamState`: a pool of S slots, each owned by one stream, held as preallocated slot-indexed
+tensors so the per-call work is gather -> run -> scatter with no per-stream Python (and, later,
+capturable by CUDA graphs for each (batch, frames) shape).
+
+State of one slot, oldest sample first along the last/time axis:
+
+    frames  [S]                      frames decoded so far = RoPE position of the next frame
+    conv[i] [S, C_i, h_i]            for each CausalConv1d with history h_i = (k-1)*d > 0: its last h_i
+                                     input samples; for each CausalTransConv1d whose kernel spans p > 0
+                                     earlier inputs (k > s): its last p input frames
+    keys    [S, L, W-1, Hkv, D]      per transformer layer, the RoPE-rotated keys of the last W-1 frames
+    values  [S, L, W-1, Hkv, D]      ... and their values (W = sliding window)
+
+Why a chunk's output equals the offline decode of the whole stream (the decoder is causal throughout):
+- RVQ dequantisation, 1x1 convs, SnakeBeta, norms, MLPs and the final clamp act per frame/sample.
+- A causal conv's output sample depends on its (k-1)*d previous inputs; offline those are the stream's
+  earlier samples or, before the start, the zero left padding. The carried history is exactly that
+  (zeros on reset), so `conv(cat(history, new))` without padding gives the offline samples.
+- A transposed conv (kernel k, stride s, right trim) writes output block t from input t and the
+  p = ceil(k/s)-1 inputs before it; running it on `cat(previous p inputs, new)` and keeping the blocks
+  of the new inputs reproduces the offline output (zero inputs before the start add nothing, as offline).
+- Attention: query at position i sees keys i-W < j <= i. The W-1 carried keys plus the chunk's own
+  cover that; keys are stored rotated at their absolute positions and queries are rotated at theirs,
+  the same positions the offline pass uses, so the scores are the same numbers. Cache entries of
+  positions < 0 (a young stream) are masked out.
+Only summation order differs from the offline pass (fp32 rounding, ~1e-6).
+
+Not reproduced: the official `chunked_decode` re-decodes utterances longer than 300 frames in windows
+with 25 frames of context (an approximation); this decoder equals `CodecDecoder.forward` at any length.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .codec import (
+    CausalConv1d,
+    CausalTransConv1d,
+    CodecDecoder,
+    ConvNeXtBlock,
+    DecoderBlock,
+    ResidualUnit,
+    SnakeBeta,
+)
+from .layers import attention, rope_cos_sin
+
+Slots = torch.Tensor | Sequence[int]
+
+
+@dataclass(frozen=True)
+class ConvHistory:
+    """One carried conv input: `length` samples (conv) or input frames (transposed conv) of `channels`."""
+
+    module: nn.Module
+    channels: int
+    length: int
+
+
+def conv_histories(decoder: CodecDecoder) -> list[ConvHistory]:
+    """Every conv of `decoder` that needs earlier inputs, in module order."""
+    out = []
+    for m in decoder.modules():
+        if isinstance(m, CausalConv1d) and m.history > 0:
+            if m.conv.stride[0] != 1 or m.conv.padding[0] != 0:
+                raise ValueError("streaming expects stride-1, unpadded causal convs")
+            out.append(ConvHistory(m, m.conv.in_channels, m.history))
+        elif isinstance(m, CausalTransConv1d):
+            kernel, stride = m.conv.kernel_size[0], m.conv.stride[0]
+            if m.conv.padding[0] != 0 or m.conv.dilation[0] != 1 or m.trim != kernel - stride or kernel < stride:
+                raise ValueError("streaming expects right-trimmed transposed convs with kernel >= stride")
+            frames = math.ceil(kernel / stride) - 1
+            if frames > 0:
+                out.append(ConvHistory(m, m.conv.in_channels, frames))
+    return out
+
+
+@dataclass
+class CodecStreamState:
+    """The slot pool (layout in the module docstring); slot dimension first everywhere."""
+
+    frames: torch.Tensor
+    conv: list[torch.Tensor]
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    @property
+    def max_streams(self) -> int:
+        return self.frames.shape[0]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.frames, *self.conv, self.keys, self.values]
+
+
+class _Carry:
+    """The gathered state of one call's B streams; steps read and replace it, then it is scattered back."""
+
+    def __init__(self, frames: torch.Tensor, conv: list[torch.Tensor], keys: torch.Tensor, values: torch.Tensor):
+        self.frames = frames  # [B] position of each stream's first new frame
+        self.conv = conv
+        self.keys = keys  # [B, L, W-1, H, D]
+        self.values = values
+        self.new_keys: list[torch.Tensor] = []
+        self.new_values: list[torch.Tensor] = []
+
+    def with_history(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """cat(carried inputs, x) along time; the carry keeps the last inputs for the next call."""
+        full = torch.cat([self.conv[index], x], dim=-1)
+        self.conv[index] = full[..., full.shape[-1] - self.conv[index].shape[-1] :]
+        return full
+
+    def attend(self, mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention over the carried window plus the chunk; called once per layer, in layer order."""
+        layer = len(self.new_keys)
+        k_all = torch.cat([self.keys[:, layer], k], dim=1)
+        v_all = torch.cat([self.values[:, layer], v], dim=1)
+        self.new_keys.append(k_all[:, k.shape[1] :])
+        self.new_values.append(v_all[:, v.shape[1] :])
+        return attention(q, k_all, v_all, mask)
+
+
+class StreamingCodecDecoder:
+    """Decodes chunks of many streams in batched calls; see the module docstring for why it is exact."""
+
+    def __init__(self, decoder: CodecDecoder):
+        self.decoder = decoder
+        self.cfg = decoder.cfg
+        self.histories = conv_histories(decoder)
+        self._history_index = {h.module: i for i, h in enumerate(self.histories)}
+        self.state: CodecStreamState | None = None
+
+    # ---- state pool -------------------------------------------------------------------------------
+
+    def _kv_shape(self) -> tuple[int, int, int, int]:
+        c = self.cfg
+        return (c.num_hidden_layers, c.sliding_window - 1, c.num_key_value_heads, c.head_dim)
+
+    def bytes_per_stream(self, dtype: torch.dtype = torch.float32) -> int:
+        """State bytes one slot holds (conv histories, KV window, frame counter); computed from shapes."""
+        item = torch.empty((), dtype=dtype).element_size()
+        conv = sum(h.channels * h.length for h in self.histories)
+        kv = 2 * math.prod(self._kv_shape())
+        return (conv + kv) * item + torch.empty((), dtype=torch.int64).element_size()
+
+    def allocate(self, max_streams: int) -> CodecStreamState:
+        """Preallocate a cold pool of `max_streams` slots on the decoder's device and dtype."""
+        p = next(self.decoder.parameters())
+        z = functools.partial(torch.zeros, device=p.device, dtype=p.dtype)
+        self.state = CodecStreamState(
+            frames=torch.zeros(max_streams, dtype=torch.int64, device=p.device),
+            conv=[z(max_streams, h.channels, h.length) for h in self.histories],
+            keys=z(max_streams, *self._kv_shape()),
+            values=z(max_streams, *self._kv_shape()),
+        )
+        return self.state
+
+    def _pool(self) -> CodecStreamState:
+        if self.state is None:
+            raise RuntimeError("call allocate(max_streams) first")
+        return self.state
+
+    def _slots(self, slots: Slots) -> torch.Tensor:
+        return torch.as_tensor(slots, dtype=torch.int64, device=self._pool().frames.device).reshape(-1)
+
+    @torch.no_grad()
+    def reset(self, slots: Slots) -> None:
+        """Cold-start `slots` for new streams: zero histories (= the offline zero padding) and counters.
+
+        The KV window is zeroed too although the position mask already hides it: masked garbage that
+        is NaN/inf would still poison the weighted sum.
+        """
+        idx = self._slots(slots)
+        for t in self._pool().tensors():
+            t.index_fill_(0, idx, 0)
+
+    # ---- decoding ---------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def decode(self, slots: Slots, codes: torch.Tensor) -> torch.Tensor:
+        """Decode `codes` [B, F, 16] (F new frames for each stream) -> waveform [B, F * samples_per_frame].
+
+        `slots` [B] must be distinct; stream b continues from where slot slots[b] left off.
+        """
+        pool = self._pool()
+        idx = self._slots(slots)
+        if codes.dim() != 3 or codes.shape[0] != idx.shape[0] or codes.shape[2] != self.cfg.num_quantizers:
+            raise ValueError(f"codes must be [{idx.shape[0]}, F, {self.cfg.num_quantizers}], got {list(codes.shape)}")
+        frames = codes.shape[1]
+        carry = _Carry(
+            frames=pool.frames.index_select(0, idx),
+            conv=[t.index_select(0, idx) for t in pool.conv],
+            keys=pool.keys.index_select(0, idx),
+            values=pool.values.index_select(0, idx),
+        )
+        wav = self._run(carry, codes.to(idx.device).long().transpose(1, 2))
+        for t, new in zip(pool.conv, carry.conv, strict=True):
+            t.index_copy_(0, idx, new)
+        pool.keys.index_copy_(0, idx, torch.stack(carry.new_keys, dim=1))
+        pool.values.index_copy_(0, idx, torch.stack(carry.new_values, dim=1))
+        pool.frames.index_copy_(0, idx, carry.frames + frames)
+        return wav
+
+    def _run(self, carry: _Carry, codes: torch.Tensor) -> torch.Tensor:
+        """`CodecDecoder.forward` on codes [B, 16, F], with every temporal op continuing from `carry`."""
+        d = self.decoder
+        h = self._step(d.pre_conv, d.quantizer.decode(codes), carry)
+        h = self._transformer(h.transpose(1, 2), carry).transpose(1, 2)
+        for stage in d.upsample:
+            for m in stage:
+                h = self._step(m, h, carry)
+        for m in d.decoder:
+            h = self._step(m, h, carry)
+        return h.clamp(-1.0, 1.0).flatten(1)
+
+    def _step(self, m: nn.Module, x: torch.Tensor, carry: _Carry) -> torch.Tensor:
+        """One decoder module on the new samples x [B, C, n]; stateless modules run as they are."""
+        if isinstance(m, CausalConv1d):
+            i = self._history_index.get(m)
+            return m.conv(x if i is None else carry.with_history(i, x))
+        if isinstance(m, CausalTransConv1d):
+            i = self._history_index.get(m)
+            if i is None:  # kernel == stride: blocks do not overlap
+                return m(x)
+            past = carry.conv[i].shape[-1]
+            y = m.conv(carry.with_history(i, x))
+            stride = m.conv.stride[0]
+            return y[..., past * stride : (past + x.shape[-1]) * stride]  # the blocks of the new inputs
+        if isinstance(m, ConvNeXtBlock):
+            return x + m.pointwise(self._step(m.dwconv, x, carry))
+        if isinstance(m, ResidualUnit):
+            return x + self._step(m.conv2, m.act2(self._step(m.conv1, m.act1(x), carry)), carry)
+        if isinstance(m, DecoderBlock):
+            for sub in m.block:
+                x = self._step(sub, x, carry)
+            return x
+        if isinstance(m, SnakeBeta):
+            return m(x)
+        raise TypeError(f"no streaming rule for {type(m).__name__}")
+
+    def _transformer(self, x: torch.Tensor, carry: _Carry) -> torch.Tensor:
+        """`CodecTransformer.forward` on the chunk x [B, F, latent] at positions frames[b] + 0..F-1."""
+        tr, cfg = self.decoder.pre_transformer, self.cfg
+        n = x.shape[1]
+        pos = carry.frames[:, None] + torch.arange(n, device=x.device)
+        cos, sin = rope_cos_sin(pos, cfg.head_dim, cfg.rope_theta, x.dtype)
+        attend = functools.partial(carry.attend, self._window_mask(carry.frames, n))
+        h = tr.input_proj(x)
+        for layer in tr.layers:
+            h = layer(h, cos, sin, attend)
+        return tr.output_proj(tr.norm(h))
+
+    def _window_mask(self, start: torch.Tensor, n: int) -> torch.Tensor:
+        """bool [B, n, W-1+n] over keys (carried window, then the chunk).
+
+        Key j sits at position start - (W-1) + j and query i at start + i, so the window test
+        i - W < j - (W-1) <= i is the same for every stream; keys before position 0 are not there.
+        """
+        past = self.cfg.sliding_window - 1
+        i = torch.arange(n, device=start.device)[:, None]
+        j = torch.arange(past + n, device=start.device)[None, :]
+        d = i + past - j
+        window = (d >= 0) & (d < self.cfg.sliding_window)
+        exists = j >= past - start[:, None]  # [B, W-1+n]
+        return window[None] & exists[:, None, :]
