@@ -139,8 +139,15 @@ def test_arrival_of_sample_finds_the_chunk_that_carried_it():
 
 def timeline(onset: int | None) -> Timeline:
     chunks = [Chunk(0.05, 0)] + [Chunk(t, FRAME) for t in (0.10, 0.20, 0.30, 0.60)]
-    return Timeline(SR, headers_s=0.04, first_byte_s=0.05, end_s=0.62, chunks=chunks, onset_sample=onset,
-                    audible_window_samples=WINDOW)  # fmt: skip
+    return Timeline(
+        SR,
+        headers_s=0.04,
+        first_byte_s=0.05,
+        end_s=0.62,
+        chunks=chunks,
+        onset_sample=onset,
+        audible_window_samples=WINDOW,
+    )
 
 
 def test_request_metrics_of_a_synthetic_timeline():
