@@ -66,3 +66,12 @@ def tiny_model(tiny_checkpoint):
     from cadence.models.qwen3_tts import Qwen3TTS
 
     return Qwen3TTS.from_pretrained(tiny_checkpoint, "cpu", "fp32")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run on the GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

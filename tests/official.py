@@ -87,15 +87,23 @@ class Official:
 
     @torch.no_grad()
     def generate(
-        self, texts: list[str], speakers: list[str], languages: list[str], frames: int, streaming_layout: bool
+        self,
+        texts: list[str],
+        speakers: list[str],
+        languages: list[str],
+        frames: int,
+        streaming_layout: bool,
+        instructs: list[str | None] | None = None,
     ) -> OfficialRun:
         """Greedy codes; `frames` + 1 official max_new_tokens gives at most `frames` frames."""
         self._cp_log = []
         w = self.wrapper
         input_ids = w._tokenize_texts([w._build_assistant_text(t) for t in texts])
+        instructs = instructs or [None] * len(texts)
+        instruct_ids = [w._tokenize_texts([w._build_instruct_text(i)])[0] if i else None for i in instructs]
         codes, _ = self.model.generate(
             input_ids=input_ids,
-            instruct_ids=[None] * len(texts),
+            instruct_ids=instruct_ids,
             languages=languages,
             speakers=speakers,
             non_streaming_mode=not streaming_layout,

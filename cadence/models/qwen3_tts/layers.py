@@ -134,3 +134,34 @@ class Qwen3Stack(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin, attend)
         return self.norm(x)
+
+
+class ContiguousKVCache:
+    """Per-layer K/V concatenated over time, with a key-validity mask for left padding."""
+
+    def __init__(self, num_layers: int):
+        self.k: list[torch.Tensor | None] = [None] * num_layers
+        self.v: list[torch.Tensor | None] = [None] * num_layers
+        self.valid: torch.Tensor | None = None  # bool [B, S]
+        self.mask: torch.Tensor | None = None
+
+    def step(self, valid_new: torch.Tensor) -> ContiguousKVCache:
+        """Announce the next forward's tokens ([B, L] validity); build its causal + padding mask."""
+        old = 0 if self.valid is None else self.valid.shape[1]
+        self.valid = valid_new if self.valid is None else torch.cat([self.valid, valid_new], dim=1)
+        total, new = self.valid.shape[1], valid_new.shape[1]
+        q_idx = torch.arange(old, total, device=valid_new.device)[:, None]
+        k_idx = torch.arange(total, device=valid_new.device)[None, :]
+        causal = k_idx <= q_idx
+        # A padded query row still sees itself, so no row is all-masked (which would make NaNs
+        # that leak through 0-weighted values into real rows).
+        self.mask = (causal[None] & self.valid[:, None, :]) | (k_idx == q_idx)[None]
+        assert self.mask.shape[1] == new
+        return self
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.k[layer] is not None:
+            k = torch.cat([self.k[layer], k], dim=1)
+            v = torch.cat([self.v[layer], v], dim=1)
+        self.k[layer], self.v[layer] = k, v
+        return attention(q, k, v, self.mask)

@@ -13,41 +13,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .layers import attention
+from .layers import ContiguousKVCache
 from .model import Qwen3TTS
 from .prompt import Prompt
 from .sampling import MIN_NEW_TOKENS, SamplingParams, choose, mask_code0, repetition_penalty
-
-
-class ContiguousKVCache:
-    """Per-layer K/V concatenated over time, with a key-validity mask for left padding."""
-
-    def __init__(self, num_layers: int):
-        self.k: list[torch.Tensor | None] = [None] * num_layers
-        self.v: list[torch.Tensor | None] = [None] * num_layers
-        self.valid: torch.Tensor | None = None  # bool [B, S]
-        self.mask: torch.Tensor | None = None
-
-    def step(self, valid_new: torch.Tensor) -> ContiguousKVCache:
-        """Announce the next forward's tokens ([B, L] validity); build its causal + padding mask."""
-        old = 0 if self.valid is None else self.valid.shape[1]
-        self.valid = valid_new if self.valid is None else torch.cat([self.valid, valid_new], dim=1)
-        total, new = self.valid.shape[1], valid_new.shape[1]
-        q_idx = torch.arange(old, total, device=valid_new.device)[:, None]
-        k_idx = torch.arange(total, device=valid_new.device)[None, :]
-        causal = k_idx <= q_idx
-        # A padded query row still sees itself, so no row is all-masked (which would make NaNs
-        # that leak through 0-weighted values into real rows).
-        self.mask = (causal[None] & self.valid[:, None, :]) | (k_idx == q_idx)[None]
-        assert self.mask.shape[1] == new
-        return self
-
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.k[layer] is not None:
-            k = torch.cat([self.k[layer], k], dim=1)
-            v = torch.cat([self.v[layer], v], dim=1)
-        self.k[layer], self.v[layer] = k, v
-        return attention(q, k, v, self.mask)
 
 
 @dataclass
@@ -68,50 +37,6 @@ class Generation:
 class BatchResult:
     generations: list[Generation]
     trace: list[StepTrace] = field(default_factory=list)
-
-
-@torch.no_grad()
-def predict_codes(
-    model: Qwen3TTS,
-    hidden: torch.Tensor,
-    code0: torch.Tensor,
-    params: SamplingParams,
-    generator: torch.Generator | None = None,
-    forced: torch.Tensor | None = None,
-    logits_out: list[torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Codes 1..15 of a frame from the talker's hidden state [B,H] and code0 [B] -> [B,15].
-
-    A fresh 16-position cache per frame: [hidden, C(code0), E1(code1), ...] at positions 0..15.
-    """
-    talker = model.talker
-    cp = talker.code_predictor
-    b = hidden.shape[0]
-    cache = ContiguousKVCache(cp.cfg.num_hidden_layers)
-    embeds = torch.stack([hidden, talker.embed_codec(code0)], dim=1)
-    positions = torch.arange(2, device=hidden.device).expand(b, 2)
-    h = cp(embeds, positions, cache.step(torch.ones(b, 2, dtype=torch.bool, device=hidden.device)))
-    codes = []
-    for j in range(cp.cfg.num_code_groups - 1):
-        logits = cp.lm_head[j](h[:, -1]).float()
-        if logits_out is not None:
-            logits_out.append(logits)
-        code = choose(
-            logits,
-            params.subtalker_dosample,
-            params.subtalker_temperature,
-            params.subtalker_top_k,
-            params.subtalker_top_p,
-            generator,
-        )
-        if forced is not None:
-            code = forced[:, j]
-        codes.append(code)
-        if j + 1 < cp.cfg.num_code_groups - 1:
-            pos = torch.full((b, 1), j + 2, device=hidden.device)
-            valid = torch.ones(b, 1, dtype=torch.bool, device=hidden.device)
-            h = cp(cp.model.codec_embedding[j](code)[:, None], pos, cache.step(valid))
-    return torch.stack(codes, dim=1)
 
 
 @torch.no_grad()
@@ -181,15 +106,20 @@ def generate(
                 trace.append(StepTrace(logits, torch.empty(b, 0, device=dev)))
             break
         cp_logits: list[torch.Tensor] = []
-        rest = predict_codes(
-            model,
-            hidden,
-            code0,
-            params,
-            generator,
-            None if forced is None else forced[:, 1:],
-            cp_logits if record else None,
-        )
+
+        def pick(j: int, cp_scores: torch.Tensor, forced=forced, cp_logits=cp_logits) -> torch.Tensor:
+            cp_logits.append(cp_scores)
+            code = choose(
+                cp_scores,
+                params.subtalker_dosample,
+                params.subtalker_temperature,
+                params.subtalker_top_k,
+                params.subtalker_top_p,
+                generator,
+            )
+            return code if forced is None else forced[:, j + 1]
+
+        rest = model.talker.predict_codes(hidden, code0, pick)
         frame = torch.cat([code0[:, None], rest], dim=1)
         frames.append(frame)
         if record:

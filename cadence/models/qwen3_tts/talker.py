@@ -6,12 +6,17 @@ checkpoint loads with a plain strict state-dict load.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import CodePredictorConfig, Qwen3TTSConfig, TalkerConfig
-from .layers import Attend, Qwen3Stack
+from .layers import Attend, ContiguousKVCache, Qwen3Stack
+
+# pick(j, logits [B, vocab] fp32) -> codes [B]: chooses codebook j+1 from head j's logits.
+Pick = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 class TalkerModel(Qwen3Stack):
@@ -103,6 +108,30 @@ class Talker(nn.Module):
     def forward(self, embeds: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         """Post-norm hidden states of the talker stack; `codec_head` turns them into code0 logits."""
         return self.model(embeds, positions, attend)
+
+    def predict_codes(self, hidden: torch.Tensor, code0: torch.Tensor, pick: Pick) -> torch.Tensor:
+        """Codes 1..15 of a frame from the talker's hidden state [B,H] and code0 [B] -> [B,15].
+
+        A fresh 16-position cache per frame: [hidden, C(code0), E1(code1), ...] at positions 0..15;
+        `pick` turns each head's logits into codes (greedy, sampled, or teacher-forced).
+        """
+        cp = self.code_predictor
+        b, dev = hidden.shape[0], hidden.device
+        steps = cp.cfg.num_code_groups - 1
+        cache = ContiguousKVCache(cp.cfg.num_hidden_layers)
+        embeds = torch.stack([hidden, self.embed_codec(code0)], dim=1)
+        h = cp(
+            embeds, torch.arange(2, device=dev).expand(b, 2), cache.step(torch.ones(b, 2, dtype=torch.bool, device=dev))
+        )
+        codes = []
+        for j in range(steps):
+            code = pick(j, cp.lm_head[j](h[:, -1]).float())
+            codes.append(code)
+            if j + 1 < steps:
+                pos = torch.full((b, 1), j + 2, device=dev)
+                valid = torch.ones(b, 1, dtype=torch.bool, device=dev)
+                h = cp(cp.model.codec_embedding[j](code)[:, None], pos, cache.step(valid))
+        return torch.stack(codes, dim=1)
 
 
 class Qwen3TTSTalkerModel(nn.Module):

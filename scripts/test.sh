@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install cadence with its test dependencies and run the test suite (CPU is enough).
+#   bash scripts/test.sh                # the CI suite
+#   bash scripts/test.sh -m slow        # also the full-size checkpoint tests
+# Uses the active virtualenv, or creates ./.venv. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${VIRTUAL_ENV:-}" ]; then
+    [ -d .venv ] || python3 -m venv .venv
+    # shellcheck disable=SC1091
+    . .venv/bin/activate
+fi
+python -m pip install -q --upgrade pip
+# A torch already installed (a CUDA build, say) is kept; otherwise the CPU wheel is enough.
+python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
+python -m pip install -q -e ".[test]"
+# The official implementation is the test oracle. --no-deps: it pins gradio, torchaudio, sox and
+# onnxruntime, which its 12 Hz path never uses (tests/official.py stubs them).
+python -m pip install -q --no-deps "qwen-tts==0.1.1"
+ruff check cadence tests benchmarks scripts
+if [ "$#" -eq 0 ]; then set -- -m "not slow and not gpu"; fi
+python -m pytest -q "$@"
