@@ -89,15 +89,14 @@ def test_instruct_on_17b_matches_official(tmp_path_factory, skeleton_17b):
     print(f"\nparity 1.7B instruct: {report.line()}")
 
 
-@pytest.mark.slow
 def test_full_size_checkpoint_matches_official(tmp_path_factory, skeleton_06b):
-    """The real 0.6B shapes (906 M talker parameters): a few frames, same comparison."""
+    """The real 0.6B shapes (906 M talker parameters): a few frames, same comparison (~4 min, 12 GB)."""
     ckpt = write_random_checkpoint(skeleton_06b, tmp_path_factory.mktemp("full"), "full", seed=0, progress=False)
     official = Official(ckpt)
     ours = Qwen3TTS.from_pretrained(ckpt, "cpu", "fp32", tokenizer_regex="mistral")
     texts, speakers, languages = ["Hello from the full-size random checkpoint."], ["ryan"], ["english"]
     prompts = [ours.prompt(texts[0], speakers[0], languages[0])]
-    report = compare(ours, official, prompts, texts, speakers, languages, 8, False, tol=1e-3)
+    report = compare(ours, official, prompts, texts, speakers, languages, 8, False)
     print(f"\nparity full-size: {report.line()}")
     codes = torch.randint(0, 2048, (12, 16), generator=torch.Generator().manual_seed(0))
     err = float((ours.codec.decode(codes) - official.decode(codes)).abs().max())
