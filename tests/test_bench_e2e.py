@@ -159,9 +159,9 @@ def assert_accounted(out: Path) -> tuple[dict, list[dict]]:
     return results, rows
 
 
-def config(url: str, out: Path, load: LoadConfig, **server) -> BenchConfig:
+def config(url: str, out: Path, load: LoadConfig, model: str = "stub-tts", **server) -> BenchConfig:
     return BenchConfig(
-        server=ServerConfig(base_url=url, model="stub-tts", **server),
+        server=ServerConfig(base_url=url, model=model, **server),
         load=load,
         workload=WorkloadSpec(kind="builtin", languages=["en", "zh", "de"]),
         output_dir=out,
@@ -294,10 +294,13 @@ def cadence_url(request, tmp_path_factory):
 @pytest.mark.parametrize("stream_format", ["audio", "sse"])
 def test_live_cadence_closed_and_open_loop(cadence_url, tmp_path, stream_format):
     frames = 6
+    listed = httpx.get(cadence_url + "/v1/models", timeout=10, trust_env=False)
+    served = [m["id"] for m in listed.json().get("data", [])] if listed.status_code == 200 else []
+    server = {"stream_format": stream_format, "timeout_s": 120, **({"model": served[0]} if served else {})}
     closed = LoadConfig(concurrencies=[1, 4], num_requests=4, warmup_requests=1, fixed_frames=frames)
-    run_bench(config(cadence_url, tmp_path / "closed", closed, stream_format=stream_format, timeout_s=120))
+    run_bench(config(cadence_url, tmp_path / "closed", closed, **server))
     opened = LoadConfig(rates=[2.0], duration_s=2.0, warmup_s=0.5, fixed_frames=frames)
-    run_bench(config(cadence_url, tmp_path / "open", opened, stream_format=stream_format, timeout_s=120))
+    run_bench(config(cadence_url, tmp_path / "open", opened, **server))
     for out in (tmp_path / "closed", tmp_path / "open"):
         results, rows = assert_accounted(out)
         for point in results["points"]:
