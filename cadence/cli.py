@@ -55,7 +55,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from .models.qwen3_tts import Qwen3TTS, SamplingParams
     from .models.qwen3_tts.reference import generate
 
-    text = args.text if args.text not in (None, "-") else sys.stdin.read()
+    # The line break that ends piped text (echo, here-documents) is not meant to be spoken; kept, it
+    # changes the tokens ("." + "\n" -> ".\n") from those of the same text given as an argument.
+    text = args.text if args.text not in (None, "-") else sys.stdin.read().rstrip("\r\n")
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype, args.tokenizer_regex)
     try:
         prompt = model.prompt(text, args.voice, args.language, args.instruct, args.layout)
