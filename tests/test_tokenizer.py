@@ -47,6 +47,15 @@ CORPUS = [
     "Ñandú, Øresund, Łódź, İstanbul, ß and ẞ.",
     "Русский текст: Привет, мир! Ёжик.",
     "Deutsch: Größenordnung, Fußgängerübergänge.",
+    # Non-special added tokens (special=false in tokenizer_config.json) and spaced specials.
+    "Tools <tool_call>{}</tool_call> and <think>hmm</think> and <|fim_prefix|>x<|fim_suffix|>.",
+    "Spaced  <|im_end|>  special and <|im_start|>user\n.",
+    # Unicode spaces, full-width forms and ligatures (NFC leaves them; NFKC would not).
+    "NBSP\u00a0here, ideographic\u3000space, thin\u2009space, zero\u200bwidth.",
+    "Full-width ＡＢＣ１２３ and ligatures ﬁ ﬂ.",
+    "Scripts: مرحبا بالعالم שלום עולם สวัสดีครับ नमस्ते दुनिया",
+    "Contractions: I'm, you're, he'll, she'd, it's, we've, THEY'LL, Don'T.",
+    "Repeats: aaaaaaaaaaaaaaaaaaaa !!!!!!!!!! ........ ---------- 0000000000",
 ]
 
 CAMEL_CASE = ["iPhone", "McDonald", "YouTube", "getHTTPResponse"]
@@ -117,6 +126,41 @@ def test_chat_string_ids_equal_official(pair, text):
     assert pair.cadence.encode(chat(text)) == pair.official_ids(chat(text))
 
 
+def _fuzz_corpus(n: int, seed: int) -> list[str]:
+    """Random strings mixing the character classes the two regexes treat differently (case runs,
+    letters/marks, digits, punctuation, whitespace kinds, scripts, emoji, special-token strings)."""
+    import random
+
+    pools = [
+        "abcxyzXYZ",
+        " \t\n\r\u00a0\u3000\u2009",
+        "0123456789",
+        ".,!?;:'\"-()[]{}<>/\\|@#$%^&*_+=~`",
+        "你好世界中文",
+        "こんにちはカタカナ",
+        "한국어",
+        "éèàçñüößÅ\u0301\u0308",
+        "😀🎉👍🏽\u200d👨👩",
+        "ابجد",
+        "ไทย",
+        "हिन्दी",
+        "ＡＢＣｆ",
+        "\u200b\ufeff",
+    ]
+    words = ["<|im_end|>", "<tts_pad>", "<tool_call>", "</think>", "'s", "'LL", "Hello", "iPhone", "McDonald"]
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = [rng.choice(words) if rng.random() < 0.15 else rng.choice(rng.choice(pools)) for _ in range(30)]
+        out.append("".join(parts[: rng.randint(1, 30)]))
+    return out
+
+
+def test_fuzzed_ids_equal_official(pair):
+    mismatches = [t for t in _fuzz_corpus(400, seed=0) if pair.cadence.encode(t) != pair.official_ids(t)]
+    assert mismatches == []
+
+
 def test_regexes_differ_on_camel_case(qwen2, mistral):
     """The two behaviours are really different, so the comparisons above can fail."""
     # (getHTTPResponse is split at the same places by both: no BPE merge crosses those boundaries.)
@@ -127,6 +171,9 @@ def test_regexes_differ_on_camel_case(qwen2, mistral):
     # "iPhone": one token with the training regex, split as "i" + "Phone" by the Mistral one.
     assert len(qwen2.cadence.encode(" iPhone")) == 1
     assert [mistral.cadence.decode([i]) for i in mistral.cadence.encode(" iPhone")] == [" i", "Phone"]
+    # The fuzzed corpus exercises the difference too.
+    fuzz = _fuzz_corpus(400, seed=0)
+    assert sum(qwen2.cadence.encode(t) != mistral.cadence.encode(t) for t in fuzz) > 40
     # Plain text and Chinese do not depend on the regex.
     for text in (CORPUS[0], CORPUS[2]):
         assert qwen2.cadence.encode(text) == mistral.cadence.encode(text)
