@@ -265,3 +265,5 @@ def test_bad_calls_are_refused(decoder):
         sdec.decode([0, 1], random_codes(2, seed=0)[None])
     with pytest.raises(ValueError, match="codes must be"):
         sdec.decode([0], random_codes(2, seed=0)[None, :, :8])
+    with pytest.raises(ValueError, match="codes must be"):
+        sdec.decode([0], random_codes(0, seed=0)[None])

@@ -108,8 +108,8 @@ class _Carry:
         self.conv = conv
         self.keys = keys  # [B, L, W-1, H, D]
         self.values = values
-        self.new_keys: list[torch.Tensor] = []
-        self.new_values: list[torch.Tensor] = []
+        self.new_keys: list[torch.Tensor] = [keys[:, 0]] * keys.shape[1]  # placeholders, one per layer
+        self.new_values: list[torch.Tensor] = [values[:, 0]] * values.shape[1]
 
     def with_history(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """cat(carried inputs, x) along time; the carry keeps the last inputs for the next call."""
@@ -117,13 +117,12 @@ class _Carry:
         self.conv[index] = full[..., full.shape[-1] - self.conv[index].shape[-1] :]
         return full
 
-    def attend(self, mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Attention over the carried window plus the chunk; called once per layer, in layer order."""
-        layer = len(self.new_keys)
+    def attend(self, layer: int, mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention of the chunk over the carried window plus itself; keeps the newest W-1 keys/values."""
         k_all = torch.cat([self.keys[:, layer], k], dim=1)
         v_all = torch.cat([self.values[:, layer], v], dim=1)
-        self.new_keys.append(k_all[:, k.shape[1] :])
-        self.new_values.append(v_all[:, v.shape[1] :])
+        self.new_keys[layer] = k_all[:, k.shape[1] :]
+        self.new_values[layer] = v_all[:, v.shape[1] :]
         return attention(q, k_all, v_all, mask)
 
 
@@ -191,8 +190,9 @@ class StreamingCodecDecoder:
         """
         pool = self._pool()
         idx = self._slots(slots)
-        if codes.dim() != 3 or codes.shape[0] != idx.shape[0] or codes.shape[2] != self.cfg.num_quantizers:
-            raise ValueError(f"codes must be [{idx.shape[0]}, F, {self.cfg.num_quantizers}], got {list(codes.shape)}")
+        q = self.cfg.num_quantizers
+        if codes.dim() != 3 or codes.shape[0] != idx.shape[0] or codes.shape[1] < 1 or codes.shape[2] != q:
+            raise ValueError(f"codes must be [{idx.shape[0]}, F >= 1, {q}], got {list(codes.shape)}")
         frames = codes.shape[1]
         carry = _Carry(
             frames=pool.frames.index_select(0, idx),
@@ -251,10 +251,10 @@ class StreamingCodecDecoder:
         n = x.shape[1]
         pos = carry.frames[:, None] + torch.arange(n, device=x.device)
         cos, sin = rope_cos_sin(pos, cfg.head_dim, cfg.rope_theta, x.dtype)
-        attend = functools.partial(carry.attend, self._window_mask(carry.frames, n))
+        mask = self._window_mask(carry.frames, n)
         h = tr.input_proj(x)
-        for layer in tr.layers:
-            h = layer(h, cos, sin, attend)
+        for i, layer in enumerate(tr.layers):
+            h = layer(h, cos, sin, functools.partial(carry.attend, i, mask))
         return tr.output_proj(tr.norm(h))
 
     def _window_mask(self, start: torch.Tensor, n: int) -> torch.Tensor:
