@@ -108,8 +108,8 @@ class _Carry:
         self.conv = conv
         self.keys = keys  # [B, L, W-1, H, D]
         self.values = values
-        self.new_keys: list[torch.Tensor] = [keys[:, 0]] * keys.shape[1]  # placeholders, one per layer
-        self.new_values: list[torch.Tensor] = [values[:, 0]] * values.shape[1]
+        self.new_keys = list(keys.unbind(1))  # per layer; replaced when the layer attends
+        self.new_values = list(values.unbind(1))
 
     def with_history(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """cat(carried inputs, x) along time; the carry keeps the last inputs for the next call."""
