@@ -194,11 +194,10 @@ def test_stdin_line_break_is_not_part_of_the_text(cli_checkpoint, monkeypatch, t
         raise Seen
 
     monkeypatch.setattr(Qwen3TTS, "prompt", prompt)
-    for piped in ("Hello world.\n", "Hello world.\r\n\n"):
-        monkeypatch.setattr(sys, "stdin", io.StringIO(piped))
-        with pytest.raises(Seen):
-            cli.main(["-q", "synth", "--model", str(cli_checkpoint), "-o", str(tmp_path / "x.wav")])
-    assert seen == ["Hello world."] * 2
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello world.\r\n\n"))  # CRLF, and a blank line
+    with pytest.raises(Seen):
+        cli.main(["-q", "synth", "--model", str(cli_checkpoint), "-o", str(tmp_path / "x.wav")])
+    assert seen == ["Hello world."]
 
 
 @pytest.mark.parametrize(
