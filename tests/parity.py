@@ -18,6 +18,7 @@ import torch
 
 from cadence.models.qwen3_tts import Prompt, Qwen3TTS, SamplingParams
 from cadence.models.qwen3_tts.reference import generate
+
 from official import Official
 
 

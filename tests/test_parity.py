@@ -14,6 +14,7 @@ import torch
 from cadence.models.qwen3_tts import Qwen3TTS
 from cadence.models.qwen3_tts.checkpoint import write_random_checkpoint
 from cadence.models.qwen3_tts.prompt import assistant_text
+
 from official import Official
 from parity import compare
 

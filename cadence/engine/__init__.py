@@ -1,0 +1,1 @@
+"""The engine: continuous batching of synthesis requests over the model's partitions."""

@@ -1,0 +1,74 @@
+"""Engine configuration: capacity, scheduling, chunking and safety limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ChunkPolicy:
+    """When a stream's frames go through the codec.
+
+    The first chunk is decoded as soon as `first_chunk_frames` frames exist (time to first audio);
+    each later chunk is `growth` times the previous one, up to `max_chunk_frames` (fewer, larger
+    codec calls once the listener has audio buffered). A stream's final frames are flushed at once.
+    """
+
+    first_chunk_frames: int = 1
+    growth: float = 2.0
+    max_chunk_frames: int = 8
+
+    def __post_init__(self):
+        if not (1 <= self.first_chunk_frames <= self.max_chunk_frames):
+            raise ValueError("chunk policy needs 1 <= first_chunk_frames <= max_chunk_frames")
+        if self.growth < 1.0:
+            raise ValueError("chunk policy growth must be >= 1")
+
+    def chunk_size(self, chunks_done: int) -> int:
+        size = self.first_chunk_frames * self.growth**chunks_done
+        return int(min(self.max_chunk_frames, max(1, round(size))))
+
+
+@dataclass(frozen=True)
+class RunawayGuard:
+    """Stops generations that will never end on their own (0.3–0.5 % of official generations
+    never emit EOS and produce minutes of room tone or babble).
+
+    - frame budget: `min_frames + frames_per_token * text_tokens` (speech runs ~3 frames per
+      text token, so the default allows ~4x that); never more than max_new_tokens.
+    - loop: the last `loop_window` code0s repeat with a period of at most `loop_max_period`.
+    - silence: `silence_seconds` of decoded audio below `silence_dbfs`.
+    Any of them ends the request with finish_reason "runaway". 0 turns a check off; requests with
+    ignore_eos (fixed-length benchmarking) are exempt.
+    """
+
+    min_frames: int = 50
+    frames_per_token: float = 12.0
+    loop_window: int = 75
+    loop_max_period: int = 8
+    silence_seconds: float = 6.0
+    silence_dbfs: float = -60.0
+
+    def frame_budget(self, text_tokens: int) -> int:
+        if self.frames_per_token <= 0:
+            return 1 << 30
+        return int(self.min_frames + self.frames_per_token * text_tokens)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_streams: int = 64  # decode slots: requests generating at once
+    # KV cache size: GB, or (when None) this fraction of free device memory (CPU: of 1 GB).
+    kv_cache_memory: float | None = None
+    kv_cache_fraction: float = 0.5
+    page_size: int = 16  # tokens per KV page
+    prefill_token_budget: int = 2048  # prompt tokens prefilled per engine step
+    max_queue: int = 256  # waiting requests beyond this are refused (the server answers 429)
+    max_input_tokens: int = 4096  # text tokens per request
+    return_codes: bool = False  # attach each chunk's 16-code frames (debugging, parity tests)
+    chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
+    runaway: RunawayGuard = field(default_factory=RunawayGuard)
+
+    def __post_init__(self):
+        if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
+            raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")

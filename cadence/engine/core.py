@@ -1,0 +1,281 @@
+"""The engine core: one synchronous step at a time over the Talker and Codec partitions.
+
+It is also the *conductor*: it owns each request's life (queue, admission, walk transitions, stop,
+cancellation, delivery of audio chunks). It knows nothing of HTTP or asyncio; `engine.py` drives it
+from a thread, the server from its own process.
+
+One step:
+1. cancellations;
+2. admission: while a slot and enough KV pages are free, under the prefill token budget;
+3. talker_prefill for the admitted, then talker_decode for every running stream (the admitted
+   included), so a new request gets its first frame in the step that admits it;
+4. stop checks: EOS (the EOS frame is not audio), max_new_tokens, runaway guard;
+5. codec_chunk for every stream whose chunk policy is satisfied, batched by chunk size;
+6. finished streams: final chunk, KV pages, slot and codec state freed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..audio import to_int16
+from .config import EngineConfig
+from .partition import Admission, CodecPartition, TalkerPartition
+from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
+from .runaway import LoopDetector, dbfs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Stream:
+    """One request's life inside the core."""
+
+    request: EngineRequest
+    timings: Timings
+    max_frames: int  # min(max_new_tokens, runaway frame budget)
+    budget_is_runaway: bool  # hitting max_frames means "runaway", not "length"
+    slot: int = -1
+    pages: list[int] = field(default_factory=list)
+    pending: list[torch.Tensor] = field(default_factory=list)  # frames not yet through the codec
+    frames: int = 0  # frames generated (EOS frame excluded)
+    decoded: int = 0  # frames through the codec
+    chunks: int = 0
+    silent_samples: int = 0
+    finish: FinishReason | None = None
+    error: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.request.request_id
+
+
+class EngineCore:
+    def __init__(self, talker: TalkerPartition, codec: CodecPartition, config: EngineConfig):
+        self.talker = talker
+        self.codec = codec
+        self.config = config
+        self.waiting: deque[Stream] = deque()
+        self.running: dict[int, Stream] = {}
+        self.free_slots = list(range(talker.max_slots - 1, -1, -1))
+        self.streams: dict[str, Stream] = {}
+        self.loops = LoopDetector(talker.max_slots, config.runaway)
+        self._cancelled: set[str] = set()
+        self.stats = EngineStats(kv_pages_total=talker.kv.num_pages)
+
+    # -- requests in ------------------------------------------------------------------------------
+
+    def add_request(self, request: EngineRequest, arrival: float | None = None) -> None:
+        if request.request_id in self.streams:
+            raise ValueError(f"duplicate request id {request.request_id}")
+        if len(self.waiting) >= self.config.max_queue:
+            raise QueueFullError(f"queue full ({len(self.waiting)} waiting)", retry_after=self._retry_after())
+        guard = self.config.runaway
+        budget = request.params.max_new_tokens
+        runaway = False
+        if not request.ignore_eos:
+            text_budget = guard.frame_budget(request.prompt.num_text_tokens)
+            runaway = text_budget < budget
+            budget = min(budget, text_budget)
+        stream = Stream(request, Timings(arrival or time.monotonic()), budget, runaway)
+        tokens = self.talker.tokens_to_reserve(request, budget)
+        if self.talker.kv.pages_for(tokens) > self.talker.kv.num_pages:
+            raise QueueFullError(f"request needs {tokens} KV tokens, more than the whole cache", retry_after=0)
+        self.streams[request.request_id] = stream
+        self.waiting.append(stream)
+
+    def cancel(self, request_id: str) -> None:
+        self._cancelled.add(request_id)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self._cancelled)
+
+    def _retry_after(self) -> float:
+        """A hint for 429 answers: seconds until a queue place is likely to free up."""
+        return max(1.0, round(self.stats.last_step_seconds * 50, 1))
+
+    # -- one step ---------------------------------------------------------------------------------
+
+    def step(self) -> list[AudioChunk]:
+        start = time.monotonic()
+        out: list[AudioChunk] = []
+        self._apply_cancellations(out)
+        admitted = self._admit(start)
+        if admitted:
+            self._prefill(admitted)
+        self._decode()
+        self._run_codec(out)
+        self._finish(out)
+        self.stats.steps += 1
+        self.stats.last_step_seconds = time.monotonic() - start
+        self.stats.running = len(self.running)
+        self.stats.waiting = len(self.waiting)
+        self.stats.kv_pages_used = self.talker.kv.used_pages
+        return out
+
+    def _apply_cancellations(self, out: list[AudioChunk]) -> None:
+        for rid in self._cancelled:
+            stream = self.streams.get(rid)
+            if stream is None or stream.finish is not None:
+                continue
+            stream.finish = FinishReason.CANCELLED
+            stream.pending.clear()
+            if stream.slot < 0:  # still waiting: nothing allocated
+                self.waiting.remove(stream)
+                self._close(stream, out)
+        self._cancelled.clear()
+
+    def _admit(self, now: float) -> list[Admission]:
+        admitted: list[Admission] = []
+        budget = self.config.prefill_token_budget
+        while self.waiting and self.free_slots:
+            stream = self.waiting[0]
+            prompt_len = len(stream.request.prompt)
+            if admitted and prompt_len > budget:
+                break  # the rest waits for the next step: running streams stall at most one budget
+            pages = self.talker.kv.allocate(
+                self.talker.kv.pages_for(self.talker.tokens_to_reserve(stream.request, stream.max_frames))
+            )
+            if pages is None:
+                break  # FIFO: the head waits for pages rather than being overtaken
+            self.waiting.popleft()
+            budget -= prompt_len
+            stream.slot, stream.pages = self.free_slots.pop(), pages
+            stream.timings.admitted = now
+            self.running[stream.slot] = stream
+            self.loops.reset(stream.slot)
+            admitted.append(Admission(stream.slot, stream.request, pages))
+        return admitted
+
+    def _prefill(self, admitted: list[Admission]) -> None:
+        try:
+            self.talker.prefill(admitted)
+            self.codec.reset([a.slot for a in admitted])
+            return
+        except Exception:
+            log.exception("batched prefill failed; retrying requests one by one")
+        for a in admitted:  # isolate the culprit: one bad request must not fail the others
+            try:
+                self.talker.prefill([a])
+                self.codec.reset([a.slot])
+            except Exception as e:
+                log.exception("prefill of request %s failed", a.request.request_id)
+                self._fail(self.running[a.slot], e)
+
+    def _decode(self) -> None:
+        streams = [s for s in self.running.values() if s.finish is None]
+        if not streams:
+            return
+        slots = [s.slot for s in streams]
+        try:
+            result = self.talker.decode(slots)
+        except Exception as e:
+            # A batched walk has no per-request culprit; fail this step's streams, keep the engine.
+            log.exception("talker decode failed for %d streams", len(streams))
+            for s in streams:
+                self._fail(s, e)
+            return
+        now = time.monotonic()
+        eos = result.eos.numpy()
+        for i, stream in enumerate(streams):
+            if eos[i]:
+                stream.finish = FinishReason.STOP
+                continue
+            stream.pending.append(result.frames[i])
+            stream.frames += 1
+            if stream.timings.first_frame is None:
+                stream.timings.first_frame = now
+            if stream.frames >= stream.max_frames:
+                stream.finish = FinishReason.RUNAWAY if stream.budget_is_runaway else FinishReason.LENGTH
+        live = np.array([s.slot for s in streams if s.finish is None and not s.request.ignore_eos], dtype=np.int64)
+        if len(live):
+            code0 = np.array([int(self.running[s].pending[-1][0]) for s in live], dtype=np.int64)
+            self.loops.push(live, code0)
+            for slot in live[self.loops.looping(live)]:
+                log.warning("request %s: code0 loop detected, stopping (runaway)", self.running[slot].id)
+                self.running[slot].finish = FinishReason.RUNAWAY
+
+    def _run_codec(self, out: list[AudioChunk]) -> None:
+        policy = self.config.chunk_policy
+        groups: dict[int, list[Stream]] = {}
+        for stream in self.running.values():
+            n = len(stream.pending)
+            if n == 0:
+                continue
+            if stream.finish is not None:
+                size = n  # flush what is left
+            else:
+                size = policy.chunk_size(stream.chunks)
+                if n < size:
+                    continue
+            groups.setdefault(size, []).append(stream)
+        for size, streams in groups.items():
+            frames = torch.stack([torch.stack(s.pending[:size]) for s in streams])
+            try:
+                audio = self.codec.decode([s.slot for s in streams], frames)
+            except Exception as e:
+                log.exception("codec chunk failed for %d streams", len(streams))
+                for s in streams:
+                    self._fail(s, e)
+                continue
+            now = time.monotonic()
+            for i, (stream, wav) in enumerate(zip(streams, audio.float().cpu().numpy(), strict=True)):
+                del stream.pending[:size]
+                start = stream.decoded
+                stream.decoded += size
+                stream.chunks += 1
+                if stream.timings.first_chunk is None:
+                    stream.timings.first_chunk = now
+                self._check_silence(stream, wav)
+                codes = frames[i].numpy() if self.config.return_codes else None
+                out.append(
+                    AudioChunk(stream.id, to_int16(wav), start, stream.decoded, timings=stream.timings,
+                               prompt_tokens=len(stream.request.prompt), codes=codes)
+                )  # fmt: skip
+
+    def _check_silence(self, stream: Stream, wav: np.ndarray) -> None:
+        guard = self.config.runaway
+        if guard.silence_seconds <= 0 or stream.request.ignore_eos:
+            return
+        if dbfs(wav) < guard.silence_dbfs:
+            stream.silent_samples += wav.size
+        else:
+            stream.silent_samples = 0
+        if stream.finish is None and stream.silent_samples >= guard.silence_seconds * self.codec.sample_rate:
+            log.warning("request %s: %.1f s of silence, stopping (runaway)", stream.id, guard.silence_seconds)
+            stream.finish = FinishReason.RUNAWAY
+            stream.pending.clear()
+
+    def _fail(self, stream: Stream, error: Exception) -> None:
+        stream.finish = FinishReason.ERROR
+        stream.error = f"{type(error).__name__}: {error}"
+        stream.pending.clear()
+
+    def _finish(self, out: list[AudioChunk]) -> None:
+        done = [s for s in self.running.values() if s.finish is not None and not s.pending]
+        for stream in done:
+            del self.running[stream.slot]
+            self.talker.kv.release(stream.pages)
+            self.talker.release(stream.slot)
+            self.free_slots.append(stream.slot)
+            self._close(stream, out)
+
+    def _close(self, stream: Stream, out: list[AudioChunk]) -> None:
+        """Mark the stream's last chunk final (or send an empty final chunk) and forget it."""
+        stream.timings.finished = time.monotonic()
+        last = next((c for c in reversed(out) if c.request_id == stream.id), None)
+        if last is None:
+            last = AudioChunk(stream.id, np.zeros(0, dtype=np.int16), stream.decoded, stream.decoded,
+                              timings=stream.timings, prompt_tokens=len(stream.request.prompt))  # fmt: skip
+            out.append(last)
+        last.is_final = True
+        last.finish_reason = stream.finish
+        last.error = stream.error
+        self.stats.finished[stream.finish.value] = self.stats.finished.get(stream.finish.value, 0) + 1
+        del self.streams[stream.id]

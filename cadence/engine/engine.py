@@ -1,0 +1,261 @@
+"""The in-process engine: validation and tokenisation in front, the core stepping in a thread behind.
+
+    engine = Engine.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
+    async for chunk in engine.synthesize(SynthesisRequest("Hello!", voice="ryan")):
+        play(chunk.pcm)                       # int16, 24 kHz mono, as soon as the first frames exist
+
+The core never waits on callers: requests and cancellations go through an inbox that the loop
+drains between steps, and chunks leave through per-request sinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from ..errors import InvalidRequestError
+from ..models.qwen3_tts.model import Qwen3TTS
+from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
+from ..models.qwen3_tts.sampling import SamplingParams
+from .config import EngineConfig
+from .core import EngineCore
+from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
+
+log = logging.getLogger(__name__)
+
+CPU_KV_BUDGET_BYTES = 1 << 30  # what kv_cache_fraction is a fraction of on CPU
+
+
+@dataclass
+class SynthesisRequest:
+    """One utterance to synthesise. Sampling fields left None take the checkpoint's defaults."""
+
+    text: str
+    voice: str = "ryan"
+    language: str = "auto"
+    instruct: str | None = None
+    layout: str = "whole"
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    max_new_tokens: int | None = None  # audio frames (80 ms each)
+    seed: int | None = None
+    greedy: bool = False
+    ignore_eos: bool = False  # generate exactly max_new_tokens frames (benchmarking)
+    request_id: str | None = None
+
+
+@dataclass
+class Utterance:
+    """A whole synthesised utterance."""
+
+    request_id: str
+    pcm: np.ndarray  # int16
+    sample_rate: int
+    frames: int
+    finish_reason: FinishReason
+    error: str | None
+    timings: Timings | None
+    codes: np.ndarray | None = None  # [frames, 16] when EngineConfig.return_codes
+
+    @property
+    def seconds(self) -> float:
+        return self.pcm.size / self.sample_rate
+
+
+def prepare_request(model: Qwen3TTS, req: SynthesisRequest, max_input_tokens: int) -> EngineRequest:
+    """Validate and tokenise (before anything reaches the device). Raises InvalidRequestError."""
+    prompt = model.prompt(req.text, req.voice, req.language, req.instruct, req.layout)
+    if prompt.num_text_tokens > max_input_tokens:
+        raise InvalidRequestError(
+            f"input is {prompt.num_text_tokens} tokens, more than the limit of {max_input_tokens}", "input"
+        )
+    params = SamplingParams.from_defaults(
+        model.config.generation,
+        temperature=req.temperature,
+        top_k=req.top_k,
+        top_p=req.top_p,
+        repetition_penalty=req.repetition_penalty,
+        subtalker_temperature=req.subtalker_temperature,
+        subtalker_top_k=req.subtalker_top_k,
+        subtalker_top_p=req.subtalker_top_p,
+        max_new_tokens=req.max_new_tokens,
+    )
+    if req.greedy:
+        params = params.greedy()
+    # Unseeded requests still sample through the counter-based RNG, with a fresh random seed.
+    seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(7), "little")
+    return EngineRequest(req.request_id or uuid.uuid4().hex, prompt, replace(params, seed=seed), req.ignore_eos)
+
+
+def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
+    if config.kv_cache_memory is not None:
+        return int(config.kv_cache_memory * (1 << 30))
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * config.kv_cache_fraction)
+    return int(CPU_KV_BUDGET_BYTES * config.kv_cache_fraction)
+
+
+def build_core(model: Qwen3TTS, config: EngineConfig) -> EngineCore:
+    """The model's partitions, sized by `config`, under one engine core."""
+    kv_bytes = kv_cache_bytes(config, model.device)
+    talker = Qwen3TTSTalker(model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens)
+    return EngineCore(talker, Qwen3TTSCodec(model, config.max_streams), config)
+
+
+class Engine:
+    def __init__(self, model: Qwen3TTS, config: EngineConfig | None = None):
+        self.model = model
+        self.config = config or EngineConfig()
+        self.core = build_core(model, self.config)
+        self._log_capacity(self.core.talker, self.core.codec)
+        self._inbox: list[EngineRequest | str] = []  # requests to add, ids to cancel
+        self._inbox_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._sinks: dict[str, Callable[[AudioChunk], None]] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="cadence-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | os.PathLike,
+        device: str | None = "auto",
+        dtype: str | None = "auto",
+        tokenizer_regex: str = "qwen2",
+        config: EngineConfig | None = None,
+    ) -> Engine:
+        return cls(Qwen3TTS.from_pretrained(model, device, dtype, tokenizer_regex), config)
+
+    def _log_capacity(self, talker: Qwen3TTSTalker, codec: Qwen3TTSCodec) -> None:
+        kv = talker.kv
+        tokens = kv.num_pages * kv.page_size
+        per_stream_s = tokens / self.config.max_streams * 0.08
+        log.info(
+            "KV cache %.2f GB: %d pages x %d tokens = %d tokens (%d bytes/token); capacity %d streams x %.0f s "
+            "of audio each, or 1 stream x %.0f s; codec state %.1f MB/stream",
+            kv.k.numel() * kv.k.element_size() * 2 / 2**30, kv.num_pages, kv.page_size, tokens,
+            talker.bytes_per_token, self.config.max_streams, per_stream_s, tokens * 0.08,
+            codec.bytes_per_stream / 2**20,
+        )  # fmt: skip
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def submit(self, request: SynthesisRequest | EngineRequest, sink: Callable[[AudioChunk], None]) -> str:
+        """Queue a request; `sink` receives its chunks on the engine thread. Raises
+        InvalidRequestError (bad input) or QueueFullError (the server's 429) synchronously."""
+        if isinstance(request, SynthesisRequest):
+            request = prepare_request(self.model, request, self.config.max_input_tokens)
+        with self._inbox_lock:
+            queued = len(self.core.waiting) + len(self._inbox)
+            if queued >= self.config.max_queue:
+                raise QueueFullError(f"queue full ({queued} waiting)", retry_after=self.core._retry_after())
+            self._sinks[request.request_id] = sink
+            self._inbox.append(request)
+        self._wake.set()
+        return request.request_id
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request; its KV pages and codec state are freed within one step."""
+        with self._inbox_lock:
+            self._inbox.append(request_id)
+        self._wake.set()
+
+    async def synthesize(self, request: SynthesisRequest | EngineRequest) -> AsyncIterator[AudioChunk]:
+        """Stream a request's audio. Closing the iterator early cancels the request."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[AudioChunk] = asyncio.Queue()
+        rid = self.submit(request, lambda c: loop.call_soon_threadsafe(chunks.put_nowait, c))
+        finished = False
+        try:
+            while not finished:
+                chunk = await chunks.get()
+                finished = chunk.is_final
+                yield chunk
+        finally:
+            if not finished:
+                self.cancel(rid)
+
+    async def synthesize_all(self, request: SynthesisRequest | EngineRequest) -> Utterance:
+        return _collect([c async for c in self.synthesize(request)], self.model.sample_rate)
+
+    def synthesize_blocking(self, request: SynthesisRequest | EngineRequest, timeout: float | None = None) -> Utterance:
+        """The whole utterance, for synchronous callers (CLI, tests)."""
+        chunks: queue.Queue[AudioChunk] = queue.Queue()
+        self.submit(request, chunks.put)
+        got = [chunks.get(timeout=timeout)]
+        while not got[-1].is_final:
+            got.append(chunks.get(timeout=timeout))
+        return _collect(got, self.model.sample_rate)
+
+    def stats(self) -> EngineStats:
+        return self.core.stats
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            with self._inbox_lock:
+                work, self._inbox = self._inbox, []
+            for item in work:
+                if isinstance(item, str):
+                    self.core.cancel(item)
+                    continue
+                try:
+                    self.core.add_request(item)
+                except (QueueFullError, ValueError) as e:  # e.g. larger than the whole KV cache
+                    log.warning("request %s refused: %s", item.request_id, e)
+                    self._deliver(
+                        AudioChunk(item.request_id, np.zeros(0, np.int16), 0, 0, True, FinishReason.ERROR, str(e))
+                    )
+            if not self.core.has_work():
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                chunks = self.core.step()
+            except Exception:
+                log.exception("engine step failed")
+                continue
+            for chunk in chunks:
+                self._deliver(chunk)
+
+    def _deliver(self, chunk: AudioChunk) -> None:
+        sink = self._sinks.pop(chunk.request_id, None) if chunk.is_final else self._sinks.get(chunk.request_id)
+        if sink is None:
+            return
+        try:
+            sink(chunk)
+        except Exception:
+            log.exception("delivering a chunk of %s failed; cancelling it", chunk.request_id)
+            self.core.cancel(chunk.request_id)
+
+
+def _collect(chunks: list[AudioChunk], sample_rate: int) -> Utterance:
+    last = chunks[-1]
+    pcm = np.concatenate([c.pcm for c in chunks])
+    codes = [c.codes for c in chunks if c.codes is not None]
+    return Utterance(
+        last.request_id, pcm, sample_rate, last.frame_end, last.finish_reason, last.error, last.timings,
+        np.concatenate(codes) if codes else None,
+    )  # fmt: skip

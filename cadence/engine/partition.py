@@ -1,0 +1,69 @@
+"""The contract between the engine and a model package.
+
+A model package declares two partitions, each a set of walks over a batch of requests:
+
+- a Talker partition (`talker_prefill`, `talker_decode`): owns the KV cache and all per-request
+  decode state in slot-indexed device tensors; one decode walk turns B requests into B frames;
+- a Codec partition (`codec_chunk`): owns per-stream decoder state; one walk turns the next F
+  frames of B streams into B chunks of audio.
+
+The engine (scheduler, conductor) only sees these protocols, so another TTS model is added by
+writing one model package, without touching the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from .kv_cache import PagedKVCache
+from .request import EngineRequest
+
+
+@dataclass
+class Admission:
+    """A request entering the Talker: its slot and the KV pages reserved for it."""
+
+    slot: int
+    request: EngineRequest
+    pages: list[int]
+
+
+@dataclass
+class DecodeOutput:
+    frames: torch.Tensor  # [B, num_code_groups] long, on the host
+    eos: torch.Tensor  # [B] bool: the frame's code0 is EOS (the frame itself is not audio)
+
+
+class TalkerPartition(Protocol):
+    max_slots: int
+    kv: PagedKVCache
+
+    def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
+        """KV tokens the request can reach: its prompt plus `max_frames` decode steps."""
+        ...
+
+    def prefill(self, admissions: list[Admission]) -> None:
+        """talker_prefill: run the prompts of newly admitted requests; they decode from the next walk."""
+        ...
+
+    def decode(self, slots: list[int]) -> DecodeOutput:
+        """talker_decode: one frame for each slot."""
+        ...
+
+    def release(self, slot: int) -> None: ...
+
+
+class CodecPartition(Protocol):
+    samples_per_frame: int
+    sample_rate: int
+
+    def reset(self, slots: list[int]) -> None:
+        """Cold decoder state for streams starting in these slots."""
+        ...
+
+    def decode(self, slots: list[int], frames: torch.Tensor) -> torch.Tensor:
+        """codec_chunk: frames [B, F, groups] -> float audio [B, F * samples_per_frame]."""
+        ...

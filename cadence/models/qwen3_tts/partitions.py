@@ -1,0 +1,188 @@
+"""Qwen3-TTS's partitions and walks: what the engine schedules (see cadence/engine/partition.py).
+
+Talker partition: talker + code predictor, the paged KV cache, and every per-request decode input
+in slot-indexed tensors (hidden state, step counters, trailing text ids, sampling parameters,
+seeds, the code0 presence mask for the repetition penalty, the EOS ban). A decode walk gathers
+them by slot: no per-request Python and no lookup by request id inside the walk.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...engine.attention import PagedAttention
+from ...engine.kv_cache import PagedKVCache
+from ...engine.partition import Admission, DecodeOutput
+from ...engine.request import EngineRequest
+from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
+from .codec_stream import StreamingCodecDecoder
+from .model import Qwen3TTS
+from .sampling import MIN_NEW_TOKENS
+
+
+class SlotState:
+    """Per-request decode state, one row per slot, preallocated on the device."""
+
+    def __init__(self, model: Qwen3TTS, slots: int, max_trailing: int, max_pages: int):
+        cfg, dev = model.config.talker, model.device
+        self.hidden = torch.zeros(slots, cfg.hidden_size, dtype=model.dtype, device=dev)
+        self.step = torch.zeros(slots, dtype=torch.long, device=dev)  # frames generated
+        self.position = torch.zeros(slots, dtype=torch.long, device=dev)  # next talker position
+        self.trailing = torch.full((slots, max_trailing), model.config.tts_pad_token_id, dtype=torch.long, device=dev)
+        self.trailing_len = torch.zeros(slots, dtype=torch.long, device=dev)
+        self.seen = torch.zeros(slots, cfg.vocab_size, dtype=torch.bool, device=dev)  # code0s generated
+        self.seed = torch.zeros(slots, dtype=torch.long, device=dev)
+        self.ignore_eos = torch.zeros(slots, dtype=torch.bool, device=dev)
+        self.rep_penalty = torch.ones(slots, dtype=torch.float32, device=dev)
+        self.code0 = _row_params(slots, dev)
+        self.codes = _row_params(slots, dev)
+        self.block_table = torch.zeros(slots, max_pages, dtype=torch.long, device=dev)
+
+    def assign(self, slot: int, request: EngineRequest, pages: list[int], prompt_len: int) -> None:
+        p, dev = request.params, self.step.device
+        trailing = request.prompt.trailing_text
+        self.hidden[slot].zero_()
+        self.step[slot] = 0
+        self.position[slot] = prompt_len
+        self.trailing[slot, : len(trailing)] = torch.tensor(trailing, dtype=torch.long, device=dev)
+        self.trailing_len[slot] = len(trailing)
+        self.seen[slot] = False
+        self.seed[slot] = p.seed if p.seed is not None else 0
+        self.ignore_eos[slot] = request.ignore_eos
+        self.rep_penalty[slot] = p.repetition_penalty
+        _set_row(self.code0, slot, p.do_sample, p.temperature, p.top_k, p.top_p)
+        _set_row(self.codes, slot, p.subtalker_dosample, p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
+        self.block_table[slot, : len(pages)] = torch.tensor(pages, dtype=torch.long, device=dev)
+
+
+def _row_params(slots: int, dev: torch.device) -> RowParams:
+    return RowParams(
+        do_sample=torch.zeros(slots, dtype=torch.bool, device=dev),
+        temperature=torch.ones(slots, dtype=torch.float32, device=dev),
+        top_k=torch.zeros(slots, dtype=torch.long, device=dev),
+        top_p=torch.ones(slots, dtype=torch.float32, device=dev),
+    )
+
+
+def _set_row(rows: RowParams, slot: int, do_sample: bool, temperature: float, top_k: int, top_p: float) -> None:
+    rows.do_sample[slot] = do_sample
+    rows.temperature[slot] = temperature
+    rows.top_k[slot] = top_k
+    rows.top_p[slot] = top_p
+
+
+def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
+    return RowParams(rows.do_sample[idx], rows.temperature[idx], rows.top_k[idx], rows.top_p[idx])
+
+
+class Qwen3TTSTalker:
+    """The Talker partition (walks talker_prefill, talker_decode) over a paged KV cache."""
+
+    def __init__(self, model: Qwen3TTS, max_slots: int, kv_bytes: int, page_size: int, max_trailing: int):
+        cfg = model.config.talker
+        self.model = model
+        self.max_slots = max_slots
+        self.page_size = page_size
+        per_token = PagedKVCache.bytes_per_token(
+            cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, model.dtype
+        )
+        num_pages = kv_bytes // (per_token * page_size)
+        self.kv = PagedKVCache(
+            cfg.num_hidden_layers,
+            num_pages,
+            page_size,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            model.dtype,
+            model.device,
+        )
+        self.bytes_per_token = per_token
+        self.state = SlotState(model, max_slots, max_trailing + 1, num_pages)
+        self._positions = [0] * max_slots  # host mirror: how many pages the eager gather must span
+        self._eos = cfg.codec_eos_token_id
+        self._suppress_start = cfg.suppressed_code0_range[0]
+
+    def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
+        return len(request.prompt) + max_frames
+
+    @torch.no_grad()
+    def prefill(self, admissions: list[Admission]) -> None:
+        model, dev = self.model, self.model.device
+        embeds = [model.prefill_embeddings(a.request.prompt) for a in admissions]
+        lengths = [e.shape[0] for e in embeds]
+        longest = max(lengths)
+        x = torch.zeros(len(embeds), longest, embeds[0].shape[1], dtype=model.dtype, device=dev)
+        valid = torch.zeros(len(embeds), longest, dtype=torch.bool, device=dev)
+        for i, (a, e) in enumerate(zip(admissions, embeds, strict=True)):
+            x[i, : e.shape[0]] = e
+            valid[i, : e.shape[0]] = True
+            self.state.assign(a.slot, a.request, a.pages, e.shape[0])
+            self._positions[a.slot] = e.shape[0]
+        slots = torch.tensor([a.slot for a in admissions], device=dev)
+        positions = torch.arange(longest, device=dev).expand(len(embeds), -1)
+        pages = self.kv.pages_for(longest)
+        attend = PagedAttention(self.kv, self.state.block_table[slots, :pages], positions, valid)
+        hidden = model.talker(x, positions, attend)
+        last = torch.tensor(lengths, device=dev) - 1
+        self.state.hidden[slots] = hidden[torch.arange(len(embeds), device=dev), last]
+
+    @torch.no_grad()
+    def decode(self, slots: list[int]) -> DecodeOutput:
+        talker, st = self.model.talker, self.state
+        dev = st.step.device
+        idx = torch.tensor(slots, device=dev)
+        hidden, step, position, seed = st.hidden[idx], st.step[idx], st.position[idx], st.seed[idx]
+
+        logits = talker.codec_head(hidden).float()
+        logits = repetition_penalty(logits, st.seen[idx], st.rep_penalty[idx])
+        ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[idx]
+        logits = mask_control_tokens(logits, self._eos, self._suppress_start, ban_eos)
+        code0 = sample(logits, _gather(st.code0, idx), seed, step, codebook=0)
+        st.seen[idx, code0] = True
+
+        code_params = _gather(st.codes, idx)
+        rest = talker.predict_codes(
+            hidden, code0, lambda j, scores: sample(scores, code_params, seed, step, codebook=j + 1)
+        )
+        frame = torch.cat([code0[:, None], rest], dim=1)
+
+        # Next input: the frame's 16 embeddings plus this step's trailing text (tts_pad once used up).
+        col = step.clamp(max=st.trailing.shape[1] - 1)
+        text_ids = torch.where(
+            step < st.trailing_len[idx],
+            st.trailing[idx, col],
+            st.trailing.new_full((), self.model.config.tts_pad_token_id),
+        )
+        x = (talker.embed_frame(frame) + talker.embed_text(text_ids))[:, None]
+        pages = self.kv.pages_for(max(self._positions[s] for s in slots) + 1)
+        valid = torch.ones(len(slots), 1, dtype=torch.bool, device=dev)
+        attend = PagedAttention(self.kv, st.block_table[idx, :pages], position[:, None], valid)
+        st.hidden[idx] = talker(x, position[:, None], attend)[:, 0]
+        st.step[idx] = step + 1
+        st.position[idx] = position + 1
+        for s in slots:
+            self._positions[s] += 1
+        return DecodeOutput(frame.cpu(), (code0 == self._eos).cpu())
+
+    def release(self, slot: int) -> None:
+        self._positions[slot] = 0
+
+
+class Qwen3TTSCodec:
+    """The Codec partition (walk codec_chunk): the stateful streaming decoder over slot-indexed state."""
+
+    def __init__(self, model: Qwen3TTS, max_slots: int):
+        self.decoder = StreamingCodecDecoder(model.codec.decoder)
+        self.decoder.allocate(max_slots)
+        self.samples_per_frame = model.samples_per_frame
+        self.sample_rate = model.sample_rate
+
+    def reset(self, slots: list[int]) -> None:
+        self.decoder.reset(slots)
+
+    def decode(self, slots: list[int], frames: torch.Tensor) -> torch.Tensor:
+        return self.decoder.decode(slots, frames)
+
+    @property
+    def bytes_per_stream(self) -> int:
+        return self.decoder.bytes_per_stream()
