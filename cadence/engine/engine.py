@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidRequestError
-from ..models.qwen3_tts.model import Qwen3TTS
+from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from ..models.qwen3_tts.sampling import SamplingParams
 from .config import EngineConfig
@@ -76,7 +76,7 @@ class Utterance:
         return self.pcm.size / self.sample_rate
 
 
-def prepare_request(model: Qwen3TTS, req: SynthesisRequest, max_input_tokens: int) -> EngineRequest:
+def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, max_input_tokens: int) -> EngineRequest:
     """Validate and tokenise (before anything reaches the device). Raises InvalidRequestError."""
     prompt = model.prompt(req.text, req.voice, req.language, req.instruct, req.layout)
     if prompt.num_text_tokens > max_input_tokens:

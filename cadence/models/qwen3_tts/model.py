@@ -41,6 +41,47 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
 
 
 @dataclass
+class Qwen3TTSFrontend:
+    """What validating and tokenising requests needs: config and tokenizer, no weights. The API
+    server process holds only this; the engine process holds the whole model."""
+
+    config: Qwen3TTSConfig
+    tokenizer: TextTokenizer
+
+    @classmethod
+    def from_pretrained(
+        cls, model: str | os.PathLike, tokenizer_regex: PretokenizerRegex = "qwen2"
+    ) -> Qwen3TTSFrontend:
+        path = resolve_checkpoint(model, CHECKPOINT_PATTERNS)
+        return cls(Qwen3TTSConfig.from_dir(path), TextTokenizer.from_dir(path, tokenizer_regex))
+
+    def prompt(
+        self,
+        text: str,
+        voice: str,
+        language: str | None = "auto",
+        instruct: str | None = None,
+        layout: TextLayout | str = TextLayout.WHOLE,
+    ) -> Prompt:
+        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field."""
+        try:
+            layout = TextLayout(layout)
+        except ValueError:
+            raise InvalidRequestError(
+                f"unknown text layout '{layout}'", "layout", [m.value for m in TextLayout]
+            ) from None
+        return build_prompt(self.config, self.tokenizer, text, voice, language, instruct, layout)
+
+    def instruct_ignored(self, instruct: str | None) -> bool:
+        """True when `instruct` was given but this model size drops it (0.6B, as the official wrapper)."""
+        return bool(instruct) and not self.config.supports_instruct
+
+    @property
+    def sample_rate(self) -> int:
+        return self.config.sample_rate
+
+
+@dataclass
 class Qwen3TTS:
     config: Qwen3TTSConfig
     tokenizer: TextTokenizer
@@ -76,26 +117,16 @@ class Qwen3TTS:
 
     # -- prompts ---------------------------------------------------------------------------------
 
-    def prompt(
-        self,
-        text: str,
-        voice: str,
-        language: str | None = "auto",
-        instruct: str | None = None,
-        layout: TextLayout | str = TextLayout.WHOLE,
-    ) -> Prompt:
-        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field."""
-        try:
-            layout = TextLayout(layout)
-        except ValueError:
-            raise InvalidRequestError(
-                f"unknown text layout '{layout}'", "layout", [m.value for m in TextLayout]
-            ) from None
-        return build_prompt(self.config, self.tokenizer, text, voice, language, instruct, layout)
+    @property
+    def frontend(self) -> Qwen3TTSFrontend:
+        return Qwen3TTSFrontend(self.config, self.tokenizer)
+
+    def prompt(self, *args, **kwargs) -> Prompt:
+        """See Qwen3TTSFrontend.prompt."""
+        return self.frontend.prompt(*args, **kwargs)
 
     def instruct_ignored(self, instruct: str | None) -> bool:
-        """True when `instruct` was given but this model size drops it (0.6B, as the official wrapper)."""
-        return bool(instruct) and not self.config.supports_instruct
+        return self.frontend.instruct_ignored(instruct)
 
     @torch.no_grad()
     def prefill_embeddings(self, prompt: Prompt) -> torch.Tensor:
