@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_checkpoint_random)
 
-    for module in ("cadence.bench.cli",):  # subcommands that live with their feature
+    for module in ("cadence.server.cli", "cadence.bench.cli"):  # subcommands that live with their feature
         try:
             register = __import__(module, fromlist=["register"]).register
         except ImportError:

@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from official import Official
 from safetensors.torch import load_file
 
 from cadence.audio import to_int16
 from cadence.models.qwen3_tts import SamplingParams
 from cadence.models.qwen3_tts.reference import generate
+
+from official import Official
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES_PER_FRAME = 1920

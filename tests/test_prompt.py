@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from official import Official
 
 from cadence.errors import InvalidRequestError
 from cadence.models.qwen3_tts import Qwen3TTS, Qwen3TTSConfig, TextLayout
 from cadence.models.qwen3_tts.prompt import Prompt, assistant_text, build_prompt, instruct_text
 from cadence.models.qwen3_tts.tokenizer import TextTokenizer
+
+from official import Official
 
 # Ids of the real checkpoint (research §1); the layout tests spell them out instead of reading them
 # back from the config under test.

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from conftest import set_transformers_version
-from official import import_qwen_tts
 
 from cadence.models.qwen3_tts.tokenizer import TextTokenizer
+
+from official import import_qwen_tts
 
 CORPUS = [
     "Hello, world! This is a test of the text to speech system.",
