@@ -1,0 +1,200 @@
+"""The FastAPI app: routes, authentication, body limits, OpenAI-shaped errors, metrics.
+
+Routes: POST /v1/audio/speech, WS /v1/audio/speech/stream, GET /v1/models, GET /v1/models/{id},
+GET /v1/audio/voices, GET /health, GET /ready, GET /metrics, GET /version. With an API key set,
+every /v1 route needs `Authorization: Bearer <key>`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import platform
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request, WebSocket
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .. import __version__
+from . import errors as E
+from .access import Outcome, record
+from .schema import SpeechBody, decode_body, validate_speech
+from .speech import AbortStream, respond
+from .state import ServerState
+from .websocket import speech_stream
+
+log = logging.getLogger("cadence.server")
+
+SPEECH_ROUTE = "/v1/audio/speech"
+DRAIN_LIMIT_BYTES = 16 << 20  # an oversized body is read (and dropped) up to this, so the client sees the 413
+
+
+class AbortStreamMiddleware:
+    """Lets a response body end the connection without its terminating chunk (speech.AbortStream):
+    the client sees a truncated stream instead of a short body that looks complete."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except AbortStream:
+            pass  # the server closes the connection of a response that did not complete
+
+
+def create_app(state: ServerState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await state.start()
+        yield
+        await state.stop()
+
+    app = FastAPI(title="cadence", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.state.cadence = state
+    app.add_middleware(AbortStreamMiddleware)
+
+    @app.exception_handler(E.APIError)
+    async def api_error(request: Request, e: E.APIError) -> JSONResponse:
+        if request.url.path != SPEECH_ROUTE:
+            state.metrics.requests.labels(request.url.path, str(e.status)).inc()
+        return e.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        if e.status_code == 404:
+            err = E.not_found(f"no route {request.method} {request.url.path}")
+        elif e.status_code == 405:
+            err = E.APIError(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed")
+        else:
+            err = E.APIError(e.status_code, str(e.detail), code="http_error")
+        state.metrics.requests.labels("unmatched" if e.status_code == 404 else request.url.path, str(err.status)).inc()
+        return err.response()
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, e: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return E.server_error(f"internal error: {type(e).__name__}").response()
+
+    def require_key(request: Request) -> None:
+        check_api_key(state, request.headers.get("authorization"))
+
+    auth = [Depends(require_key)]
+
+    # -- status routes ----------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """Alive: the API process answers and its engine process runs."""
+        if state.engine.dead:
+            return E.unavailable("the engine process has exited", "engine_dead").response()
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        """200 once weights are loaded and a warm-up synthesis ran; 503 while loading or draining."""
+        if not state.ready:
+            reason = "engine_dead" if state.engine.dead else "draining" if state.draining else "not_ready"
+            return E.unavailable(f"not ready ({reason})", reason).response()
+        return JSONResponse({"status": "ready", "model": state.settings.model_name})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        state.metrics.inflight.set(state.engine.outstanding)
+        return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+    @app.get("/version")
+    async def version() -> JSONResponse:
+        info = state.engine.info
+        return JSONResponse(
+            {
+                "version": __version__,
+                "python": platform.python_version(),
+                "model": state.settings.model_name,
+                "model_size": state.frontend.config.tts_model_size,
+                "device": info.device if info else None,
+                "dtype": info.dtype if info else None,
+                "random_weights": info.random_weights if info else None,
+            }
+        )
+
+    # -- /v1 --------------------------------------------------------------------------------------
+
+    def model_card() -> dict:
+        return {
+            "id": state.settings.model_name,
+            "object": "model",
+            "created": int(state.started),
+            "owned_by": "cadence",
+        }
+
+    @app.get("/v1/models", dependencies=auth)
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    @app.get("/v1/models/{model_id:path}", dependencies=auth)
+    async def model(model_id: str) -> JSONResponse:
+        if model_id not in state.limits.model_names:
+            raise E.not_found(f"the model '{model_id}' does not exist", "model", "model_not_found")
+        return JSONResponse(model_card())
+
+    @app.get("/v1/audio/voices", dependencies=auth)
+    async def voices() -> JSONResponse:
+        return JSONResponse({"voices": state.voices.describe(), "languages": state.frontend.config.languages})
+
+    @app.post(SPEECH_ROUTE, dependencies=auth)
+    async def speech(request: Request) -> Response:
+        arrival = time.monotonic()
+        try:
+            state.check_serving()
+            raw = await read_body(request, state.settings.max_body_bytes)
+            body = decode_body(raw, SpeechBody)
+            job = validate_speech(body, state.frontend, state.voices, state.limits)
+            state.check_serving()  # again: the body may have taken a while to arrive
+        except E.APIError as e:
+            record(state.metrics, Outcome(SPEECH_ROUTE, arrival=arrival), e.status, e.message)
+            return e.response()
+        return await respond(state, job, request, arrival, SPEECH_ROUTE)
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def speech_ws(websocket: WebSocket) -> None:
+        await speech_stream(state, websocket)
+
+    return app
+
+
+def check_api_key(state: ServerState, authorization: str | None) -> None:
+    key = state.settings.api_key
+    if not key:
+        return
+    if not authorization:
+        raise E.unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+        raise E.unauthorized("incorrect API key")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or 413 past `limit` bytes; not UTF-8 is a 400 here, before JSON parsing."""
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > DRAIN_LIMIT_BYTES:
+        raise E.too_large(f"the body is {length} bytes; the limit is {limit}")
+    data = bytearray()
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size <= limit:
+            data += part
+        elif size > DRAIN_LIMIT_BYTES:
+            break
+    if size > limit:
+        raise E.too_large(f"the body is {size}{'+' if size > DRAIN_LIMIT_BYTES else ''} bytes; the limit is {limit}")
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        message = f"the body is not valid UTF-8 ({e.reason} at byte {e.start})"
+        raise E.bad_request(message, None, "invalid_encoding") from None
+    return bytes(data)

@@ -1,0 +1,211 @@
+"""`cadence serve`: the OpenAI-compatible speech server (API process + engine-core process)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+log = logging.getLogger("cadence.server")
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+API_KEY_ENV = "CADENCE_API_KEY"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from ..engine.config import EngineConfig
+
+    defaults = EngineConfig()
+    p = subparsers.add_parser(
+        "serve",
+        help="serve an OpenAI-compatible speech API",
+        description="Serve MODEL over HTTP: POST /v1/audio/speech (OpenAI's API, streaming), "
+        "WS /v1/audio/speech/stream (text in as it is written), /v1/models, /v1/audio/voices, /health, "
+        "/ready, /metrics. See docs/api.md.",
+    )
+    p.add_argument(
+        "model",
+        nargs="?",
+        default=DEFAULT_MODEL,
+        help=f"checkpoint directory or Hugging Face id, downloaded on first use (default: {DEFAULT_MODEL})",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require 'Authorization: Bearer KEY' on every /v1 route (default: ${API_KEY_ENV}, else none)",
+    )
+    p.add_argument("--served-model-name", help="the model id clients see and send (default: MODEL as given)")
+    g = p.add_argument_group("model")
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default auto)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="talker precision (default auto)")
+    g.add_argument(
+        "--dummy-weights",
+        action="store_true",
+        help="random weights of MODEL's architecture (config files only; the built-in 0.6B architecture when "
+        "none can be had): benchmarking and trying the API without weights. The audio is noise.",
+    )
+    g.add_argument(
+        "--dummy-preset",
+        default="full",
+        choices=["full", "tiny"],
+        help="with --dummy-weights: full size, or a tiny model that runs fast on a CPU (default full)",
+    )
+    g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
+    g.add_argument("--tokenizer-regex", default="qwen2", choices=["qwen2", "mistral"], help="see `cadence synth -h`")
+    g.add_argument("--voice-map", help="OpenAI voice aliases: 'alloy=ryan,nova=serena' or a JSON file (docs/api.md)")
+    g = p.add_argument_group("capacity and limits")
+    g.add_argument("--max-streams", type=int, default=defaults.max_streams, help="streams generating at once")
+    g.add_argument("--max-queue", type=int, default=defaults.max_queue, help="requests waiting beyond that (then 429)")
+    g.add_argument("--kv-cache-memory", type=float, help="KV cache size in GB (default: a fraction of free memory)")
+    g.add_argument(
+        "--kv-cache-fraction",
+        type=float,
+        default=defaults.kv_cache_fraction,
+        help="fraction of free device memory (CPU: of 1 GB) for the KV cache when --kv-cache-memory is not set",
+    )
+    g.add_argument("--max-input-chars", type=int, default=4096, help="longest `input` in characters (then 413)")
+    g.add_argument("--max-input-tokens", type=int, default=defaults.max_input_tokens, help="longest input in tokens")
+    g.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (then 413)")
+    g.add_argument("--request-timeout", type=float, default=600.0, help="seconds a request may take in all")
+    g.add_argument("--drain-timeout", type=float, default=30.0, help="on SIGTERM, seconds open streams get to finish")
+    g.add_argument("--warmup-frames", type=int, default=8, help="frames of the warm-up synthesis before /ready")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ..engine.config import EngineConfig
+    from ..models.qwen3_tts.builtin import find_architecture
+    from ..models.qwen3_tts.model import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
+    from ..weights import resolve_checkpoint
+    from .api import create_app
+    from .engine_process import EngineProcessConfig
+    from .state import ServerSettings, ServerState
+    from .voices import VoiceTable, parse_voice_map
+
+    # The API process needs only config and tokenizer; the weights load in the engine process.
+    if args.dummy_weights:
+        architecture = find_architecture(args.model).shrink(args.dummy_preset)
+        frontend = architecture.frontend(args.tokenizer_regex)
+        checkpoint = None
+    else:
+        architecture = None
+        checkpoint = resolve_checkpoint(args.model, CHECKPOINT_PATTERNS)  # downloads once, with a progress bar
+        frontend = Qwen3TTSFrontend.from_pretrained(checkpoint, args.tokenizer_regex)
+    try:
+        voices = VoiceTable(frontend.config.speakers, parse_voice_map(args.voice_map))
+        engine = EngineConfig(
+            max_streams=args.max_streams,
+            max_queue=args.max_queue,
+            kv_cache_memory=args.kv_cache_memory,
+            kv_cache_fraction=args.kv_cache_fraction,
+            max_input_tokens=args.max_input_tokens,
+        )
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    name = args.served_model_name or args.model
+    settings = ServerSettings(
+        model_name=name,
+        api_key=args.api_key or None,
+        max_input_chars=args.max_input_chars,
+        max_body_bytes=args.max_body_bytes,
+        request_timeout=args.request_timeout,
+    )
+    process = EngineProcessConfig(
+        model_name=name,
+        checkpoint=str(checkpoint) if checkpoint else None,
+        architecture=architecture,
+        device=args.device,
+        dtype=args.dtype,
+        tokenizer_regex=args.tokenizer_regex,
+        engine=engine,
+        input_address="",  # the engine client binds its own sockets
+        output_address="",
+        warmup_frames=args.warmup_frames,
+        cpu_threads=args.cpu_threads,
+        log_level=logging.getLogger().level,
+    )
+    state = ServerState(settings, frontend, voices, process, on_ready=lambda info: _banner(args, settings, info))
+    if not _is_loopback(args.host) and not settings.api_key:
+        log.warning("listening on %s without an API key: anyone who can reach it can use it", args.host)
+
+    config = uvicorn.Config(
+        create_app(state),
+        host=args.host,
+        port=args.port,
+        log_config=None,  # cadence's logging format for uvicorn's lines too
+        access_log=False,  # cadence.access writes one structured line per synthesis instead
+        timeout_graceful_shutdown=args.drain_timeout,
+        ws="websockets-sansio",
+    )
+    server = DrainingServer(config, state)
+    log.info("loading %s; GET /ready answers 200 once the model is warm", name)
+    asyncio.run(server.serve())
+    return state.exit_code
+
+
+def _banner(args: argparse.Namespace, settings, info) -> None:
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+    url = f"http://{host}:{args.port}"
+    auth = f' -H "Authorization: Bearer ${API_KEY_ENV}"' if settings.api_key else ""
+    per_stream = info.kv_tokens / max(1, info.max_streams) * 0.08
+    weights = "RANDOM weights: the audio is noise" if info.random_weights else "checkpoint weights"
+    lines = [
+        f"cadence is serving {info.model} ({info.model_size}, {weights}) on {info.device} in {info.dtype}",
+        f"  listening on http://{args.host}:{args.port} (OpenAI base URL {url}/v1)",
+        f"  capacity: {info.max_streams} streams generating + {info.max_queue} queued; KV cache "
+        f"{info.kv_bytes / 2**30:.2f} GB = {info.kv_tokens} tokens (~{per_stream:.0f} s of audio per stream when full)",
+        f"  warm-up took {info.warmup_seconds:.2f} s; docs: docs/api.md",
+        f"  try: curl {url}/v1/audio/speech{auth} -H 'Content-Type: application/json' "
+        f"""-d '{{"model": "{info.model}", "input": "Hello from cadence.", "voice": "ryan", """
+        f""""response_format": "wav"}}' -o hello.wav""",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, with cadence's shutdown: a signal starts the drain (new requests get 503,
+    open streams finish within --drain-timeout), and a drained server exits 0."""
+
+    def __init__(self, config, state):
+        super().__init__(config)
+        self.state = state
+        state.request_exit = self.request_exit
+
+    def request_exit(self) -> None:
+        self.state.begin_drain()
+        self.should_exit = True
+
+    def handle_exit(self, sig: int, frame) -> None:
+        self.state.begin_drain()
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises a caught signal once it has shut down, so SIGTERM would still kill the
+        # process (exit -15) after a clean drain; here the exit code says how the server ended.
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)

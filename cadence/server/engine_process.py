@@ -1,0 +1,214 @@
+"""The engine-core process: loads the model, warms it up, then steps the core in a tight loop.
+
+    loop: drain ZMQ inputs (submits, cancels) -> core.step() -> send the step's chunks and stats
+
+It never waits on HTTP: when there is work it only polls its inbox without blocking; when idle it
+blocks on the inbox for at most IDLE_POLL_S. It ignores SIGINT/SIGTERM (the API process owns
+shutdown and drains first) and exits on its own when the API process disappears. An exception that
+escapes core.step() is an engine bug that leaves the core in an unknown state: the process exits
+non-zero, and the API answers 503 and exits too, rather than serving from a broken core.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import zmq
+
+from ..engine.config import EngineConfig
+from ..engine.core import EngineCore
+from ..engine.engine import SynthesisRequest, build_core, kv_cache_bytes, prepare_request
+from ..engine.request import FinishReason, QueueFullError
+from ..models.qwen3_tts.builtin import Architecture
+from ..models.qwen3_tts.model import Qwen3TTS
+from . import protocol as P
+
+log = logging.getLogger("cadence.engine")
+
+IDLE_POLL_S = 0.1  # longest the idle loop blocks on its inbox
+HEARTBEAT_S = 1.0  # idle stats messages (also how often the parent is checked)
+
+
+@dataclass
+class EngineProcessConfig:
+    """Everything the engine process needs; picklable (it crosses a spawn)."""
+
+    model_name: str  # as served and logged
+    checkpoint: str | None  # a local checkpoint directory (real weights) ...
+    architecture: Architecture | None  # ... or the architecture to draw random weights for
+    device: str
+    dtype: str
+    tokenizer_regex: str
+    engine: EngineConfig
+    input_address: str
+    output_address: str
+    warmup_frames: int = 8
+    log_level: int = logging.INFO
+    seed: int = 0  # of the random weights
+    cpu_threads: int | None = None  # torch threads when the model runs on the CPU (None: cores - 1)
+
+
+def run_engine_process(cfg: EngineProcessConfig) -> None:
+    """The process entry point (multiprocessing target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    torch.set_grad_enabled(False)
+    ctx = zmq.Context()
+    inbox = ctx.socket(zmq.PULL)
+    inbox.connect(cfg.input_address)
+    outbox = ctx.socket(zmq.PUSH)
+    outbox.setsockopt(zmq.SNDHWM, 0)  # never block the loop on a slow reader; the reader is local
+    outbox.connect(cfg.output_address)
+    code = 0
+    try:
+        model, core, info = load(cfg)
+    except Exception as e:
+        log.exception("engine failed to start")
+        outbox.send(P.encode(P.Failed(f"{type(e).__name__}: {e}")))
+        code = 1
+    else:
+        outbox.send(P.encode(P.Ready(info)))
+        try:
+            EngineLoop(core, inbox, outbox, os.getppid()).run()
+        except Exception:
+            log.exception("engine loop failed; exiting")
+            code = 1
+    inbox.close(linger=0)
+    outbox.close(linger=1000)  # let the last messages (final chunks, Failed) reach the API
+    ctx.term()
+    sys.exit(code)
+
+
+def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
+    """Weights (or random weights), the core sized by the engine config, and a warm-up synthesis."""
+    start = time.monotonic()
+    if cfg.architecture is not None:
+        model = cfg.architecture.random_model(cfg.device, cfg.dtype, cfg.tokenizer_regex, cfg.seed)
+    else:
+        model = Qwen3TTS.from_pretrained(cfg.checkpoint, cfg.device, cfg.dtype, cfg.tokenizer_regex)
+    if model.device.type == "cpu":
+        # Leave a core to the API process (HTTP, audio encoding): OpenMP threads that compete for
+        # every core spin against it, and a step can take ten times as long.
+        threads = cfg.cpu_threads or max(1, len(os.sched_getaffinity(0)) - 1)
+        torch.set_num_threads(threads)
+        log.info("CPU inference with %d torch threads", threads)
+    core = build_core(model, cfg.engine)
+    kv = core.talker.kv
+    log.info(
+        "loaded %s in %.1f s; KV cache %d pages x %d tokens = %d tokens; %d streams",
+        cfg.model_name, time.monotonic() - start, kv.num_pages, kv.page_size, kv.num_pages * kv.page_size,
+        cfg.engine.max_streams,
+    )  # fmt: skip
+    warmup_s = warm_up(model, core, cfg.engine, cfg.warmup_frames)
+    info = P.EngineInfo(
+        model=cfg.model_name,
+        model_size=model.config.tts_model_size,
+        device=str(model.device),
+        dtype=str(model.dtype).removeprefix("torch."),
+        random_weights=cfg.architecture is not None,
+        max_streams=cfg.engine.max_streams,
+        max_queue=cfg.engine.max_queue,
+        kv_pages_total=kv.num_pages,
+        page_size=kv.page_size,
+        kv_bytes=kv_cache_bytes(cfg.engine, model.device),
+        sample_rate=model.sample_rate,
+        warmup_seconds=warmup_s,
+    )
+    return model, core, info
+
+
+def warm_up(model: Qwen3TTS, core: EngineCore, config: EngineConfig, frames: int) -> float:
+    """One short synthesis through every walk (prefill, decode, growing codec chunks), so the first
+    real request does not pay for lazy initialisation; /ready turns 200 only after it."""
+    start = time.monotonic()
+    if frames <= 0:
+        return 0.0
+    speaker = model.config.speakers[0]
+    req = SynthesisRequest(
+        "Warm-up.", voice=speaker, max_new_tokens=frames, ignore_eos=True, request_id="cadence-warmup"
+    )
+    core.add_request(prepare_request(model, req, config.max_input_tokens))
+    finished = None
+    while core.has_work():
+        for chunk in core.step():
+            if chunk.is_final:
+                finished = chunk
+    if finished is None or finished.finish_reason is not FinishReason.LENGTH:
+        reason = finished.error if finished is not None else "no final chunk"
+        raise RuntimeError(f"warm-up synthesis failed: {reason}")
+    seconds = time.monotonic() - start
+    log.info("warm-up synthesis of %d frames took %.2f s", frames, seconds)
+    return seconds
+
+
+class EngineLoop:
+    def __init__(self, core: EngineCore, inbox: zmq.Socket, outbox: zmq.Socket, parent_pid: int):
+        self.core = core
+        self.inbox = inbox
+        self.outbox = outbox
+        self.parent_pid = parent_pid
+        self.stopping = False
+        self._last_sent = 0.0
+        self._last_parent_check = time.monotonic()
+
+    def run(self) -> None:
+        while True:
+            busy = self.core.has_work()
+            if self.inbox.poll(0 if busy else int(IDLE_POLL_S * 1000)):
+                self._drain_inbox()
+            if self.stopping:
+                self._cancel_all()
+                return
+            now = time.monotonic()
+            if now - self._last_parent_check >= HEARTBEAT_S:
+                self._last_parent_check = now
+                if os.getppid() != self.parent_pid:  # reparented: the API process died without a Shutdown
+                    log.warning("the API process is gone; exiting")
+                    return
+            if self.core.has_work():
+                chunks = self.core.step()
+                self._send(P.StepOutput([P.Chunk.from_audio(c) for c in chunks], self.core.stats, True))
+            elif now - self._last_sent >= HEARTBEAT_S:
+                self._send(P.StepOutput([], self.core.stats, False))
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                data = self.inbox.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            msg = P.input_decoder.decode(data)
+            if isinstance(msg, P.Submit):
+                self._add(msg.request)
+            elif isinstance(msg, P.Cancel):
+                self.core.cancel(msg.request_id)
+            elif isinstance(msg, P.Shutdown):
+                self.stopping = True
+
+    def _add(self, request) -> None:
+        try:
+            self.core.add_request(request)
+        except QueueFullError as e:
+            self._send(P.Rejected(request.request_id, str(e), e.retry_after))
+        except ValueError as e:  # a duplicate id: an API bug, refused without touching the other stream
+            log.error("request %s refused: %s", request.request_id, e)
+            self._send(P.Rejected(request.request_id, str(e), 0.0))
+
+    def _cancel_all(self) -> None:
+        """Shutdown: cancel what is left and step until every stream has its final chunk."""
+        for rid in list(self.core.streams):
+            self.core.cancel(rid)
+        while self.core.has_work():
+            chunks = self.core.step()
+            self._send(P.StepOutput([P.Chunk.from_audio(c) for c in chunks], self.core.stats, True))
+
+    def _send(self, msg: P.StepOutput | P.Rejected) -> None:
+        self.outbox.send(P.encode(msg))
+        self._last_sent = time.monotonic()

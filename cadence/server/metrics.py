@@ -1,0 +1,64 @@
+"""Prometheus metrics (GET /metrics), one registry per server.
+
+Request-side numbers are measured in the API process (from the request's arrival to the first
+audio byte handed to the connection); engine-side gauges mirror the stats the engine process
+sends after every step.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from . import protocol as P
+
+# Seconds to first audio: a few ms (warm GPU, idle) to seconds (queued under load).
+TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
+RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter(
+            "cadence_requests", "Requests answered, by route and HTTP status", ["route", "status"], registry=r
+        )
+        self.finished = Counter(
+            "cadence_finished", "Synthesis requests finished, by finish_reason", ["reason"], registry=r
+        )
+        self.ttfa = Histogram(
+            "cadence_ttfa_seconds", "Request arrival to the first audio sent", buckets=TTFA_BUCKETS, registry=r
+        )
+        self.rtf = Histogram(
+            "cadence_rtf", "Real-time factor per request: wall seconds / audio seconds", buckets=RTF_BUCKETS, registry=r
+        )
+        self.audio_seconds = Counter("cadence_audio_seconds", "Audio seconds delivered", registry=r)
+        self.input_chars = Counter("cadence_input_characters", "Characters of input text synthesised", registry=r)
+        self.inflight = Gauge(
+            "cadence_inflight_requests", "Requests submitted to the engine and not finished", registry=r
+        )
+        self.active_streams = Gauge("cadence_active_streams", "Streams generating in the engine", registry=r)
+        self.queue_depth = Gauge("cadence_queue_depth", "Requests waiting in the engine's queue", registry=r)
+        self.kv_pages_used = Gauge("cadence_kv_pages_used", "KV-cache pages in use", registry=r)
+        self.kv_pages_total = Gauge("cadence_kv_pages_total", "KV-cache pages in all", registry=r)
+        self.step_seconds = Histogram(
+            "cadence_engine_step_seconds", "Engine step time", buckets=STEP_BUCKETS, registry=r
+        )
+        self.engine_steps = Gauge("cadence_engine_steps", "Engine steps run since start", registry=r)
+        self.ready = Gauge("cadence_ready", "1 when the server accepts requests", registry=r)
+
+    def on_step(self, msg: P.StepOutput) -> None:
+        s = msg.stats
+        self.active_streams.set(s.running)
+        self.queue_depth.set(s.waiting)
+        self.kv_pages_used.set(s.kv_pages_used)
+        self.kv_pages_total.set(s.kv_pages_total)
+        self.engine_steps.set(s.steps)
+        if msg.stepped:
+            self.step_seconds.observe(s.last_step_seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

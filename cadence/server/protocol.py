@@ -1,0 +1,119 @@
+"""Messages between the API process and the engine-core process (msgpack over ZMQ, via msgspec).
+
+API -> engine (PUSH/PULL): Submit, Cancel, Shutdown.
+Engine -> API (PUSH/PULL): Ready once after loading and warm-up (or Failed), then a StepOutput after
+every engine step (its chunks and the core's stats; also a heartbeat while idle), and Rejected for a
+request the core refused.
+
+Requests travel as the engine's own EngineRequest dataclass (validated and tokenised in the API
+process); audio travels as raw int16 bytes.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from ..engine.request import AudioChunk, EngineRequest, EngineStats, FinishReason, Timings
+
+# -- API -> engine ---------------------------------------------------------------------------------
+
+
+class Submit(msgspec.Struct, tag="submit"):
+    request: EngineRequest
+
+
+class Cancel(msgspec.Struct, tag="cancel"):
+    request_id: str
+
+
+class Shutdown(msgspec.Struct, tag="shutdown"):
+    """Cancel whatever is left and exit (the API has already drained what it wanted to)."""
+
+
+EngineInput = Submit | Cancel | Shutdown
+
+
+# -- engine -> API ---------------------------------------------------------------------------------
+
+
+class EngineInfo(msgspec.Struct):
+    """What the engine process loaded and how much it can hold: for /v1/models, /metrics and logs."""
+
+    model: str
+    model_size: str
+    device: str
+    dtype: str
+    random_weights: bool
+    max_streams: int
+    max_queue: int
+    kv_pages_total: int
+    page_size: int
+    kv_bytes: int
+    sample_rate: int
+    warmup_seconds: float
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.kv_pages_total * self.page_size
+
+
+class Ready(msgspec.Struct, tag="ready"):
+    info: EngineInfo
+
+
+class Failed(msgspec.Struct, tag="failed"):
+    """The engine could not start (bad weights, out of memory): the API exits non-zero."""
+
+    message: str
+
+
+class Chunk(msgspec.Struct, array_like=True):
+    """AudioChunk on the wire: pcm as int16 little-endian bytes."""
+
+    request_id: str
+    pcm: bytes
+    frame_start: int
+    frame_end: int
+    is_final: bool
+    finish_reason: FinishReason | None
+    error: str | None
+    timings: Timings | None
+    prompt_tokens: int
+
+    @classmethod
+    def from_audio(cls, c: AudioChunk) -> Chunk:
+        pcm = np.ascontiguousarray(c.pcm, dtype="<i2").tobytes()
+        return cls(
+            c.request_id, pcm, c.frame_start, c.frame_end, c.is_final, c.finish_reason, c.error, c.timings,
+            c.prompt_tokens,
+        )  # fmt: skip
+
+    def to_audio(self) -> AudioChunk:
+        pcm = np.frombuffer(self.pcm, dtype="<i2").astype(np.int16)
+        return AudioChunk(
+            self.request_id, pcm, self.frame_start, self.frame_end, self.is_final, self.finish_reason, self.error,
+            self.timings, self.prompt_tokens,
+        )  # fmt: skip
+
+
+class StepOutput(msgspec.Struct, tag="step"):
+    chunks: list[Chunk]
+    stats: EngineStats
+    stepped: bool  # False for an idle heartbeat (no step ran): keeps step-time metrics honest
+
+
+class Rejected(msgspec.Struct, tag="rejected"):
+    """The core refused a request: its queue is full (retry_after > 0), or the request can never fit
+    the KV cache (retry_after == 0)."""
+
+    request_id: str
+    message: str
+    retry_after: float
+
+
+EngineOutput = Ready | Failed | StepOutput | Rejected
+
+encode = msgspec.msgpack.Encoder().encode
+input_decoder = msgspec.msgpack.Decoder(EngineInput)
+output_decoder = msgspec.msgpack.Decoder(EngineOutput)

@@ -1,0 +1,129 @@
+"""What the API process holds: settings, the weightless frontend, voices, the engine client, metrics,
+and the server's life cycle (loading -> ready -> draining, or dead when the engine process dies)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..engine.config import EngineConfig
+from ..models.qwen3_tts.model import Qwen3TTSFrontend
+from . import errors as E
+from . import protocol as P
+from .engine_client import EngineClient, EngineStartError
+from .engine_process import EngineProcessConfig
+from .metrics import Metrics
+from .schema import OPENAI_MODELS, Limits
+from .voices import VoiceTable
+
+log = logging.getLogger("cadence.server")
+
+
+@dataclass
+class ServerSettings:
+    model_name: str  # the id /v1/models lists and `model` may name
+    api_key: str | None = None  # Bearer token every /v1 route requires, if set
+    max_input_chars: int = 4096
+    max_body_bytes: int = 1 << 20
+    request_timeout: float = 600.0  # seconds, whole request
+    model_aliases: tuple[str, ...] = OPENAI_MODELS
+
+
+class ServerState:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        frontend: Qwen3TTSFrontend,
+        voices: VoiceTable,
+        engine_process: EngineProcessConfig,
+        on_ready: Callable[[P.EngineInfo], None] | None = None,
+    ):
+        self.settings = settings
+        self.frontend = frontend
+        self.voices = voices
+        self.engine_config: EngineConfig = engine_process.engine
+        self.metrics = Metrics()
+        self.engine = EngineClient(engine_process, on_death=self._on_engine_death, on_step=self.metrics.on_step)
+        self.limits = Limits(
+            settings.max_input_chars,
+            self.engine_config.max_input_tokens,
+            (settings.model_name, *[a for a in settings.model_aliases if a != settings.model_name]),
+        )
+        self.on_ready = on_ready
+        self.started = time.time()
+        self.draining = False
+        self.exit_code = 0
+        # Set by the runner: stop the HTTP server (graceful: it drains open responses first).
+        self.request_exit: Callable[[], None] = lambda: None
+        self._ready_task: asyncio.Task | None = None
+
+    @property
+    def sample_rate(self) -> int:
+        return self.frontend.sample_rate
+
+    @property
+    def ready(self) -> bool:
+        return self.engine.ready and not self.draining
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.engine.start()
+        self._ready_task = asyncio.create_task(self._await_ready(), name="cadence-engine-ready")
+
+    async def _await_ready(self) -> None:
+        try:
+            info = await self.engine.wait_ready()
+        except EngineStartError as e:
+            log.error("the engine failed to start: %s", e)
+            self._fail()
+            return
+        self.metrics.kv_pages_total.set(info.kv_pages_total)
+        self.metrics.ready.set(1)
+        if self.on_ready is not None:
+            self.on_ready(info)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        self.draining = True
+        self.metrics.ready.set(0)
+        if self._ready_task is not None:
+            self._ready_task.cancel()
+        await self.engine.shutdown(timeout)
+
+    def begin_drain(self) -> None:
+        """SIGTERM: refuse new requests (503) while open streams finish."""
+        if not self.draining:
+            log.info("draining: %d requests in flight", self.engine.outstanding)
+        self.draining = True
+        self.metrics.ready.set(0)
+
+    def _on_engine_death(self) -> None:
+        self._fail()
+
+    def _fail(self) -> None:
+        self.exit_code = 1
+        self.metrics.ready.set(0)
+        self.request_exit()
+
+    # -- admission --------------------------------------------------------------------------------
+
+    def check_serving(self) -> None:
+        """503 unless a request can be taken now; 429 when the engine holds all it may."""
+        if self.engine.dead:
+            raise E.unavailable("the engine process has exited; the server is shutting down", "engine_dead")
+        if self.draining:
+            raise E.unavailable("the server is shutting down", "draining")
+        if not self.engine.ready:
+            raise E.unavailable("the model is still loading; poll GET /ready", "not_ready")
+        capacity = self.engine_config.max_streams + self.engine_config.max_queue
+        if self.engine.outstanding >= capacity:
+            # Decided here so that a full server answers at once, without a round trip to the engine.
+            step = self.engine.stats.last_step_seconds
+            raise E.queue_full(
+                f"the server is at capacity ({self.engine_config.max_streams} streams generating, "
+                f"{self.engine_config.max_queue} queued); retry later",
+                retry_after=max(1.0, step * 50),
+            )
