@@ -66,6 +66,11 @@ class EngineConfig:
     max_queue: int = 256  # waiting requests beyond this are refused (the server answers 429)
     max_input_tokens: int = 4096  # text tokens per request
     return_codes: bool = False  # attach each chunk's 16-code frames (debugging, parity tests)
+    max_seq_tokens: int = 12800  # prompt + frames of one request (RoPE table, page-table width)
+    # Talker decode walk: "sdpa" eager, "triton" fused kernels (+ CUDA graphs), "torch" fused reference,
+    # "auto" = triton on CUDA when Triton is installed, else sdpa.
+    attention_backend: str = "auto"
+    enforce_eager: bool = False  # no CUDA graphs
     chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
     runaway: RunawayGuard = field(default_factory=RunawayGuard)
 

@@ -85,8 +85,10 @@ class EngineCore:
             budget = min(budget, text_budget)
         stream = Stream(request, Timings(arrival or time.monotonic()), budget, runaway)
         tokens = self.talker.tokens_to_reserve(request, budget)
-        if self.talker.kv.pages_for(tokens) > self.talker.kv.num_pages:
-            raise QueueFullError(f"request needs {tokens} KV tokens, more than the whole cache", retry_after=0)
+        if not self.talker.fits(tokens):
+            raise QueueFullError(
+                f"request needs {tokens} KV tokens: more than one sequence may hold or the whole cache", retry_after=0
+            )
         self.streams[request.request_id] = stream
         self.waiting.append(stream)
 

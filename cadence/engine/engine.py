@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidRequestError
+from ..kernels import triton_available
 from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from ..models.qwen3_tts.sampling import SamplingParams
@@ -113,7 +114,13 @@ def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
 def build_core(model: Qwen3TTS, config: EngineConfig) -> EngineCore:
     """The model's partitions, sized by `config`, under one engine core."""
     kv_bytes = kv_cache_bytes(config, model.device)
-    talker = Qwen3TTSTalker(model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens)
+    backend = config.attention_backend
+    if backend == "auto":
+        backend = "triton" if model.device.type == "cuda" and triton_available() else "sdpa"
+    talker = Qwen3TTSTalker(
+        model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
+        backend, config.enforce_eager,
+    )  # fmt: skip
     return EngineCore(talker, Qwen3TTSCodec(model, config.max_streams), config)
 
 

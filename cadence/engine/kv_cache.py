@@ -25,9 +25,12 @@ class PagedKVCache:
         dtype: torch.dtype,
         device: torch.device,
     ):
-        if num_pages < 1:
-            raise ValueError("the KV cache budget is too small for a single page")
-        shape = (num_layers, num_pages, page_size, kv_heads, head_dim)
+        if num_pages < 2:
+            raise ValueError("the KV cache budget is too small for two pages")
+        num_pages -= 1
+        # The last page is scratch space for batch padding (see fast_step.py); it is never handed out.
+        self.scratch_page = num_pages
+        shape = (num_layers, num_pages + 1, page_size, kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.page_size = page_size

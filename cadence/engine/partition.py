@@ -45,6 +45,10 @@ class TalkerPartition(Protocol):
         """KV tokens the request can reach: its prompt plus `max_frames` decode steps."""
         ...
 
+    def fits(self, tokens: int) -> bool:
+        """Whether a request of `tokens` KV tokens can ever be admitted."""
+        ...
+
     def prefill(self, admissions: list[Admission]) -> None:
         """talker_prefill: run the prompts of newly admitted requests; they decode from the next walk."""
         ...

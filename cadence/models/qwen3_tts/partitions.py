@@ -75,35 +75,66 @@ def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
     return RowParams(rows.do_sample[idx], rows.temperature[idx], rows.top_k[idx], rows.top_p[idx])
 
 
-class Qwen3TTSTalker:
-    """The Talker partition (walks talker_prefill, talker_decode) over a paged KV cache."""
+ATTENTION_BACKENDS = ("sdpa", "triton", "torch")
 
-    def __init__(self, model: Qwen3TTS, max_slots: int, kv_bytes: int, page_size: int, max_trailing: int):
+
+class Qwen3TTSTalker:
+    """The Talker partition (walks talker_prefill, talker_decode) over a paged KV cache.
+
+    attention_backend: "sdpa" runs the eager walk (the model's own layers, PyTorch attention over
+    pages gathered per step); "triton" the fused walk with Triton kernels, under one CUDA graph per
+    batch bucket unless `enforce_eager`; "torch" the fused walk with PyTorch definitions of the
+    fused ops (the CPU stand-in the tests use to check the fused walk against the eager one).
+    """
+
+    def __init__(
+        self,
+        model: Qwen3TTS,
+        max_slots: int,
+        kv_bytes: int,
+        page_size: int,
+        max_trailing: int,
+        max_seq_tokens: int = 12800,
+        attention_backend: str = "sdpa",
+        enforce_eager: bool = False,
+    ):
+        if attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"unknown attention backend '{attention_backend}'; allowed: {', '.join(ATTENTION_BACKENDS)}"
+            )
         cfg = model.config.talker
         self.model = model
         self.max_slots = max_slots
         self.page_size = page_size
+        self.max_positions = max_seq_tokens
         per_token = PagedKVCache.bytes_per_token(
             cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, model.dtype
         )
         num_pages = kv_bytes // (per_token * page_size)
-        self.kv = PagedKVCache(
-            cfg.num_hidden_layers,
-            num_pages,
-            page_size,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-            model.dtype,
-            model.device,
-        )
+        layers, kv_heads, dim = cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim
+        self.kv = PagedKVCache(layers, num_pages, page_size, kv_heads, dim, model.dtype, model.device)
         self.bytes_per_token = per_token
-        self.state = SlotState(model, max_slots, max_trailing + 1, num_pages)
+        # One extra slot pads fused batches up to their bucket; it owns a scratch page.
+        self.dummy_slot = max_slots
+        self.state = SlotState(model, max_slots + 1, max_trailing + 1, self.kv.pages_for(max_seq_tokens))
+        self.state.block_table[self.dummy_slot] = self.kv.scratch_page
         self._positions = [0] * max_slots  # host mirror: how many pages the eager gather must span
         self._eos = cfg.codec_eos_token_id
         self._suppress_start = cfg.suppressed_code0_range[0]
+        self.fast = None
+        if attention_backend != "sdpa":
+            from ...kernels import load_ops
+            from .fast_step import FastDecoder
+
+            use_graphs = model.device.type == "cuda" and not enforce_eager
+            self.fast = FastDecoder(self, load_ops(attention_backend), use_graphs)
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
         return len(request.prompt) + max_frames
+
+    def fits(self, tokens: int) -> bool:
+        """Whether one request of `tokens` KV tokens can ever run (position and page-table limits)."""
+        return tokens <= self.max_positions and self.kv.pages_for(tokens) <= self.kv.num_pages
 
     @torch.no_grad()
     def prefill(self, admissions: list[Admission]) -> None:
@@ -128,6 +159,13 @@ class Qwen3TTSTalker:
 
     @torch.no_grad()
     def decode(self, slots: list[int]) -> DecodeOutput:
+        for s in slots:
+            self._positions[s] += 1
+        if self.fast is not None:
+            return self.fast.decode(slots)
+        return self._decode_eager(slots)
+
+    def _decode_eager(self, slots: list[int]) -> DecodeOutput:
         talker, st = self.model.talker, self.state
         dev = st.step.device
         idx = torch.tensor(slots, device=dev)
@@ -154,14 +192,12 @@ class Qwen3TTSTalker:
             st.trailing.new_full((), self.model.config.tts_pad_token_id),
         )
         x = (talker.embed_frame(frame) + talker.embed_text(text_ids))[:, None]
-        pages = self.kv.pages_for(max(self._positions[s] for s in slots) + 1)
+        pages = self.kv.pages_for(max(self._positions[s] for s in slots))
         valid = torch.ones(len(slots), 1, dtype=torch.bool, device=dev)
         attend = PagedAttention(self.kv, st.block_table[idx, :pages], position[:, None], valid)
         st.hidden[idx] = talker(x, position[:, None], attend)[:, 0]
         st.step[idx] = step + 1
         st.position[idx] = position + 1
-        for s in slots:
-            self._positions[s] += 1
         return DecodeOutput(frame.cpu(), (code0 == self._eos).cpu())
 
     def release(self, slot: int) -> None:

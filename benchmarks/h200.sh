@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# What one device call runs on the H200 (see docs/benchmarks.md). Usage, from the repo root there:
+#   bash benchmarks/h200.sh [tests] [bench] [baseline]
+# Expects the reference config/tokenizer files in .ref/ (carried) and writes logs under $OUT.
+set -uo pipefail
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CADENCE_REFERENCE_DIR=$PWD/.ref
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+full=/tmp/full06b
+need_full() {
+    [ -f $full/model.safetensors ] || python3 -m cadence.cli -q checkpoint random --from .ref/Qwen3-TTS-12Hz-0.6B-CustomVoice \
+        --preset full --out $full --seed 0
+}
+for phase in "$@"; do
+  case $phase in
+    tests)
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    bench)
+      need_full
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
+        --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,8,64 --codec-frames 1,2,8 \
+        --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_triton.json" 2>&1 | tee "$OUT/bench.log" | grep -v INFO ;;
+    eager)
+      need_full
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend sdpa --enforce-eager \
+        --batches 1,8,64 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 5 --warmup 2 \
+        --kv-gb 20 --json "$OUT/engine_steps_sdpa.json" 2>&1 | tee "$OUT/eager.log" | grep -v INFO ;;
+  esac
+done

@@ -1,0 +1,28 @@
+"""Fused operations of the fast decode step: Triton kernels on GPUs, PyTorch definitions elsewhere.
+
+`load_ops("triton" | "torch")` returns a module with the same functions: rms_norm,
+qk_norm_rope_store, paged_attention, silu_mul, sample_tokens.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+BACKENDS = ("triton", "torch")
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def load_ops(backend: str) -> ModuleType:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown kernel backend '{backend}'; allowed: {', '.join(BACKENDS)}")
+    if backend == "triton" and not triton_available():
+        raise RuntimeError("the triton kernel backend needs the triton package (it ships with CUDA builds of torch)")
+    return importlib.import_module(f".{backend}_ops", __name__)

@@ -1,0 +1,108 @@
+"""The fused operations of the fast decode step, written as plain PyTorch.
+
+These are the definitions the Triton kernels (`triton_ops.py`) are checked against, and the
+implementation the fast path uses where Triton is absent (CPU), so the fast step's logic is
+tested in CI. Each function computes exactly what the eager model computes, in the same dtype
+order (fp32 math, rounded to the activation dtype where the eager code rounds).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(x + residual) * weight, x + residual); residual None means just x."""
+    if residual is not None:
+        x = x + residual
+    x32 = x.float()
+    normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return weight * normed, x
+
+
+def qk_norm_rope_store(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_index: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
+    """Split qkv [N, (Hq+2Hkv)*D], QK-RMSNorm per head, RoPE at `positions` (cos/sin tables
+    [max_pos, D]), write K/V to flat cache slots `slot_index` [N]; return q [N, Hq, D]."""
+    n = qkv.shape[0]
+    d = q_norm.shape[0]
+    q, k, v = qkv.view(n, num_heads + 2 * num_kv_heads, d).split([num_heads, num_kv_heads, num_kv_heads], dim=1)
+    q = rms_norm(q, q_norm, eps)[0]
+    k = rms_norm(k, k_norm, eps)[0]
+    c, s = cos[positions][:, None, :], sin[positions][:, None, :]
+    half = d // 2
+
+    def rope(x: torch.Tensor) -> torch.Tensor:
+        return x * c + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * s
+
+    q, k = rope(q), rope(k)
+    k_cache.view(-1, num_kv_heads, d)[slot_index] = k
+    v_cache.view(-1, num_kv_heads, d)[slot_index] = v
+    return q
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Each query row n attends over its first context_lens[n] cached tokens, read through
+    block_table[n] (pages of k_cache [pages, page_size, Hkv, D]). q [N, Hq, D] -> [N, Hq*D]."""
+    n, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    keys = k_cache[block_table].flatten(1, 2)  # [N, P*page_size, Hkv, D]
+    values = v_cache[block_table].flatten(1, 2)
+    visible = torch.arange(keys.shape[1], device=q.device)[None, :] < context_lens[:, None]
+    keys = keys.repeat_interleave(hq // hkv, dim=2)
+    values = values.repeat_interleave(hq // hkv, dim=2)
+    scores = torch.einsum("nhd,nshd->nhs", q.float(), keys.float()) * scale
+    scores = scores.masked_fill(~visible[:, None, :], -float("inf"))
+    out = torch.einsum("nhs,nshd->nhd", scores.softmax(-1), values.float())
+    return out.to(q.dtype).reshape(n, hq * d)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU on concatenated [gate | up] projections: silu(gate) * up, rounded like eager."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    params: RowParams,
+    seed: torch.Tensor,
+    frame: torch.Tensor,
+    codebook: int,
+    seen: torch.Tensor | None = None,
+    penalty: torch.Tensor | None = None,
+    ban_eos: torch.Tensor | None = None,
+    eos_id: int = -1,
+    suppress_start: int = -1,
+) -> torch.Tensor:
+    """Logits processing (repetition penalty, control-token masks when given) then greedy or
+    Gumbel-max sampling per row: the engine's sampler in one call."""
+    if seen is not None:
+        logits = repetition_penalty(logits, seen, penalty)
+    if ban_eos is not None:
+        logits = mask_control_tokens(logits, eos_id, suppress_start, ban_eos)
+    return sample(logits, params, seed, frame, codebook)

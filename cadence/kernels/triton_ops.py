@@ -1,0 +1,301 @@
+"""Triton kernels for the fast decode step; same signatures and semantics as `torch_ops.py`.
+
+Elementwise rounding follows PyTorch's: math in fp32, result rounded to the activation dtype at
+the points where the eager model produces a tensor, so bf16 results track the eager path.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..engine.sampler import RowParams
+
+# -- RMSNorm (+ residual) --------------------------------------------------------------------------
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    if HAS_RES:
+        x = (x.to(tl.float32) + tl.load(res_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
+        tl.store(sum_ptr + row * n_cols + cols, x, mask=mask)
+    x32 = x.to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
+    normed = (x32 * inv).to(x.dtype).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * n_cols + cols, (w * normed).to(x.dtype), mask=mask)
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    out = torch.empty_like(x2)
+    total = torch.empty_like(x2) if residual is not None else x2
+    res = residual.reshape(-1, shape[-1]) if residual is not None else x2
+    _rms_norm_kernel[(x2.shape[0],)](
+        x2, res, weight, out, total, shape[-1], eps, HAS_RES=residual is not None,
+        BLOCK=triton.next_power_of_2(shape[-1]),
+    )  # fmt: skip
+    return out.view(shape), total.view(shape)
+
+
+# -- QK-norm + RoPE + KV write ---------------------------------------------------------------------
+
+
+@triton.jit
+def _qk_norm_rope_store_kernel(
+    qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr, slot_ptr, q_out_ptr, eps,
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    n = tl.program_id(0)
+    h = tl.program_id(1)  # 0..HQ+2*HKV-1: q heads, then k heads, then v heads
+    half: tl.constexpr = D // 2
+    d = tl.arange(0, D)
+    x = tl.load(qkv_ptr + (n * (HQ + 2 * HKV) + h) * D + d)
+    slot = tl.load(slot_ptr + n).to(tl.int64)
+    if h >= HQ + HKV:  # values: stored as they are
+        tl.store(vc_ptr + (slot * HKV + (h - HQ - HKV)) * D + d, x)
+    else:
+        x32 = x.to(tl.float32)
+        inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / D + eps)
+        if h < HQ:
+            w = tl.load(qn_ptr + d).to(tl.float32)
+        else:
+            w = tl.load(kn_ptr + d).to(tl.float32)
+        normed = (w * (x32 * inv).to(x.dtype).to(tl.float32)).to(x.dtype)
+        # rotate_half needs the partner element: re-derive it from the loaded vector by index.
+        partner_idx = tl.where(d < half, d + half, d - half)
+        xp = tl.load(qkv_ptr + (n * (HQ + 2 * HKV) + h) * D + partner_idx).to(tl.float32)
+        xp_inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / D + eps)
+        if h < HQ:
+            wp = tl.load(qn_ptr + partner_idx).to(tl.float32)
+        else:
+            wp = tl.load(kn_ptr + partner_idx).to(tl.float32)
+        partner = (wp * (xp * xp_inv).to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
+        rotated = tl.where(d < half, -partner, partner)
+        pos = tl.load(pos_ptr + n).to(tl.int64)
+        c = tl.load(cos_ptr + pos * D + d).to(tl.float32)
+        s = tl.load(sin_ptr + pos * D + d).to(tl.float32)
+        a = (normed.to(tl.float32) * c).to(x.dtype).to(tl.float32)
+        b = (rotated.to(x.dtype).to(tl.float32) * s).to(x.dtype).to(tl.float32)
+        y = (a + b).to(x.dtype)
+        if h < HQ:
+            tl.store(q_out_ptr + (n * HQ + h) * D + d, y)
+        else:
+            tl.store(kc_ptr + (slot * HKV + (h - HQ)) * D + d, y)
+
+
+def qk_norm_rope_store(
+    qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, num_heads, num_kv_heads
+) -> torch.Tensor:
+    n = qkv.shape[0]
+    d = q_norm.shape[0]
+    q = torch.empty(n, num_heads, d, dtype=qkv.dtype, device=qkv.device)
+    _qk_norm_rope_store_kernel[(n, num_heads + 2 * num_kv_heads)](
+        qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, slot_index, q, eps,
+        HQ=num_heads, HKV=num_kv_heads, D=d,
+    )  # fmt: skip
+    return q
+
+
+# -- paged decode attention (split over the context, then merged) ----------------------------------
+
+
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, scale, bt_stride,
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr, SPLITS: tl.constexpr,
+):  # fmt: skip
+    """One program per (query row, kv head, split): the split's share of the row's own context
+    (so short and long contexts both spread over all splits), online softmax over its pages."""
+    n = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    g = tl.arange(0, G)
+    d = tl.arange(0, D)
+    t = tl.arange(0, PS)
+    q = tl.load(q_ptr + ((n * HQ + kvh * G + g[:, None]) * D + d[None, :])).to(tl.float32)  # [G, D]
+    ctx = tl.load(ctx_ptr + n)
+    pages = (ctx + PS - 1) // PS
+    per_split = (pages + SPLITS - 1) // SPLITS
+    first = split * per_split
+    last = tl.minimum(first + per_split, pages)
+    m_i = tl.full([G], -float("inf"), tl.float32)
+    l_i = tl.zeros([G], tl.float32)
+    acc = tl.zeros([G, D], tl.float32)
+    page_no = first
+    while page_no < last:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
+        page = tl.load(bt_ptr + n * bt_stride + page_no).to(tl.int64)
+        base = (page * PS + t[:, None]) * HKV + kvh
+        k = tl.load(kc_ptr + base * D + d[None, :]).to(tl.float32)  # [PS, D]
+        v = tl.load(vc_ptr + base * D + d[None, :]).to(tl.float32)
+        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale  # [G, PS]
+        s = tl.where((page_no * PS + t)[None, :] < ctx, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        m_i = m_new
+        page_no += 1
+    out = (n * HQ + kvh * G + g) * SPLITS + split
+    tl.store(m_ptr + out, m_i)
+    tl.store(l_ptr + out, l_i)
+    tl.store(acc_ptr + out[:, None] * D + d[None, :], acc)
+
+
+@triton.jit
+def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, D: tl.constexpr, SPLITS: tl.constexpr):
+    row = tl.program_id(0)  # n * HQ + h
+    s = tl.arange(0, SPLITS)
+    d = tl.arange(0, D)
+    m = tl.load(m_ptr + row * SPLITS + s)
+    l = tl.load(l_ptr + row * SPLITS + s)
+    m_max = tl.max(m, axis=0)
+    w = tl.where(m > -float("inf"), tl.exp(m - m_max), 0.0)
+    acc = tl.load(acc_ptr + (row * SPLITS + s[:, None]) * D + d[None, :])
+    total = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    tl.store(o_ptr + row * D + d, total.to(o_ptr.dtype.element_ty))
+
+
+def attention_splits(rows: int, kv_heads: int, target_programs: int = 264) -> int:
+    """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice."""
+    splits = 1
+    while splits < 16 and rows * kv_heads * splits < target_programs:
+        splits *= 2
+    return splits
+
+
+def paged_attention(q, k_cache, v_cache, block_table, context_lens, scale, splits: int | None = None):
+    n, hq, d = q.shape
+    ps, hkv = k_cache.shape[1], k_cache.shape[2]
+    splits = splits or attention_splits(n, hkv)
+    m = torch.empty(n * hq * splits, dtype=torch.float32, device=q.device)
+    l = torch.empty_like(m)
+    acc = torch.empty(n * hq * splits, d, dtype=torch.float32, device=q.device)
+    _paged_attention_kernel[(n, hkv, splits)](
+        q, k_cache, v_cache, block_table, context_lens, m, l, acc, scale, block_table.stride(0),
+        HQ=hq, HKV=hkv, D=d, PS=ps, G=hq // hkv, SPLITS=splits,
+    )  # fmt: skip
+    out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)
+    _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits)
+    return out
+
+
+# -- SwiGLU ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _silu_mul_kernel(gu_ptr, out_ptr, inter, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < inter
+    g = tl.load(gu_ptr + row * 2 * inter + cols, mask=mask, other=0.0)
+    u = tl.load(gu_ptr + row * 2 * inter + inter + cols, mask=mask, other=0.0)
+    g32 = g.to(tl.float32)
+    silu = (g32 / (1.0 + tl.exp(-g32))).to(g.dtype).to(tl.float32)
+    tl.store(out_ptr + row * inter + cols, (silu * u.to(tl.float32)).to(g.dtype), mask=mask)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inter, dtype=gate_up.dtype, device=gate_up.device)
+    block = 1024
+    _silu_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, BLOCK=block)
+    return out
+
+
+# -- sampling: processing + greedy / Gumbel-max in one kernel --------------------------------------
+
+
+@triton.jit
+def _mix32(x):
+    # uint32 lanes: multiplication wraps mod 2^32 and shifts are logical, which is exactly what
+    # rng.py computes with masked int64 arithmetic.
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x2C1B3C6D
+    x = x ^ (x >> 16)
+    return x
+
+
+@triton.jit
+def _sample_kernel(
+    logits_ptr, seen_ptr, pen_ptr, ban_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr, out_ptr,
+    V, eos_id, suppress_start, codebook_key,
+    HAS_SEEN: tl.constexpr, HAS_BAN: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    col = tl.arange(0, BLOCK)
+    valid = col < V
+    x = tl.load(logits_ptr + row * V + col, mask=valid, other=-float("inf")).to(tl.float32)
+    if HAS_SEEN:
+        seen = tl.load(seen_ptr + row * V + col, mask=valid, other=0) != 0
+        p = tl.load(pen_ptr + row)
+        x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
+    if HAS_BAN:
+        ban = tl.load(ban_ptr + row) != 0
+        banned = ((col >= suppress_start) & (col != eos_id)) | ((col == eos_id) & ban)
+        x = tl.where(banned, -float("inf"), x)
+    greedy = tl.argmax(x, axis=0)
+    # Sampling: temperature, top-k (ties at the k-th value kept), top-p, then Gumbel-max.
+    t = tl.load(temp_ptr + row)
+    k = tl.load(topk_ptr + row)
+    top_p = tl.load(topp_ptr + row)
+    y = x / t
+    desc = tl.sort(y, descending=True)
+    kth = tl.sum(tl.where(col == tl.minimum(tl.maximum(k, 1), V) - 1, desc, 0.0), axis=0)
+    kth = tl.where((k > 0) & (k < V), kth, -float("inf"))  # top-k off: nothing is below
+    y = tl.where(y < kth, -float("inf"), y)
+    asc = tl.sort(y, descending=False)
+    probs = tl.exp(asc - tl.max(asc, axis=0))
+    cum = tl.cumsum(probs, axis=0) / tl.sum(probs, axis=0)
+    removed = (cum <= 1.0 - top_p) & (col < BLOCK - 1)
+    threshold = tl.min(tl.where(removed | (asc == -float("inf")), float("inf"), asc), axis=0)
+    threshold = tl.where(top_p < 1.0, threshold, -float("inf"))
+    y = tl.where(y < threshold, -float("inf"), y)
+    seed = tl.load(seed_ptr + row).to(tl.uint64)
+    frame = tl.load(frame_ptr + row).to(tl.uint64)
+    key = _mix32(seed.to(tl.uint32) ^ 0x1E3779B9)
+    key = _mix32(key ^ (seed >> 32).to(tl.uint32))
+    key = _mix32(key ^ frame.to(tl.uint32))
+    key = _mix32(key ^ codebook_key.to(tl.uint32))
+    h = _mix32(key ^ (col.to(tl.uint32) * 0x1E3779B9 + 0x5BD1E995))
+    h = _mix32(h ^ key)
+    u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
+    noisy = tl.where(valid, y - tl.log(-tl.log(u)), -float("inf"))
+    sampled = tl.argmax(noisy, axis=0)
+    do = tl.load(do_ptr + row) != 0
+    tl.store(out_ptr + row, tl.where(do, sampled, greedy).to(tl.int64))
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    params: RowParams,
+    seed: torch.Tensor,
+    frame: torch.Tensor,
+    codebook: int,
+    seen: torch.Tensor | None = None,
+    penalty: torch.Tensor | None = None,
+    ban_eos: torch.Tensor | None = None,
+    eos_id: int = -1,
+    suppress_start: int = -1,
+) -> torch.Tensor:
+    n, v = logits.shape
+    out = torch.empty(n, dtype=torch.long, device=logits.device)
+    dummy = logits
+    _sample_kernel[(n,)](
+        logits, seen if seen is not None else dummy, penalty if penalty is not None else dummy,
+        ban_eos if ban_eos is not None else dummy, params.do_sample, params.temperature, params.top_k,
+        params.top_p, seed, frame, out, v, eos_id, suppress_start, (codebook * 0x1E3779B9) & 0xFFFFFFFF,
+        HAS_SEEN=seen is not None, HAS_BAN=ban_eos is not None, BLOCK=triton.next_power_of_2(v),
+    )  # fmt: skip
+    return out

@@ -1,0 +1,226 @@
+"""The fast talker_decode walk: the whole frame step as fused kernels, one CUDA graph per batch bucket.
+
+One step = code0 logits and sampling (repetition penalty, EOS ban, control-token mask, temperature,
+top-k, top-p, counter-based Gumbel noise: one kernel), the 15 code-predictor steps with their
+sampling, the 16-embedding sum plus trailing text, and the 28 talker layers over the paged KV cache.
+Everything a request contributes is gathered from slot-indexed device tensors by the `slots`
+buffer, so a replay reads nothing per request on the host and never looks anything up by request
+id (padding rows point at a dummy slot that owns a scratch page).
+
+Layers run as: fused residual-add + RMSNorm, one QKV GEMM, fused QK-norm + RoPE + KV write, paged
+attention, O GEMM, fused residual-add + RMSNorm, one gate/up GEMM, fused SwiGLU, down GEMM.
+
+`ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere; the same code runs
+eagerly on the CPU (where the tests check it against the eager walk) and under graphs on CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+from ...engine.partition import DecodeOutput
+from ...engine.sampler import RowParams
+from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
+from .sampling import MIN_NEW_TOKENS
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class FusedLayer:
+    """One decoder layer's weights in the fused layout (QKV and gate/up concatenated)."""
+
+    ln1: torch.Tensor
+    wqkv: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    wo: torch.Tensor
+    ln2: torch.Tensor
+    wgu: torch.Tensor
+    wdown: torch.Tensor
+
+    @classmethod
+    def of(cls, layer: Qwen3DecoderLayer) -> FusedLayer:
+        a, m = layer.self_attn, layer.mlp
+        return cls(
+            ln1=layer.input_layernorm.weight,
+            wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+            q_norm=a.q_norm.weight,
+            k_norm=a.k_norm.weight,
+            wo=a.o_proj.weight,
+            ln2=layer.post_attention_layernorm.weight,
+            wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+            wdown=m.down_proj.weight,
+        )
+
+
+class FusedStack:
+    """A Qwen3 stack (layers + final norm) run with the fused ops over a paged KV cache."""
+
+    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int):
+        cfg = stack.cfg
+        self.ops = ops
+        self.layers = [FusedLayer.of(layer) for layer in stack.layers]
+        self.norm = stack.norm.weight
+        self.eps = cfg.rms_norm_eps
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scale = cfg.head_dim**-0.5
+        dev, dtype = self.norm.device, self.norm.dtype
+        # The eager model's own RoPE table, so the fused path rotates by exactly the same numbers.
+        self.cos, self.sin = rope_cos_sin(torch.arange(max_positions, device=dev), cfg.head_dim, cfg.rope_theta, dtype)
+
+    def __call__(self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache) -> torch.Tensor:
+        """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
+        first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D]."""
+        ops = self.ops
+        residual = None
+        h = x
+        for i, L in enumerate(self.layers):
+            h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
+            q = ops.qk_norm_rope_store(
+                F.linear(h, L.wqkv), L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions,
+                k_cache[i], v_cache[i], slot_index, self.heads, self.kv_heads,
+            )  # fmt: skip
+            h = F.linear(ops.paged_attention(q, k_cache[i], v_cache[i], block_table, context_lens, self.scale), L.wo)
+            h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
+            h = F.linear(ops.silu_mul(F.linear(h, L.wgu)), L.wdown)
+        return ops.rms_norm(h, self.norm, self.eps, residual)[0]
+
+
+def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
+    return RowParams(rows.do_sample[idx], rows.temperature[idx], rows.top_k[idx], rows.top_p[idx])
+
+
+class FastDecoder:
+    """Runs the decode walk of a `Qwen3TTSTalker` partition through fused ops (+ CUDA graphs)."""
+
+    def __init__(self, partition, ops: ModuleType, use_graphs: bool, buckets: tuple[int, ...] = DEFAULT_BUCKETS):
+        self.p = partition
+        model = partition.model
+        talker, cfg = model.talker, model.config.talker
+        cp_cfg = cfg.code_predictor
+        self.ops = ops
+        self.dev = model.device
+        self.state = partition.state
+        self.dummy = partition.dummy_slot
+        self.ps = partition.kv.page_size
+        self.eos = cfg.codec_eos_token_id
+        self.suppress = cfg.suppressed_code0_range[0]
+        self.pad_text = model.config.tts_pad_token_id
+        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions)
+        self.cp_stack = FusedStack(talker.code_predictor.model, ops, cp_cfg.num_code_groups)
+        self.talker = talker
+        self.groups = cfg.num_code_groups
+        rows = partition.max_slots + 1
+        shape = (cp_cfg.num_hidden_layers, rows, cp_cfg.num_code_groups, cp_cfg.num_key_value_heads, cp_cfg.head_dim)
+        # The code predictor's 16-position cache: one "page" of 16 tokens per batch row.
+        self.cp_k = torch.zeros(shape, dtype=model.dtype, device=self.dev)
+        self.cp_v = torch.zeros(shape, dtype=model.dtype, device=self.dev)
+        self.buckets = tuple(b for b in buckets if b < partition.max_slots) + (partition.max_slots,)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        if use_graphs:
+            self.capture()
+
+    # -- the step ---------------------------------------------------------------------------------
+
+    def step(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One frame for every slot in `slots` [B] (device). Returns (frames [B,16], eos [B])."""
+        st, ops, talker = self.state, self.ops, self.talker
+        hidden, step, position, seed = st.hidden[slots], st.step[slots], st.position[slots], st.seed[slots]
+
+        logits = F.linear(hidden, talker.codec_head.weight).float()
+        ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[slots]
+        code0 = ops.sample_tokens(
+            logits, _gather(st.code0, slots), seed, step, 0, seen=st.seen[slots], penalty=st.rep_penalty[slots],
+            ban_eos=ban_eos, eos_id=self.eos, suppress_start=self.suppress,
+        )  # fmt: skip
+        st.seen[slots, code0] = True
+        frame = torch.cat([code0[:, None], self._predict_codes(hidden, code0, step, seed, slots)], dim=1)
+
+        col = step.clamp(max=st.trailing.shape[1] - 1)
+        text_ids = torch.where(step < st.trailing_len[slots], st.trailing[slots, col], self.pad_text)
+        x = talker.embed_frame(frame) + talker.embed_text(text_ids)
+        block_table = st.block_table[slots]
+        page = block_table.gather(1, (position // self.ps)[:, None])[:, 0]
+        slot_index = page * self.ps + position % self.ps
+        kv = self.p.kv
+        st.hidden[slots] = self.talker_stack(x, position, block_table, position + 1, slot_index, kv.k, kv.v)
+        st.step[slots] = step + 1
+        st.position[slots] = position + 1
+        # The dummy slot that pads batches up to a bucket must not advance into real pages.
+        st.position[self.dummy] = 0
+        st.step[self.dummy] = 0
+        return frame, code0 == self.eos
+
+    def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:
+        talker, ops = self.talker, self.ops
+        cp = talker.code_predictor
+        b, dev = hidden.shape[0], hidden.device
+        params = _gather(self.state.codes, slots)
+        rows = torch.arange(b, device=dev)
+        table = rows[:, None]  # row b's one page is cp cache row b
+        # Positions 0 and 1 (talker hidden, code0 embedding) as 2B query rows sharing their page.
+        first = cp.small_to_mtp_projection(torch.stack([hidden, talker.embed_codec(code0)], dim=1)).flatten(0, 1)
+        pos2 = torch.arange(2, device=dev).repeat(b)
+        h = self.cp_stack(
+            first, pos2, table.repeat_interleave(2, dim=0), pos2 + 1, rows.repeat_interleave(2) * self.groups + pos2,
+            self.cp_k, self.cp_v,
+        )[1::2]  # fmt: skip
+        codes = []
+        for j in range(self.groups - 1):
+            code = ops.sample_tokens(F.linear(h, cp.lm_head[j].weight).float(), params, seed, step, j + 1)
+            codes.append(code)
+            if j + 2 < self.groups:
+                x = cp.small_to_mtp_projection(cp.model.codec_embedding[j](code))
+                pos = torch.full((b,), j + 2, device=dev)
+                h = self.cp_stack(x, pos, table, pos + 1, rows * self.groups + pos, self.cp_k, self.cp_v)
+        return torch.stack(codes, dim=1)
+
+    # -- graphs -----------------------------------------------------------------------------------
+
+    def bucket(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    @torch.no_grad()
+    def capture(self) -> None:
+        start = time.perf_counter()
+        free_before = torch.cuda.mem_get_info(self.dev)[0]
+        pool = torch.cuda.graph_pool_handle()
+        for b in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool
+            slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.dev)
+            side = torch.cuda.Stream(self.dev)
+            side.wait_stream(torch.cuda.current_stream(self.dev))
+            with torch.cuda.stream(side):
+                for _ in range(2):  # compile kernels, settle the allocator
+                    self.step(slots)
+            torch.cuda.current_stream(self.dev).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                frames, eos = self.step(slots)
+            self.graphs[b] = (graph, slots, frames, eos)
+        torch.cuda.synchronize(self.dev)
+        used = (free_before - torch.cuda.mem_get_info(self.dev)[0]) / 2**20
+        log.info(
+            "captured %d decode graphs (batch buckets %s) in %.1f s, %.0f MiB of graph memory",
+            len(self.graphs), list(self.buckets), time.perf_counter() - start, used,
+        )  # fmt: skip
+
+    @torch.no_grad()
+    def decode(self, slots: list[int]) -> DecodeOutput:
+        n = len(slots)
+        if not self.graphs:
+            frames, eos = self.step(torch.tensor(slots, device=self.dev))
+            return DecodeOutput(frames.cpu(), eos.cpu())
+        graph, buf, frames, eos = self.graphs[self.bucket(n)]
+        buf.fill_(self.dummy)
+        buf[:n].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        graph.replay()
+        return DecodeOutput(frames[:n].cpu(), eos[:n].cpu())

@@ -1,0 +1,116 @@
+"""Triton kernels against their PyTorch definitions (torch_ops.py), on fresh random inputs.
+
+Runs on a CUDA device, or on the CPU through Triton's interpreter (TRITON_INTERPRET=1, fp32 only);
+skipped where Triton is not installed (CI installs the CPU build of torch, which has no Triton).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from cadence.engine.sampler import RowParams
+from cadence.kernels import load_ops, triton_available
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+pytestmark = pytest.mark.skipif(
+    not triton_available() or not (torch.cuda.is_available() or INTERPRET),
+    reason="needs Triton with a CUDA device, or TRITON_INTERPRET=1",
+)
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32] if INTERPRET else [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return load_ops("triton"), load_ops("torch")
+
+
+def tol(dtype):
+    return 1e-5 if dtype == torch.float32 else 2e-2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm(ops, dtype):
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(0)
+    x = torch.randn(5, 1024, device=DEV, generator=g).to(dtype)
+    res = torch.randn(5, 1024, device=DEV, generator=g).to(dtype)
+    w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
+    for r in (None, res):
+        a, sa = tri.rms_norm(x, w, 1e-6, r)
+        b, sb = ref.rms_norm(x, w, 1e-6, r)
+        assert torch.equal(sa, sb)
+        assert (a.float() - b.float()).abs().max() <= tol(dtype) * b.float().abs().max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qk_norm_rope_store(ops, dtype):
+    tri, ref = ops
+    from cadence.models.qwen3_tts.layers import rope_cos_sin
+
+    g = torch.Generator(device=DEV).manual_seed(1)
+    n, hq, hkv, d, pages, ps = 6, 4, 2, 32, 10, 4
+    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g).to(dtype)
+    qn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
+    kn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
+    cos, sin = rope_cos_sin(torch.arange(64, device=DEV), d, 1e6, dtype)
+    pos = torch.tensor([0, 3, 17, 40, 63, 5], device=DEV)
+    slots = torch.randperm(pages * ps, device=DEV, generator=g)[:n]
+    caches = [torch.full((pages, ps, hkv, d), float("nan"), device=DEV, dtype=dtype) for _ in range(4)]
+    qa = tri.qk_norm_rope_store(qkv, qn, kn, 1e-6, cos, sin, pos, caches[0], caches[1], slots, hq, hkv)
+    qb = ref.qk_norm_rope_store(qkv, qn, kn, 1e-6, cos, sin, pos, caches[2], caches[3], slots, hq, hkv)
+    t = tol(dtype)
+    assert (qa.float() - qb.float()).abs().max() <= t * 4
+    for a, b in ((caches[0], caches[2]), (caches[1], caches[3])):
+        written = a.view(-1, hkv, d)[slots]
+        assert not written.isnan().any()
+        assert (written.float() - b.view(-1, hkv, d)[slots].float()).abs().max() <= t * 4
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("splits", [1, 4])
+def test_paged_attention(ops, dtype, splits):
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(2)
+    n, hq, hkv, d, pages, ps, p = 5, 4, 2, 32, 40, 4, 8
+    kc = torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype)
+    vc = torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype)
+    bt = torch.stack([torch.randperm(pages, device=DEV, generator=g)[:p] for _ in range(n)])
+    ctx = torch.tensor([1, 4, 5, 17, 32], device=DEV)
+    q = torch.randn(n, hq, d, device=DEV, generator=g).to(dtype)
+    a = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits)
+    b = ref.paged_attention(q, kc, vc, bt, ctx, d**-0.5)
+    assert (a.float() - b.float()).abs().max() <= tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul(ops, dtype):
+    tri, ref = ops
+    gu = torch.randn(3, 2 * 1500, device=DEV, generator=torch.Generator(device=DEV).manual_seed(3)).to(dtype)
+    assert (tri.silu_mul(gu).float() - ref.silu_mul(gu).float()).abs().max() <= tol(dtype) * 4
+
+
+def test_sampling_matches_definition(ops):
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(4)
+    n, v = 8, 300
+    logits = torch.randn(n, v, device=DEV, generator=g) * 3
+    params = RowParams(
+        do_sample=torch.tensor([0, 1, 1, 1, 1, 1, 1, 0], dtype=torch.bool, device=DEV),
+        temperature=torch.tensor([1.0, 0.9, 0.5, 1.3, 0.9, 2.0, 0.7, 1.0], device=DEV),
+        top_k=torch.tensor([50, 50, 0, 5, 1, 300, 20, 0], device=DEV),
+        top_p=torch.tensor([1.0, 1.0, 0.9, 1.0, 1.0, 0.5, 0.8, 1.0], device=DEV),
+    )
+    seen = torch.rand(n, v, device=DEV, generator=g) < 0.1
+    pen = torch.full((n,), 1.05, device=DEV)
+    ban = torch.tensor([1, 0, 1, 0, 1, 0, 1, 0], dtype=torch.bool, device=DEV)
+    seed = torch.arange(n, device=DEV) * 7919 + 11
+    for frame in range(6):
+        fr = torch.full((n,), frame, device=DEV)
+        for kw in ({}, dict(seen=seen, penalty=pen, ban_eos=ban, eos_id=250, suppress_start=200)):
+            a = tri.sample_tokens(logits, params, seed, fr, 3, **kw)
+            b = ref.sample_tokens(logits, params, seed, fr, 3, **kw)
+            assert torch.equal(a, b), (frame, kw.keys(), a, b)
