@@ -1,0 +1,135 @@
+"""A server's life: per-request timeouts, draining on SIGTERM, and the engine process dying."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import httpx
+import pytest
+from serving import FRAME, Server, pcm_samples, wait_for
+
+TIMEOUT_S = 6
+# 400 s of audio: longer than any test waits, so only a timeout, a disconnect or a death ends it.
+ENDLESS = {"input": "On and on.", "voice": "ryan", "response_format": "pcm", "max_new_tokens": 5000, "ignore_eos": True}
+
+
+def sse_events(response: httpx.Response) -> list[dict]:
+    return [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoint, tmp_path_factory):
+    s = Server(tiny_checkpoint, tmp_path_factory.mktemp("serve-life"), "--request-timeout", str(TIMEOUT_S))
+    try:
+        yield s.wait_ready()
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+
+
+def test_timeout_ends_an_sse_stream_with_an_error_event(server):
+    with server.client() as c, c.stream("POST", "/v1/audio/speech", json={**ENDLESS, "stream_format": "sse"}) as r:
+        assert r.status_code == 200
+        events = sse_events(r)
+    *deltas, last = events
+    assert deltas and all(e["type"] == "speech.audio.delta" for e in deltas)
+    assert last["type"] == "error" and last["error"]["code"] == "timeout"
+    assert set(last["error"]) == {"message", "type", "param", "code"}
+    wait_for(lambda: server.metrics()["cadence_active_streams"] == 0, 120, "the timed-out stream to be freed", server)
+
+
+def test_timeout_cuts_a_raw_stream(server):
+    received = 0
+    with pytest.raises(httpx.RemoteProtocolError):  # no terminating chunk: the client knows it is incomplete
+        with server.client() as c, c.stream("POST", "/v1/audio/speech", json=ENDLESS) as r:
+            assert r.status_code == 200
+            for piece in r.iter_bytes():
+                received += len(piece)
+    assert 0 < received < 2 * FRAME * ENDLESS["max_new_tokens"]
+    wait_for(lambda: server.metrics()["cadence_active_streams"] == 0, 120, "the timed-out stream to be freed", server)
+    assert "timeout" in server.log() and "failed after streaming started" in server.log()
+
+
+def test_sigterm_drains_open_streams_then_exits_zero(server):
+    """Run last in this module: it ends the server."""
+    frames = 40
+    body = {**ENDLESS, "max_new_tokens": frames}
+    started = threading.Event()
+    result: dict = {}
+
+    def stream() -> None:
+        try:
+            with server.client() as c, c.stream("POST", "/v1/audio/speech", json=body) as r:
+                data = b""
+                for piece in r.iter_bytes():
+                    data += piece
+                    started.set()
+                result["status"], result["data"] = r.status_code, data
+        except Exception as e:  # reported by the assertions below
+            result["error"] = e
+        finally:
+            started.set()
+
+    engine = server.engine_pid()
+    thread = threading.Thread(target=stream)
+    thread.start()
+    assert started.wait(120), server.log()[-3000:]
+    server.proc.send_signal(signal.SIGTERM)
+    # New connections are refused (or answered 503) while the open stream finishes.
+    wait_for(lambda: _refused(server.url + "/ready"), 60, "the server to stop accepting", server)
+    thread.join(120)
+    assert "error" not in result, result.get("error")
+    assert result["status"] == 200
+    assert pcm_samples(result["data"]).size == frames * FRAME  # the whole stream, not cut by the drain
+    assert server.proc.wait(120) == 0, server.log()[-3000:]
+    assert not os.path.exists(f"/proc/{engine}/status") or _zombie(engine)  # the engine process is gone too
+    assert "draining: 1 requests in flight" in server.log()
+
+
+def _refused(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5, trust_env=False).status_code == 503
+    except httpx.TransportError:
+        return True
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith("State:") and "Z" in line for line in f)
+    except OSError:
+        return True
+
+
+def test_engine_death_answers_503_and_exits_nonzero(tiny_checkpoint, tmp_path):
+    s = Server(tiny_checkpoint, tmp_path).wait_ready()
+    try:
+        results: dict[str, object] = {}
+
+        def whole_file() -> None:  # waits for the complete utterance: no response has started
+            with s.client() as c:
+                results["whole"] = c.post("/v1/audio/speech", json={**ENDLESS, "stream": False})
+
+        waiting = threading.Thread(target=whole_file)
+        waiting.start()
+        wait_for(lambda: s.metrics()["cadence_active_streams"] == 1, 120, "the request to run", s)
+        with s.client() as c, c.stream("POST", "/v1/audio/speech", json={**ENDLESS, "stream_format": "sse"}) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            assert json.loads(first[6:])["type"] == "speech.audio.delta"
+            os.kill(s.engine_pid(), signal.SIGKILL)
+            rest = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+        waiting.join(120)
+        whole = results["whole"]
+        assert isinstance(whole, httpx.Response)
+        assert whole.status_code == 503 and whole.json()["error"]["code"] == "engine_dead"
+        assert rest[-1]["type"] == "error" and rest[-1]["error"]["code"] == "engine_dead"
+        assert s.proc.wait(120) != 0  # the API process exits instead of hanging
+        assert "engine process exited" in s.log()
+    finally:
+        if s.proc.poll() is None:
+            s.stop(signal.SIGKILL)
