@@ -150,6 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ws="websockets-sansio",
     )
     server = DrainingServer(config, state)
+    logging.getLogger("uvicorn.error").addFilter(_DenialIsNotAnError())
     log.info("loading %s; GET /ready answers 200 once the model is warm", name)
     asyncio.run(server.serve())
     return state.exit_code
@@ -172,6 +173,15 @@ def _banner(args: argparse.Namespace, settings, info) -> None:
         f""""response_format": "wav"}}' -o hello.wav""",
     ]
     print("\n".join(lines), flush=True)
+
+
+class _DenialIsNotAnError(logging.Filter):
+    """uvicorn's websockets-sansio protocol logs an error for a WebSocket handshake the app refuses
+    with an HTTP response (401/503 through the ASGI denial extension), though nothing went wrong;
+    it logs the refusal itself at INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing handshake" not in record.getMessage()
 
 
 def _is_loopback(host: str) -> bool:
