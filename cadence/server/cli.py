@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -162,15 +163,17 @@ def _banner(args: argparse.Namespace, settings, info) -> None:
     auth = f' -H "Authorization: Bearer ${API_KEY_ENV}"' if settings.api_key else ""
     per_stream = info.kv_tokens / max(1, info.max_streams) * 0.08
     weights = "RANDOM weights: the audio is noise" if info.random_weights else "checkpoint weights"
+    example = {"model": info.model, "input": "Hello from cadence.", "voice": "ryan", "response_format": "wav"}
+    if info.random_weights:
+        example["max_new_tokens"] = 50  # random weights seldom stop on their own: 4 s of audio
     lines = [
         f"cadence is serving {info.model} ({info.model_size}, {weights}) on {info.device} in {info.dtype}",
         f"  listening on http://{args.host}:{args.port} (OpenAI base URL {url}/v1)",
         f"  capacity: {info.max_streams} streams generating + {info.max_queue} queued; KV cache "
         f"{info.kv_bytes / 2**30:.2f} GB = {info.kv_tokens} tokens (~{per_stream:.0f} s of audio per stream when full)",
         f"  warm-up took {info.warmup_seconds:.2f} s; docs: docs/api.md",
-        f"  try: curl {url}/v1/audio/speech{auth} -H 'Content-Type: application/json' "
-        f"""-d '{{"model": "{info.model}", "input": "Hello from cadence.", "voice": "ryan", """
-        f""""response_format": "wav"}}' -o hello.wav""",
+        f"  try: curl {url}/v1/audio/speech{auth} -H 'Content-Type: application/json' -d '{json.dumps(example)}' "
+        "-o hello.wav",
     ]
     print("\n".join(lines), flush=True)
 
