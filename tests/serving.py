@@ -34,13 +34,14 @@ def free_port() -> int:
 
 
 class Server:
-    """`python -m cadence.cli serve CHECKPOINT --device cpu ARGS...` on a free port."""
+    """`python -m cadence.cli serve [CHECKPOINT] --device cpu ARGS...` on a free port."""
 
-    def __init__(self, checkpoint: Path, log_dir: Path, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, checkpoint: Path | None, log_dir: Path, *args: str, env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"serve-{self.port}.log"
-        cmd = [sys.executable, "-m", "cadence.cli", "serve", str(checkpoint), "--port", str(self.port)]
+        model = [str(checkpoint)] if checkpoint is not None else []
+        cmd = [sys.executable, "-m", "cadence.cli", "serve", *model, "--port", str(self.port)]
         cmd += ["--device", "cpu", *args]
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(

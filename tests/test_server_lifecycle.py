@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 
@@ -133,3 +134,35 @@ def test_engine_death_answers_503_and_exits_nonzero(tiny_checkpoint, tmp_path):
     finally:
         if s.proc.poll() is None:
             s.stop(signal.SIGKILL)
+
+
+def test_dummy_weights_serve_without_any_checkpoint_files(tmp_path):
+    """The README's first command: no model argument, no network, the built-in architecture."""
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: nothing to find
+    args = ["--dummy-weights", "--dummy-preset", "tiny", "--voice-map", "narrator=uncle_fu,alloy=aiden"]
+    s = Server(None, tmp_path, *args, env=env).wait_ready()
+    try:
+        with s.client() as c:
+            assert c.get("/version").json()["random_weights"] is True
+            voices = {v["id"]: v["aliases"] for v in c.get("/v1/audio/voices").json()["voices"]}
+            assert "narrator" in voices["uncle_fu"] and "alloy" in voices["aiden"] and "alloy" not in voices["ryan"]
+            r = c.post("/v1/audio/speech", json={**ENDLESS, "voice": "narrator", "max_new_tokens": 4})
+            assert r.status_code == 200 and pcm_samples(r.content).size == 4 * FRAME
+        assert "SERVING RANDOM WEIGHTS" in s.log() and "built-in Qwen3-TTS-12Hz-0.6B-CustomVoice" in s.log()
+    finally:
+        assert s.stop() == 0
+
+
+def test_bad_voice_map_is_refused_before_serving(tiny_checkpoint, tmp_path):
+    s = Server(tiny_checkpoint, tmp_path, "--voice-map", "alloy=darth_vader")
+    assert s.proc.wait(120) == 2
+    assert "unknown presets {'alloy': 'darth_vader'}" in s.log()
+
+
+def test_engine_that_cannot_load_makes_the_server_exit_nonzero(tiny_checkpoint, tmp_path):
+    broken = tmp_path / "no-weights"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "model.safetensors").unlink()  # config and tokenizer load in the API process; the weights do not
+    s = Server(broken, tmp_path)
+    assert s.proc.wait(300) == 1
+    assert "the engine failed to start" in s.log()
