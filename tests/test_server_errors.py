@@ -13,6 +13,8 @@ import json
 import httpx
 import pytest
 from serving import FRAME, Server, wait_for
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 KEY = "sekret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -151,6 +153,22 @@ def test_full_queue_is_429_with_retry_after_and_disconnects_free_the_engine(serv
     assert after["cadence_kv_pages_used"] == before["cadence_kv_pages_used"]  # their KV pages are free again
     with server.client() as c:  # and the capacity is back
         assert c.post("/v1/audio/speech", headers=AUTH, json=GOOD).status_code == 200
+
+
+def test_websocket_needs_the_key(server):
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    config = json.dumps({"type": "session.config", "voice": "ryan"})
+    for bad in ({}, {"Authorization": "Bearer nope"}):
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, open_timeout=60, additional_headers=bad)
+        assert refused.value.response.status_code == 401
+        assert json.loads(refused.value.response.body)["error"]["code"] == "invalid_api_key"
+    with connect(url, open_timeout=60, additional_headers=AUTH) as ws:
+        ws.send(config)
+        assert json.loads(ws.recv(timeout=60))["type"] == "session.created"
+    with connect(url + f"?api_key={KEY}", open_timeout=60) as ws:  # browsers cannot set headers
+        ws.send(config)
+        assert json.loads(ws.recv(timeout=60))["type"] == "session.created"
 
 
 async def _until(predicate, what: str, timeout: float = 120) -> None:
