@@ -164,5 +164,20 @@ def test_engine_that_cannot_load_makes_the_server_exit_nonzero(tiny_checkpoint, 
     shutil.copytree(tiny_checkpoint, broken)
     (broken / "model.safetensors").unlink()  # config and tokenizer load in the API process; the weights do not
     s = Server(broken, tmp_path)
+    answers: list[httpx.Response] = []
+
+    def answered_or_exited() -> bool:
+        if s.proc.poll() is not None:
+            return True
+        try:
+            answers.append(httpx.post(s.url + "/v1/audio/speech", json=ENDLESS, timeout=10, trust_env=False))
+            return True
+        except httpx.TransportError:
+            return False
+
+    # The port opens seconds before the engine process has even tried to load: meanwhile, 503.
+    wait_for(answered_or_exited, 300, "an answer or an exit", s)
+    for r in answers:
+        assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
     assert s.proc.wait(300) == 1
     assert "the engine failed to start" in s.log()
