@@ -153,7 +153,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = DrainingServer(config, state)
     logging.getLogger("uvicorn.error").addFilter(_DenialIsNotAnError())
     log.info("loading %s; GET /ready answers 200 once the model is warm", name)
-    asyncio.run(server.serve())
+    try:
+        asyncio.run(server.serve())
+    finally:
+        state.engine.kill()  # only if a forced exit skipped the graceful shutdown
+    if server.force_exit and state.exit_code == 0:
+        return 130  # a second Ctrl-C cut the drain short
     return state.exit_code
 
 

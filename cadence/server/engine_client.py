@@ -126,6 +126,14 @@ class EngineClient:
         self._actx.term()
         shutil.rmtree(self._dir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """Last resort when the API process leaves without a graceful shutdown (a second Ctrl-C):
+        the engine ignores SIGTERM, and multiprocessing's exit handler would wait for it forever."""
+        proc = self._process
+        if proc is not None and proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
     # -- requests ---------------------------------------------------------------------------------
 
     async def synthesize(self, request: EngineRequest) -> AsyncIterator[AudioChunk]:
