@@ -174,3 +174,10 @@ def test_segmenter_sentences(deltas, expected):
     else:
         assert all(len(s) <= 40 for s in got) and " ".join(got) == "".join(deltas).strip()
         assert all(s.endswith(",") for s in got[:-1])  # cut at clause marks
+
+
+def test_segmenter_never_exceeds_its_limit_even_when_a_sentence_ends_later():
+    text = "word " * 30 + "end. Short one."
+    got = feed([text], max_chars=40)
+    assert all(len(s) <= 40 for s in got)
+    assert " ".join(got) == text.strip() and got[-1] == "Short one."

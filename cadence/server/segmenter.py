@@ -27,7 +27,7 @@ class SentenceSegmenter:
         out = []
         while True:
             end = self._sentence_end()
-            if end is None and len(self.buffer) > self.max_chars:
+            if (end is None or end > self.max_chars) and len(self.buffer) > self.max_chars:
                 end = self._forced_cut()
             if end is None:
                 return out

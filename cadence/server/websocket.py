@@ -71,7 +71,7 @@ class ClientMessage(msgspec.Struct):
     text: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # identity hash: segments live in a set
 class Segment:
     job: SpeechJob
     utterance: int
@@ -92,7 +92,7 @@ class SpeechSession:
         self.lookahead = asyncio.Semaphore(LOOKAHEAD)
         self.utterance = 0
         self.sentence = 0
-        self.segments: list[Segment] = []
+        self.active: set[Segment] = set()  # generating or waiting to be sent
         self.totals = {"segments": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0, "audio_seconds": 0.0}
         self.sender = asyncio.create_task(self._send_all(), name="cadence-ws-sender")
 
@@ -123,7 +123,7 @@ class SpeechSession:
         seg = Segment(job, self.utterance, self.sentence, outcome)
         self.sentence += 1
         seg.task = asyncio.create_task(self._generate(seg))
-        self.segments.append(seg)
+        self.active.add(seg)
         self.pending.put_nowait(seg)
 
     def _where(self) -> dict[str, int]:
@@ -148,6 +148,7 @@ class SpeechSession:
                 await self._send_segment(seg)
             finally:
                 seg.sent.set()
+                self.active.discard(seg)
 
     async def _send_segment(self, seg: Segment) -> None:
         job = seg.job
@@ -161,10 +162,12 @@ class SpeechSession:
             item = await seg.queue.get()
             if isinstance(item, BaseException):
                 err = _api_error(item)
+                self.totals["segments"] += 1
                 self.totals["failed"] += 1
                 record(self.state.metrics, outcome, err.status, err.message)
                 await self.ws.send_json({"type": "error", **err.body(), **where})
-                if isinstance(item, EngineDeadError):
+                if isinstance(item, EngineDeadError):  # nothing more can be spoken: end the session
+                    await self.ws.close(code=1011, reason="the engine process has exited")
                     raise item
                 return
             if item.pcm.size and outcome.first_audio is None:
@@ -205,9 +208,10 @@ class SpeechSession:
 
     async def abort(self) -> None:
         """The client is gone (or the session failed): cancel everything still generating."""
-        for task in [self.sender, *(s.task for s in self.segments if s.task)]:
+        tasks = [self.sender, *(s.task for s in self.active if s.task)]
+        for task in tasks:
             task.cancel()
-        for task in [self.sender, *(s.task for s in self.segments if s.task)]:
+        for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
 
