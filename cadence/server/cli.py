@@ -60,6 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=["full", "tiny"],
         help="with --dummy-weights: full size, or a tiny model that runs fast on a CPU (default full)",
     )
+    g.add_argument(
+        "--attention-backend",
+        default=defaults.attention_backend,
+        choices=["auto", "sdpa", "triton", "torch"],
+        help="talker decode walk: auto = fused Triton kernels under CUDA graphs on a GPU, else eager sdpa",
+    )
+    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (debugging)")
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", default="qwen2", choices=["qwen2", "mistral"], help="see `cadence synth -h`")
     g.add_argument("--voice-map", help="OpenAI voice aliases: 'alloy=ryan,nova=serena' or a JSON file (docs/api.md)")
@@ -75,6 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--max-input-chars", type=int, default=4096, help="longest `input` in characters (then 413)")
     g.add_argument("--max-input-tokens", type=int, default=defaults.max_input_tokens, help="longest input in tokens")
+    g.add_argument(
+        "--max-seq-tokens",
+        type=int,
+        default=defaults.max_seq_tokens,
+        help="longest request: prompt tokens + audio frames (80 ms each)",
+    )
     g.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (then 413)")
     g.add_argument("--request-timeout", type=float, default=600.0, help="seconds a request may take in all")
     g.add_argument("--drain-timeout", type=float, default=30.0, help="on SIGTERM, seconds open streams get to finish")
@@ -111,6 +124,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             kv_cache_memory=args.kv_cache_memory,
             kv_cache_fraction=args.kv_cache_fraction,
             max_input_tokens=args.max_input_tokens,
+            max_seq_tokens=args.max_seq_tokens,
+            attention_backend=args.attention_backend,
+            enforce_eager=args.enforce_eager,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
