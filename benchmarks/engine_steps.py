@@ -154,6 +154,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--kv-gb", type=float, default=None, help="KV cache size (default: engine default)")
     p.add_argument("--json", help="write all results here")
+    p.add_argument(
+        "--profile", action="store_true", help="print the top GPU kernels of one decode walk and one codec call"
+    )
     args = p.parse_args()
 
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype)
@@ -189,6 +192,36 @@ def main() -> None:
             print(f"{s:>8} {f:>7} {r['chunk_ms']:>9.2f} {r['audio_s_per_s']:>10.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.profile:
+        profile(core, model, args)
+
+
+def profile(core, model, args) -> None:
+    """Kernel-level breakdown (eager launches of the same walk: graph replays hide kernels)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    admissions = admit(core, model, 1, args.context, 16)
+    slots = [a.slot for a in admissions]
+    fast = core.talker.fast
+    step = (
+        (lambda: fast.step(torch.tensor(slots, device=model.device))) if fast else (lambda: core.talker.decode(slots))
+    )
+    for _ in range(3):
+        step()
+    sync(model.device)
+    for name, fn in (("decode walk, batch 1", step), ("codec chunk, 1 stream x 1 frame", _codec_call(core))):
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            sync(model.device)
+        print(f"\n== {name} ==")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))
+    release(core, admissions)
+
+
+def _codec_call(core):
+    codes = torch.randint(0, 2048, (1, 1, 16))
+    return lambda: core.codec.decode([0], codes)
 
 
 if __name__ == "__main__":

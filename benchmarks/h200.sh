@@ -26,5 +26,19 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend sdpa --enforce-eager \
         --batches 1,8,64 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 5 --warmup 2 \
         --kv-gb 20 --json "$OUT/engine_steps_sdpa.json" 2>&1 | tee "$OUT/eager.log" | grep -v INFO ;;
+    load)
+      need_full
+      python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
+        --kv-gb 40 --json "$OUT/engine_load.json" 2>&1 | tee "$OUT/load.log" | grep -v INFO ;;
+    baselines)
+      need_full
+      python3 -m pip install -q --no-index --no-deps --target /tmp/official .whl/official/*.whl
+      python3 -m pip install -q --no-index --no-deps --target /tmp/faster .whl/faster/*.whl
+      for impl in cadence official faster; do
+        site=""; [ $impl = official ] && site=/tmp/official; [ $impl = faster ] && site=/tmp/faster
+        PYTHONPATH=$site:$PYTHONPATH python3 benchmarks/baselines.py --impl $impl --model $full --frames 60 \
+          2>"$OUT/baseline_$impl.err" | tee -a "$OUT/baselines.jsonl"
+        tail -3 "$OUT/baseline_$impl.err"
+      done ;;
   esac
 done

@@ -14,6 +14,7 @@ import torch
 from cadence.engine.engine import build_core
 from cadence.engine.request import FinishReason
 from cadence.models.qwen3_tts import Qwen3TTS
+from cadence.models.qwen3_tts.reference import generate
 
 from test_engine import codes_of, config, force_code0, request, run
 
@@ -43,14 +44,34 @@ def both_walks(model, backend, reqs, arrivals=None, **cfg):
     return out["sdpa"], out[backend]
 
 
+def near_ties_on_greedy_path(model, req, codes: torch.Tensor, tol: float = 1e-4) -> int:
+    """Check that `codes` are the eager oracle's greedy choices at every step, teacher-forcing the
+    oracle on them; a different choice is accepted only where the oracle's own margin (top1 - top2)
+    is below `tol` (a near-tie that rounding may flip). Returns the number of such ties."""
+    trace = generate(model, [req.prompt], req.params, teacher=[codes], record=True).trace
+    ties = 0
+    for k in range(codes.shape[0]):
+        scores = [trace[k].code0_logits[0]] + list(trace[k].code_logits[0])
+        for j, s in enumerate(scores):
+            if int(s.argmax()) != int(codes[k, j]):
+                top = s.topk(2).values
+                margin = float(top[0] - top[1])
+                assert margin < tol, f"frame {k} codebook {j}: fused chose {int(codes[k, j])}, margin {margin:.3g}"
+                ties += 1
+    return ties
+
+
 @pytest.mark.parametrize("backend", list(backends()))
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_fused_greedy_codes_equal_eager(model, backend, batch):
     reqs = [request(model, i, FRAMES - 3 * i) for i in range(batch)]
     eager, fused = both_walks(model, backend, reqs)
     for r in reqs:
-        assert torch.equal(codes_of(fused[r.request_id]), codes_of(eager[r.request_id])), r.request_id
-        assert codes_of(fused[r.request_id]).shape[0] == r.params.max_new_tokens
+        mine = codes_of(fused[r.request_id])
+        assert mine.shape[0] == r.params.max_new_tokens
+        if not torch.equal(mine, codes_of(eager[r.request_id])):
+            ties = near_ties_on_greedy_path(model, r, mine)
+            print(f"{r.request_id}: fused and eager part at a near-tie ({ties} tie(s) on the fused path)")
 
 
 @pytest.mark.parametrize("backend", list(backends()))

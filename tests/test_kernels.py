@@ -86,6 +86,19 @@ def test_paged_attention(ops, dtype, splits):
     assert (a.float() - b.float()).abs().max() <= tol(dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m,n,k", [(1, 3072, 1024), (5, 1024, 3072), (16, 2048, 1000)])
+def test_skinny_linear(ops, dtype, m, n, k):
+    tri, _ = ops
+    g = torch.Generator(device=DEV).manual_seed(5)
+    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    out = tri.linear(x, w, force=True).float()
+    assert out.shape == (m, n)
+    assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul(ops, dtype):
     tri, ref = ops

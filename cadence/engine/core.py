@@ -205,7 +205,7 @@ class EngineCore:
 
     def _run_codec(self, out: list[AudioChunk]) -> None:
         policy = self.config.chunk_policy
-        groups: dict[int, list[Stream]] = {}
+        groups: dict[tuple[int, bool], list[Stream]] = {}
         for stream in self.running.values():
             n = len(stream.pending)
             if n == 0:
@@ -216,11 +216,11 @@ class EngineCore:
                 size = policy.chunk_size(stream.chunks)
                 if n < size:
                     continue
-            groups.setdefault(size, []).append(stream)
-        for size, streams in groups.items():
+            groups.setdefault((size, stream.finish is not None), []).append(stream)
+        for (size, finishing), streams in groups.items():
             frames = torch.stack([torch.stack(s.pending[:size]) for s in streams])
             try:
-                audio = self.codec.decode([s.slot for s in streams], frames)
+                audio = self.codec.decode([s.slot for s in streams], frames, finishing)
             except Exception as e:
                 log.exception("codec chunk failed for %d streams", len(streams))
                 for s in streams:

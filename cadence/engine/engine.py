@@ -121,7 +121,8 @@ def build_core(model: Qwen3TTS, config: EngineConfig) -> EngineCore:
         model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
         backend, config.enforce_eager,
     )  # fmt: skip
-    return EngineCore(talker, Qwen3TTSCodec(model, config.max_streams), config)
+    use_graphs = model.device.type == "cuda" and not config.enforce_eager
+    return EngineCore(talker, Qwen3TTSCodec(model, config.max_streams, use_graphs), config)
 
 
 class Engine:

@@ -68,6 +68,7 @@ class CodecPartition(Protocol):
         """Cold decoder state for streams starting in these slots."""
         ...
 
-    def decode(self, slots: list[int], frames: torch.Tensor) -> torch.Tensor:
-        """codec_chunk: frames [B, F, groups] -> float audio [B, F * samples_per_frame]."""
+    def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
+        """codec_chunk: frames [B, F, groups] -> float audio [B, F * samples_per_frame]. `finishing`:
+        these streams end with this chunk (their decoder state will not be used again)."""
         ...

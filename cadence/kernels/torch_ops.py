@@ -14,6 +14,10 @@ import torch.nn.functional as F
 from ..engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, weight)
+
+
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,6 +69,7 @@ def paged_attention(
     block_table: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    splits: int | None = None,  # how the Triton kernel divides the context; no effect here
 ) -> torch.Tensor:
     """Each query row n attends over its first context_lens[n] cached tokens, read through
     block_table[n] (pages of k_cache [pages, page_size, Hkv, D]). q [N, Hq, D] -> [N, Hq*D]."""

@@ -12,6 +12,46 @@ import triton.language as tl
 
 from ..engine.sampler import RowParams
 
+# -- small-batch linear layers ---------------------------------------------------------------------
+
+
+@triton.jit
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, M, N, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr):  # fmt: skip
+    """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
+    so each program reads one BLOCK_N-row slab of the weight once, with wide loads."""
+    pid = tl.program_id(0)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # K is a compile-time constant: a pipelined loop
+        kk = k0 + rk
+        x = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+        acc += tl.dot(x, tl.trans(w))
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))  # fmt: skip
+
+
+SKINNY_MAX_ROWS = 16
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
+    """x @ weight^T; up to 16 rows of bf16/fp16 through the weight-streaming kernel, the rest (and
+    fp32, which tensor cores would round to TF32) through cuBLAS."""
+    m, k = x.shape
+    if not force and (m > SKINNY_MAX_ROWS or x.dtype not in (torch.bfloat16, torch.float16)):
+        return torch.nn.functional.linear(x, weight)
+    n = weight.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    block_n = 16  # small slabs: even the 1024-wide projections spread over 64 programs
+    _skinny_linear_kernel[(triton.cdiv(n, block_n),)](
+        x, weight, out, m, n, k, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=256, num_warps=4, num_stages=4
+    )
+    return out
+
+
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
 
 
@@ -228,6 +268,13 @@ def _mix32(x):
 
 
 @triton.jit
+def _sortable(x):
+    """fp32 -> int64 keys with the same order (IEEE bits, negatives flipped)."""
+    bits = x.to(tl.int32, bitcast=True).to(tl.int64)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+
+
+@triton.jit
 def _sample_kernel(
     logits_ptr, seen_ptr, pen_ptr, ban_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr, out_ptr,
     V, eos_id, suppress_start, codebook_key,
@@ -245,36 +292,49 @@ def _sample_kernel(
         ban = tl.load(ban_ptr + row) != 0
         banned = ((col >= suppress_start) & (col != eos_id)) | ((col == eos_id) & ban)
         x = tl.where(banned, -float("inf"), x)
-    greedy = tl.argmax(x, axis=0)
-    # Sampling: temperature, top-k (ties at the k-th value kept), top-p, then Gumbel-max.
-    t = tl.load(temp_ptr + row)
-    k = tl.load(topk_ptr + row)
-    top_p = tl.load(topp_ptr + row)
-    y = x / t
-    desc = tl.sort(y, descending=True)
-    kth = tl.sum(tl.where(col == tl.minimum(tl.maximum(k, 1), V) - 1, desc, 0.0), axis=0)
-    kth = tl.where((k > 0) & (k < V), kth, -float("inf"))  # top-k off: nothing is below
-    y = tl.where(y < kth, -float("inf"), y)
-    asc = tl.sort(y, descending=False)
-    probs = tl.exp(asc - tl.max(asc, axis=0))
-    cum = tl.cumsum(probs, axis=0) / tl.sum(probs, axis=0)
-    removed = (cum <= 1.0 - top_p) & (col < BLOCK - 1)
-    threshold = tl.min(tl.where(removed | (asc == -float("inf")), float("inf"), asc), axis=0)
-    threshold = tl.where(top_p < 1.0, threshold, -float("inf"))
-    y = tl.where(y < threshold, -float("inf"), y)
-    seed = tl.load(seed_ptr + row).to(tl.uint64)
-    frame = tl.load(frame_ptr + row).to(tl.uint64)
-    key = _mix32(seed.to(tl.uint32) ^ 0x1E3779B9)
-    key = _mix32(key ^ (seed >> 32).to(tl.uint32))
-    key = _mix32(key ^ frame.to(tl.uint32))
-    key = _mix32(key ^ codebook_key.to(tl.uint32))
-    h = _mix32(key ^ (col.to(tl.uint32) * 0x1E3779B9 + 0x5BD1E995))
-    h = _mix32(h ^ key)
-    u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
-    noisy = tl.where(valid, y - tl.log(-tl.log(u)), -float("inf"))
-    sampled = tl.argmax(noisy, axis=0)
+    choice = tl.argmax(x, axis=0)
     do = tl.load(do_ptr + row) != 0
-    tl.store(out_ptr + row, tl.where(do, sampled, greedy).to(tl.int64))
+    if do:
+        # Temperature, then top-k and top-p as value thresholds found by bisection over the
+        # order-preserving integer keys (32 reductions instead of sorting the vocabulary).
+        y = x / tl.load(temp_ptr + row)
+        key = _sortable(y)
+        k = tl.load(topk_ptr + row)
+        if (k > 0) & (k < V):
+            lo = tl.min(key, axis=0)  # count(key >= lo) = V >= k
+            hi = tl.max(key, axis=0) + 1  # count(key >= hi) = 0 < k
+            for _ in range(33):
+                mid = lo + (hi - lo) // 2
+                ok = tl.sum((key >= mid).to(tl.int32), axis=0) >= k
+                lo = tl.where(ok, mid, lo)
+                hi = tl.where(ok, hi, mid)
+            y = tl.where(key >= lo, y, -float("inf"))  # ties at the k-th value kept, as HF
+            key = _sortable(y)
+        top_p = tl.load(topp_ptr + row)
+        if top_p < 1.0:
+            probs = tl.exp(y - tl.max(y, axis=0))
+            probs = probs / tl.sum(probs, axis=0)
+            # keep values v with mass(key <= v) > 1 - top_p: find the smallest such key
+            lo = tl.min(key, axis=0) - 1  # mass(<= lo) = 0
+            hi = tl.max(key, axis=0)  # mass(<= hi) = 1
+            for _ in range(33):
+                mid = lo + (hi - lo) // 2
+                ok = tl.sum(tl.where(key <= mid, probs, 0.0), axis=0) > 1.0 - top_p
+                hi = tl.where(ok, mid, hi)
+                lo = tl.where(ok, lo, mid)
+            y = tl.where(key >= hi, y, -float("inf"))
+        seed = tl.load(seed_ptr + row).to(tl.uint64)
+        frame = tl.load(frame_ptr + row).to(tl.uint64)
+        hkey = _mix32(seed.to(tl.uint32) ^ 0x1E3779B9)
+        hkey = _mix32(hkey ^ (seed >> 32).to(tl.uint32))
+        hkey = _mix32(hkey ^ frame.to(tl.uint32))
+        hkey = _mix32(hkey ^ codebook_key.to(tl.uint32))
+        h = _mix32(hkey ^ (col.to(tl.uint32) * 0x1E3779B9 + 0x5BD1E995))
+        h = _mix32(h ^ hkey)
+        u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
+        noisy = tl.where(valid, y - tl.log(-tl.log(u)), -float("inf"))
+        choice = tl.argmax(noisy, axis=0)
+    tl.store(out_ptr + row, choice.to(tl.int64))
 
 
 def sample_tokens(

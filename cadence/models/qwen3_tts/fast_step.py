@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import torch
-import torch.nn.functional as F
 
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
@@ -65,9 +64,10 @@ class FusedLayer:
 class FusedStack:
     """A Qwen3 stack (layers + final norm) run with the fused ops over a paged KV cache."""
 
-    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int):
+    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int, attention_splits: int | None = None):
         cfg = stack.cfg
         self.ops = ops
+        self.splits = attention_splits  # None: the kernel picks by batch size
         self.layers = [FusedLayer.of(layer) for layer in stack.layers]
         self.norm = stack.norm.weight
         self.eps = cfg.rms_norm_eps
@@ -86,12 +86,13 @@ class FusedStack:
         for i, L in enumerate(self.layers):
             h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
             q = ops.qk_norm_rope_store(
-                F.linear(h, L.wqkv), L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions,
+                ops.linear(h, L.wqkv), L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions,
                 k_cache[i], v_cache[i], slot_index, self.heads, self.kv_heads,
             )  # fmt: skip
-            h = F.linear(ops.paged_attention(q, k_cache[i], v_cache[i], block_table, context_lens, self.scale), L.wo)
+            attn = ops.paged_attention(q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits)
+            h = ops.linear(attn, L.wo)
             h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
-            h = F.linear(ops.silu_mul(F.linear(h, L.wgu)), L.wdown)
+            h = ops.linear(ops.silu_mul(ops.linear(h, L.wgu)), L.wdown)
         return ops.rms_norm(h, self.norm, self.eps, residual)[0]
 
 
@@ -116,9 +117,11 @@ class FastDecoder:
         self.suppress = cfg.suppressed_code0_range[0]
         self.pad_text = model.config.tts_pad_token_id
         self.talker_stack = FusedStack(talker.model, ops, partition.max_positions)
-        self.cp_stack = FusedStack(talker.code_predictor.model, ops, cp_cfg.num_code_groups)
+        # The code predictor's context is one 16-token page: splitting it would only add empty programs.
+        self.cp_stack = FusedStack(talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1)
         self.talker = talker
         self.groups = cfg.num_code_groups
+        self._true = torch.ones((), dtype=torch.bool, device=self.dev)
         rows = partition.max_slots + 1
         shape = (cp_cfg.num_hidden_layers, rows, cp_cfg.num_code_groups, cp_cfg.num_key_value_heads, cp_cfg.head_dim)
         # The code predictor's 16-position cache: one "page" of 16 tokens per batch row.
@@ -136,13 +139,13 @@ class FastDecoder:
         st, ops, talker = self.state, self.ops, self.talker
         hidden, step, position, seed = st.hidden[slots], st.step[slots], st.position[slots], st.seed[slots]
 
-        logits = F.linear(hidden, talker.codec_head.weight).float()
+        logits = ops.linear(hidden, talker.codec_head.weight).float()
         ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[slots]
         code0 = ops.sample_tokens(
             logits, _gather(st.code0, slots), seed, step, 0, seen=st.seen[slots], penalty=st.rep_penalty[slots],
             ban_eos=ban_eos, eos_id=self.eos, suppress_start=self.suppress,
         )  # fmt: skip
-        st.seen[slots, code0] = True
+        st.seen.index_put_((slots, code0), self._true)  # a device scalar: no host copy inside a graph
         frame = torch.cat([code0[:, None], self._predict_codes(hidden, code0, step, seed, slots)], dim=1)
 
         col = step.clamp(max=st.trailing.shape[1] - 1)
@@ -156,8 +159,8 @@ class FastDecoder:
         st.step[slots] = step + 1
         st.position[slots] = position + 1
         # The dummy slot that pads batches up to a bucket must not advance into real pages.
-        st.position[self.dummy] = 0
-        st.step[self.dummy] = 0
+        st.position.narrow(0, self.dummy, 1).zero_()
+        st.step.narrow(0, self.dummy, 1).zero_()
         return frame, code0 == self.eos
 
     def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:
@@ -176,13 +179,32 @@ class FastDecoder:
         )[1::2]  # fmt: skip
         codes = []
         for j in range(self.groups - 1):
-            code = ops.sample_tokens(F.linear(h, cp.lm_head[j].weight).float(), params, seed, step, j + 1)
+            code = ops.sample_tokens(ops.linear(h, cp.lm_head[j].weight).float(), params, seed, step, j + 1)
             codes.append(code)
             if j + 2 < self.groups:
                 x = cp.small_to_mtp_projection(cp.model.codec_embedding[j](code))
                 pos = torch.full((b,), j + 2, device=dev)
                 h = self.cp_stack(x, pos, table, pos + 1, rows * self.groups + pos, self.cp_k, self.cp_v)
         return torch.stack(codes, dim=1)
+
+    @torch.no_grad()
+    def prefill(self, slots: list[int], embeds: list[torch.Tensor]) -> None:
+        """talker_prefill through the fused stack: all prompts as one flat batch of token rows, each
+        row attending over its own prompt prefix through its request's page table."""
+        st, dev = self.state, self.dev
+        lengths = [e.shape[0] for e in embeds]
+        slot_t = torch.tensor(slots, device=dev)
+        lens_t = torch.tensor(lengths, device=dev)
+        owner = torch.repeat_interleave(slot_t, lens_t)  # slot of every token row
+        starts = torch.cumsum(lens_t, 0) - lens_t
+        positions = torch.arange(int(sum(lengths)), device=dev) - torch.repeat_interleave(starts, lens_t)
+        block_table = st.block_table[owner]
+        page = block_table.gather(1, (positions // self.ps)[:, None])[:, 0]
+        kv = self.p.kv
+        h = self.talker_stack(
+            torch.cat(embeds), positions, block_table, positions + 1, page * self.ps + positions % self.ps, kv.k, kv.v
+        )
+        st.hidden[slot_t] = h[starts + lens_t - 1]
 
     # -- graphs -----------------------------------------------------------------------------------
 

@@ -8,6 +8,9 @@ them by slot: no per-request Python and no lookup by request id inside the walk.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
 
 from ...engine.attention import PagedAttention
@@ -18,6 +21,8 @@ from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty
 from .codec_stream import StreamingCodecDecoder
 from .model import Qwen3TTS
 from .sampling import MIN_NEW_TOKENS
+
+log = logging.getLogger(__name__)
 
 
 class SlotState:
@@ -140,6 +145,12 @@ class Qwen3TTSTalker:
     def prefill(self, admissions: list[Admission]) -> None:
         model, dev = self.model, self.model.device
         embeds = [model.prefill_embeddings(a.request.prompt) for a in admissions]
+        if self.fast is not None:
+            for a, e in zip(admissions, embeds, strict=True):
+                self.state.assign(a.slot, a.request, a.pages, e.shape[0])
+                self._positions[a.slot] = e.shape[0]
+            self.fast.prefill([a.slot for a in admissions], embeds)
+            return
         lengths = [e.shape[0] for e in embeds]
         longest = max(lengths)
         x = torch.zeros(len(embeds), longest, embeds[0].shape[1], dtype=model.dtype, device=dev)
@@ -205,19 +216,77 @@ class Qwen3TTSTalker:
 
 
 class Qwen3TTSCodec:
-    """The Codec partition (walk codec_chunk): the stateful streaming decoder over slot-indexed state."""
+    """The Codec partition (walk codec_chunk): the stateful streaming decoder over slot-indexed state.
 
-    def __init__(self, model: Qwen3TTS, max_slots: int):
+    On CUDA each (batch bucket, frames bucket) runs as a captured graph: a chunk is hundreds of small
+    kernels whose launch cost, not their arithmetic, dominates. Batches pad with a dummy slot; a
+    final chunk whose size is not a bucket pads with repeated frames (its stream's state is thrown
+    away after) and other odd sizes run eagerly.
+    """
+
+    FRAME_BUCKETS = (1, 2, 4, 8)
+
+    def __init__(self, model: Qwen3TTS, max_slots: int, use_graphs: bool = False, max_batch: int = 64):
         self.decoder = StreamingCodecDecoder(model.codec.decoder)
-        self.decoder.allocate(max_slots)
+        self.decoder.allocate(max_slots + 1)
+        self.dummy = max_slots
         self.samples_per_frame = model.samples_per_frame
         self.sample_rate = model.sample_rate
+        self.device = model.device
+        self.max_batch = max_batch
+        self.batch_buckets = tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < min(max_batch, max_slots))
+        self.batch_buckets += (min(max_batch, max_slots),)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        if use_graphs:
+            self._capture()
 
     def reset(self, slots: list[int]) -> None:
         self.decoder.reset(slots)
 
-    def decode(self, slots: list[int], frames: torch.Tensor) -> torch.Tensor:
-        return self.decoder.decode(slots, frames)
+    def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
+        if len(slots) > self.max_batch:  # bounded activation memory: split large groups
+            parts = [
+                self.decode(slots[i : i + self.max_batch], frames[i : i + self.max_batch], finishing)
+                for i in range(0, len(slots), self.max_batch)
+            ]
+            return torch.cat(parts)
+        n, f = frames.shape[0], frames.shape[1]
+        fb = next((b for b in self.FRAME_BUCKETS if b >= f), None)
+        if not self.graphs or fb is None or (fb != f and not finishing):
+            return self.decoder.decode(slots, frames)
+        if fb != f:  # pad a final chunk with copies of its last frame; the extra audio is dropped
+            frames = torch.cat([frames, frames[:, -1:].expand(n, fb - f, frames.shape[2])], dim=1)
+        graph, slot_buf, code_buf, wav = self.graphs[(self.bucket(n), fb)]
+        slot_buf.fill_(self.dummy)
+        slot_buf[:n].copy_(torch.tensor(slots, dtype=torch.long))
+        code_buf[:n].copy_(frames)
+        graph.replay()
+        return wav[:n, : f * self.samples_per_frame].clone()
+
+    def bucket(self, n: int) -> int:
+        return next(b for b in self.batch_buckets if b >= n)
+
+    @torch.no_grad()
+    def _capture(self) -> None:
+        start = time.perf_counter()
+        torch.backends.cudnn.benchmark = True  # fixed shapes per graph: pick the fastest conv algorithms
+        pool = torch.cuda.graph_pool_handle()
+        for b in sorted(self.batch_buckets, reverse=True):
+            for f in sorted(self.FRAME_BUCKETS, reverse=True):
+                slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.device)
+                codes = torch.zeros(b, f, 16, dtype=torch.long, device=self.device)
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        self.decoder.decode(slots, codes)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    wav = self.decoder.decode(slots, codes)
+                self.graphs[(b, f)] = (graph, slots, codes, wav)
+        self.decoder.reset([self.dummy])
+        log.info("captured %d codec graphs in %.1f s", len(self.graphs), time.perf_counter() - start)
 
     @property
     def bytes_per_stream(self) -> int:
