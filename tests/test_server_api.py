@@ -77,6 +77,9 @@ def test_status_models_voices(server, client):
         voices = c.get("/v1/audio/voices").json()
         assert c.get("/v1/models/tts-1").json()["id"] == MODEL  # OpenAI's names reach the served model
         assert c.get("/v1/models/other").status_code == 404
+    counted = server.metrics()
+    assert counted['cadence_requests_total{route="/v1/models/{model_id:path}",status="404"}'] >= 1
+    assert not [k for k in counted if "other" in k]  # labels are route templates, not client-chosen paths
     assert [m.id for m in client.models.list().data] == [MODEL]
     by_id = {v["id"]: v for v in voices["voices"]}
     assert sorted(by_id) == ["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"]

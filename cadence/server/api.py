@@ -59,8 +59,8 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.exception_handler(E.APIError)
     async def api_error(request: Request, e: E.APIError) -> JSONResponse:
-        if request.url.path != SPEECH_ROUTE:
-            state.metrics.requests.labels(request.url.path, str(e.status)).inc()
+        if request.url.path != SPEECH_ROUTE:  # the speech route counts its own
+            state.metrics.requests.labels(_route(request), str(e.status)).inc()
         return e.response()
 
     @app.exception_handler(StarletteHTTPException)
@@ -71,7 +71,7 @@ def create_app(state: ServerState) -> FastAPI:
             err = E.APIError(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed")
         else:
             err = E.APIError(e.status_code, str(e.detail), code="http_error")
-        state.metrics.requests.labels("unmatched" if e.status_code == 404 else request.url.path, str(err.status)).inc()
+        state.metrics.requests.labels(_route(request), str(err.status)).inc()
         return err.response()
 
     @app.exception_handler(Exception)
@@ -164,6 +164,13 @@ def create_app(state: ServerState) -> FastAPI:
         await speech_stream(state, websocket)
 
     return app
+
+
+def _route(request: Request) -> str:
+    """The matched route's template as a metrics label: raw paths (/v1/models/<anything>) would let
+    clients create unbounded label sets."""
+    route = request.scope.get("route")
+    return getattr(route, "path", None) or "unmatched"
 
 
 def check_api_key(state: ServerState, authorization: str | None) -> None:
