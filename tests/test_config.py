@@ -332,3 +332,17 @@ def test_non_default_rope_is_refused(files_06b):
     mutated["config.json"]["talker_config"]["rope_scaling"]["rope_type"] = "yarn"
     with pytest.raises(ConfigError, match="yarn"):
         _parse(mutated)
+
+
+def test_sliding_window_talker_is_refused(files_06b):
+    files = copy.deepcopy(files_06b)
+    files["config.json"]["talker_config"]["use_sliding_window"] = True
+    with pytest.raises(ConfigError, match="use_sliding_window"):
+        _parse(files)
+
+
+def test_dialect_missing_from_language_table_is_named(files_06b):
+    files = copy.deepcopy(files_06b)
+    files["config.json"]["talker_config"]["spk_is_dialect"]["eric"] = "cantonese_dialect"
+    with pytest.raises(ConfigError, match="eric.*cantonese_dialect"):
+        _parse(files)

@@ -113,12 +113,22 @@ class TalkerConfig(DecoderStackConfig):
 
     @classmethod
     def from_fields(cls, f: _Fields) -> TalkerConfig:
+        if f.optional("use_sliding_window", False):
+            raise ConfigError(f"{f.where}: use_sliding_window=true is not a Qwen3-TTS talker layout")
         rope = f.optional("rope_scaling", {}) or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
             # The interleaved mRoPE of the config reduces to 1-D RoPE only because the three position
             # streams are identical and the base rope is the default one.
             raise ConfigError(f"{f.where}.rope_scaling: rope_type '{rope_type}' unsupported; only 'default'")
+        languages = {k.lower(): int(v) for k, v in f.get("codec_language_id").items()}
+        dialects = {k.lower(): v for k, v in f.optional("spk_is_dialect", {}).items()}
+        for speaker, dialect in dialects.items():
+            if isinstance(dialect, str) and dialect.lower() not in languages:
+                raise ConfigError(
+                    f"{f.where}.spk_is_dialect: speaker '{speaker}' uses dialect '{dialect}', which "
+                    f"codec_language_id does not list ({', '.join(sorted(languages))})"
+                )
         return cls(
             **cls._stack_fields(f),
             text_vocab_size=int(f.get("text_vocab_size")),
@@ -130,9 +140,9 @@ class TalkerConfig(DecoderStackConfig):
             codec_nothink_id=int(f.get("codec_nothink_id")),
             codec_think_bos_id=int(f.get("codec_think_bos_id")),
             codec_think_eos_id=int(f.get("codec_think_eos_id")),
-            codec_language_id={k.lower(): int(v) for k, v in f.get("codec_language_id").items()},
+            codec_language_id=languages,
             spk_id={k.lower(): int(v) for k, v in f.optional("spk_id", {}).items()},
-            spk_is_dialect={k.lower(): v for k, v in f.optional("spk_is_dialect", {}).items()},
+            spk_is_dialect={k: v.lower() if isinstance(v, str) else v for k, v in dialects.items()},
             code_predictor=CodePredictorConfig.from_fields(f.child("code_predictor_config")),
         )
 
