@@ -40,5 +40,24 @@ for phase in "$@"; do
           2>"$OUT/baseline_$impl.err" | tee -a "$OUT/baselines.jsonl"
         tail -3 "$OUT/baseline_$impl.err"
       done ;;
+    sweep)  # cadence serve on the GPU, measured from outside by cadence bench (issue 7)
+      need_full
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+      export PYTHONPATH=/tmp/site:$PYTHONPATH
+      name=Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice
+      mkdir -p /tmp/sweep
+      python3 -m cadence.cli serve $full --served-model-name $name --device cuda --port 8000 --max-streams 256 \
+        --max-queue 2048 --kv-cache-memory 40 > /tmp/sweep/serve.log 2>&1 &
+      server=$!
+      for _ in $(seq 1 240); do curl -sf localhost:8000/ready >/dev/null && break; sleep 1; done
+      curl -s localhost:8000/v1/audio/speech -H 'Content-Type: application/json' -o /tmp/sweep/hello.wav -w '%{http_code} %{size_download} bytes\n' \
+        -d "{\"model\":\"$name\",\"input\":\"Hello from cadence.\",\"voice\":\"ryan\",\"response_format\":\"wav\",\"max_new_tokens\":25}"
+      common="--url http://127.0.0.1:8000 --model $name --voice ryan --format pcm --languages en --fixed-frames auto --no-progress"
+      python3 -m cadence.cli bench $common --concurrency 1 8 32 128 256 --num-requests 256 --duration 25 \
+        --output-dir /tmp/sweep/closed --label cadence-h200-closed 2>&1 | tail -25
+      python3 -m cadence.cli bench $common --rate 1 10 20 40 --duration 20 --warmup 3 \
+        --output-dir /tmp/sweep/open --label cadence-h200-open 2>&1 | tail -25
+      kill -TERM $server; wait $server; echo "serve exited $?"; tail -5 /tmp/sweep/serve.log
+      tar czf "$OUT/sweep.tgz" -C /tmp/sweep . ;;  # one file back (the device tool returns at most 8)
   esac
 done
