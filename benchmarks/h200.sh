@@ -53,9 +53,9 @@ for phase in "$@"; do
       curl -s localhost:8000/v1/audio/speech -H 'Content-Type: application/json' -o /tmp/sweep/hello.wav -w '%{http_code} %{size_download} bytes\n' \
         -d "{\"model\":\"$name\",\"input\":\"Hello from cadence.\",\"voice\":\"ryan\",\"response_format\":\"wav\",\"max_new_tokens\":25}"
       common="--url http://127.0.0.1:8000 --model $name --voice ryan --format pcm --languages en --fixed-frames auto --no-progress"
-      python3 -m cadence.cli bench $common --concurrency 1 8 32 128 256 --num-requests 256 --duration 25 \
+      python3 -m cadence.cli bench $common --concurrency 1 8 32 128 256 --num-requests 256 --duration 15 \
         --output-dir /tmp/sweep/closed --label cadence-h200-closed 2>&1 | tail -25
-      python3 -m cadence.cli bench $common --rate 1 10 20 40 --duration 20 --warmup 3 \
+      python3 -m cadence.cli bench $common --rate 1 10 20 40 --duration 12 --warmup 2 \
         --output-dir /tmp/sweep/open --label cadence-h200-open 2>&1 | tail -25
       kill -TERM $server; wait $server; echo "serve exited $?"; tail -5 /tmp/sweep/serve.log
       tar czf "$OUT/sweep.tgz" -C /tmp/sweep . ;;  # one file back (the device tool returns at most 8)
