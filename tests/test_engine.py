@@ -110,7 +110,8 @@ def test_seeded_sampling_is_batch_invariant(tiny_model):
 
     alone = run(build_core(tiny_model, config()), {0: [sampled(0, 123)]})
     crowd_core = build_core(tiny_model, config())
-    crowd = run(crowd_core, {0: [sampled(i, 1000 + i) for i in range(1, 5)], 2: [sampled(0, 123)], 3: [sampled(5, 7)]})
+    others = [sampled(i, 1000 + i) for i in range(1, 8)]  # seven others, joining before and after it
+    crowd = run(crowd_core, {0: others[:5], 2: [sampled(0, 123)], 3: others[5:]})
     mine = codes_of(alone["s0-123"])
     assert torch.equal(mine, codes_of(crowd["s0-123"]))
     # and sampling really happened: another seed gives other codes, greedy gives other codes
