@@ -47,50 +47,69 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    import torch
+    import queue
+
+    import numpy as np
     from tqdm import tqdm
 
-    from .audio import to_int16, write_wav
+    from .audio import write_wav
+    from .engine.config import EngineConfig
+    from .engine.engine import Engine, SynthesisRequest, prepare_request
     from .errors import InvalidRequestError
-    from .models.qwen3_tts import Qwen3TTS, SamplingParams
-    from .models.qwen3_tts.reference import generate
+    from .models.qwen3_tts import Qwen3TTS
 
     # The line break that ends piped text (echo, here-documents) is not meant to be spoken; kept, it
     # changes the tokens ("." + "\n" -> ".\n") from those of the same text given as an argument.
     text = args.text if args.text not in (None, "-") else sys.stdin.read().rstrip("\r\n")
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype, args.tokenizer_regex)
+    # The serving engine with one slot: the same walks, stop rules and runaway guard as the server.
+    engine = Engine(model, EngineConfig(max_streams=1, max_queue=1, kv_cache_memory=args.kv_cache_memory))
     try:
-        prompt = model.prompt(text, args.voice, args.language, args.instruct, args.layout)
-        params = SamplingParams.from_defaults(
-            model.config.generation,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            repetition_penalty=args.repetition_penalty,
-            max_new_tokens=args.max_new_tokens,
-            seed=args.seed,
+        request = prepare_request(
+            model,
+            SynthesisRequest(
+                text,
+                args.voice,
+                args.language,
+                args.instruct,
+                args.layout,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                repetition_penalty=args.repetition_penalty,
+                max_new_tokens=args.max_new_tokens,
+                seed=args.seed,
+                greedy=args.greedy,
+            ),  # fmt: skip
+            engine.config.max_input_tokens,
         )
     except InvalidRequestError as e:
         print(f"error: {e}", file=sys.stderr)
+        engine.close()
         return 2
     if model.instruct_ignored(args.instruct):
         log.warning("--instruct is ignored: the %s model does not take instructions", model.config.tts_model_size)
-    if args.greedy:
-        params = params.greedy()
-    if args.seed is not None:
-        torch.manual_seed(args.seed)
 
     start = time.perf_counter()
+    chunks: queue.Queue = queue.Queue()
+    engine.submit(request, chunks.put)
+    pcm, last = [], None
     with tqdm(desc="generating", unit="frame", disable=args.quiet) as bar:
-        result = generate(model, [prompt], params, on_frame=lambda _: bar.update())
-    gen = result.generations[0]
-    wav = model.codec.decode(gen.codes)
+        while last is None or not last.is_final:
+            last = chunks.get()
+            pcm.append(last.pcm)
+            bar.update(last.num_frames)
+    engine.close()
     elapsed = time.perf_counter() - start
-    write_wav(args.output, to_int16(wav), model.sample_rate)
-    seconds = wav.numel() / model.sample_rate
+    if last.finish_reason == "error":
+        print(f"error: synthesis failed: {last.error}", file=sys.stderr)
+        return 1
+    audio = np.concatenate(pcm)
+    write_wav(args.output, audio, model.sample_rate)
+    seconds = audio.size / model.sample_rate
     print(
-        f"wrote {args.output}: {gen.codes.shape[0]} frames, {seconds:.2f} s of audio at {model.sample_rate} Hz "
-        f"({wav.numel()} samples), finish_reason={gen.finish_reason}, {elapsed:.1f} s wall "
+        f"wrote {args.output}: {last.frame_end} frames, {seconds:.2f} s of audio at {model.sample_rate} Hz "
+        f"({audio.size} samples), finish_reason={last.finish_reason}, {elapsed:.1f} s wall "
         f"(RTF wall/audio {elapsed / max(seconds, 1e-9):.2f})",
         file=sys.stderr,
     )
@@ -100,8 +119,11 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_checkpoint_random(args: argparse.Namespace) -> int:
     from .models.qwen3_tts.checkpoint import write_random_checkpoint
 
-    out = write_random_checkpoint(args.skeleton, args.out, args.preset, args.seed, progress=not args.quiet)
-    print(f"wrote a random-weight {args.preset} checkpoint to {out}", file=sys.stderr)
+    out = write_random_checkpoint(
+        args.skeleton, args.out, args.preset, args.seed, progress=not args.quiet, variant=args.variant
+    )
+    kind = f" {args.variant}" if args.variant else ""
+    print(f"wrote a random-weight {args.preset}{kind} checkpoint to {out}", file=sys.stderr)
     return 0
 
 
@@ -130,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="whole text in the prompt (official default) or fed one token per frame",
     )
     p.add_argument("--output", "-o", default="out.wav", help="WAV file to write (default out.wav)")
+    p.add_argument("--kv-cache-memory", type=float, default=1.0, help="GB of KV cache for the request (default 1)")
     _add_sampling_args(p)
     p.set_defaults(func=cmd_synth)
 
@@ -140,10 +163,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a random-weight checkpoint in the official layout",
         description="Write a checkpoint of random weights that both cadence and the official qwen-tts "
         "package load: the architecture of SKELETON (a directory or Hugging Face id holding config and "
-        "tokenizer files; only those small files are fetched), shrunk by --preset.",
+        "tokenizer files; only those small files are fetched), shrunk by --preset, as the family member "
+        "--variant names.",
     )
     r.add_argument("--from", dest="skeleton", required=True, help="skeleton directory or Hugging Face id")
     r.add_argument("--preset", default="tiny", choices=["tiny", "full"], help="tiny (CPU tests) or full size")
+    r.add_argument(
+        "--variant",
+        choices=["custom_voice", "base", "voice_design"],
+        help="the checkpoint type to write (default: the skeleton's). From a CustomVoice skeleton: base drops "
+        "the speakers and adds the speaker encoder (voice cloning), voice_design drops the speakers",
+    )
     r.add_argument("--out", required=True, help="directory to write")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_checkpoint_random)
