@@ -107,9 +107,7 @@ class Qwen3TTS:
         with torch.device("meta"):
             root = Qwen3TTSTalkerModel(config)
             codec = SpeechTokenizer(config.speech_tokenizer.decoder)
-        # Base files also hold the speaker encoder, which runs where reference audio is analysed
-        # (voice_clone.VoiceEncoder), not in the talker.
-        load_weights(root, safetensors_files(path), dev, dt, skip_prefixes=("speaker_encoder.",))
+        load_weights(root, safetensors_files(path), dev, dt)
         # The codec always runs in fp32 (the file is fp32; a bf16 SnakeBeta can produce NaN/silence).
         load_weights(
             codec, safetensors_files(path / "speech_tokenizer"), dev, torch.float32, skip_prefixes=("encoder.",)
