@@ -119,11 +119,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_checkpoint_random(args: argparse.Namespace) -> int:
     from .models.qwen3_tts.checkpoint import write_random_checkpoint
 
-    out = write_random_checkpoint(
-        args.skeleton, args.out, args.preset, args.seed, progress=not args.quiet, variant=args.variant
-    )
-    kind = f" {args.variant}" if args.variant else ""
-    print(f"wrote a random-weight {args.preset}{kind} checkpoint to {out}", file=sys.stderr)
+    out = write_random_checkpoint(args.skeleton, args.out, args.preset, args.seed, progress=not args.quiet)
+    print(f"wrote a random-weight {args.preset} checkpoint to {out}", file=sys.stderr)
     return 0
 
 
@@ -163,17 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a random-weight checkpoint in the official layout",
         description="Write a checkpoint of random weights that both cadence and the official qwen-tts "
         "package load: the architecture of SKELETON (a directory or Hugging Face id holding config and "
-        "tokenizer files; only those small files are fetched), shrunk by --preset, as the family member "
-        "--variant names.",
+        "tokenizer files; only those small files are fetched), shrunk by --preset.",
     )
     r.add_argument("--from", dest="skeleton", required=True, help="skeleton directory or Hugging Face id")
     r.add_argument("--preset", default="tiny", choices=["tiny", "full"], help="tiny (CPU tests) or full size")
-    r.add_argument(
-        "--variant",
-        choices=["custom_voice", "base", "voice_design"],
-        help="the checkpoint type to write (default: the skeleton's). From a CustomVoice skeleton: base drops "
-        "the speakers and adds the speaker encoder (voice cloning), voice_design drops the speakers",
-    )
     r.add_argument("--out", required=True, help="directory to write")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_checkpoint_random)
