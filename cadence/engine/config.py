@@ -71,6 +71,9 @@ class EngineConfig:
     # "auto" = triton on CUDA when Triton is installed, else sdpa.
     attention_backend: str = "auto"
     enforce_eager: bool = False  # no CUDA graphs
+    # Batch sizes captured as CUDA graphs (talker decode, codec chunks); a batch runs in the smallest
+    # bucket that holds it. None: 1, 2, 4, ..., 256 below max_streams, and max_streams.
+    graph_buckets: tuple[int, ...] | None = None
     chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
     runaway: RunawayGuard = field(default_factory=RunawayGuard)
 

@@ -119,10 +119,11 @@ def build_core(model: Qwen3TTS, config: EngineConfig) -> EngineCore:
         backend = "triton" if model.device.type == "cuda" and triton_available() else "sdpa"
     talker = Qwen3TTSTalker(
         model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
-        backend, config.enforce_eager,
+        backend, config.enforce_eager, config.graph_buckets,
     )  # fmt: skip
     use_graphs = model.device.type == "cuda" and not config.enforce_eager
-    return EngineCore(talker, Qwen3TTSCodec(model, config.max_streams, use_graphs), config)
+    codec = Qwen3TTSCodec(model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets)
+    return EngineCore(talker, codec, config)
 
 
 class Engine:

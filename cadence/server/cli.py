@@ -21,24 +21,28 @@ API_KEY_ENV = "CADENCE_API_KEY"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ..engine.config import EngineConfig
+    from ..deploy.config import DeployFile, option_dests
 
-    defaults = EngineConfig()
+    defaults = DeployFile().flat()  # shown in the help; the options themselves default to None (not given)
     p = subparsers.add_parser(
         "serve",
         help="serve an OpenAI-compatible speech API",
         description="Serve MODEL over HTTP: POST /v1/audio/speech (OpenAI's API, streaming), "
         "WS /v1/audio/speech/stream (text in as it is written), /v1/models, /v1/audio/voices, /health, "
-        "/ready, /metrics. See docs/api.md.",
+        "/ready, /metrics. See docs/api.md; the deployment file (--config): docs/deploy.md.",
     )
     p.add_argument(
         "model",
         nargs="?",
-        default=DEFAULT_MODEL,
         help=f"checkpoint directory or Hugging Face id, downloaded on first use (default: {DEFAULT_MODEL})",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="deployment file (YAML, docs/deploy.md): every option below; options given here override it",
+    )
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, help="(default 8000)")
     p.add_argument(
         "--api-key",
         default=os.environ.get(API_KEY_ENV),
@@ -46,58 +50,78 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--served-model-name", help="the model id clients see and send (default: MODEL as given)")
     g = p.add_argument_group("model")
-    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default auto)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"], help="talker precision (default auto)")
+    g.add_argument("--device", help="cpu, cuda, cuda:N or auto (default auto)")
+    g.add_argument("--dtype", choices=["auto", "bf16", "fp32"], help="talker precision (default auto)")
     g.add_argument(
         "--dummy-weights",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="random weights of MODEL's architecture (config files only; the built-in 0.6B architecture when "
         "none can be had): benchmarking and trying the API without weights. The audio is noise.",
     )
     g.add_argument(
         "--dummy-preset",
-        default="full",
         choices=["full", "tiny"],
         help="with --dummy-weights: full size, or a tiny model that runs fast on a CPU (default full)",
     )
     g.add_argument(
         "--attention-backend",
-        default=defaults.attention_backend,
         choices=["auto", "sdpa", "triton", "torch"],
         help="talker decode walk: auto = fused Triton kernels under CUDA graphs on a GPU, else eager sdpa",
     )
-    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (debugging)")
+    g.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, help="no CUDA graphs (debugging)")
+    g.add_argument(
+        "--graph-buckets",
+        type=_int_list,
+        metavar="N,N,...",
+        help="batch sizes captured as CUDA graphs (default 1,2,4,...,256 below --max-streams, and --max-streams)",
+    )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
-    g.add_argument("--tokenizer-regex", default="qwen2", choices=["qwen2", "mistral"], help="see `cadence synth -h`")
+    g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")
     g.add_argument("--voice-map", help="OpenAI voice aliases: 'alloy=ryan,nova=serena' or a JSON file (docs/api.md)")
     g = p.add_argument_group("capacity and limits")
-    g.add_argument("--max-streams", type=int, default=defaults.max_streams, help="streams generating at once")
-    g.add_argument("--max-queue", type=int, default=defaults.max_queue, help="requests waiting beyond that (then 429)")
+    g.add_argument("--max-streams", type=int, help=f"streams generating at once ({defaults['max_streams']})")
+    g.add_argument("--max-queue", type=int, help=f"requests waiting beyond that, then 429 ({defaults['max_queue']})")
     g.add_argument("--kv-cache-memory", type=float, help="KV cache size in GB (default: a fraction of free memory)")
     g.add_argument(
         "--kv-cache-fraction",
         type=float,
-        default=defaults.kv_cache_fraction,
-        help="fraction of free device memory (CPU: of 1 GB) for the KV cache when --kv-cache-memory is not set",
+        help=f"fraction of free device memory (CPU: of 1 GB) for the KV cache when --kv-cache-memory is not set "
+        f"({defaults['kv_cache_fraction']})",
     )
-    g.add_argument("--max-input-chars", type=int, default=4096, help="longest `input` in characters (then 413)")
-    g.add_argument("--max-input-tokens", type=int, default=defaults.max_input_tokens, help="longest input in tokens")
+    g.add_argument("--page-size", type=int, help=f"tokens per KV-cache page ({defaults['page_size']})")
+    g.add_argument(
+        "--prefill-token-budget",
+        type=int,
+        help=f"prompt tokens prefilled per engine step ({defaults['prefill_token_budget']})",
+    )
+    g.add_argument("--max-input-chars", type=int, help="longest `input` in characters, then 413 (4096)")
+    g.add_argument("--max-input-tokens", type=int, help=f"longest input in tokens ({defaults['max_input_tokens']})")
     g.add_argument(
         "--max-seq-tokens",
         type=int,
-        default=defaults.max_seq_tokens,
-        help="longest request: prompt tokens + audio frames (80 ms each)",
+        help=f"longest request: prompt tokens + audio frames, 80 ms each ({defaults['max_seq_tokens']})",
     )
-    g.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (then 413)")
-    g.add_argument("--request-timeout", type=float, default=600.0, help="seconds a request may take in all")
-    g.add_argument("--drain-timeout", type=float, default=30.0, help="on SIGTERM, seconds open streams get to finish")
-    g.add_argument("--warmup-frames", type=int, default=8, help="frames of the warm-up synthesis before /ready")
-    p.set_defaults(func=cmd_serve)
+    g.add_argument("--max-body-bytes", type=int, help="largest request body, then 413 (1 MiB)")
+    g.add_argument("--request-timeout", type=float, help="seconds a request may take in all (600)")
+    g.add_argument("--drain-timeout", type=float, help="on SIGTERM, seconds open streams get to finish (30)")
+    g.add_argument("--warmup-frames", type=int, help="frames of the warm-up synthesis before /ready (8)")
+    # None marks an option not given on the command line: the deployment file, else DeployFile's
+    # default, fills it (cmd_serve), so that a flag always overrides the file.
+    p.set_defaults(func=cmd_serve, **dict.fromkeys(option_dests()))
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from ..deploy.config import apply_deploy_file
+    from ..deploy.yaml_schema import SchemaError
     from ..engine.config import EngineConfig
     from ..models.qwen3_tts.builtin import find_architecture
     from ..models.qwen3_tts.model import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
@@ -107,6 +131,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .state import ServerSettings, ServerState
     from .voices import VoiceTable, parse_voice_map
 
+    try:
+        apply_deploy_file(args)
+    except (SchemaError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     # The API process needs only config and tokenizer; the weights load in the engine process.
     if args.dummy_weights:
         architecture = find_architecture(args.model).shrink(args.dummy_preset)
@@ -123,10 +152,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             kv_cache_memory=args.kv_cache_memory,
             kv_cache_fraction=args.kv_cache_fraction,
+            page_size=args.page_size,
+            prefill_token_budget=args.prefill_token_budget,
             max_input_tokens=args.max_input_tokens,
             max_seq_tokens=args.max_seq_tokens,
             attention_backend=args.attention_backend,
             enforce_eager=args.enforce_eager,
+            graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
+            chunk_policy=args.chunk_policy,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

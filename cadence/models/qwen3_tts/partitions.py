@@ -102,6 +102,7 @@ class Qwen3TTSTalker:
         max_seq_tokens: int = 12800,
         attention_backend: str = "sdpa",
         enforce_eager: bool = False,
+        graph_buckets: tuple[int, ...] | None = None,
     ):
         if attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(
@@ -129,10 +130,10 @@ class Qwen3TTSTalker:
         self.fast = None
         if attention_backend != "sdpa":
             from ...kernels import load_ops
-            from .fast_step import FastDecoder
+            from .fast_step import DEFAULT_BUCKETS, FastDecoder
 
             use_graphs = model.device.type == "cuda" and not enforce_eager
-            self.fast = FastDecoder(self, load_ops(attention_backend), use_graphs)
+            self.fast = FastDecoder(self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS)
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
         return len(request.prompt) + max_frames
@@ -225,8 +226,16 @@ class Qwen3TTSCodec:
     """
 
     FRAME_BUCKETS = (1, 2, 4, 8)
+    BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
-    def __init__(self, model: Qwen3TTS, max_slots: int, use_graphs: bool = False, max_batch: int = 64):
+    def __init__(
+        self,
+        model: Qwen3TTS,
+        max_slots: int,
+        use_graphs: bool = False,
+        max_batch: int = 64,
+        graph_buckets: tuple[int, ...] | None = None,
+    ):
         self.decoder = StreamingCodecDecoder(model.codec.decoder)
         self.decoder.allocate(max_slots + 1)
         self.dummy = max_slots
@@ -234,8 +243,8 @@ class Qwen3TTSCodec:
         self.sample_rate = model.sample_rate
         self.device = model.device
         self.max_batch = max_batch
-        self.batch_buckets = tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b < min(max_batch, max_slots))
-        self.batch_buckets += (min(max_batch, max_slots),)
+        largest = min(max_batch, max_slots)
+        self.batch_buckets = tuple(b for b in graph_buckets or self.BATCH_BUCKETS if b < largest) + (largest,)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         if use_graphs:
             self._capture()

@@ -1,0 +1,127 @@
+"""The deployment file of `cadence serve --config deploy.yaml` (docs/deploy.md).
+
+Sections: the model (top level), `placement` (where engines run), `engine` (capacity, KV budget,
+chunk policy, graph buckets), `server` (HTTP). Every field has the default `cadence serve` uses
+without a file, and most have a command-line flag of the same name (`engine.max_streams` is
+`--max-streams`); a flag given on the command line overrides the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..engine.config import ChunkPolicy, EngineConfig
+from . import yaml_schema
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
+
+_ENGINE = EngineConfig()
+
+
+def check_device(device: str) -> None:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ValueError(f"'{device}' is not a device; allowed: {DEVICE_FORMS}")
+
+
+def _check_buckets(buckets: list[int]) -> None:
+    if buckets != sorted(set(buckets)):
+        raise ValueError(f"graph buckets must be increasing and distinct, got {buckets}")
+
+
+def _min(low: float) -> dict[str, Any]:
+    return {"min": low}
+
+
+@dataclass(frozen=True)
+class PlacementSection:
+    """Where the engine runs."""
+
+    device: str = field(default="auto", metadata={"check": check_device})
+
+
+@dataclass(frozen=True)
+class EngineSection:
+    """Capacity and scheduling of each engine (see EngineConfig)."""
+
+    max_streams: int = field(default=_ENGINE.max_streams, metadata=_min(1))
+    max_queue: int = field(default=_ENGINE.max_queue, metadata=_min(0))
+    kv_cache_memory: float | None = field(default=None, metadata=_min(0))  # GB; None: kv_cache_fraction
+    kv_cache_fraction: float = field(default=_ENGINE.kv_cache_fraction, metadata=_min(0))
+    page_size: int = field(default=_ENGINE.page_size, metadata=_min(1))
+    prefill_token_budget: int = field(default=_ENGINE.prefill_token_budget, metadata=_min(1))
+    max_input_tokens: int = field(default=_ENGINE.max_input_tokens, metadata=_min(1))
+    max_seq_tokens: int = field(default=_ENGINE.max_seq_tokens, metadata=_min(1))
+    attention_backend: Literal["auto", "sdpa", "triton", "torch"] = _ENGINE.attention_backend
+    enforce_eager: bool = False
+    graph_buckets: list[int] | None = field(default=None, metadata={"min": 1, "check": _check_buckets})
+    chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
+    cpu_threads: int | None = field(default=None, metadata=_min(1))
+    warmup_frames: int = field(default=8, metadata=_min(0))
+
+
+@dataclass(frozen=True)
+class ServerSection:
+    """The HTTP side."""
+
+    host: str = "127.0.0.1"
+    port: int = field(default=8000, metadata=_min(0))
+    max_input_chars: int = field(default=4096, metadata=_min(1))
+    max_body_bytes: int = field(default=1 << 20, metadata=_min(1))
+    request_timeout: float = field(default=600.0, metadata=_min(0))
+    drain_timeout: float = field(default=30.0, metadata=_min(0))
+
+
+@dataclass(frozen=True)
+class DeployFile:
+    model: str = DEFAULT_MODEL
+    served_model_name: str | None = None
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    dummy_weights: bool = False
+    dummy_preset: Literal["full", "tiny"] = "full"
+    tokenizer_regex: Literal["qwen2", "mistral"] = "qwen2"
+    voice_map: dict[str, str] | str | None = None  # {alias: preset}, or --voice-map's string
+    placement: PlacementSection = field(default_factory=PlacementSection)
+    engine: EngineSection = field(default_factory=EngineSection)
+    server: ServerSection = field(default_factory=ServerSection)
+
+    def flat(self) -> dict[str, Any]:
+        """Field name -> value, sections flattened: the names are the `cadence serve` option dests."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in SECTIONS:
+                out.update({s.name: getattr(value, s.name) for s in dataclasses.fields(value)})
+            else:
+                out[f.name] = value
+        if isinstance(out["voice_map"], dict):  # --voice-map's syntax
+            out["voice_map"] = ",".join(f"{k}={v}" for k, v in out["voice_map"].items())
+        return out
+
+
+SECTIONS = ("placement", "engine", "server")
+
+
+def load_deploy_file(path: str | Path) -> DeployFile:
+    """Raises yaml_schema.SchemaError (with the line) or OSError."""
+    return yaml_schema.load(Path(path), DeployFile)
+
+
+def option_dests() -> list[str]:
+    """The `cadence serve` options a deployment file can set."""
+    return list(DeployFile().flat())
+
+
+def apply_deploy_file(args: argparse.Namespace) -> DeployFile:
+    """Fill every option not given on the command line (None) from `args.config`, or from the
+    defaults when there is no file; returns the file's content."""
+    deploy = load_deploy_file(args.config) if args.config else DeployFile()
+    for dest, value in deploy.flat().items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, value)
+    return deploy

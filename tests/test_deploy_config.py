@@ -1,0 +1,115 @@
+"""The deployment file: what it sets, how flags override it, and how a bad file is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from serving import REPO, Server, pcm_samples
+
+from cadence.cli import build_parser
+from cadence.deploy.config import DeployFile, apply_deploy_file, load_deploy_file
+from cadence.deploy.yaml_schema import SchemaError, parse
+from cadence.engine.config import ChunkPolicy
+
+
+def refusal(text: str) -> str:
+    with pytest.raises(SchemaError) as e:
+        parse(text, DeployFile, "deploy.yaml")
+    return str(e.value)
+
+
+def test_every_example_file_is_valid():
+    files = sorted((REPO / "configs").glob("*.yaml"))
+    assert files
+    for path in files:
+        load_deploy_file(path)
+
+
+def test_an_empty_file_is_every_default():
+    assert parse("", DeployFile) == DeployFile()
+    assert parse("# nothing\n", DeployFile) == DeployFile()
+
+
+def test_sections_fill_the_engine_settings():
+    text = """
+model: /models/tts
+engine:
+  max_streams: 8
+  kv_cache_memory: 2          # an integer where a number is expected
+  graph_buckets: [1, 4, 8]
+  chunk_policy: {first_chunk_frames: 2, max_chunk_frames: 4}
+voice_map: {alloy: ryan}
+"""
+    flat = parse(text, DeployFile).flat()
+    assert flat["model"] == "/models/tts" and flat["max_streams"] == 8 and flat["kv_cache_memory"] == 2.0
+    assert flat["graph_buckets"] == [1, 4, 8]
+    assert flat["chunk_policy"] == ChunkPolicy(first_chunk_frames=2, growth=2.0, max_chunk_frames=4)
+    assert flat["voice_map"] == "alloy=ryan"  # --voice-map's syntax
+    assert flat["max_queue"] == DeployFile().engine.max_queue
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model: x\nengine:\n  max_stream: 8\n", "deploy.yaml:3: engine: unknown key 'max_stream'; allowed: max_str"),
+        ("engine:\n  max_streams: many\n", "deploy.yaml:2: engine.max_streams: expected an integer, got 'many'"),
+        ("dtype: fp16\n", "deploy.yaml:1: dtype: 'fp16' is not allowed; allowed: auto, bf16, fp32"),
+        (
+            "engine:\n  attention_backend: flash\n",
+            "deploy.yaml:2: engine.attention_backend: 'flash' is not allowed; allowed: auto, sdpa, triton, torch",
+        ),
+        ("engine:\n  max_queue: -1\n", "deploy.yaml:2: engine.max_queue: must be >= 0, got -1"),
+        ("placement:\n  device: gpu0\n", "deploy.yaml:2: placement.device: 'gpu0' is not a device; allowed: auto, cpu"),
+        ("dummy_weights: 1\n", "deploy.yaml:1: dummy_weights: expected true or false, got '1'"),
+        ("engine:\n  graph_buckets: [8, 4]\n", "deploy.yaml:2: engine.graph_buckets: graph buckets must be increasing"),
+        (
+            "engine:\n  chunk_policy:\n    first_chunk_frames: 9\n",
+            "deploy.yaml:3: engine.chunk_policy: chunk policy needs 1 <= first_chunk_frames <= max_chunk_frames",
+        ),
+        ("server:\n  port: [80]\n", "deploy.yaml:2: server.port: expected an integer, got a list"),
+        ("model: a\nmodel: b\n", "deploy.yaml:2: (top level): duplicate key 'model' (first at line 1)"),
+        ("engine: 4\n", "deploy.yaml:1: engine: expected a mapping (keys: max_streams, max_queue,"),
+        ("model: [a\n", "deploy.yaml:2: invalid YAML"),
+    ],
+)
+def test_a_bad_file_is_refused_with_its_line_and_the_allowed_values(text, message):
+    assert refusal(text).startswith(message)
+
+
+def test_flags_given_on_the_command_line_override_the_file(tmp_path: Path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text("model: /m\nengine:\n  max_streams: 3\n  max_queue: 7\n  enforce_eager: true\nserver:\n  port: 9\n")
+    args = build_parser().parse_args(["serve", "--config", str(path), "--max-queue", "5", "--no-enforce-eager"])
+    apply_deploy_file(args)
+    assert (args.model, args.max_streams, args.port) == ("/m", 3, 9)  # from the file
+    assert (args.max_queue, args.enforce_eager) == (5, False)  # from the command line
+    assert args.host == "127.0.0.1" and args.dtype == "auto"  # neither: the defaults
+    args = build_parser().parse_args(["serve", "/other", "--max-streams", "64", "--config", str(path)])
+    apply_deploy_file(args)
+    assert (args.model, args.max_streams) == ("/other", 64)  # a flag equal to the default still wins
+
+
+def test_serve_refuses_a_bad_file_before_loading_anything(tmp_path: Path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text("engine:\n  max_streams: 4\n  chunk_policy: {growth: 0.5}\n")
+    s = Server(None, tmp_path, "--config", str(path))
+    assert s.proc.wait(120) == 2
+    assert f"error: {path}:3: engine.chunk_policy: chunk policy growth must be >= 1" in s.log()
+
+
+def test_serve_runs_from_a_file(tiny_checkpoint: Path, tmp_path: Path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text(
+        f"model: {tiny_checkpoint}\nserved_model_name: narrator\nplacement: {{device: cpu}}\n"
+        "engine:\n  max_streams: 3\n  max_queue: 9\n  chunk_policy: {first_chunk_frames: 2, max_chunk_frames: 2}\n"
+    )
+    s = Server(None, tmp_path, "--config", str(path), "--max-queue", "5").wait_ready()
+    try:
+        assert "capacity: 3 streams generating + 5 queued" in s.log()
+        body = {"model": "narrator", "input": "Hi.", "voice": "ryan", "response_format": "pcm", "max_new_tokens": 6}
+        with s.client() as c:
+            r = c.post("/v1/audio/speech", json={**body, "ignore_eos": True})
+        assert r.status_code == 200 and pcm_samples(r.content).size == 6 * 1920
+    finally:
+        assert s.stop() == 0
