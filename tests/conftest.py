@@ -62,6 +62,32 @@ def tiny_checkpoint(tmp_path_factory, skeleton_06b) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_base_checkpoint(tmp_path_factory, skeleton_06b) -> Path:
+    """Tiny random 0.6B Base (voice cloning): spk_id {}, a speaker encoder, the codec encoder."""
+    from cadence.models.qwen3_tts.checkpoint import write_random_checkpoint
+
+    out = tmp_path_factory.mktemp("tiny-base")
+    return write_random_checkpoint(skeleton_06b, out, "tiny", seed=2, progress=False, variant="base")
+
+
+@pytest.fixture(scope="session")
+def tiny_voice_design_checkpoint(tmp_path_factory, skeleton_17b) -> Path:
+    """Tiny random 1.7B VoiceDesign (a talker wider than its code predictor, no speakers)."""
+    from cadence.models.qwen3_tts.checkpoint import write_random_checkpoint
+
+    out = tmp_path_factory.mktemp("tiny-voice-design")
+    return write_random_checkpoint(skeleton_17b, out, "tiny", seed=4, progress=False, variant="voice_design")
+
+
+@pytest.fixture(scope="session")
+def tiny_17b_checkpoint(tmp_path_factory, skeleton_17b) -> Path:
+    """Tiny random 1.7B CustomVoice (instructions reach the prompt)."""
+    from cadence.models.qwen3_tts.checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(skeleton_17b, tmp_path_factory.mktemp("tiny-17b"), "tiny", seed=3, progress=False)
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tiny_checkpoint):
     from cadence.models.qwen3_tts import Qwen3TTS
 

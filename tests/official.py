@@ -48,6 +48,8 @@ class OfficialRun:
     codes: list[torch.Tensor]
     code0_scores: list[torch.Tensor] = field(default_factory=list)  # per step [B, vocab], processed
     cp_scores: list[list[torch.Tensor]] = field(default_factory=list)  # per frame: 15 x [B, cp_vocab]
+    prefill: torch.Tensor | None = None  # [B, L, hidden] left-padded talker input embeddings
+    trailing: torch.Tensor | None = None  # [B, T, hidden] trailing text embeddings (padded with tts_pad)
 
 
 class Official:
@@ -75,6 +77,8 @@ class Official:
 
         def recording_talker_generate(*args, **kwargs):
             kwargs.update(output_scores=True)
+            self.last_prefill = kwargs["inputs_embeds"].float().clone()
+            self.last_trailing = kwargs["trailing_text_hidden"].float().clone()
             out = talker_generate(*args, **kwargs)
             self.last_talker_scores = [s.float().clone() for s in out.scores]
             return out
@@ -89,18 +93,24 @@ class Official:
     def generate(
         self,
         texts: list[str],
-        speakers: list[str],
+        speakers: list[str] | None,
         languages: list[str],
         frames: int,
         streaming_layout: bool,
         instructs: list[str | None] | None = None,
+        clones: list | None = None,
     ) -> OfficialRun:
-        """Greedy codes; `frames` + 1 official max_new_tokens gives at most `frames` frames."""
+        """Greedy codes; `frames` + 1 official max_new_tokens gives at most `frames` frames.
+        clones: the official VoiceClonePromptItems (Base), one per text."""
         self._cp_log = []
         w = self.wrapper
         input_ids = w._tokenize_texts([w._build_assistant_text(t) for t in texts])
         instructs = instructs or [None] * len(texts)
         instruct_ids = [w._tokenize_texts([w._build_instruct_text(i)])[0] if i else None for i in instructs]
+        clone_kwargs = {}
+        if clones is not None:
+            ref_ids = [w._tokenize_texts([w._build_ref_text(c.ref_text)])[0] if c.ref_text else None for c in clones]
+            clone_kwargs = dict(voice_clone_prompt=w._prompt_items_to_voice_clone_prompt(clones), ref_ids=ref_ids)
         codes, _ = self.model.generate(
             input_ids=input_ids,
             instruct_ids=instruct_ids,
@@ -111,10 +121,27 @@ class Official:
             do_sample=False,
             subtalker_dosample=False,
             repetition_penalty=1.05,
+            **clone_kwargs,
         )
-        run = OfficialRun([c.cpu() for c in codes], self.last_talker_scores, self._cp_log)
+        run = OfficialRun(
+            [c.cpu() for c in codes], self.last_talker_scores, self._cp_log, self.last_prefill, self.last_trailing
+        )
         self._cp_log = None
         return run
+
+    def clone_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
+        """The official VoiceClonePromptItem of reference audio (numpy float32 at `sample_rate`)."""
+        return self.wrapper.create_voice_clone_prompt((wav, sample_rate), ref_text, x_vector_only)[0]
+
+    @torch.no_grad()
+    def encode(self, wav, sample_rate: int) -> torch.Tensor:
+        """Codec codes [frames, 16] of reference audio, as the official speech tokenizer encodes it."""
+        return self.model.speech_tokenizer.encode(wav, sr=sample_rate).audio_codes[0].cpu()
+
+    @torch.no_grad()
+    def x_vector(self, wav) -> torch.Tensor:
+        """The speaker embedding of 24 kHz float32 audio."""
+        return self.model.extract_speaker_embedding(wav, 24000).float().cpu()
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

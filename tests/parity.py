@@ -19,7 +19,7 @@ import torch
 from cadence.models.qwen3_tts import Prompt, Qwen3TTS, SamplingParams
 from cadence.models.qwen3_tts.reference import generate
 
-from official import Official
+from official import Official, OfficialRun
 
 
 @dataclass
@@ -30,10 +30,12 @@ class ParityReport:
     ties: int = 0  # choices that differ at a step whose official margin < tol
     first_tie: list[int | None] = field(default_factory=list)  # per row: step of the first tie
     free_run_equal_frames: int = 0  # frames equal in the free run, up to the first tie
+    prefill_max_err: float = 0.0  # prefill and trailing embeddings
 
     def line(self) -> str:
         return (
-            f"frames={self.frames} code0_logits_max_err={self.code0_max_err:.2e} "
+            f"frames={self.frames} prefill_max_err={self.prefill_max_err:.2e} "
+            f"code0_logits_max_err={self.code0_max_err:.2e} "
             f"codes_logits_max_err={self.codes_max_err:.2e} ties={self.ties} "
             f"free_run_equal_frames={self.free_run_equal_frames}"
         )
@@ -56,17 +58,19 @@ def compare(
     official: Official,
     prompts: list[Prompt],
     texts: list[str],
-    speakers: list[str],
+    speakers: list[str] | None,
     languages: list[str],
     frames: int,
     streaming_layout: bool,
     instructs: list[str | None] | None = None,
     tol: float = 1e-4,
+    clones: list | None = None,
 ) -> ParityReport:
-    ref = official.generate(texts, speakers, languages, frames, streaming_layout, instructs)
+    ref = official.generate(texts, speakers, languages, frames, streaming_layout, instructs, clones)
+    report = ParityReport(first_tie=[None] * len(prompts))
+    report.prefill_max_err = _check_prefill(ours, prompts, ref, tol=1e-5)
     params = SamplingParams(max_new_tokens=frames).greedy()
     forced = generate(ours, prompts, params, teacher=ref.codes, record=True)
-    report = ParityReport(first_tie=[None] * len(prompts))
 
     for step, (mine, theirs) in enumerate(zip(forced.trace, ref.code0_scores, strict=False)):
         report.code0_max_err = max(report.code0_max_err, _max_err(mine.code0_logits, theirs))
@@ -94,6 +98,28 @@ def compare(
             assert gen.codes.shape == theirs.shape, f"row {row}: {tuple(gen.codes.shape)} vs {tuple(theirs.shape)}"
         report.free_run_equal_frames += upto
     return report
+
+
+def _check_prefill(ours: Qwen3TTS, prompts: list[Prompt], ref: OfficialRun, tol: float) -> float:
+    """The prefill embeddings (right-aligned: the official left-pads) and the trailing text equal the
+    official ones: the same rows, the same lookups and additions. Not bit for bit: the official code
+    projects the text ids segment by segment, cadence all rows at once, and a CPU matmul may round
+    a row differently with the number of rows (~1 ulp). Returns the largest difference."""
+    worst = 0.0
+    for row, prompt in enumerate(prompts):
+        mine = ours.prefill_embeddings(prompt).float()
+        assert mine.shape[0] <= ref.prefill.shape[1], f"row {row}: our prompt is longer than the official"
+        theirs = ref.prefill[row, ref.prefill.shape[1] - mine.shape[0] :]
+        pad = ref.prefill[row, : ref.prefill.shape[1] - mine.shape[0]]
+        assert not pad.any(), f"row {row}: the official prompt is longer than ours"
+        trailing = ours.trailing_embeddings(prompt).float()
+        official_trailing = ref.trailing[row]
+        n = trailing.shape[0] - 1  # ours ends with the tts_pad that follows; the official pads with it
+        assert official_trailing.shape[0] >= n, f"row {row}: our trailing text is longer"
+        expected = torch.cat([trailing[:n], trailing[-1:].expand(official_trailing.shape[0] - n, -1)])
+        worst = max(worst, _max_err(mine, theirs), _max_err(expected, official_trailing))
+    assert worst <= tol, f"prefill/trailing embeddings differ by {worst:.3g} > {tol}"
+    return worst
 
 
 def _check_choice(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cadence.models.qwen3_tts.checkpoint import as_variant
 from cadence.models.qwen3_tts.config import ConfigError, Qwen3TTSConfig, UnsupportedModelError
 
 LANGUAGE_IDS = {
@@ -300,18 +301,65 @@ def test_invalid_json_is_named(skeleton_06b, tmp_path):
         Qwen3TTSConfig.from_dir(tmp_path / "ckpt")
 
 
-@pytest.mark.parametrize("model_type", ["base", "voice_design"])
-def test_base_and_voice_design_are_refused_naming_what_is_supported(files_06b, model_type):
+def test_unknown_model_type_is_refused_naming_what_is_supported(files_06b):
     mutated = copy.deepcopy(files_06b)
-    mutated["config.json"]["tts_model_type"] = model_type
+    mutated["config.json"]["tts_model_type"] = "voice_conversion"
     with pytest.raises(UnsupportedModelError) as e:
         _parse(mutated)
     message = str(e.value)
-    assert model_type in message
-    assert "custom_voice" in message
-    assert "Qwen3-TTS-12Hz-0.6B-CustomVoice" in message and "Qwen3-TTS-12Hz-1.7B-CustomVoice" in message
+    assert "voice_conversion" in message
+    assert all(kind in message for kind in ("custom_voice", "base", "voice_design"))
     # Callers that catch configuration errors in general catch this too.
     assert isinstance(e.value, ConfigError)
+
+
+@pytest.mark.parametrize("skeleton", ["skeleton_06b", "skeleton_17b"])
+def test_base_and_voice_design_variants_parse(request, skeleton):
+    files = _files(request.getfixturevalue(skeleton))
+    hidden = files["config.json"]["talker_config"]["hidden_size"]
+    base = _parse({**files, "config.json": as_variant(files["config.json"], "base")})
+    assert base.tts_model_type == "base" and base.speakers == [] and base.can_clone
+    # The released Base config gives only enc_dim and sample_rate; the rest are the class defaults.
+    assert base.speaker_encoder.enc_dim == hidden and base.speaker_encoder.sample_rate == 24000
+    assert base.speaker_encoder.enc_channels == (512, 512, 512, 512, 1536)
+    assert base.speaker_encoder.enc_kernel_sizes == (5, 3, 3, 3, 1)
+    assert base.speaker_encoder.enc_dilations == (1, 2, 3, 4, 1)
+    assert not base.supports_instruct
+    design = _parse({**files, "config.json": as_variant(files["config.json"], "voice_design")})
+    assert design.tts_model_type == "voice_design" and design.speakers == [] and not design.can_clone
+    assert design.speaker_encoder is None and design.supports_instruct
+    # The language table is the same in every variant.
+    assert base.languages == design.languages == _parse(files).languages
+
+
+def test_speech_tokenizer_encoder_values(cfg_06b):
+    """The released encoder_config plus the Mimi defaults it relies on (research notes §3)."""
+    st = cfg_06b.speech_tokenizer
+    enc = st.encoder
+    assert (st.input_sample_rate, st.encode_downsample_rate, st.encoder_valid_num_quantizers) == (24000, 1920, 16)
+    assert (enc.hidden_size, enc.num_hidden_layers, enc.num_attention_heads, enc.head_dim) == (512, 8, 8, 64)
+    assert (enc.intermediate_size, enc.num_quantizers, enc.codebook_size, enc.codebook_dim) == (2048, 32, 2048, 256)
+    assert enc.upsampling_ratios == (8, 6, 5, 4) and enc.num_filters == 64 and enc.frame_rate == 12.5
+    assert (enc.hop_length, enc.downsample_kernel, enc.samples_per_frame) == (960, 4, 1920)  # 25 Hz, halved
+    assert (enc.kernel_size, enc.last_kernel_size, enc.residual_kernel_size, enc.compress) == (7, 3, 3, 2)
+    assert enc.vector_quantization_hidden_dimension == 256 and enc.pad_mode == "constant"
+
+
+def test_base_speaker_encoder_must_match_the_talker_width(files_06b):
+    config = as_variant(files_06b["config.json"], "base")
+    config["speaker_encoder_config"]["enc_dim"] = 2048
+    with pytest.raises(ConfigError, match="enc_dim 2048 must equal the talker's hidden_size 1024"):
+        _parse({**files_06b, "config.json": config})
+    del config["speaker_encoder_config"]
+    with pytest.raises(ConfigError, match="speaker_encoder_config"):
+        _parse({**files_06b, "config.json": config})
+
+
+def test_encoder_rate_must_match_the_declared_rate(files_06b):
+    mutated = copy.deepcopy(files_06b)
+    mutated["speech_tokenizer/config.json"]["encoder_config"]["upsampling_ratios"] = [8, 6, 5, 2]
+    with pytest.raises(ConfigError, match="one frame per 960 samples at 24000 Hz; encode_downsample_rate says 1920"):
+        _parse(mutated)
 
 
 def test_25hz_tokenizer_is_refused(files_06b):

@@ -91,6 +91,21 @@ def test_status_models_voices(server, client):
     assert "english" in voices["languages"] and "auto" in voices["languages"]
 
 
+def test_models_lists_the_task_and_cloning_fields_are_refused(server):
+    """The 0.6B CustomVoice: presets, style instructions dropped (the official wrapper drops them),
+    no cloning: a cloning field is a 400 naming the variant that takes it."""
+    with server.client() as c:
+        card = c.get("/v1/models").json()["data"][0]
+        assert card["tts_model_type"] == "custom_voice" and card["model_size"] == "0b6"
+        assert card["instructions"] is None and not card["voice_cloning"] and "ryan" in card["voices"]
+        assert c.get("/v1/audio/voices/ryan").json()["name"] == "Ryan"
+        r = c.post("/v1/audio/speech", json={"input": "Hi.", "voice": "ryan", "ref_audio": "AAAA", **FIXED})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio", r.text
+        assert "base checkpoint" in r.json()["error"]["message"]
+        r = c.delete("/v1/audio/voices/ryan")
+        assert r.status_code == 400 and "base checkpoint" in r.json()["error"]["message"]
+
+
 # -- the openai SDK, every format ------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from ..kernels import triton_available
 from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from ..models.qwen3_tts.sampling import SamplingParams
+from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from .config import EngineConfig
 from .core import EngineCore
 from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
@@ -41,10 +42,12 @@ class SynthesisRequest:
     """One utterance to synthesise. Sampling fields left None take the checkpoint's defaults."""
 
     text: str
-    voice: str = "ryan"
+    voice: str | None = None  # a preset (CustomVoice); None: the checkpoint's default preset
     language: str = "auto"
-    instruct: str | None = None
-    layout: str = "whole"
+    instruct: str | None = None  # style (1.7B CustomVoice) or the voice's description (VoiceDesign)
+    layout: str | None = None  # "whole" or "streaming"; None: the variant's official default
+    clone: VoiceClonePrompt | None = None  # a cloned voice (Base)
+    x_vector_only: bool | None = None  # Base: the x-vector alone; None: in-context when ref_text is known
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
@@ -79,7 +82,7 @@ class Utterance:
 
 def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, max_input_tokens: int) -> EngineRequest:
     """Validate and tokenise (before anything reaches the device). Raises InvalidRequestError."""
-    prompt = model.prompt(req.text, req.voice, req.language, req.instruct, req.layout)
+    prompt = model.prompt(req.text, req.voice, req.language, req.instruct, req.layout, req.clone, req.x_vector_only)
     if prompt.num_text_tokens > max_input_tokens:
         raise InvalidRequestError(
             f"input is {prompt.num_text_tokens} tokens, more than the limit of {max_input_tokens}", "input"
@@ -111,8 +114,15 @@ def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
     return int(CPU_KV_BUDGET_BYTES * config.kv_cache_fraction)
 
 
-def build_core(model: Qwen3TTS, config: EngineConfig) -> EngineCore:
-    """The model's partitions, sized by `config`, under one engine core."""
+def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.device | None = None) -> EngineCore:
+    """The model's partitions, sized by `config`, under one engine core. `codec_device`: the Codec
+    partition on a device of its own (disaggregated; frames cross device to device each step);
+    None: with the Talker."""
+    codec_on = torch.device(codec_device) if codec_device is not None else model.device
+    if codec_on != model.device:
+        model.codec.decoder.to(codec_on)  # the weights move once
+    if config.pipeline_codec is None:  # auto: overlap the two devices' work
+        config = replace(config, pipeline_codec=codec_on != model.device)
     kv_bytes = kv_cache_bytes(config, model.device)
     backend = config.attention_backend
     if backend == "auto":
@@ -121,7 +131,7 @@ def build_core(model: Qwen3TTS, config: EngineConfig) -> EngineCore:
         model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
         backend, config.enforce_eager, config.graph_buckets,
     )  # fmt: skip
-    use_graphs = model.device.type == "cuda" and not config.enforce_eager
+    use_graphs = codec_on.type == "cuda" and not config.enforce_eager
     codec = Qwen3TTSCodec(model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets)
     return EngineCore(talker, codec, config)
 

@@ -1,8 +1,8 @@
 """The FastAPI app: routes, authentication, body limits, OpenAI-shaped errors, metrics.
 
 Routes: POST /v1/audio/speech, WS /v1/audio/speech/stream, GET /v1/models, GET /v1/models/{id},
-GET /v1/audio/voices, GET /health, GET /ready, GET /metrics, GET /version. With an API key set,
-every /v1 route needs `Authorization: Bearer <key>`.
+GET /v1/audio/voices[/{id}], POST and DELETE /v1/audio/voices (Base), GET /health, GET /ready,
+GET /metrics, GET /version. With an API key set, every /v1 route needs `Authorization: Bearer <key>`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .. import __version__
 from . import errors as E
 from .access import Outcome, record
-from .schema import SpeechBody, decode_body, validate_speech
 from .speech import AbortStream, respond
+from .speech_request import read_speech
 from .state import ServerState
+from .voice_routes import add_voice_routes, capabilities
 from .websocket import speech_stream
 
 log = logging.getLogger("cadence.server")
@@ -106,6 +107,11 @@ def create_app(state: ServerState) -> FastAPI:
         state.metrics.inflight.set(state.engine.outstanding)
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
+    @app.get("/replicas")
+    async def replicas() -> JSONResponse:
+        """Each engine replica: state, device, pid, load, restarts (docs/deploy.md)."""
+        return JSONResponse({"replicas": state.engine.describe()})
+
     @app.get("/version")
     async def version() -> JSONResponse:
         info = state.engine.info
@@ -129,6 +135,7 @@ def create_app(state: ServerState) -> FastAPI:
             "object": "model",
             "created": int(state.started),
             "owned_by": "cadence",
+            **capabilities(state),
         }
 
     @app.get("/v1/models", dependencies=auth)
@@ -141,18 +148,14 @@ def create_app(state: ServerState) -> FastAPI:
             raise E.not_found(f"the model '{model_id}' does not exist", "model", "model_not_found")
         return JSONResponse(model_card())
 
-    @app.get("/v1/audio/voices", dependencies=auth)
-    async def voices() -> JSONResponse:
-        return JSONResponse({"voices": state.voices.describe(), "languages": state.frontend.config.languages})
+    add_voice_routes(app, state, auth)
 
     @app.post(SPEECH_ROUTE, dependencies=auth)
     async def speech(request: Request) -> Response:
         arrival = time.monotonic()
         try:
             state.check_serving()
-            raw = await read_body(request, state.settings.max_body_bytes)
-            body = decode_body(raw, SpeechBody)
-            job = validate_speech(body, state.frontend, state.voices, state.limits)
+            job = await read_speech(request, state)
             state.check_serving()  # again: the body may have taken a while to arrive
         except E.APIError as e:
             record(state.metrics, Outcome(SPEECH_ROUTE, arrival=arrival), e.status, e.message)

@@ -37,7 +37,7 @@ class APIError(Exception):
 
 def invalid(e: InvalidRequestError) -> APIError:
     """A field with a value cadence cannot use: 400 naming the field (its message lists what is allowed)."""
-    return APIError(400, e.message, param=e.param, code="invalid_value")
+    return APIError(400, e.message, param=e.param, code=e.code)
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:

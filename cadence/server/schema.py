@@ -16,9 +16,12 @@ from ..engine.engine import SynthesisRequest, prepare_request
 from ..engine.request import EngineRequest
 from ..errors import InvalidRequestError
 from ..models.qwen3_tts.model import Qwen3TTSFrontend
+from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE
-from .voices import VoiceTable
+from .voices import OPENAI_VOICES, VoiceTable
+
+OPENAI_VOICE_NAMES = frozenset(OPENAI_VOICES)
 
 STREAM_FORMATS = ("audio", "sse")
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # accepted so unmodified OpenAI clients work
@@ -33,7 +36,7 @@ class VoiceRef(msgspec.Struct):
 
 class SpeechBody(msgspec.Struct, kw_only=True):
     input: str
-    voice: str | VoiceRef
+    voice: str | VoiceRef | None = None  # required by custom_voice; base: a saved voice
     model: str | None = None
     instructions: str | None = None
     response_format: str = "mp3"  # OpenAI's default
@@ -49,6 +52,15 @@ class SpeechBody(msgspec.Struct, kw_only=True):
     repetition_penalty: float | None = None
     max_new_tokens: int | None = None  # audio frames of 80 ms
     ignore_eos: bool = False  # exactly max_new_tokens frames (benchmarking)
+    # Voice cloning (base checkpoints): reference audio as base64 or a data: URL (or an uploaded
+    # file: multipart), its transcript, and the mode (None: in-context when the transcript is known).
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+
+
+# The fields only some variants use, and the variant that does.
+VARIANT_FIELDS = {"ref_audio": "base", "ref_text": "base", "x_vector_only_mode": "base"}
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class SpeechJob:
 
     request: EngineRequest
     text: str
-    voice: str  # the preset
+    voice: str  # the preset, the saved voice's name, "ref_audio" (inline clone) or "designed"
     response_format: str
     speed: float
     stream_format: str
@@ -107,8 +119,10 @@ def validate_speech(
     voices: VoiceTable,
     limits: Limits,
     request_id: str | None = None,
+    clone: VoiceClonePrompt | None = None,
 ) -> SpeechJob:
-    """Check every field; tokenise. Raises APIError (400, 404 unknown model, 413 input too long)."""
+    """Check every field; tokenise. Raises APIError (400, 404 unknown model, 413 input too long).
+    `clone`: the analysed `ref_audio` of a Base request (the route decodes and encodes it first)."""
     if body.model is not None and body.model not in limits.model_names:
         raise E.not_found(
             f"the model '{body.model}' does not exist; this server serves: {', '.join(limits.model_names)}",
@@ -139,12 +153,13 @@ def validate_speech(
         raise E.bad_request(f"max_new_tokens must be >= 1, got {body.max_new_tokens}", "max_new_tokens")
     if body.ignore_eos and body.max_new_tokens is None:
         raise E.bad_request("ignore_eos needs max_new_tokens (the number of frames to generate)", "max_new_tokens")
-    voice_name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     try:
-        voice = voices.resolve(voice_name)
+        voice, preset, clone = resolve_voice(body, frontend, voices, clone)
         synthesis = SynthesisRequest(
             text,
-            voice=voice,
+            voice=preset,
+            clone=clone,
+            x_vector_only=body.x_vector_only_mode,
             language=body.language or "auto",
             instruct=body.instructions or None,
             temperature=body.temperature,
@@ -173,6 +188,47 @@ def validate_speech(
         body.stream or stream_format == "sse",  # an event stream is a stream
         frontend.instruct_ignored(body.instructions),
     )
+
+
+def resolve_voice(
+    body: SpeechBody, frontend: Qwen3TTSFrontend, voices: VoiceTable, clone: VoiceClonePrompt | None
+) -> tuple[str, str | None, VoiceClonePrompt | None]:
+    """(name for logs, preset, cloned voice) as the checkpoint's variant takes a voice. Raises
+    InvalidRequestError naming the field and, for a field this variant cannot use, the one that can."""
+    kind = frontend.config.tts_model_type
+    name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
+    for field, needs in VARIANT_FIELDS.items():
+        if kind != needs and getattr(body, field) is not None:
+            raise InvalidRequestError(f"{field} needs a {needs} checkpoint (voice cloning); this is {kind}", field)
+    if kind == "custom_voice":
+        if name is None:
+            raise InvalidRequestError("missing required field 'voice'", "voice", code="missing_field")
+        preset = voices.resolve(name)
+        return preset, preset, None
+    if kind == "voice_design":
+        # OpenAI clients must send a voice; their names are accepted and ignored, anything else is
+        # a preset this checkpoint does not have.
+        if name and name.strip().lower() not in OPENAI_VOICE_NAMES:
+            raise InvalidRequestError(
+                f"a voice_design checkpoint has no voice '{name}': describe the voice in `instructions` "
+                "(preset voices need a custom_voice checkpoint, cloned ones a base checkpoint)",
+                "voice",
+            )
+        return "designed", None, None
+    if body.ref_text is not None and body.ref_audio is None and clone is None:
+        raise InvalidRequestError("ref_text goes with ref_audio; a saved voice has its own transcript", "ref_text")
+    if clone is not None:
+        if name:
+            raise InvalidRequestError("give either ref_audio or a saved voice, not both", "voice")
+        return "ref_audio", None, clone
+    if not name:
+        raise InvalidRequestError(
+            "a base checkpoint speaks in a cloned voice: send ref_audio (and ref_text), or name a saved voice "
+            "(POST /v1/audio/voices)",
+            "voice",
+        )
+    saved = voices.saved(name)
+    return saved.name, None, saved.prompt
 
 
 def new_request_id() -> str:

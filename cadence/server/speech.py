@@ -80,8 +80,8 @@ class SpeechRun:
             raise E.queue_full(f"the engine queue is full: {e}", e.retry_after) from None
         except RequestTooLargeError as e:
             raise E.bad_request(f"{e}; lower max_new_tokens or the input length", "max_new_tokens") from None
-        except EngineDeadError:
-            raise E.unavailable("the engine process has exited; the server is shutting down", "engine_dead") from None
+        except EngineDeadError as e:
+            raise E.unavailable(str(e), "engine_dead") from None
         except TimeoutError:
             raise E.timeout(
                 f"no result within the request timeout ({self.state.settings.request_timeout:g} s)"

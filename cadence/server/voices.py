@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidRequestError
+from .voice_library import SavedVoice, VoiceLibrary
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ def parse_voice_map(spec: str | None) -> dict[str, str]:
 
 
 class VoiceTable:
-    """Resolves a request's voice: a preset of the checkpoint, or an alias of one."""
+    """Resolves a request's voice: a preset of the checkpoint, an alias of one, or (Base) a saved voice."""
 
     def __init__(self, speakers: list[str], overrides: dict[str, str] | None = None):
+        self.library: VoiceLibrary | None = None  # a Base server's saved voices (set by `cadence serve`)
         self.speakers = sorted(s.lower() for s in speakers)
         bad = {k: v for k, v in (overrides or {}).items() if v not in self.speakers}
         if bad:
@@ -97,8 +99,20 @@ class VoiceTable:
             return self.aliases[name]
         raise InvalidRequestError(f"unknown voice '{voice}'", "voice", [*self.speakers, *sorted(self.aliases)])
 
+    def saved(self, voice: str) -> SavedVoice:
+        """A saved voice by id or name; InvalidRequestError listing the saved names otherwise."""
+        found = self.library.get(voice) if self.library is not None else None
+        if found is None:
+            names = self.library.names() if self.library is not None else []
+            hint = "" if names else " (none saved yet: POST /v1/audio/voices, or send ref_audio)"
+            raise InvalidRequestError(f"unknown voice '{voice}'{hint}", "voice", names)
+        return found
+
     def describe(self) -> list[dict]:
-        """GET /v1/audio/voices entries: every preset, with what is known of it and its aliases."""
+        """GET /v1/audio/voices entries: every preset, with what is known of it and its aliases; on a
+        Base server, the saved voices."""
+        if self.library is not None:
+            return [v.card() for v in self.library.list()]
         out = []
         for speaker in self.speakers:
             v = PRESETS.get(speaker)

@@ -51,7 +51,7 @@ MAX_SEGMENT_CHARS = 400
 class SessionConfig(msgspec.Struct, kw_only=True):
     """session.config: the speech fields that apply to every segment (input comes later)."""
 
-    voice: str | VoiceRef
+    voice: str | VoiceRef | None = None  # custom_voice: a preset; base: a saved voice; voice_design: none
     model: str | None = None
     instructions: str | None = None
     response_format: str = "pcm"
@@ -249,7 +249,9 @@ async def speech_stream(state: ServerState, ws: WebSocket) -> None:
         await ws.send_json(
             {
                 "type": "session.created",
-                "voice": session.config.voice if isinstance(session.config.voice, str) else session.config.voice.id,
+                "voice": session.config.voice.id
+                if isinstance(session.config.voice, VoiceRef)
+                else session.config.voice,
                 "language": session.config.language or "auto",
                 "format": "pcm",
                 "sample_rate": state.sample_rate,

@@ -88,7 +88,7 @@ def builtin_config() -> dict[str, Any]:
 
 
 def builtin_speech_tokenizer_config() -> dict[str, Any]:
-    """speech_tokenizer/config.json, decoder side (research/qwen3tts_model.md §3)."""
+    """speech_tokenizer/config.json (research/qwen3tts_model.md §3)."""
     decoder = dict(
         codebook_size=2048, codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024,
         num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16, head_dim=64, rope_theta=10000,
@@ -96,13 +96,23 @@ def builtin_speech_tokenizer_config() -> dict[str, Any]:
         num_semantic_quantizers=1, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=1536,
         hidden_act="silu", attention_bias=False,
     )  # fmt: skip
+    # The Mimi encoder (voice cloning); the file relies on MimiConfig defaults for the rest.
+    encoder = dict(
+        model_type="mimi", hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
+        head_dim=64, intermediate_size=2048, hidden_act="gelu", sliding_window=250, num_quantizers=32,
+        codebook_size=2048, codebook_dim=256, upsampling_ratios=[8, 6, 5, 4], compress=2, num_filters=64,
+        frame_rate=12.5, use_causal_conv=True, sampling_rate=24000, audio_channels=1, rope_theta=10000.0,
+        max_position_embeddings=8000,
+    )  # fmt: skip
     return {
         "model_type": "qwen3_tts_tokenizer_12hz",
         "input_sample_rate": 24000,
         "output_sample_rate": 24000,
         "encode_downsample_rate": 1920,
         "decode_upsample_rate": 1920,
+        "encoder_valid_num_quantizers": 16,
         "decoder_config": decoder,
+        "encoder_config": encoder,
     }
 
 

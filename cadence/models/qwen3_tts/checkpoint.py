@@ -24,6 +24,8 @@ from ...weights import resolve_checkpoint
 from .codec import EuclideanCodebook, LayerScale, ResidualUnit, SnakeBeta, SpeechTokenizer
 from .config import Qwen3TTSConfig
 from .layers import RMSNorm
+from .speaker_encoder import SpeakerEncoderModel
+from .speech_encoder import EncoderCodebook, SpeechTokenizerEncoder
 from .talker import Qwen3TTSTalkerModel
 
 _STACK = dict(
@@ -39,17 +41,22 @@ def _tiny(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     than its code predictor (1.7B) stays wider, so `small_to_mtp_projection` exists."""
     talker = config.get("talker_config", {})
     ratio = max(1, talker.get("hidden_size", 1) // talker.get("code_predictor_config", {}).get("hidden_size", 1))
+    model = {
+        "talker_config": {
+            **_STACK,
+            "hidden_size": 64 * ratio,
+            "intermediate_size": 128 * ratio,
+            "text_hidden_size": 64,
+            "rope_scaling": {"mrope_section": [4, 2, 2]},
+            "code_predictor_config": dict(_STACK),
+        }
+    }
+    if "speaker_encoder_config" in config:  # Base: the x-vector has the talker's width
+        model["speaker_encoder_config"] = dict(
+            enc_dim=64 * ratio, enc_channels=[16, 16, 16, 16, 48], enc_attention_channels=8, enc_se_channels=8
+        )
     return {
-        "config.json": {
-            "talker_config": {
-                **_STACK,
-                "hidden_size": 64 * ratio,
-                "intermediate_size": 128 * ratio,
-                "text_hidden_size": 64,
-                "rope_scaling": {"mrope_section": [4, 2, 2]},
-                "code_predictor_config": dict(_STACK),
-            }
-        },
+        "config.json": model,
         "speech_tokenizer/config.json": {
             "decoder_config": dict(
                 hidden_size=32,
@@ -62,13 +69,53 @@ def _tiny(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 decoder_dim=48,
                 codebook_dim=32,
                 sliding_window=8,
-            )  # fmt: skip
+            ),  # fmt: skip
+            # Keeps the SEANet ratios (1920 samples per frame), the 32 x 2048 codebooks and the
+            # semantic/acoustic split; a window shorter than the tests' audio shows that the
+            # official encode does not apply it.
+            "encoder_config": dict(
+                hidden_size=32,
+                num_filters=8,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                head_dim=16,
+                intermediate_size=64,
+                codebook_dim=16,
+                vector_quantization_hidden_dimension=16,
+                sliding_window=8,
+                upsample_groups=32,  # the decode-side upsample's groups (unused; must divide)
+                frame_rate=12.5,
+            ),  # fmt: skip
         },
     }
 
 
 # Overrides applied to the skeleton's config files, computed from its config.json.
 PRESETS = {"full": lambda config: {}, "tiny": _tiny}
+
+VARIANTS = ("custom_voice", "base", "voice_design")
+
+
+def as_variant(config: dict[str, Any], variant: str) -> dict[str, Any]:
+    """config.json of another member of the family with the same talker: Base and VoiceDesign have
+    no preset speakers (spk_id {}); Base adds the speaker encoder (x-vector of the talker's width).
+    From a CustomVoice skeleton (the only configs public in full) this gives the released layout."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant '{variant}'; allowed: {', '.join(VARIANTS)}")
+    out = copy.deepcopy(config)
+    if out.get("tts_model_type") == variant:
+        return out
+    if variant == "custom_voice":
+        raise ValueError("a custom_voice checkpoint needs its speaker table; start from a CustomVoice skeleton")
+    out["talker_config"]["spk_id"] = {}
+    out["talker_config"]["spk_is_dialect"] = {}
+    out["tts_model_type"] = variant
+    out.pop("speaker_encoder_config", None)
+    if variant == "base":
+        out["speaker_encoder_config"] = {"enc_dim": out["talker_config"]["hidden_size"], "sample_rate": 24000}
+    return out
+
 
 SMALL_FILES = ("*.json", "*.txt", "speech_tokenizer/*.json")
 COPIED_FILES = (
@@ -114,6 +161,9 @@ def randomize(module: nn.Module, generator: torch.Generator) -> None:
         elif isinstance(m, EuclideanCodebook):
             normal(m.embedding_sum, 1.0)
             m.cluster_usage.copy_(torch.rand(m.cluster_usage.shape, generator=generator) * 1.5 + 0.5)
+        elif isinstance(m, EncoderCodebook):
+            normal(m.embed_sum, 1.0)
+            m.cluster_usage.copy_(torch.rand(m.cluster_usage.shape, generator=generator) * 1.5 + 0.5)
         elif isinstance(m, LayerScale):
             m.scale.copy_(torch.rand(m.scale.shape, generator=generator) * 0.9 + 0.1)
         elif isinstance(m, SnakeBeta):
@@ -133,9 +183,18 @@ def randomize(module: nn.Module, generator: torch.Generator) -> None:
 
 
 def write_random_checkpoint(
-    skeleton: str | Path, out: str | Path, preset: str = "tiny", seed: int = 0, progress: bool = True
+    skeleton: str | Path,
+    out: str | Path,
+    preset: str = "tiny",
+    seed: int = 0,
+    progress: bool = True,
+    variant: str | None = None,
 ) -> Path:
-    """Write a checkpoint of random weights with `skeleton`'s architecture (shrunk by `preset`)."""
+    """Write a checkpoint of random weights with `skeleton`'s architecture (shrunk by `preset`),
+    as `variant` (custom_voice, base, voice_design; default: the skeleton's own).
+
+    Every tensor the official loader expects is written (the codec encoder, and Base's speaker
+    encoder, included), so it initialises nothing at random itself."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset '{preset}'; allowed: {', '.join(PRESETS)}")
     src = resolve_checkpoint(skeleton, SMALL_FILES)
@@ -146,6 +205,8 @@ def write_random_checkpoint(
     for name in ("config.json", "speech_tokenizer/config.json"):
         with open(src / name, encoding="utf-8") as f:
             configs[name] = json.load(f)
+    if variant is not None:
+        configs["config.json"] = as_variant(configs["config.json"], variant)
     overrides = PRESETS[preset](configs["config.json"])
     configs = {name: merge(data, overrides.get(name, {})) for name, data in configs.items()}
     generation = (
@@ -157,20 +218,31 @@ def write_random_checkpoint(
     gen = torch.Generator().manual_seed(seed)
     talker = Qwen3TTSTalkerModel(cfg)
     randomize(talker, gen)
+    tensors = dict(talker.state_dict())
+    del talker
+    if cfg.speaker_encoder is not None:
+        speaker = SpeakerEncoderModel(cfg.speaker_encoder)
+        randomize(speaker, gen)
+        tensors.update(speaker.state_dict())
     steps.update()
     codec = SpeechTokenizer(cfg.speech_tokenizer.decoder)
     randomize(codec, gen)
+    codec_tensors = dict(codec.state_dict())
+    if cfg.speech_tokenizer.encoder is not None:
+        encoder = SpeechTokenizerEncoder(cfg.speech_tokenizer)
+        randomize(encoder, gen)
+        codec_tensors.update(encoder.state_dict())
     steps.update()
     # The released talker file is bf16, the speech tokenizer fp32; keep both as released.
     save_file(
-        {k: v.to(torch.bfloat16).contiguous() for k, v in talker.state_dict().items()},
+        {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()},
         str(out / "model.safetensors"),
         metadata={"format": "pt"},
     )
-    del talker
+    del tensors
     steps.update()
     save_file(
-        {k: v.contiguous() for k, v in codec.state_dict().items()},
+        {k: v.contiguous() for k, v in codec_tensors.items()},
         str(out / "speech_tokenizer" / "model.safetensors"),
         metadata={"format": "pt"},
     )
@@ -183,7 +255,8 @@ def write_random_checkpoint(
         if (src / name).exists():
             shutil.copyfile(src / name, out / name)
     (out / "cadence_random_weights.json").write_text(
-        json.dumps({"preset": preset, "seed": seed, "skeleton": str(skeleton)}, indent=2) + "\n"
+        json.dumps({"preset": preset, "seed": seed, "skeleton": str(skeleton), "variant": cfg.tts_model_type}, indent=2)
+        + "\n"
     )
     return out
 

@@ -8,11 +8,13 @@ model-specific default. A missing field is an error that names the file and the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("custom_voice",)
+# tts_model_type -> what a request gives to choose the voice.
+SUPPORTED_MODEL_TYPES = ("custom_voice", "base", "voice_design")
 SUPPORTED_TOKENIZER_TYPES = ("qwen3_tts_tokenizer_12hz",)
 
 
@@ -210,11 +212,79 @@ class CodecDecoderConfig:
 
 
 @dataclass(frozen=True)
+class SpeechEncoderConfig:
+    """The 12 Hz speech-tokenizer encoder (24 kHz audio -> codes): a Mimi encoder.
+
+    The released `encoder_config` lists only some Mimi fields and relies on transformers'
+    MimiConfig defaults for the rest (kernel sizes, residual layers, padding, norms), so the
+    defaults below are MimiConfig's: architecture facts of Mimi, not guesses about this model.
+    """
+
+    frame_rate: float
+    sampling_rate: int = 24000
+    hidden_size: int = 512
+    num_filters: int = 64
+    upsampling_ratios: tuple[int, ...] = (8, 6, 5, 4)  # SEANet ratios, applied in reverse when encoding
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads
+    intermediate_size: int = 2048
+    codebook_size: int = 2048
+    codebook_dim: int = 256
+    num_quantizers: int = 32
+    num_semantic_quantizers: int = 1
+    vector_quantization_hidden_dimension: int = 256
+    num_residual_layers: int = 1
+    kernel_size: int = 7
+    last_kernel_size: int = 3
+    residual_kernel_size: int = 3
+    dilation_growth_rate: int = 2
+    compress: int = 2
+    pad_mode: str = "constant"
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    layer_scale_initial_scale: float = 0.01
+
+    @classmethod
+    def from_fields(cls, f: _Fields) -> SpeechEncoderConfig:
+        fixed = {"hidden_act": "gelu", "use_causal_conv": True, "use_conv_shortcut": False, "audio_channels": 1}
+        for key, only in {**fixed, "attention_bias": False}.items():
+            if f.optional(key, only) != only:
+                raise ConfigError(f"{f.where}: {key}={f.get(key)!r} unsupported; only {only!r} (the 12 Hz tokenizer)")
+        values = {k: f.data[k] for k in cls.__dataclass_fields__ if f.data.get(k) is not None}
+        if "upsampling_ratios" in values:
+            values["upsampling_ratios"] = tuple(int(x) for x in values["upsampling_ratios"])
+        cfg = cls(**{**values, "frame_rate": float(f.get("frame_rate"))})
+        return cfg if cfg.head_dim else replace(cfg, head_dim=cfg.hidden_size // cfg.num_attention_heads)
+
+    @property
+    def hop_length(self) -> int:
+        """Samples per frame of the SEANet output (before the transformer's downsampling)."""
+        return math.prod(self.upsampling_ratios)
+
+    @property
+    def downsample_kernel(self) -> int:
+        """Mimi's `downsample` conv (SEANet rate -> frame_rate): kernel 2 * int(rate ratio), stride 2;
+        0 when the rates are equal and there is none."""
+        encodec_rate = math.ceil(self.sampling_rate / self.hop_length)
+        return 0 if encodec_rate == self.frame_rate else 2 * int(encodec_rate / self.frame_rate)
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.hop_length * (2 if self.downsample_kernel else 1)
+
+
+@dataclass(frozen=True)
 class SpeechTokenizerConfig:
     model_type: str
     output_sample_rate: int
     decode_upsample_rate: int
     decoder: CodecDecoderConfig
+    input_sample_rate: int = 24000
+    encode_downsample_rate: int = 1920
+    encoder_valid_num_quantizers: int = 16
+    encoder: SpeechEncoderConfig | None = None  # absent: the checkpoint cannot encode reference audio
 
     @classmethod
     def from_fields(cls, f: _Fields) -> SpeechTokenizerConfig:
@@ -228,12 +298,61 @@ class SpeechTokenizerConfig:
             output_sample_rate=int(f.get("output_sample_rate")),
             decode_upsample_rate=int(f.get("decode_upsample_rate")),
             decoder=CodecDecoderConfig.from_fields(f.child("decoder_config")),
+            input_sample_rate=int(f.optional("input_sample_rate", 24000)),
+            encode_downsample_rate=int(f.optional("encode_downsample_rate", 1920)),
+            encoder_valid_num_quantizers=int(f.optional("encoder_valid_num_quantizers", 16)),
+            encoder=SpeechEncoderConfig.from_fields(f.child("encoder_config")) if "encoder_config" in f.data else None,
         )
+        enc = cfg.encoder
+        if enc is not None:
+            rate = enc.samples_per_frame
+            if rate != cfg.encode_downsample_rate or enc.sampling_rate != cfg.input_sample_rate:
+                raise ConfigError(
+                    f"{f.where}: the encoder gives one frame per {rate} samples at {enc.sampling_rate} Hz; "
+                    f"encode_downsample_rate says {cfg.encode_downsample_rate} at {cfg.input_sample_rate} Hz"
+                )
+            if not (cfg.decoder.num_quantizers <= cfg.encoder_valid_num_quantizers <= enc.num_quantizers):
+                raise ConfigError(
+                    f"{f.where}: encoder_valid_num_quantizers {cfg.encoder_valid_num_quantizers} must lie between "
+                    f"the decoder's {cfg.decoder.num_quantizers} and the encoder's {enc.num_quantizers} codebooks"
+                )
         if cfg.decoder.samples_per_frame != cfg.decode_upsample_rate:
             raise ConfigError(
                 f"{f.where}: decode_upsample_rate {cfg.decode_upsample_rate} != product of the decoder's "
                 f"upsampling factors {cfg.decoder.samples_per_frame}"
             )
+        return cfg
+
+
+@dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """The Base models' ECAPA-TDNN speaker encoder (128-bin log-mel at 24 kHz -> x-vector).
+
+    The released Base configs give only `enc_dim` and `sample_rate`; the rest are the official
+    class's defaults, which the released weights were trained with, written out here.
+    """
+
+    enc_dim: int
+    sample_rate: int
+    mel_dim: int = 128
+    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    enc_attention_channels: int = 128
+    enc_res2net_scale: int = 8
+    enc_se_channels: int = 128
+
+    @classmethod
+    def from_fields(cls, f: _Fields) -> SpeakerEncoderConfig:
+        values = {k: f.data[k] for k in cls.__dataclass_fields__ if f.data.get(k) is not None}
+        for key in ("enc_channels", "enc_kernel_sizes", "enc_dilations"):
+            if key in values:
+                values[key] = tuple(int(x) for x in values[key])
+        cfg = cls(**{**values, "enc_dim": int(f.get("enc_dim")), "sample_rate": int(f.get("sample_rate"))})
+        if not len(cfg.enc_channels) == len(cfg.enc_kernel_sizes) == len(cfg.enc_dilations):
+            raise ConfigError(f"{f.where}: enc_channels, enc_kernel_sizes and enc_dilations differ in length")
+        if any(c % cfg.enc_res2net_scale for c in cfg.enc_channels[1:-1]):
+            raise ConfigError(f"{f.where}: enc_channels must be multiples of enc_res2net_scale")
         return cfg
 
 
@@ -273,11 +392,21 @@ class Qwen3TTSConfig:
     talker: TalkerConfig
     speech_tokenizer: SpeechTokenizerConfig
     generation: GenerationDefaults
+    speaker_encoder: SpeakerEncoderConfig | None = None  # Base only
 
     @property
     def supports_instruct(self) -> bool:
-        # The official wrapper drops `instruct` for the 0.6B CustomVoice model.
-        return self.tts_model_size != "0b6"
+        """Whether `instruct` reaches the prompt: VoiceDesign (it is the voice) and the 1.7B
+        CustomVoice (style); the official wrapper drops it for the 0.6B CustomVoice, and Base
+        has no instruct path at all."""
+        if self.tts_model_type == "voice_design":
+            return True
+        return self.tts_model_type == "custom_voice" and self.tts_model_size != "0b6"
+
+    @property
+    def can_clone(self) -> bool:
+        """Base checkpoints clone a voice from reference audio (speaker encoder + codec encoder)."""
+        return self.speaker_encoder is not None and self.speech_tokenizer.encoder is not None
 
     @property
     def sample_rate(self) -> int:
@@ -304,9 +433,9 @@ class Qwen3TTSConfig:
         model_type = f.get("tts_model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise UnsupportedModelError(
-                f"config.json: tts_model_type '{model_type}' is not supported yet; cadence serves "
-                f"{list(SUPPORTED_MODEL_TYPES)} checkpoints (Qwen3-TTS-12Hz-0.6B-CustomVoice, "
-                "Qwen3-TTS-12Hz-1.7B-CustomVoice)"
+                f"config.json: tts_model_type '{model_type}' is not supported; cadence serves "
+                f"{list(SUPPORTED_MODEL_TYPES)} checkpoints (the Qwen3-TTS-12Hz CustomVoice, Base and "
+                "VoiceDesign models)"
             )
         tokenizer_type = f.get("tokenizer_type")
         if tokenizer_type not in SUPPORTED_TOKENIZER_TYPES:
@@ -328,6 +457,7 @@ class Qwen3TTSConfig:
                 _Fields(speech_tokenizer, "speech_tokenizer/config.json")
             ),
             generation=GenerationDefaults.from_dict(generation or {}),
+            speaker_encoder=_speaker_encoder(f, model_type),
         )
 
     @classmethod
@@ -338,6 +468,21 @@ class Qwen3TTSConfig:
         gen_path = path / "generation_config.json"
         generation = _read_json(gen_path) if gen_path.exists() else {}
         return cls.from_dicts(config, speech, generation)
+
+
+def _speaker_encoder(f: _Fields, model_type: str) -> SpeakerEncoderConfig | None:
+    """Base checkpoints carry a speaker encoder whose x-vector sits in the talker's codec track, so
+    its width must be the talker's; other variants have none (their files may hold default stubs)."""
+    if model_type != "base":
+        return None
+    cfg = SpeakerEncoderConfig.from_fields(f.child("speaker_encoder_config"))
+    hidden = int(f.child("talker_config").get("hidden_size"))
+    if cfg.enc_dim != hidden:
+        raise ConfigError(
+            f"config.json.speaker_encoder_config: enc_dim {cfg.enc_dim} must equal the talker's hidden_size {hidden} "
+            "(the x-vector is a row of the talker's input)"
+        )
+    return cfg
 
 
 def _read_json(path: Path) -> dict[str, Any]:

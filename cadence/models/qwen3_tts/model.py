@@ -1,4 +1,5 @@
-"""A loaded Qwen3-TTS CustomVoice checkpoint: config, tokenizer, Talker and Codec modules."""
+"""A loaded Qwen3-TTS 12 Hz checkpoint (CustomVoice, Base or VoiceDesign): config, tokenizer, Talker
+and Codec modules. A Base checkpoint's voice encoders load separately (voice_clone.VoiceEncoder)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .config import Qwen3TTSConfig
 from .prompt import Prompt, TextLayout, build_prompt
 from .talker import Qwen3TTSTalkerModel, Talker
 from .tokenizer import PretokenizerRegex, TextTokenizer
+from .voice_clone import VoiceClonePrompt
 
 log = logging.getLogger(__name__)
 
@@ -58,23 +60,41 @@ class Qwen3TTSFrontend:
     def prompt(
         self,
         text: str,
-        voice: str,
+        voice: str | None = None,
         language: str | None = "auto",
         instruct: str | None = None,
-        layout: TextLayout | str = TextLayout.WHOLE,
+        layout: TextLayout | str | None = None,
+        clone: VoiceClonePrompt | None = None,
+        x_vector_only: bool | None = None,
     ) -> Prompt:
-        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field."""
-        try:
-            layout = TextLayout(layout)
-        except ValueError:
-            raise InvalidRequestError(
-                f"unknown text layout '{layout}'", "layout", [m.value for m in TextLayout]
-            ) from None
-        return build_prompt(self.config, self.tokenizer, text, voice, language, instruct, layout)
+        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field.
+
+        voice: a preset (custom_voice; None takes `default_voice`); clone: a cloned voice (base);
+        layout None: the variant's official default."""
+        if layout is not None:
+            try:
+                layout = TextLayout(layout)
+            except ValueError:
+                raise InvalidRequestError(
+                    f"unknown text layout '{layout}'", "layout", [m.value for m in TextLayout]
+                ) from None
+        if voice is None:
+            voice = self.default_voice
+        return build_prompt(self.config, self.tokenizer, text, voice, language, instruct, layout, clone, x_vector_only)
+
+    @property
+    def default_voice(self) -> str | None:
+        """The preset a CustomVoice request without a voice gets (ryan where the checkpoint has him);
+        None for the variants without presets."""
+        speakers = self.config.speakers
+        if self.config.tts_model_type != "custom_voice" or not speakers:
+            return None
+        return "ryan" if "ryan" in speakers else speakers[0]
 
     def instruct_ignored(self, instruct: str | None) -> bool:
-        """True when `instruct` was given but this model size drops it (0.6B, as the official wrapper)."""
-        return bool(instruct) and not self.config.supports_instruct
+        """True when `instruct` was given but this model drops it (0.6B CustomVoice, as the official
+        wrapper; Base refuses it instead)."""
+        return bool(instruct) and self.config.tts_model_type == "custom_voice" and not self.config.supports_instruct
 
     @property
     def sample_rate(self) -> int:
@@ -107,7 +127,9 @@ class Qwen3TTS:
         with torch.device("meta"):
             root = Qwen3TTSTalkerModel(config)
             codec = SpeechTokenizer(config.speech_tokenizer.decoder)
-        load_weights(root, safetensors_files(path), dev, dt)
+        # Base files also hold the speaker encoder, which runs where reference audio is analysed
+        # (voice_clone.VoiceEncoder), not in the talker.
+        load_weights(root, safetensors_files(path), dev, dt, skip_prefixes=("speaker_encoder.",))
         # The codec always runs in fp32 (the file is fp32; a bf16 SnakeBeta can produce NaN/silence).
         load_weights(
             codec, safetensors_files(path / "speech_tokenizer"), dev, torch.float32, skip_prefixes=("encoder.",)
@@ -130,7 +152,8 @@ class Qwen3TTS:
 
     @torch.no_grad()
     def prefill_embeddings(self, prompt: Prompt) -> torch.Tensor:
-        """[len(prompt), hidden]: T(text id) + C(codec id) per row, absent tracks contributing nothing."""
+        """[len(prompt), hidden]: T(text id) + C(codec id) per row, absent tracks contributing nothing;
+        a cloned voice's rows add its x-vector, or a reference frame's summed code embeddings."""
         dev = self.device
         text_ids = torch.tensor([i if i is not None else 0 for i in prompt.text_track], device=dev)
         codec_ids = torch.tensor([i if i is not None else 0 for i in prompt.codec_track], device=dev)
@@ -139,7 +162,17 @@ class Qwen3TTS:
         text = self.talker.embed_text(text_ids)
         codec = self.talker.embed_codec(codec_ids)
         zero = torch.zeros((), dtype=text.dtype, device=dev)
-        return torch.where(has_text, text, zero) + torch.where(has_codec, codec, zero)
+        text = torch.where(has_text, text, zero)
+        out = text + torch.where(has_codec, codec, zero)
+        if prompt.speaker_row is not None:
+            row = prompt.speaker_row
+            x_vector = torch.tensor(prompt.speaker_embedding, dtype=torch.float32, device=dev).to(text.dtype)
+            out[row] = text[row] + x_vector
+        if prompt.ref_row is not None and prompt.ref_codes:
+            rows = slice(prompt.ref_row, prompt.ref_row + len(prompt.ref_codes))
+            frames = self.talker.embed_frame(torch.tensor(prompt.ref_codes, dtype=torch.long, device=dev))
+            out[rows] = text[rows] + frames
+        return out
 
     @torch.no_grad()
     def trailing_embeddings(self, prompt: Prompt) -> torch.Tensor:

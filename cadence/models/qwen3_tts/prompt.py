@@ -1,9 +1,17 @@
-"""The CustomVoice prefill, exactly as the official wrapper lays it out.
+"""The prefill of every 12 Hz variant, exactly as the official `generate` lays it out.
 
 A prompt is a list of rows; each row's embedding is the sum of a text-track embedding T(id) and a
 codec-track embedding C(id), either of which may be absent. Decode step k adds `trailing_text[k]`
 (or tts_pad once those run out) to the frame's code embeddings. Keeping the prompt as ids, not
 embeddings, lets the engine store it compactly and batch the embedding lookups.
+
+The variants differ in the voice's row of the codec prefix and in what follows the text:
+- CustomVoice: the preset speaker's id; 1.7B also takes an instruct prefix (style);
+- VoiceDesign: no speaker row; the instruct prefix describes the voice;
+- Base: a cloned voice's x-vector in the speaker row (a vector, not an id: `speaker_embedding`);
+  in the in-context mode the reference transcript precedes the text, and the reference audio's
+  frames (each the sum of its 16 code embeddings: `ref_codes`) follow the codec bos, so the model
+  continues the reference.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from enum import StrEnum
 from ...errors import InvalidRequestError
 from .config import Qwen3TTSConfig
 from .tokenizer import TextTokenizer
+from .voice_clone import VoiceClonePrompt
 
 
 class TextLayout(StrEnum):
@@ -23,15 +32,26 @@ class TextLayout(StrEnum):
     STREAMING = "streaming"
 
 
+# What each variant's official entry point uses when the caller does not say (non_streaming_mode).
+DEFAULT_LAYOUT = {"custom_voice": TextLayout.WHOLE, "voice_design": TextLayout.WHOLE, "base": TextLayout.STREAMING}
+
+
 @dataclass(frozen=True)
 class Prompt:
     text_track: tuple[int | None, ...]
-    codec_track: tuple[int | None, ...]
+    codec_track: tuple[int | None, ...]  # None: no codec id (nothing, or one of the rows below)
     trailing_text: tuple[int, ...]
     num_text_tokens: int
+    # Base: the row whose codec track is a cloned voice's x-vector, and the x-vector.
+    speaker_row: int | None = None
+    speaker_embedding: tuple[float, ...] = ()
+    # Base, in-context: rows ref_row.. whose codec track is a reference frame (16 codes, summed).
+    ref_row: int | None = None
+    ref_codes: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         assert len(self.text_track) == len(self.codec_track)
+        assert self.ref_row is None or self.ref_row + len(self.ref_codes) <= len(self.text_track)
 
     def __len__(self) -> int:
         return len(self.text_track)
@@ -43,6 +63,11 @@ def assistant_text(text: str) -> str:
 
 def instruct_text(instruct: str) -> str:
     return f"<|im_start|>user\n{instruct}<|im_end|>\n"
+
+
+def ref_text(text: str) -> str:
+    """The reference transcript's chat string (Base, in-context); sliced [3:-2] like the official."""
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
 
 
 def resolve_language(cfg: Qwen3TTSConfig, language: str | None, speaker: str | None) -> int | None:
@@ -65,22 +90,77 @@ def resolve_speaker(cfg: Qwen3TTSConfig, speaker: str | None) -> str:
     return name
 
 
+def check_voice_fields(
+    cfg: Qwen3TTSConfig, speaker: str | None, instruct: str | None, clone: VoiceClonePrompt | None
+) -> None:
+    """Refuse what the checkpoint's variant cannot use, naming the variant that could."""
+    kind = cfg.tts_model_type
+    if clone is not None and kind != "base":
+        raise InvalidRequestError(
+            f"a reference voice (cloning) needs a base checkpoint; this is a {kind} checkpoint", "ref_audio"
+        )
+    if kind == "base" and clone is None:
+        raise InvalidRequestError(
+            "a base checkpoint speaks only in a cloned voice: give reference audio or a saved voice", "voice"
+        )
+    if kind == "base" and instruct:
+        raise InvalidRequestError(
+            "a base checkpoint takes no instructions; style instructions need a 1.7B custom_voice checkpoint, "
+            "voice descriptions a voice_design checkpoint",
+            "instructions",
+        )
+    if kind in ("base", "voice_design") and speaker:
+        what = "describe the voice in `instructions`" if kind == "voice_design" else "clone one"
+        raise InvalidRequestError(
+            f"a {kind} checkpoint has no preset speakers ({what}); preset speakers need a custom_voice checkpoint",
+            "voice",
+        )
+
+
+class _Rows:
+    """The prompt under construction: parallel text and codec tracks."""
+
+    def __init__(self):
+        self.text: list[int | None] = []
+        self.codec: list[int | None] = []
+
+    def add(self, text_id: int | None, codec_id: int | None) -> None:
+        self.text.append(text_id)
+        self.codec.append(codec_id)
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
 def build_prompt(
     cfg: Qwen3TTSConfig,
     tokenizer: TextTokenizer,
     text: str,
-    speaker: str,
+    speaker: str | None,
     language: str | None = "auto",
     instruct: str | None = None,
-    layout: TextLayout | str = TextLayout.WHOLE,
+    layout: TextLayout | str | None = None,
+    clone: VoiceClonePrompt | None = None,
+    x_vector_only: bool | None = None,
 ) -> Prompt:
-    """The prefill rows and trailing text of one CustomVoice request. Raises InvalidRequestError."""
-    layout = TextLayout(layout)
+    """The prefill rows and trailing text of one request. Raises InvalidRequestError.
+
+    speaker: a preset (custom_voice); clone: a cloned voice (base), used in-context unless
+    `x_vector_only` (None: in-context when its transcript is known). layout None: the variant's
+    official default (whole text for custom_voice and voice_design, streaming for base)."""
+    layout = TextLayout(layout) if layout is not None else DEFAULT_LAYOUT[cfg.tts_model_type]
     if not text or not text.strip():
         raise InvalidRequestError("input text is empty", "input")
-    speaker = resolve_speaker(cfg, speaker)
+    check_voice_fields(cfg, speaker, instruct, clone)
+    speaker = resolve_speaker(cfg, speaker) if cfg.tts_model_type == "custom_voice" else None
     lang_id = resolve_language(cfg, language, speaker)
     t = cfg.talker
+    in_context = False
+    if clone is not None:
+        try:
+            in_context = clone.in_context(x_vector_only)
+        except ValueError as e:
+            raise InvalidRequestError(str(e), "ref_text") from None
 
     # Tokenise the whole chat string and slice by position, as the official code does: a text that
     # starts with a newline merges it into the role prefix, and parity needs the same ids.
@@ -89,34 +169,64 @@ def build_prompt(
     if not text_ids:
         raise InvalidRequestError("input text has no tokens after the role prefix", "input")
 
-    text_track: list[int | None] = []
-    codec_track: list[int | None] = []
-
-    def row(text_id: int | None, codec_id: int | None) -> None:
-        text_track.append(text_id)
-        codec_track.append(codec_id)
-
+    rows = _Rows()
     if instruct and cfg.supports_instruct:
         for i in tokenizer.encode(instruct_text(instruct)):
-            row(i, None)
+            rows.add(i, None)
     for i in role:
-        row(i, None)
+        rows.add(i, None)
 
     if lang_id is None:
-        codec = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
+        codec: list[int | None] = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
     else:
         codec = [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
-    codec += [t.spk_id[speaker], t.codec_pad_id]
+    voice: dict = {}
+    if speaker is not None:
+        codec.append(t.spk_id[speaker])
+    elif clone is not None:
+        voice = dict(speaker_row=len(rows) + len(codec), speaker_embedding=tuple(clone.x_vector.float().tolist()))
+        codec.append(None)  # the x-vector's row
+    codec.append(t.codec_pad_id)
     for j, c in enumerate(codec):
-        row(cfg.tts_bos_token_id if j == len(codec) - 1 else cfg.tts_pad_token_id, c)
+        rows.add(cfg.tts_bos_token_id if j == len(codec) - 1 else cfg.tts_pad_token_id, c)
 
-    if layout is TextLayout.WHOLE:
+    trailing: tuple[int, ...] = ()
+    if in_context:
+        ref_ids = tokenizer.encode(ref_text(clone.ref_text))[3:-2]
+        frames = tuple(tuple(int(c) for c in f) for f in clone.ref_codes.tolist())
+        first, trailing = _in_context_rows(cfg, layout, rows, [*ref_ids, *text_ids], len(frames))
+        voice.update(ref_row=first, ref_codes=frames)
+    elif layout is TextLayout.WHOLE:
         for i in text_ids:
-            row(i, t.codec_pad_id)
-        row(cfg.tts_eos_token_id, t.codec_pad_id)
-        row(cfg.tts_pad_token_id, t.codec_bos_id)
-        trailing: tuple[int, ...] = ()
+            rows.add(i, t.codec_pad_id)
+        rows.add(cfg.tts_eos_token_id, t.codec_pad_id)
+        rows.add(cfg.tts_pad_token_id, t.codec_bos_id)
     else:
-        row(text_ids[0], t.codec_bos_id)
+        rows.add(text_ids[0], t.codec_bos_id)
         trailing = (*text_ids[1:], cfg.tts_eos_token_id)
-    return Prompt(tuple(text_track), tuple(codec_track), trailing, len(text_ids))
+    return Prompt(tuple(rows.text), tuple(rows.codec), trailing, len(text_ids), **voice)
+
+
+def _in_context_rows(
+    cfg: Qwen3TTSConfig, layout: TextLayout, rows: _Rows, text_ids: list[int], frames: int
+) -> tuple[int, tuple[int, ...]]:
+    """Base in-context rows: transcript + text + tts_eos on the text track against codec bos and the
+    reference frames. Whole layout: all the text first (against codec pad), then bos and the frames
+    against tts_pad. Streaming layout: text and [bos, frames...] side by side from the same row; the
+    longer runs on alone (leftover text is fed while decoding, leftover frames get tts_pad).
+    Returns the first frame's row and the trailing text."""
+    t = cfg.talker
+    text = [*text_ids, cfg.tts_eos_token_id]
+    if layout is TextLayout.WHOLE:
+        for i in text:
+            rows.add(i, t.codec_pad_id)
+        rows.add(cfg.tts_pad_token_id, t.codec_bos_id)
+        first = len(rows)
+        for _ in range(frames):
+            rows.add(cfg.tts_pad_token_id, None)
+        return first, ()
+    rows.add(text[0], t.codec_bos_id)
+    first = len(rows)
+    for k in range(1, frames + 1):
+        rows.add(text[k] if k < len(text) else cfg.tts_pad_token_id, None)
+    return first, tuple(text[frames + 1 :])

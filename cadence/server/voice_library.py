@@ -1,0 +1,143 @@
+"""Saved voices (Base checkpoints): cloned voices kept on disk with their precomputed prompt.
+
+A saved voice is what the voice encoders made of its reference audio (x-vector and codes) plus its
+transcript, so a request that names it pays no audio decoding and no encoder pass. On disk, one
+directory per voice:
+
+    <voices dir>/<id>/voice.json          id, name, created_at, transcript, consent, seconds, width
+    <voices dir>/<id>/prompt.safetensors  x_vector [hidden] float32, ref_codes [frames, 16] int64
+
+The reference audio itself is not kept. A voice is written to a temporary directory and renamed
+into place, so a crash never leaves half a voice; voices whose x-vector does not fit the loaded
+checkpoint's width (saved with another model size) are skipped with a warning, not deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
+
+log = logging.getLogger("cadence.server")
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+ID_PREFIX = "voice_"
+
+
+class VoiceExistsError(ValueError):
+    """A saved voice of that name exists already."""
+
+
+@dataclass(frozen=True)
+class SavedVoice:
+    id: str
+    name: str
+    created_at: int
+    consent: str  # what the client sent as its consent (a flag, or a consent recording's id)
+    prompt: VoiceClonePrompt
+
+    def card(self) -> dict:
+        """The API's description: OpenAI's voice object plus what cloning with it can do."""
+        modes = ["in_context", "x_vector_only"] if self.prompt.ref_text else ["x_vector_only"]
+        return {
+            "id": self.id,
+            "object": "audio.voice",
+            "type": "audio_sample",
+            "name": self.name,
+            "created_at": self.created_at,
+            "ref_text": self.prompt.ref_text,
+            "seconds": round(self.prompt.seconds, 2),
+            "modes": modes,
+        }
+
+
+class VoiceLibrary:
+    def __init__(self, directory: str | Path, hidden_size: int, max_voices: int = 1000):
+        self.directory = Path(directory).expanduser()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.hidden_size = hidden_size
+        self.max_voices = max_voices
+        self._voices: dict[str, SavedVoice] = {}
+        self._load()
+
+    def _load(self) -> None:
+        for meta in sorted(self.directory.glob(f"{ID_PREFIX}*/voice.json")):
+            try:
+                info = json.loads(meta.read_text(encoding="utf-8"))
+                prompt = VoiceClonePrompt.load(meta.parent / "prompt.safetensors")
+            except (OSError, ValueError, KeyError) as e:
+                log.warning("skipping saved voice %s: %s", meta.parent.name, e)
+                continue
+            if prompt.x_vector.numel() != self.hidden_size:
+                log.warning(
+                    "skipping saved voice %s (%s): made with a %d-wide model, this one is %d wide",
+                    info.get("id"), info.get("name"), prompt.x_vector.numel(), self.hidden_size,
+                )  # fmt: skip
+                continue
+            voice = SavedVoice(info["id"], info["name"], int(info["created_at"]), info.get("consent", ""), prompt)
+            self._voices[voice.id] = voice
+        if self._voices:
+            log.info("%d saved voices in %s", len(self._voices), self.directory)
+
+    def list(self) -> list[SavedVoice]:
+        return sorted(self._voices.values(), key=lambda v: (v.created_at, v.id))
+
+    def get(self, key: str) -> SavedVoice | None:
+        """By id, or by name (case-insensitive)."""
+        key = key.strip()
+        if key in self._voices:
+            return self._voices[key]
+        folded = key.casefold()
+        return next((v for v in self._voices.values() if v.name.casefold() == folded), None)
+
+    def names(self) -> list[str]:
+        return [v.name for v in self.list()]
+
+    def add(self, name: str, prompt: VoiceClonePrompt, consent: str) -> SavedVoice:
+        """Store a voice. Raises ValueError (bad name, library full) or VoiceExistsError."""
+        check_name(name)
+        if self.get(name) is not None:
+            raise VoiceExistsError(f"a saved voice named '{name}' exists; delete it first or choose another name")
+        if len(self._voices) >= self.max_voices:
+            raise ValueError(f"the library holds its maximum of {self.max_voices} voices; delete some first")
+        voice = SavedVoice(f"{ID_PREFIX}{uuid.uuid4().hex[:16]}", name, int(time.time()), consent, prompt)
+        tmp = self.directory / f".tmp-{voice.id}"
+        tmp.mkdir()
+        try:
+            prompt.save(tmp / "prompt.safetensors")
+            info = {
+                "id": voice.id, "name": name, "created_at": voice.created_at, "consent": consent,
+                "ref_text": prompt.ref_text, "seconds": round(prompt.seconds, 2), "x_vector_dim": self.hidden_size,
+            }  # fmt: skip
+            (tmp / "voice.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            tmp.rename(self.directory / voice.id)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._voices[voice.id] = voice
+        return voice
+
+    def delete(self, key: str) -> SavedVoice | None:
+        voice = self.get(key)
+        if voice is None:
+            return None
+        shutil.rmtree(self.directory / voice.id, ignore_errors=True)
+        del self._voices[voice.id]
+        return voice
+
+
+def check_name(name: str) -> None:
+    if not NAME.match(name or ""):
+        raise ValueError(
+            f"invalid voice name '{name}': 1 to 64 letters, digits, spaces, '_', '-' or '.', starting with a "
+            "letter or digit"
+        )
+    if name.startswith(ID_PREFIX):
+        raise ValueError(f"invalid voice name '{name}': names starting with '{ID_PREFIX}' are reserved for ids")
