@@ -12,6 +12,10 @@ need_full() {
     [ -f $full/model.safetensors ] || python3 -m cadence.cli -q checkpoint random --from .ref/Qwen3-TTS-12Hz-0.6B-CustomVoice \
         --preset full --out $full --seed 0
 }
+server_wheels() {
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site:$PYTHONPATH
+}
 for phase in "$@"; do
   case $phase in
     tests)
@@ -40,10 +44,19 @@ for phase in "$@"; do
           2>"$OUT/baseline_$impl.err" | tee -a "$OUT/baselines.jsonl"
         tail -3 "$OUT/baseline_$impl.err"
       done ;;
+    gputests)  # every gpu-marked test (the second GPU's where there is one)
+      server_wheels
+      timeout 300 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m gpu tests 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+    scaleout)  # issue 8, on two GPUs: 1 replica (colocated), 2 replicas, Talker/Codec on two GPUs
+      need_full; server_wheels
+      so="python3 benchmarks/scaleout.py --out /tmp/scaleout --duration 20"
+      common="--max-streams 256 --kv-cache-memory 40"
+      $so --label one-replica --clients 2 --concurrency 64 256 -- $full --device cuda:0 $common
+      $so --label two-replicas --clients 4 --concurrency 64 256 512 -- $full --replicas 2 --device cuda $common
+      $so --label disaggregated --clients 2 --concurrency 64 256 -- $full --device cuda:0 --codec-device cuda:1 $common
+      tar czf "$OUT/scaleout.tgz" -C /tmp/scaleout . ;;
     sweep)  # cadence serve on the GPU, measured from outside by cadence bench (issue 7)
-      need_full
-      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
-      export PYTHONPATH=/tmp/site:$PYTHONPATH
+      need_full; server_wheels
       name=Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice
       mkdir -p /tmp/sweep
       python3 -m cadence.cli serve $full --served-model-name $name --device cuda --port 8000 --max-streams 256 \

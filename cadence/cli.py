@@ -62,6 +62,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     # changes the tokens ("." + "\n" -> ".\n") from those of the same text given as an argument.
     text = args.text if args.text not in (None, "-") else sys.stdin.read().rstrip("\r\n")
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype, args.tokenizer_regex)
+    clone = _reference_voice(args, model) if args.ref_audio else None
     # The serving engine with one slot: the same walks, stop rules and runaway guard as the server.
     engine = Engine(model, EngineConfig(max_streams=1, max_queue=1, kv_cache_memory=args.kv_cache_memory))
     try:
@@ -73,6 +74,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
                 args.language,
                 args.instruct,
                 args.layout,
+                clone=clone,
+                x_vector_only=args.x_vector_only,
                 temperature=args.temperature,
                 top_k=args.top_k,
                 top_p=args.top_p,
@@ -116,11 +119,26 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reference_voice(args: argparse.Namespace, model):
+    """--ref-audio: the cloned voice of a Base checkpoint (its voice encoders, on the model's device)."""
+    from pathlib import Path
+
+    from .audio_input import decode_audio
+    from .models.qwen3_tts.voice_clone import VoiceEncoder
+
+    encoder = VoiceEncoder.from_pretrained(model.path, model.device)
+    wav = decode_audio(Path(args.ref_audio).read_bytes(), encoder.sample_rate)
+    return encoder.encode(wav, args.ref_text)
+
+
 def cmd_checkpoint_random(args: argparse.Namespace) -> int:
     from .models.qwen3_tts.checkpoint import write_random_checkpoint
 
-    out = write_random_checkpoint(args.skeleton, args.out, args.preset, args.seed, progress=not args.quiet)
-    print(f"wrote a random-weight {args.preset} checkpoint to {out}", file=sys.stderr)
+    out = write_random_checkpoint(
+        args.skeleton, args.out, args.preset, args.seed, progress=not args.quiet, variant=args.variant
+    )
+    kind = f" {args.variant}" if args.variant else ""
+    print(f"wrote a random-weight {args.preset}{kind} checkpoint to {out}", file=sys.stderr)
     return 0
 
 
@@ -135,18 +153,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "synth",
         help="synthesise one utterance to a WAV file",
-        description="Synthesise TEXT (or standard input) with a preset voice and write a 24 kHz WAV file.",
+        description="Synthesise TEXT (or standard input) and write a 24 kHz WAV file: with a preset voice "
+        "(CustomVoice), a voice cloned from --ref-audio (Base), or one described by --instruct (VoiceDesign).",
     )
     p.add_argument("text", nargs="?", help="text to speak; '-' or nothing reads standard input")
     _add_model_args(p)
-    p.add_argument("--voice", "-v", default="ryan", help="preset speaker (ryan, vivian, serena, ...)")
+    p.add_argument("--voice", "-v", help="preset speaker of a CustomVoice model (ryan, vivian, ...; default ryan)")
     p.add_argument("--language", "-l", default="auto", help="auto, english, chinese, ... (default auto)")
-    p.add_argument("--instruct", help="style instruction (1.7B models; ignored with a warning on 0.6B)")
+    p.add_argument(
+        "--instruct", help="style (1.7B CustomVoice; ignored with a warning on 0.6B) or the voice's description "
+        "(VoiceDesign)"
+    )  # fmt: skip
+    p.add_argument("--ref-audio", metavar="FILE", help="Base: the voice to clone (wav, mp3, flac, ogg, ...)")
+    p.add_argument("--ref-text", help="Base: the transcript of --ref-audio (enables the in-context mode)")
+    p.add_argument(
+        "--x-vector-only", action="store_true", default=None, help="Base: clone from the speaker embedding alone"
+    )
     p.add_argument(
         "--layout",
-        default="whole",
         choices=["whole", "streaming"],
-        help="whole text in the prompt (official default) or fed one token per frame",
+        help="whole text in the prompt or fed one token per frame (default: the official default of the "
+        "model's type: streaming for Base, whole for the others)",
     )
     p.add_argument("--output", "-o", default="out.wav", help="WAV file to write (default out.wav)")
     p.add_argument("--kv-cache-memory", type=float, default=1.0, help="GB of KV cache for the request (default 1)")
@@ -160,15 +187,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a random-weight checkpoint in the official layout",
         description="Write a checkpoint of random weights that both cadence and the official qwen-tts "
         "package load: the architecture of SKELETON (a directory or Hugging Face id holding config and "
-        "tokenizer files; only those small files are fetched), shrunk by --preset.",
+        "tokenizer files; only those small files are fetched), shrunk by --preset, as the family member "
+        "--variant names.",
     )
     r.add_argument("--from", dest="skeleton", required=True, help="skeleton directory or Hugging Face id")
     r.add_argument("--preset", default="tiny", choices=["tiny", "full"], help="tiny (CPU tests) or full size")
+    r.add_argument(
+        "--variant",
+        choices=["custom_voice", "base", "voice_design"],
+        help="the checkpoint type to write (default: the skeleton's). From a CustomVoice skeleton: base drops "
+        "the speakers and adds the speaker encoder (voice cloning), voice_design drops the speakers",
+    )
     r.add_argument("--out", required=True, help="directory to write")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_checkpoint_random)
 
-    for module in ("cadence.server.cli", "cadence.bench.cli"):  # subcommands that live with their feature
+    # subcommands that live with their feature (serve-ray: Ray is imported only when it runs)
+    for module in ("cadence.server.cli", "cadence.bench.cli", "cadence.deploy.ray_serve"):
         try:
             register = __import__(module, fromlist=["register"]).register
         except ImportError:

@@ -13,7 +13,8 @@ fi
 python -m pip install -q --upgrade pip
 # A torch already installed (a CUDA build, say) is kept; otherwise the CPU wheel is enough.
 python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[test]"
+# ray: tests/test_ray_serve.py runs cadence on a local Ray cluster (Ray needs no torch: the one above stays).
+python -m pip install -q -e ".[test,ray]"
 # The official implementation is the test oracle. --no-deps: it pins gradio, torchaudio, sox and
 # onnxruntime, which its 12 Hz path never uses (tests/official.py stubs them).
 python -m pip install -q --no-deps "qwen-tts==0.1.1"

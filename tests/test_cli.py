@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from clips import encode_file, reference_audio
 from safetensors.torch import load_file
 
 from cadence.audio import to_int16
@@ -118,14 +119,41 @@ def test_checkpoint_random_loads_in_the_official_package(cli_checkpoint):
     assert state.keys() == talker.keys()
     for key, value in talker.items():
         assert torch.equal(state[key], value.float()), key
-    # Every decoder tensor of the official speech tokenizer comes from our file (HF would otherwise
-    # initialise it silently); only the encoder, which CustomVoice never runs, is absent.
+    # Every tensor of the official speech tokenizer, decoder and encoder, comes from our file (HF
+    # would otherwise initialise it silently).
     codec = load_file(str(cli_checkpoint / "speech_tokenizer" / "model.safetensors"))
     official_codec = official.model.speech_tokenizer.model.state_dict()
-    decoder_keys = {k for k in official_codec if k.startswith("decoder.")}
-    assert decoder_keys == set(codec)
-    for key in decoder_keys:
-        assert torch.equal(official_codec[key].float(), codec[key]), key
+    assert set(official_codec) == set(codec)
+    assert any(k.startswith("encoder.") for k in codec) and any(k.startswith("decoder.") for k in codec)
+    for key, value in official_codec.items():
+        assert torch.equal(value.float(), codec[key]), key
+
+
+@pytest.mark.parametrize("variant", ["base", "voice_design"])
+def test_checkpoint_random_variants(skeleton_06b, tmp_path, variant):
+    out = tmp_path / variant
+    r = cadence("-q", "checkpoint", "random", "--from", str(skeleton_06b), "--variant", variant, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote a random-weight tiny {variant} checkpoint to {out}" in r.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["tts_model_type"] == variant
+    assert cfg["talker_config"]["spk_id"] == {} and cfg["talker_config"]["spk_is_dialect"] == {}
+    talker = load_file(str(out / "model.safetensors"))
+    if variant == "base":  # the speaker encoder: its x-vector has the talker's width
+        assert cfg["speaker_encoder_config"]["enc_dim"] == cfg["talker_config"]["hidden_size"]
+        assert any(k.startswith("speaker_encoder.") for k in talker)
+    else:
+        assert "speaker_encoder_config" not in cfg
+        assert not any(k.startswith("speaker_encoder.") for k in talker)
+    official = Official(out)
+    assert official.model.tts_model_type == variant
+    assert official.model.state_dict().keys() == talker.keys()
+
+
+def test_checkpoint_random_unknown_variant(tmp_path, skeleton_06b):
+    r = cadence("checkpoint", "random", "--from", str(skeleton_06b), "--variant", "x", "--out", str(tmp_path / "x"))
+    assert r.returncode != 0
+    assert "custom_voice" in r.stderr and "base" in r.stderr and "voice_design" in r.stderr
 
 
 def test_checkpoint_random_unknown_preset(tmp_path, skeleton_06b):
@@ -208,7 +236,7 @@ def test_stdin_line_break_is_not_part_of_the_text(cli_checkpoint, monkeypatch, t
         (("synth",), ["--model", "--voice", "--language", "--instruct", "--layout", "--output", "--greedy"]),
         (("synth",), ["--max-new-tokens", "--tokenizer-regex", "--dtype", "--device"]),
         (("checkpoint",), ["random"]),
-        (("checkpoint", "random"), ["--from", "--preset", "--out", "--seed"]),
+        (("checkpoint", "random"), ["--from", "--preset", "--variant", "--out", "--seed"]),
     ],
 )
 def test_help(args, expected):
@@ -236,18 +264,40 @@ def test_bad_voice_or_language(cli_checkpoint, tmp_path, option, value, message,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("model_type", ["base", "voice_design"])
-def test_synth_refuses_unsupported_variants(cli_checkpoint, tmp_path, model_type):
-    ckpt = tmp_path / model_type
+def test_synth_refuses_unsupported_variants(cli_checkpoint, tmp_path):
+    ckpt = tmp_path / "unknown"
     shutil.copytree(cli_checkpoint, ckpt)
     cfg = json.loads((ckpt / "config.json").read_text())
-    cfg["tts_model_type"] = model_type
+    cfg["tts_model_type"] = "voice_conversion"
     (ckpt / "config.json").write_text(json.dumps(cfg))
     r = cadence("synth", "Hello.", "--model", str(ckpt), "-o", str(tmp_path / "x.wav"), *SYNTH)
     assert r.returncode == 1
-    assert f"tts_model_type '{model_type}' is not supported" in r.stderr
-    assert "Qwen3-TTS-12Hz-0.6B-CustomVoice" in r.stderr and "Qwen3-TTS-12Hz-1.7B-CustomVoice" in r.stderr
+    assert "tts_model_type 'voice_conversion' is not supported" in r.stderr
+    assert "'custom_voice', 'base', 'voice_design'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_synth_clones_a_voice_with_a_base_checkpoint(tiny_base_checkpoint, tmp_path):
+    ref = tmp_path / "ref.flac"
+    ref.write_bytes(encode_file(reference_audio(1.5), 24000, "flac"))
+    out = tmp_path / "cloned.wav"
+    args = ("--model", str(tiny_base_checkpoint), "--ref-audio", str(ref), "-o", str(out), *SYNTH)
+    r = cadence("-q", "synth", "Hello.", "--ref-text", "Words of the reference.", *args)
+    assert r.returncode == 0, r.stderr
+    assert reported_frames(r.stderr)[0] == 6 and out.stat().st_size > 44
+    r = cadence("-q", "synth", "Hello.", "--x-vector-only", *args)
+    assert r.returncode == 0, r.stderr
+    r = cadence("-q", "synth", "Hello.", "--model", str(tiny_base_checkpoint), "-o", str(out), *SYNTH)
+    assert r.returncode == 2 and "reference audio" in r.stderr
+
+
+def test_synth_voice_design(tiny_voice_design_checkpoint, tmp_path):
+    out = tmp_path / "designed.wav"
+    model = ("--model", str(tiny_voice_design_checkpoint), "-o", str(out), *SYNTH)
+    r = cadence("-q", "synth", "Hello.", "--instruct", "A deep, calm voice.", *model)
+    assert r.returncode == 0, r.stderr
+    r = cadence("-q", "synth", "Hello.", "--voice", "ryan", *model)
+    assert r.returncode == 2 and "custom_voice" in r.stderr
 
 
 def test_synth_missing_checkpoint(tmp_path):

@@ -9,6 +9,7 @@ from serving import REPO, Server, pcm_samples
 
 from cadence.cli import build_parser
 from cadence.deploy.config import DeployFile, apply_deploy_file, load_deploy_file
+from cadence.deploy.placement import PlacementError, resolve_placements
 from cadence.deploy.yaml_schema import SchemaError, parse
 from cadence.engine.config import ChunkPolicy
 
@@ -71,6 +72,9 @@ voice_map: {alloy: ryan}
         ("model: a\nmodel: b\n", "deploy.yaml:2: (top level): duplicate key 'model' (first at line 1)"),
         ("engine: 4\n", "deploy.yaml:1: engine: expected a mapping (keys: max_streams, max_queue,"),
         ("model: [a\n", "deploy.yaml:2: invalid YAML"),
+        ("placement:\n  replicas: 0\n", "deploy.yaml:2: placement.replicas: must be >= 1, got 0"),
+        ("placement:\n  replicas: [cuda:0, gpu1]\n", "deploy.yaml:2: placement.replicas: 'gpu1' is not a device"),
+        ("placement:\n  replicas: two\n", "deploy.yaml:2: placement.replicas: expected an integer or a list, got"),
     ],
 )
 def test_a_bad_file_is_refused_with_its_line_and_the_allowed_values(text, message):
@@ -88,6 +92,42 @@ def test_flags_given_on_the_command_line_override_the_file(tmp_path: Path):
     args = build_parser().parse_args(["serve", "/other", "--max-streams", "64", "--config", str(path)])
     apply_deploy_file(args)
     assert (args.model, args.max_streams) == ("/other", 64)  # a flag equal to the default still wins
+
+
+def test_device_on_the_command_line_places_every_replica_of_the_file(tmp_path: Path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text("placement:\n  replicas: [cuda:0, cuda:1, cuda:1]\n")
+    args = build_parser().parse_args(["serve", "--config", str(path), "--device", "cpu"])
+    apply_deploy_file(args)
+    assert [p.device for p in resolve_placements(args.replicas, args.device, cuda_count=0)] == ["cpu"] * 3
+    args = build_parser().parse_args(["serve", "--config", str(path)])
+    apply_deploy_file(args)
+    assert [p.device for p in resolve_placements(args.replicas, args.device, cuda_count=2)] == [
+        "cuda:0",
+        "cuda:1",
+        "cuda:1",
+    ]
+
+
+def test_placements_spread_replicas_over_the_gpus():
+    def devices(replicas, device, gpus):
+        return [p.device for p in resolve_placements(replicas, device, cuda_count=gpus)]
+
+    assert devices(1, "auto", 0) == ["cpu"]
+    assert devices(2, "cuda", 2) == ["cuda:0", "cuda:1"]
+    assert devices(3, "auto", 2) == ["cuda:0", "cuda:1", "cuda:0"]
+    assert devices(2, "cuda:1", 2) == ["cuda:1", "cuda:1"]
+    assert devices(["cuda:1", "cpu"], "auto", 2) == ["cuda:1", "cpu"]
+    with pytest.raises(PlacementError, match="replica 1 is placed on cuda:2, but only 2 CUDA devices are visible"):
+        devices(["cuda:0", "cuda:2"], "auto", 2)
+    with pytest.raises(PlacementError, match="replica 0 is placed on cuda, but no CUDA device is visible"):
+        devices(1, "cuda", 0)
+
+
+def test_serve_refuses_a_placement_this_machine_cannot_honour(tiny_checkpoint: Path, tmp_path: Path):
+    s = Server(tiny_checkpoint, tmp_path, "--replicas", "2", "--device", "cuda:3")
+    assert s.proc.wait(120) == 2
+    assert "error: replica 0 is placed on cuda:3, but" in s.log()
 
 
 def test_serve_refuses_a_bad_file_before_loading_anything(tmp_path: Path):

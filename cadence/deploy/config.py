@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ..engine.config import ChunkPolicy, EngineConfig
 from . import yaml_schema
+from .placement import ReplicaSpec, check_codec_device, check_device
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
-DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
 
 _ENGINE = EngineConfig()
-
-
-def check_device(device: str) -> None:
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise ValueError(f"'{device}' is not a device; allowed: {DEVICE_FORMS}")
 
 
 def _check_buckets(buckets: list[int]) -> None:
@@ -38,11 +32,26 @@ def _min(low: float) -> dict[str, Any]:
     return {"min": low}
 
 
+def _check_replicas(replicas: int | list[str | ReplicaSpec]) -> None:
+    if isinstance(replicas, int):
+        if replicas < 1:
+            raise ValueError(f"must be >= 1, got {replicas}")
+        return
+    if not replicas:
+        raise ValueError("a list of one entry per replica, not an empty list")
+    for entry in replicas:
+        if isinstance(entry, str):
+            check_device(entry)
+
+
 @dataclass(frozen=True)
 class PlacementSection:
-    """Where the engine runs."""
+    """Where the engines run (cadence/deploy/placement.py): `replicas` engine processes, each on
+    `device` with its Codec on `codec_device`, or a list of one entry per replica."""
 
+    replicas: int | list[str | ReplicaSpec] = field(default=1, metadata={"check": _check_replicas})
     device: str = field(default="auto", metadata={"check": check_device})
+    codec_device: str | None = field(default=None, metadata={"check": check_codec_device})
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class EngineSection:
     enforce_eager: bool = False
     graph_buckets: list[int] | None = field(default=None, metadata={"min": 1, "check": _check_buckets})
     chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
+    pipeline_codec: bool | None = None  # null: when the codec has a device of its own
     cpu_threads: int | None = field(default=None, metadata=_min(1))
     warmup_frames: int = field(default=8, metadata=_min(0))
 
@@ -121,6 +131,13 @@ def apply_deploy_file(args: argparse.Namespace) -> DeployFile:
     """Fill every option not given on the command line (None) from `args.config`, or from the
     defaults when there is no file; returns the file's content."""
     deploy = load_deploy_file(args.config) if args.config else DeployFile()
+    listed = deploy.placement.replicas
+    if isinstance(listed, list) and args.replicas is None:
+        # --device and --codec-device place every replica of the file's list
+        if args.device is not None:
+            args.replicas = len(listed)
+        elif args.codec_device is not None:
+            args.replicas = [ReplicaSpec(r, None) if isinstance(r, str) else ReplicaSpec(r.device) for r in listed]
     for dest, value in deploy.flat().items():
         if getattr(args, dest, None) is None:
             setattr(args, dest, value)

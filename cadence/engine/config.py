@@ -76,6 +76,10 @@ class EngineConfig:
     graph_buckets: tuple[int, ...] | None = None
     chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
     runaway: RunawayGuard = field(default_factory=RunawayGuard)
+    # Run the codec on the frames of earlier steps while the talker decodes this step's, instead of
+    # after it: the two partitions' devices work at once, for one step more to first audio.
+    # None: when the Codec partition has a device of its own (build_core).
+    pipeline_codec: bool | None = None
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:

@@ -56,6 +56,16 @@ class Stream:
         return self.request.request_id
 
 
+@dataclass
+class CodecLaunch:
+    """A codec walk in flight: `size` frames of each of `streams`; `audio` on the Codec's device."""
+
+    size: int
+    streams: list[Stream]
+    audio: torch.Tensor
+    codes: torch.Tensor | None  # the frames, on the host, when EngineConfig.return_codes
+
+
 class EngineCore:
     def __init__(self, talker: TalkerPartition, codec: CodecPartition, config: EngineConfig):
         self.talker = talker
@@ -68,6 +78,10 @@ class EngineCore:
         self.loops = LoopDetector(talker.max_slots, config.runaway)
         self._cancelled: set[str] = set()
         self.stats = EngineStats(kv_pages_total=talker.kv.num_pages)
+        # Frames not yet through the codec, kept on the Talker's device ([slot, frame % depth, codes])
+        # so that they reach the Codec's device in one copy; allocated at the first decode walk.
+        self._ring: torch.Tensor | None = None
+        self._ring_depth = 2 * config.chunk_policy.max_chunk_frames + 2  # > the most frames ever pending
 
     # -- requests in ------------------------------------------------------------------------------
 
@@ -108,11 +122,16 @@ class EngineCore:
         start = time.monotonic()
         out: list[AudioChunk] = []
         self._apply_cancellations(out)
+        # Pipelined: the codec takes the frames of earlier steps before the talker runs, so the two
+        # devices work at once (launches are asynchronous; each partition syncs only its own).
+        launches = self._launch_codec() if self.config.pipeline_codec else []
         admitted = self._admit(start)
         if admitted:
             self._prefill(admitted)
         self._decode()
-        self._run_codec(out)
+        if not self.config.pipeline_codec:
+            launches = self._launch_codec()
+        self._collect_codec(launches, out)
         self._finish(out)
         self.stats.steps += 1
         self.stats.last_step_seconds = time.monotonic() - start
@@ -158,14 +177,14 @@ class EngineCore:
     def _prefill(self, admitted: list[Admission]) -> None:
         try:
             self.talker.prefill(admitted)
-            self.codec.reset([a.slot for a in admitted])
+            self.codec.reset([a.slot for a in admitted], [a.request for a in admitted])
             return
         except Exception:
             log.exception("batched prefill failed; retrying requests one by one")
         for a in admitted:  # isolate the culprit: one bad request must not fail the others
             try:
                 self.talker.prefill([a])
-                self.codec.reset([a.slot])
+                self.codec.reset([a.slot], [a.request])
             except Exception as e:
                 log.exception("prefill of request %s failed", a.request.request_id)
                 self._fail(self.running[a.slot], e)
@@ -183,6 +202,8 @@ class EngineCore:
             for s in streams:
                 self._fail(s, e)
             return
+        if result.device_frames is not None:
+            self._keep_on_device(streams, result.device_frames)
         now = time.monotonic()
         eos = result.eos.numpy()
         for i, stream in enumerate(streams):
@@ -203,7 +224,33 @@ class EngineCore:
                 log.warning("request %s: code0 loop detected, stopping (runaway)", self.running[slot].id)
                 self.running[slot].finish = FinishReason.RUNAWAY
 
-    def _run_codec(self, out: list[AudioChunk]) -> None:
+    def _keep_on_device(self, streams: list[Stream], frames: torch.Tensor) -> None:
+        """Write this walk's frames into the ring, at each stream's next frame index (an EOS frame is
+        written too, past what is pending: it is never read)."""
+        if self._ring is None:
+            shape = (self.talker.max_slots, self._ring_depth, frames.shape[1])
+            self._ring = torch.zeros(shape, dtype=frames.dtype, device=frames.device)
+        if any(len(s.pending) >= self._ring_depth for s in streams):
+            raise RuntimeError("more frames pending than the frame ring holds")  # an engine bug: stop the engine
+        dev = frames.device
+        slots = torch.tensor([s.slot for s in streams], device=dev)
+        positions = torch.tensor([s.frames % self._ring_depth for s in streams], device=dev)
+        self._ring[slots, positions] = frames
+
+    def _codec_input(self, streams: list[Stream], size: int) -> torch.Tensor:
+        """The next `size` frames of each stream, [B, size, codes], on the Codec's device: gathered
+        from the ring and copied device to device, or (a Talker without device frames) from the host."""
+        if self._ring is None:
+            return torch.stack([torch.stack(s.pending[:size]) for s in streams]).to(self.codec.device)
+        dev = self._ring.device
+        slots = torch.tensor([s.slot for s in streams], device=dev)[:, None]
+        first = torch.tensor([s.decoded for s in streams], device=dev)[:, None]
+        positions = (first + torch.arange(size, device=dev)) % self._ring_depth
+        return self._ring[slots, positions].to(self.codec.device, non_blocking=True)
+
+    def _launch_codec(self) -> list[CodecLaunch]:
+        """codec_chunk for every stream whose chunk policy is met, batched by chunk size; the audio
+        stays on the Codec's device until _collect_codec."""
         policy = self.config.chunk_policy
         groups: dict[tuple[int, bool], list[Stream]] = {}
         for stream in self.running.values():
@@ -217,17 +264,34 @@ class EngineCore:
                 if n < size:
                     continue
             groups.setdefault((size, stream.finish is not None), []).append(stream)
+        launches = []
         for (size, finishing), streams in groups.items():
-            frames = torch.stack([torch.stack(s.pending[:size]) for s in streams])
             try:
-                audio = self.codec.decode([s.slot for s in streams], frames, finishing)
+                audio = self.codec.decode([s.slot for s in streams], self._codec_input(streams, size), finishing)
             except Exception as e:
                 log.exception("codec chunk failed for %d streams", len(streams))
                 for s in streams:
                     self._fail(s, e)
                 continue
+            codes = torch.stack([torch.stack(s.pending[:size]) for s in streams]) if self.config.return_codes else None
+            launches.append(CodecLaunch(size, streams, audio, codes))
+        return launches
+
+    def _collect_codec(self, launches: list[CodecLaunch], out: list[AudioChunk]) -> None:
+        """Audio chunks of the launched codec walks (waits for the Codec's device)."""
+        for launch in launches:
+            size, streams = launch.size, launch.streams
+            try:
+                audio = launch.audio.float().cpu().numpy()
+            except Exception as e:  # an asynchronous device error surfaces here
+                log.exception("codec chunk failed for %d streams", len(streams))
+                for s in streams:
+                    self._fail(s, e)
+                continue
             now = time.monotonic()
-            for i, (stream, wav) in enumerate(zip(streams, audio.float().cpu().numpy(), strict=True)):
+            for i, (stream, wav) in enumerate(zip(streams, audio, strict=True)):
+                if stream.finish is FinishReason.ERROR:
+                    continue  # failed while its chunk was in flight (pipelined): no more audio
                 del stream.pending[:size]
                 start = stream.decoded
                 stream.decoded += size
@@ -235,7 +299,7 @@ class EngineCore:
                 if stream.timings.first_chunk is None:
                     stream.timings.first_chunk = now
                 self._check_silence(stream, wav)
-                codes = frames[i].numpy() if self.config.return_codes else None
+                codes = launch.codes[i].numpy() if launch.codes is not None else None
                 out.append(
                     AudioChunk(stream.id, to_int16(wav), start, stream.decoded, timings=stream.timings,
                                prompt_tokens=len(stream.request.prompt), codes=codes)

@@ -35,6 +35,9 @@ class Admission:
 class DecodeOutput:
     frames: torch.Tensor  # [B, num_code_groups] long, on the host
     eos: torch.Tensor  # [B] bool: the frame's code0 is EOS (the frame itself is not audio)
+    # The same frames on the Talker's device (valid until the next walk): the core keeps them there
+    # and hands them to the Codec device to device. None: the core sends the host copy.
+    device_frames: torch.Tensor | None = None
 
 
 class TalkerPartition(Protocol):
@@ -63,9 +66,11 @@ class TalkerPartition(Protocol):
 class CodecPartition(Protocol):
     samples_per_frame: int
     sample_rate: int
+    device: torch.device  # where decode runs (and wants its frames): the Talker's, or one of its own
 
-    def reset(self, slots: list[int]) -> None:
-        """Cold decoder state for streams starting in these slots."""
+    def reset(self, slots: list[int], requests: list[EngineRequest] | None = None) -> None:
+        """Decoder state for streams starting in these slots: cold, or primed with audio the request
+        says the stream continues (a voice-cloning reference)."""
         ...
 
     def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:

@@ -11,8 +11,12 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
+
+if TYPE_CHECKING:
+    from .state import ServerState
 
 log = logging.getLogger("cadence.server")
 
@@ -22,6 +26,7 @@ API_KEY_ENV = "CADENCE_API_KEY"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..deploy.config import DeployFile, option_dests
+    from .cloning import add_arguments as add_cloning_arguments
 
     defaults = DeployFile().flat()  # shown in the help; the options themselves default to None (not given)
     p = subparsers.add_parser(
@@ -49,8 +54,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"require 'Authorization: Bearer KEY' on every /v1 route (default: ${API_KEY_ENV}, else none)",
     )
     p.add_argument("--served-model-name", help="the model id clients see and send (default: MODEL as given)")
+    g = p.add_argument_group("placement (docs/deploy.md)")
+    g.add_argument("--device", help="cpu, cuda, cuda:N or auto (default auto); with --replicas, cuda spreads them")
+    g.add_argument(
+        "--replicas",
+        type=int,
+        help="engine processes behind this server (default 1), each on --device: `cuda` puts replica i on GPU i",
+    )
+    g.add_argument(
+        "--codec-device",
+        help="disaggregated: the Codec partition on a device of its own (cpu, cuda:N); default: with the talker",
+    )
     g = p.add_argument_group("model")
-    g.add_argument("--device", help="cpu, cuda, cuda:N or auto (default auto)")
     g.add_argument("--dtype", choices=["auto", "bf16", "fp32"], help="talker precision (default auto)")
     g.add_argument(
         "--dummy-weights",
@@ -69,6 +84,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="talker decode walk: auto = fused Triton kernels under CUDA graphs on a GPU, else eager sdpa",
     )
     g.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, help="no CUDA graphs (debugging)")
+    g.add_argument(
+        "--pipeline-codec",
+        action=argparse.BooleanOptionalAction,
+        help="run the codec on earlier frames while the talker decodes (default: with --codec-device)",
+    )
     g.add_argument(
         "--graph-buckets",
         type=_int_list,
@@ -107,6 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--warmup-frames", type=int, help="frames of the warm-up synthesis before /ready (8)")
     # None marks an option not given on the command line: the deployment file, else DeployFile's
     # default, fills it (cmd_serve), so that a flag always overrides the file.
+    add_cloning_arguments(p)
     p.set_defaults(func=cmd_serve, **dict.fromkeys(option_dests()))
 
 
@@ -121,21 +142,58 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from ..deploy.config import apply_deploy_file
-    from ..deploy.yaml_schema import SchemaError
+    from .api import create_app
+
+    try:
+        apply_deploy_file(args)
+        state = build_state(args)
+    except (ServeConfigError, OSError, ValueError) as e:  # SchemaError is a ValueError
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    state.on_ready = lambda info: _banner(args, state, info)
+    if not _is_loopback(args.host) and not state.settings.api_key:
+        log.warning("listening on %s without an API key: anyone who can reach it can use it", args.host)
+
+    config = uvicorn.Config(
+        create_app(state),
+        host=args.host,
+        port=args.port,
+        log_config=None,  # cadence's logging format for uvicorn's lines too
+        access_log=False,  # cadence.access writes one structured line per synthesis instead
+        timeout_graceful_shutdown=args.drain_timeout,
+        ws="websockets-sansio",
+    )
+    server = DrainingServer(config, state)
+    logging.getLogger("uvicorn.error").addFilter(_DenialIsNotAnError())
+    log.info("loading %s; GET /ready answers 200 once the model is warm", state.settings.model_name)
+    try:
+        asyncio.run(server.serve())
+    finally:
+        state.engine.kill()  # only if a forced exit skipped the graceful shutdown
+    if server.force_exit and state.exit_code == 0:
+        return 130  # a second Ctrl-C cut the drain short
+    return state.exit_code
+
+
+class ServeConfigError(Exception):
+    """A configuration `cadence serve` refuses before starting anything (exit 2)."""
+
+
+def build_state(args: argparse.Namespace) -> ServerState:
+    """Everything the API process holds, from resolved options (apply_deploy_file first). Raises
+    ServeConfigError for settings that cannot work; checkpoint errors propagate as they are."""
+    from dataclasses import replace
+
+    from ..deploy.placement import resolve_placements
     from ..engine.config import EngineConfig
     from ..models.qwen3_tts.builtin import find_architecture
     from ..models.qwen3_tts.model import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
     from ..weights import resolve_checkpoint
-    from .api import create_app
+    from .cloning import attach as attach_cloning
     from .engine_process import EngineProcessConfig
     from .state import ServerSettings, ServerState
     from .voices import VoiceTable, parse_voice_map
 
-    try:
-        apply_deploy_file(args)
-    except (SchemaError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     # The API process needs only config and tokenizer; the weights load in the engine process.
     if args.dummy_weights:
         architecture = find_architecture(args.model).shrink(args.dummy_preset)
@@ -160,10 +218,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             enforce_eager=args.enforce_eager,
             graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
             chunk_policy=args.chunk_policy,
+            pipeline_codec=args.pipeline_codec,
         )
+        placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise ServeConfigError(str(e)) from None
+    _warn_shared_devices(placements, engine)
     name = args.served_model_name or args.model
     settings = ServerSettings(
         model_name=name,
@@ -176,7 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model_name=name,
         checkpoint=str(checkpoint) if checkpoint else None,
         architecture=architecture,
-        device=args.device,
+        device=placements[0].device,
         dtype=args.dtype,
         tokenizer_regex=args.tokenizer_regex,
         engine=engine,
@@ -186,32 +246,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cpu_threads=args.cpu_threads,
         log_level=logging.getLogger().level,
     )
-    state = ServerState(settings, frontend, voices, process, on_ready=lambda info: _banner(args, settings, info))
-    if not _is_loopback(args.host) and not settings.api_key:
-        log.warning("listening on %s without an API key: anyone who can reach it can use it", args.host)
-
-    config = uvicorn.Config(
-        create_app(state),
-        host=args.host,
-        port=args.port,
-        log_config=None,  # cadence's logging format for uvicorn's lines too
-        access_log=False,  # cadence.access writes one structured line per synthesis instead
-        timeout_graceful_shutdown=args.drain_timeout,
-        ws="websockets-sansio",
-    )
-    server = DrainingServer(config, state)
-    logging.getLogger("uvicorn.error").addFilter(_DenialIsNotAnError())
-    log.info("loading %s; GET /ready answers 200 once the model is warm", name)
-    try:
-        asyncio.run(server.serve())
-    finally:
-        state.engine.kill()  # only if a forced exit skipped the graceful shutdown
-    if server.force_exit and state.exit_code == 0:
-        return 130  # a second Ctrl-C cut the drain short
-    return state.exit_code
+    several = len(placements) > 1
+    replicas = [
+        replace(process, device=p.device, codec_device=p.codec_device, replica=i if several else None)
+        for i, p in enumerate(placements)
+    ]
+    state = ServerState(settings, frontend, voices, replicas)
+    attach_cloning(state, args, checkpoint)  # a Base checkpoint: voice encoders, saved voices
+    return state
 
 
-def _banner(args: argparse.Namespace, settings, info) -> None:
+def _warn_shared_devices(placements, engine) -> None:
+    devices = [p.device for p in placements if p.device.startswith("cuda")]
+    if len(set(devices)) < len(devices) and engine.kv_cache_memory is None:
+        # Replicas load at once and would each take the same fraction of what is free.
+        log.warning("several replicas share a GPU: set kv_cache_memory (GB per replica) so that their KV caches fit")
+
+
+def _banner(args: argparse.Namespace, state: ServerState, info) -> None:
+    settings = state.settings
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     url = f"http://{host}:{args.port}"
     auth = f' -H "Authorization: Bearer ${API_KEY_ENV}"' if settings.api_key else ""
@@ -220,12 +273,18 @@ def _banner(args: argparse.Namespace, settings, info) -> None:
     example = {"model": info.model, "input": "Hello from cadence.", "voice": "ryan", "response_format": "wav"}
     if info.random_weights:
         example["max_new_tokens"] = 50  # random weights seldom stop on their own: 4 s of audio
+    where = info.device if not info.codec_device else f"{info.device} (codec on {info.codec_device})"
     lines = [
-        f"cadence is serving {info.model} ({info.model_size}, {weights}) on {info.device} in {info.dtype}",
+        f"cadence is serving {info.model} ({info.model_size}, {weights}) on {where} in {info.dtype}",
         f"  listening on http://{args.host}:{args.port} (OpenAI base URL {url}/v1)",
         f"  capacity: {info.max_streams} streams generating + {info.max_queue} queued; KV cache "
         f"{info.kv_bytes / 2**30:.2f} GB = {info.kv_tokens} tokens (~{per_stream:.0f} s of audio per stream when full)",
         f"  warm-up took {info.warmup_seconds:.2f} s; docs: docs/api.md",
+    ]
+    if len(state.engine.replicas) > 1:
+        devices = ", ".join(r.placement for r in state.engine.replicas)
+        lines.insert(2, f"  {len(state.engine.replicas)} replicas on {devices}; capacity and KV cache per replica:")
+    lines += [
         f"  try: curl {url}/v1/audio/speech{auth} -H 'Content-Type: application/json' -d '{json.dumps(example)}' "
         "-o hello.wav",
     ]

@@ -27,6 +27,7 @@ from ..engine.engine import SynthesisRequest, build_core, kv_cache_bytes, prepar
 from ..engine.request import FinishReason, QueueFullError
 from ..models.qwen3_tts.builtin import Architecture
 from ..models.qwen3_tts.model import Qwen3TTS
+from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from . import protocol as P
 
 log = logging.getLogger("cadence.engine")
@@ -52,14 +53,20 @@ class EngineProcessConfig:
     log_level: int = logging.INFO
     seed: int = 0  # of the random weights
     cpu_threads: int | None = None  # torch threads when the model runs on the CPU (None: cores - 1)
+    replica: int | None = None  # its index among data-parallel replicas (None: the only engine)
+    codec_device: str | None = None  # the Codec partition's own device (disaggregated); None: `device`
 
 
 def run_engine_process(cfg: EngineProcessConfig) -> None:
     """The process entry point (multiprocessing target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    who = "%(name)s" if cfg.replica is None else f"%(name)s[replica {cfg.replica}]"
+    logging.basicConfig(level=cfg.log_level, format=f"%(asctime)s %(levelname)s {who}: %(message)s")
     torch.set_grad_enabled(False)
+    if cfg.device.startswith("cuda:"):
+        # CUDA graph capture and new streams use the current device, not the tensors' device.
+        torch.cuda.set_device(cfg.device)
     ctx = zmq.Context()
     inbox = ctx.socket(zmq.PULL)
     inbox.connect(cfg.input_address)
@@ -99,7 +106,7 @@ def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
         threads = cfg.cpu_threads or max(1, len(os.sched_getaffinity(0)) - 1)
         torch.set_num_threads(threads)
         log.info("CPU inference with %d torch threads", threads)
-    core = build_core(model, cfg.engine)
+    core = build_core(model, cfg.engine, cfg.codec_device)
     kv = core.talker.kv
     log.info(
         "loaded %s in %.1f s; KV cache %d pages x %d tokens = %d tokens; %d streams",
@@ -111,6 +118,7 @@ def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
         model=cfg.model_name,
         model_size=model.config.tts_model_size,
         device=str(model.device),
+        codec_device=str(core.codec.device) if core.codec.device != model.device else None,
         dtype=str(model.dtype).removeprefix("torch."),
         random_weights=cfg.architecture is not None,
         max_streams=cfg.engine.max_streams,
@@ -130,10 +138,8 @@ def warm_up(model: Qwen3TTS, core: EngineCore, config: EngineConfig, frames: int
     start = time.monotonic()
     if frames <= 0:
         return 0.0
-    speaker = model.config.speakers[0]
-    req = SynthesisRequest(
-        "Warm-up.", voice=speaker, max_new_tokens=frames, ignore_eos=True, request_id="cadence-warmup"
-    )
+    clone = VoiceClonePrompt.stand_in(model.config) if model.config.tts_model_type == "base" else None
+    req = SynthesisRequest("Warm-up.", clone=clone, max_new_tokens=frames, ignore_eos=True, request_id="cadence-warmup")
     core.add_request(prepare_request(model, req, config.max_input_tokens))
     finished = None
     while core.has_work():

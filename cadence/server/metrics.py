@@ -49,6 +49,14 @@ class Metrics:
         )
         self.engine_steps = Gauge("cadence_engine_steps", "Engine steps run since start", registry=r)
         self.ready = Gauge("cadence_ready", "1 when the server accepts requests", registry=r)
+        # Data-parallel replicas (cadence/server/replicas.py); the engine gauges above sum over them.
+        self.replica_up = Gauge("cadence_replica_up", "1 while the replica serves", ["replica"], registry=r)
+        self.replica_requests = Counter(
+            "cadence_replica_requests", "Requests routed to the replica", ["replica"], registry=r
+        )
+        self.replica_restarts = Counter(
+            "cadence_replica_restarts", "Restarts of the replica's engine process", ["replica"], registry=r
+        )
 
     def on_step(self, msg: P.StepOutput) -> None:
         s = msg.stats

@@ -43,6 +43,7 @@ class EngineInfo(msgspec.Struct):
     model: str
     model_size: str
     device: str
+    codec_device: str | None  # the Codec partition's own device (disaggregated), or None: `device`
     dtype: str
     random_weights: bool
     max_streams: int

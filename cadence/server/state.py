@@ -1,5 +1,5 @@
-"""What the API process holds: settings, the weightless frontend, voices, the engine client, metrics,
-and the server's life cycle (loading -> ready -> draining, or dead when the engine process dies)."""
+"""What the API process holds: settings, the weightless frontend, voices, the engine replicas, metrics,
+and the server's life cycle (loading -> ready -> draining, or dead when no engine process is left)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,21 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..engine.config import EngineConfig
 from ..models.qwen3_tts.model import Qwen3TTSFrontend
 from . import errors as E
 from . import protocol as P
-from .engine_client import EngineClient, EngineStartError
+from .engine_client import EngineStartError
 from .engine_process import EngineProcessConfig
 from .metrics import Metrics
+from .replicas import ReplicaPool
 from .schema import OPENAI_MODELS, Limits
 from .voices import VoiceTable
+
+if TYPE_CHECKING:
+    from .cloning import VoiceCloning
 
 log = logging.getLogger("cadence.server")
 
@@ -33,20 +38,24 @@ class ServerSettings:
 
 
 class ServerState:
+    # Voice cloning and saved voices, on a Base checkpoint (set by `cadence serve`; docs/api.md).
+    cloning: VoiceCloning | None = None
+
     def __init__(
         self,
         settings: ServerSettings,
         frontend: Qwen3TTSFrontend,
         voices: VoiceTable,
-        engine_process: EngineProcessConfig,
+        replicas: list[EngineProcessConfig],
         on_ready: Callable[[P.EngineInfo], None] | None = None,
     ):
+        """`replicas`: one engine process per data-parallel replica (their engine configs alike)."""
         self.settings = settings
         self.frontend = frontend
         self.voices = voices
-        self.engine_config: EngineConfig = engine_process.engine
+        self.engine_config: EngineConfig = replicas[0].engine
         self.metrics = Metrics()
-        self.engine = EngineClient(engine_process, on_death=self._on_engine_death, on_step=self.metrics.on_step)
+        self.engine = ReplicaPool(replicas, self.metrics, on_fatal=self._on_engine_death)
         self.limits = Limits(
             settings.max_input_chars,
             self.engine_config.max_input_tokens,
@@ -59,6 +68,7 @@ class ServerState:
         # Set by the runner: stop the HTTP server (graceful: it drains open responses first).
         self.request_exit: Callable[[], None] = lambda: None
         self._ready_task: asyncio.Task | None = None
+        self._started_all = False  # every replica has been ready once (after that, any one will do)
 
     @property
     def sample_rate(self) -> int:
@@ -66,7 +76,7 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        return self.engine.ready and not self.draining
+        return self._started_all and self.engine.ready and not self.draining
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -82,6 +92,7 @@ class ServerState:
             self._fail()
             return
         self.metrics.kv_pages_total.set(info.kv_pages_total)
+        self._started_all = True
         self.metrics.ready.set(1)
         if self.on_ready is not None:
             self.on_ready(info)
@@ -100,7 +111,8 @@ class ServerState:
         self.draining = True
         self.metrics.ready.set(0)
 
-    def _on_engine_death(self) -> None:
+    def _on_engine_death(self, reason: str) -> None:
+        log.error("%s: the server cannot serve any more and exits", reason)
         self._fail()
 
     def _fail(self) -> None:
@@ -117,13 +129,16 @@ class ServerState:
         if self.draining:
             raise E.unavailable("the server is shutting down", "draining")
         if not self.engine.ready:
+            if self.engine.info is not None:  # it was ready: every replica is restarting
+                raise E.unavailable("no engine replica is ready (restarting); retry shortly", "not_ready")
             raise E.unavailable("the model is still loading; poll GET /ready", "not_ready")
-        capacity = self.engine_config.max_streams + self.engine_config.max_queue
-        if self.engine.outstanding >= capacity:
+        if self.engine.outstanding >= self.engine.capacity:
             # Decided here so that a full server answers at once, without a round trip to the engine.
             step = self.engine.stats.last_step_seconds
+            replicas = len(self.engine.replicas)
+            per = f" in each of {replicas} replicas" if replicas > 1 else ""
             raise E.queue_full(
                 f"the server is at capacity ({self.engine_config.max_streams} streams generating, "
-                f"{self.engine_config.max_queue} queued); retry later",
+                f"{self.engine_config.max_queue} queued{per}); retry later",
                 retry_after=max(1.0, step * 50),
             )

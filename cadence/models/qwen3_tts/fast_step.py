@@ -225,7 +225,7 @@ class FastDecoder:
                     self.step(slots)
             torch.cuda.current_stream(self.dev).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, stream=side):  # a stream of this device (see Qwen3TTSCodec)
                 frames, eos = self.step(slots)
             self.graphs[b] = (graph, slots, frames, eos)
         torch.cuda.synchronize(self.dev)
@@ -240,9 +240,9 @@ class FastDecoder:
         n = len(slots)
         if not self.graphs:
             frames, eos = self.step(torch.tensor(slots, device=self.dev))
-            return DecodeOutput(frames.cpu(), eos.cpu())
+            return DecodeOutput(frames.cpu(), eos.cpu(), frames)
         graph, buf, frames, eos = self.graphs[self.bucket(n)]
         buf.fill_(self.dummy)
         buf[:n].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
         graph.replay()
-        return DecodeOutput(frames[:n].cpu(), eos[:n].cpu())
+        return DecodeOutput(frames[:n].cpu(), eos[:n].cpu(), frames[:n])

@@ -210,7 +210,7 @@ class Qwen3TTSTalker:
         st.hidden[idx] = talker(x, position[:, None], attend)[:, 0]
         st.step[idx] = step + 1
         st.position[idx] = position + 1
-        return DecodeOutput(frame.cpu(), (code0 == self._eos).cpu())
+        return DecodeOutput(frame.cpu(), (code0 == self._eos).cpu(), frame)
 
     def release(self, slot: int) -> None:
         self._positions[slot] = 0
@@ -241,16 +241,25 @@ class Qwen3TTSCodec:
         self.dummy = max_slots
         self.samples_per_frame = model.samples_per_frame
         self.sample_rate = model.sample_rate
-        self.device = model.device
+        self.device = next(model.codec.decoder.parameters()).device  # the Talker's, or its own (build_core)
         self.max_batch = max_batch
         largest = min(max_batch, max_slots)
         self.batch_buckets = tuple(b for b in graph_buckets or self.BATCH_BUCKETS if b < largest) + (largest,)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         if use_graphs:
-            self._capture()
+            with torch.cuda.device(self.device):  # capture streams and graph pools belong to the current device
+                self._capture()
 
-    def reset(self, slots: list[int]) -> None:
+    def reset(self, slots: list[int], requests: list[EngineRequest] | None = None) -> None:
+        """Cold state for new streams. A cloned voice in the in-context mode continues its reference
+        audio, so the reference frames are decoded first and their audio dropped: the stream's
+        audio is then the official decode of reference + generated frames with the reference's
+        share cut off."""
         self.decoder.reset(slots)
+        for slot, request in zip(slots, requests or [], strict=False):
+            ref = request.prompt.ref_codes
+            if ref:
+                self.decoder.decode([slot], torch.tensor(ref, dtype=torch.long, device=self.device)[None])
 
     def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
         if len(slots) > self.max_batch:  # bounded activation memory: split large groups
@@ -291,7 +300,9 @@ class Qwen3TTSCodec:
                         self.decoder.decode(slots, codes)
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                # Capture on a stream of this device: torch.cuda.graph's default capture stream is
+                # created once per process, on the device current at first use (the Talker's).
+                with torch.cuda.graph(graph, pool=pool, stream=side):
                     wav = self.decoder.decode(slots, codes)
                 self.graphs[(b, f)] = (graph, slots, codes, wav)
         self.decoder.reset([self.dummy])
