@@ -16,6 +16,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -48,6 +49,19 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=100)
     p.add_argument("--ttfa-runs", type=int, default=20)
     p.add_argument("--kv-gb", type=float, default=None)
+    p.add_argument(
+        "--stagger",
+        type=int,
+        default=1,
+        help="admit the saturation streams over this many steps (1: all at once, in lockstep; "
+        "more: chunk boundaries spread over steps, as arrivals spread them in a server)",
+    )
+    p.add_argument(
+        "--pipeline-codec",
+        choices=["auto", "on", "off", "both"],
+        default="auto",
+        help="codec chunks overlapping the talker's step; both: measure off, then on (same engine)",
+    )
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -58,13 +72,26 @@ def main() -> None:
         attention_backend=args.attention_backend,
         enforce_eager=args.enforce_eager,
         max_queue=max(256, args.streams),
+        # built pipelined for "on" and "both" (the codec then gets its own CUDA stream); "both" then
+        # measures the same engine with the pipelining switched off and on
+        pipeline_codec={"auto": None, "off": False}.get(args.pipeline_codec, True),
     )
     t = time.perf_counter()
     core = build_core(model, cfg)
     mib = core.codec.bytes_per_stream / 2**20
     print(f"engine build {time.perf_counter() - t:.1f} s; codec state {mib:.2f} MiB/stream")
-    out: dict = {"device": str(model.device), "streams": args.streams, "frames": args.frames}
+    out: dict = {"device": str(model.device), "streams": args.streams, "frames": args.frames, "stagger": args.stagger}
+    modes = {"auto": [core.config.pipeline_codec], "on": [True], "off": [False], "both": [False, True]}
+    for pipelined in modes[args.pipeline_codec]:
+        core.config = replace(core.config, pipeline_codec=pipelined)
+        print(f"-- pipeline_codec={pipelined}")
+        out[f"pipeline_codec={pipelined}"] = measure(core, model, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
 
+
+def measure(core, model, args) -> dict:
+    out: dict = {}
     ttfa = []
     for i in range(args.ttfa_runs + 3):
         req = prepare_request(model, SynthesisRequest(TTFA_TEXT, seed=i, max_new_tokens=40), 4096)
@@ -90,11 +117,12 @@ def main() -> None:
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
-    for r in reqs:
-        core.add_request(r)
+    per_step = -(-len(reqs) // args.stagger)
     samples, steps = 0, 0
     step_times = []
-    while core.has_work():
+    while core.has_work() or steps * per_step < len(reqs):
+        for r in reqs[steps * per_step : (steps + 1) * per_step]:
+            core.add_request(r)
         t = time.perf_counter()
         for chunk in core.step():
             samples += chunk.pcm.size
@@ -112,8 +140,7 @@ def main() -> None:
     step_ms = out["saturation"]["median_step_ms"]
     print(f"saturation: {args.streams} streams x {args.frames} frames: {audio:.0f} s of audio in {wall:.2f} s wall = "
           f"{audio / wall:.0f} audio s per wall s (median engine step {step_ms:.1f} ms)")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    return out
 
 
 if __name__ == "__main__":

@@ -46,7 +46,17 @@ for phase in "$@"; do
       done ;;
     gputests)  # every gpu-marked test (the second GPU's where there is one)
       server_wheels
-      timeout 300 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m gpu tests 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+      { timeout 240 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m gpu tests
+        timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+    pipeline)  # issue 5: codec chunks overlapping the talker's step, off then on, in one engine
+      need_full
+      python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
+        --kv-gb 40 --stagger 8 --pipeline-codec both --json "$OUT/engine_load_pipeline.json" 2>&1 | grep -v INFO ;;
+    disaggregated)  # issue 8, on two GPUs: the disaggregated deployment alone (see scaleout)
+      need_full; server_wheels
+      python3 benchmarks/scaleout.py --out /tmp/scaleout --duration 20 --label disaggregated --clients 2 \
+        --concurrency 64 256 -- $full --device cuda:0 --codec-device cuda:1 --max-streams 256 --kv-cache-memory 40
+      cp /tmp/scaleout/disaggregated/summary.json "$OUT/scaleout-disaggregated.json" ;;
     scaleout)  # issue 8, on two GPUs: 1 replica (colocated), 2 replicas, Talker/Codec on two GPUs
       need_full; server_wheels
       so="python3 benchmarks/scaleout.py --out /tmp/scaleout --duration 20"

@@ -102,3 +102,40 @@ def test_voice_design_through_the_engine(design_model, backend):
         for i, (text, d) in enumerate(zip(TEXTS, descriptions, strict=True))
     ]
     check_against_oracle(design_model, reqs, {0: reqs[:2], 1: reqs[2:]}, backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (Triton kernels under CUDA graphs)")
+@pytest.mark.parametrize("variant", ["custom_voice_17b", "base", "voice_design"])
+def test_variants_on_the_gpu_fast_path(variant, request, tiny_17b_checkpoint):
+    """Every variant's prompt through the Triton walk under CUDA graphs, against the eager walk on the
+    same GPU (fp32 without TF32; a difference is accepted only at a near-tie of the oracle)."""
+    from test_fast_step import near_ties_on_greedy_path
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    checkpoint = {
+        "custom_voice_17b": tiny_17b_checkpoint,
+        "base": request.getfixturevalue("tiny_base_checkpoint"),
+        "voice_design": request.getfixturevalue("tiny_voice_design_checkpoint"),
+    }[variant]
+    model = Qwen3TTS.from_pretrained(checkpoint, "cuda", "fp32")
+    if variant == "base":
+        encoder = VoiceEncoder.from_pretrained(checkpoint)
+        clone = encoder.encode(reference_audio(1.6, seed=3), "Reference one.")
+        fields = [dict(clone=clone), dict(clone=clone, x_vector_only=True), dict(clone=clone)]
+    elif variant == "voice_design":
+        fields = [dict(instruct="A deep, calm male voice."), dict(), dict(instruct="A bright young voice.")]
+    else:
+        fields = [dict(voice="ryan", instruct="Whisper, slowly."), dict(voice="vivian"), dict(voice="eric")]
+    reqs = [
+        prepare_request(model, SynthesisRequest(t, greedy=True, max_new_tokens=24 + i, request_id=f"g{i}", **f), 4096)
+        for i, (t, f) in enumerate(zip(TEXTS, fields, strict=True))
+    ]
+    eager = run(build_core(model, config(attention_backend="sdpa", enforce_eager=True)), {0: reqs[:2], 2: reqs[2:]})
+    fused = run(build_core(model, config(attention_backend="triton")), {0: reqs[:2], 2: reqs[2:]})
+    for r in reqs:
+        mine = codes_of(fused[r.request_id])
+        assert mine.shape[0] == r.params.max_new_tokens
+        if not torch.equal(mine, codes_of(eager[r.request_id])):
+            near_ties_on_greedy_path(model, r, mine)

@@ -76,9 +76,10 @@ class EngineConfig:
     graph_buckets: tuple[int, ...] | None = None
     chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
     runaway: RunawayGuard = field(default_factory=RunawayGuard)
-    # Run the codec on the frames of earlier steps while the talker decodes this step's, instead of
-    # after it: the two partitions' devices work at once, for one step more to first audio.
-    # None: when the Codec partition has a device of its own (build_core).
+    # Launch chunks after a stream's first on the frames of earlier steps before the talker's step,
+    # so codec and talker run at once (their own CUDA streams or devices); first chunks and final
+    # flushes still follow the talker in the same step. None: when the Codec partition has a device
+    # of its own (build_core).
     pipeline_codec: bool | None = None
 
     def __post_init__(self):

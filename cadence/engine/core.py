@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,15 +123,18 @@ class EngineCore:
         start = time.monotonic()
         out: list[AudioChunk] = []
         self._apply_cancellations(out)
-        # Pipelined: the codec takes the frames of earlier steps before the talker runs, so the two
-        # devices work at once (launches are asynchronous; each partition syncs only its own).
-        launches = self._launch_codec() if self.config.pipeline_codec else []
+        # Pipelined: chunks after a stream's first are launched before the talker runs, on the frames
+        # of earlier steps, so codec and talker work at once (on their own CUDA streams or devices;
+        # launches are asynchronous and each partition waits only for its own). First chunks and
+        # final flushes wait for this step's frames: pipelining never delays first audio.
+        pipelined = bool(self.config.pipeline_codec)
+        launches = self._launch_codec(lambda s: s.chunks > 0 and s.finish is None) if pipelined else []
         admitted = self._admit(start)
         if admitted:
             self._prefill(admitted)
         self._decode()
-        if not self.config.pipeline_codec:
-            launches = self._launch_codec()
+        in_flight = {id(s) for launch in launches for s in launch.streams}
+        launches += self._launch_codec(lambda s: id(s) not in in_flight)
         self._collect_codec(launches, out)
         self._finish(out)
         self.stats.steps += 1
@@ -248,14 +252,14 @@ class EngineCore:
         positions = (first + torch.arange(size, device=dev)) % self._ring_depth
         return self._ring[slots, positions].to(self.codec.device, non_blocking=True)
 
-    def _launch_codec(self) -> list[CodecLaunch]:
-        """codec_chunk for every stream whose chunk policy is met, batched by chunk size; the audio
-        stays on the Codec's device until _collect_codec."""
+    def _launch_codec(self, select: Callable[[Stream], bool] = lambda s: True) -> list[CodecLaunch]:
+        """codec_chunk for every selected stream whose chunk policy is met, batched by chunk size; the
+        audio stays on the Codec's device until _collect_codec."""
         policy = self.config.chunk_policy
         groups: dict[tuple[int, bool], list[Stream]] = {}
         for stream in self.running.values():
             n = len(stream.pending)
-            if n == 0:
+            if n == 0 or not select(stream):
                 continue
             if stream.finish is not None:
                 size = n  # flush what is left
@@ -282,7 +286,7 @@ class EngineCore:
         for launch in launches:
             size, streams = launch.size, launch.streams
             try:
-                audio = launch.audio.float().cpu().numpy()
+                audio = self.codec.fetch(launch.audio)
             except Exception as e:  # an asynchronous device error surfaces here
                 log.exception("codec chunk failed for %d streams", len(streams))
                 for s in streams:

@@ -121,7 +121,10 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
     codec_on = torch.device(codec_device) if codec_device is not None else model.device
     if codec_on != model.device:
         model.codec.decoder.to(codec_on)  # the weights move once
-    if config.pipeline_codec is None:  # auto: overlap the two devices' work
+    # auto: pipelined when the codec has a device of its own. On one H200 overlapping the two on
+    # separate CUDA streams gained nothing (docs/perf-notes.md #6), so colocated engines keep the
+    # simpler order unless asked.
+    if config.pipeline_codec is None:
         config = replace(config, pipeline_codec=codec_on != model.device)
     kv_bytes = kv_cache_bytes(config, model.device)
     backend = config.attention_backend
@@ -132,7 +135,10 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
         backend, config.enforce_eager, config.graph_buckets,
     )  # fmt: skip
     use_graphs = codec_on.type == "cuda" and not config.enforce_eager
-    codec = Qwen3TTSCodec(model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets)
+    own_stream = bool(config.pipeline_codec) and codec_on == model.device  # overlap on one GPU
+    codec = Qwen3TTSCodec(
+        model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream
+    )
     return EngineCore(talker, codec, config)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from .kv_cache import PagedKVCache
@@ -76,4 +77,9 @@ class CodecPartition(Protocol):
     def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
         """codec_chunk: frames [B, F, groups] -> float audio [B, F * samples_per_frame]. `finishing`:
         these streams end with this chunk (their decoder state will not be used again)."""
+        ...
+
+    def fetch(self, audio: torch.Tensor) -> np.ndarray:
+        """A decode's audio on the host as float32 [B, samples]: waits for that decode only (the codec
+        may run on a CUDA stream or device of its own, overlapping the talker)."""
         ...

@@ -87,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--pipeline-codec",
         action=argparse.BooleanOptionalAction,
-        help="run the codec on earlier frames while the talker decodes (default: with --codec-device)",
+        help="overlap codec chunks with the talker's step (first chunks are never delayed); "
+        "default: with --codec-device",
     )
     g.add_argument(
         "--graph-buckets",

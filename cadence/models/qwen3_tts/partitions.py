@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import torch
 
 from ...engine.attention import PagedAttention
@@ -235,6 +236,7 @@ class Qwen3TTSCodec:
         use_graphs: bool = False,
         max_batch: int = 64,
         graph_buckets: tuple[int, ...] | None = None,
+        own_stream: bool = False,
     ):
         self.decoder = StreamingCodecDecoder(model.codec.decoder)
         self.decoder.allocate(max_slots + 1)
@@ -246,6 +248,9 @@ class Qwen3TTSCodec:
         largest = min(max_batch, max_slots)
         self.batch_buckets = tuple(b for b in graph_buckets or self.BATCH_BUCKETS if b < largest) + (largest,)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        # `own_stream` (CUDA): the codec runs on a stream of its own, so that the chunks the engine
+        # pipelines (EngineConfig.pipeline_codec) overlap the talker's step on the same GPU.
+        self.stream = torch.cuda.Stream(self.device) if own_stream and self.device.type == "cuda" else None
         if use_graphs:
             with torch.cuda.device(self.device):  # capture streams and graph pools belong to the current device
                 self._capture()
@@ -262,9 +267,25 @@ class Qwen3TTSCodec:
                 self.decoder.decode([slot], torch.tensor(ref, dtype=torch.long, device=self.device)[None])
 
     def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
+        if self.stream is None:
+            return self._decode(slots, frames, finishing)
+        # after what the caller queued (the frames, a reset of these slots), not after later work
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        if frames.is_cuda:
+            frames.record_stream(self.stream)  # made on the caller's stream, read on this one
+        with torch.cuda.stream(self.stream):
+            return self._decode(slots, frames, finishing)
+
+    def fetch(self, audio: torch.Tensor) -> np.ndarray:
+        if self.stream is None:
+            return audio.float().cpu().numpy()
+        with torch.cuda.stream(self.stream):  # waits for this stream's work only, not the talker's
+            return audio.float().cpu().numpy()
+
+    def _decode(self, slots: list[int], frames: torch.Tensor, finishing: bool) -> torch.Tensor:
         if len(slots) > self.max_batch:  # bounded activation memory: split large groups
             parts = [
-                self.decode(slots[i : i + self.max_batch], frames[i : i + self.max_batch], finishing)
+                self._decode(slots[i : i + self.max_batch], frames[i : i + self.max_batch], finishing)
                 for i in range(0, len(slots), self.max_batch)
             ]
             return torch.cat(parts)
@@ -276,7 +297,9 @@ class Qwen3TTSCodec:
             frames = torch.cat([frames, frames[:, -1:].expand(n, fb - f, frames.shape[2])], dim=1)
         graph, slot_buf, code_buf, wav = self.graphs[(self.bucket(n), fb)]
         slot_buf.fill_(self.dummy)
-        slot_buf[:n].copy_(torch.tensor(slots, dtype=torch.long))
+        # pinned + non_blocking: a copy from pageable memory would first wait for the codec's earlier
+        # chunks on this stream, holding the host (and the talker's launch) back
+        slot_buf[:n].copy_(torch.tensor(slots, dtype=torch.long).pin_memory(), non_blocking=True)
         code_buf[:n].copy_(frames)
         graph.replay()
         return wav[:n, : f * self.samples_per_frame].clone()
