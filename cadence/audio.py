@@ -13,7 +13,10 @@ def to_int16(wav: torch.Tensor | np.ndarray) -> np.ndarray:
     """Float samples in [-1, 1] -> int16 PCM (rounded, clipped)."""
     if isinstance(wav, torch.Tensor):
         wav = wav.detach().float().cpu().numpy()
-    return np.clip(np.round(wav * 32767.0), -32768, 32767).astype(np.int16)
+    scaled = np.multiply(wav, 32767.0, dtype=np.result_type(wav, np.float32))  # one scratch array, then in place
+    np.rint(scaled, out=scaled)  # round half to even, as np.round
+    np.clip(scaled, -32768, 32767, out=scaled)
+    return scaled.astype(np.int16)
 
 
 def write_wav(path: str | Path, pcm: np.ndarray, sample_rate: int) -> None:

@@ -44,10 +44,11 @@ class Stream:
     budget_is_runaway: bool  # hitting max_frames means "runaway", not "length"
     slot: int = -1
     pages: list[int] = field(default_factory=list)
-    pending: list[torch.Tensor] = field(default_factory=list)  # frames not yet through the codec
+    pending: list[np.ndarray] = field(default_factory=list)  # frames not yet through the codec ([groups] each)
     frames: int = 0  # frames generated (EOS frame excluded)
     decoded: int = 0  # frames through the codec
     chunks: int = 0
+    next_chunk: int = 1  # frames the next chunk takes (chunk policy; cached: asked every step)
     silent_samples: int = 0
     finish: FinishReason | None = None
     error: str | None = None
@@ -99,6 +100,7 @@ class EngineCore:
             runaway = text_budget < budget
             budget = min(budget, text_budget)
         stream = Stream(request, Timings(arrival or time.monotonic()), budget, runaway)
+        stream.next_chunk = self.config.chunk_policy.chunk_size(0)
         tokens = self.talker.tokens_to_reserve(request, budget)
         if not self.talker.fits(tokens):
             raise QueueFullError(
@@ -210,20 +212,23 @@ class EngineCore:
             self._keep_on_device(streams, result.device_frames)
         now = time.monotonic()
         eos = result.eos.numpy()
+        frames = result.frames.numpy()  # one array for the step; each stream keeps a row of it
+        watched: list[int] = []  # rows whose code0 the loop detector sees
         for i, stream in enumerate(streams):
             if eos[i]:
                 stream.finish = FinishReason.STOP
                 continue
-            stream.pending.append(result.frames[i])
+            stream.pending.append(frames[i])
             stream.frames += 1
             if stream.timings.first_frame is None:
                 stream.timings.first_frame = now
             if stream.frames >= stream.max_frames:
                 stream.finish = FinishReason.RUNAWAY if stream.budget_is_runaway else FinishReason.LENGTH
-        live = np.array([s.slot for s in streams if s.finish is None and not s.request.ignore_eos], dtype=np.int64)
-        if len(live):
-            code0 = np.array([int(self.running[s].pending[-1][0]) for s in live], dtype=np.int64)
-            self.loops.push(live, code0)
+            elif not stream.request.ignore_eos:
+                watched.append(i)
+        if watched:
+            live = np.array([slots[i] for i in watched], dtype=np.int64)
+            self.loops.push(live, frames[watched, 0].astype(np.int64))
             for slot in live[self.loops.looping(live)]:
                 log.warning("request %s: code0 loop detected, stopping (runaway)", self.running[slot].id)
                 self.running[slot].finish = FinishReason.RUNAWAY
@@ -234,7 +239,7 @@ class EngineCore:
         if self._ring is None:
             shape = (self.talker.max_slots, self._ring_depth, frames.shape[1])
             self._ring = torch.zeros(shape, dtype=frames.dtype, device=frames.device)
-        if any(len(s.pending) >= self._ring_depth for s in streams):
+        if max(len(s.pending) for s in streams) >= self._ring_depth:
             raise RuntimeError("more frames pending than the frame ring holds")  # an engine bug: stop the engine
         dev = frames.device
         slots = torch.tensor([s.slot for s in streams], device=dev)
@@ -245,7 +250,7 @@ class EngineCore:
         """The next `size` frames of each stream, [B, size, codes], on the Codec's device: gathered
         from the ring and copied device to device, or (a Talker without device frames) from the host."""
         if self._ring is None:
-            return torch.stack([torch.stack(s.pending[:size]) for s in streams]).to(self.codec.device)
+            return self._pending_frames(streams, size).to(self.codec.device)
         dev = self._ring.device
         slots = torch.tensor([s.slot for s in streams], device=dev)[:, None]
         first = torch.tensor([s.decoded for s in streams], device=dev)[:, None]
@@ -255,18 +260,12 @@ class EngineCore:
     def _launch_codec(self, select: Callable[[Stream], bool] = lambda s: True) -> list[CodecLaunch]:
         """codec_chunk for every selected stream whose chunk policy is met, batched by chunk size; the
         audio stays on the Codec's device until _collect_codec."""
-        policy = self.config.chunk_policy
         groups: dict[tuple[int, bool], list[Stream]] = {}
         for stream in self.running.values():
             n = len(stream.pending)
-            if n == 0 or not select(stream):
+            if n == 0 or (n < stream.next_chunk and stream.finish is None) or not select(stream):
                 continue
-            if stream.finish is not None:
-                size = n  # flush what is left
-            else:
-                size = policy.chunk_size(stream.chunks)
-                if n < size:
-                    continue
+            size = n if stream.finish is not None else stream.next_chunk  # finishing: flush what is left
             groups.setdefault((size, stream.finish is not None), []).append(stream)
         launches = []
         for (size, finishing), streams in groups.items():
@@ -277,9 +276,14 @@ class EngineCore:
                 for s in streams:
                     self._fail(s, e)
                 continue
-            codes = torch.stack([torch.stack(s.pending[:size]) for s in streams]) if self.config.return_codes else None
+            codes = self._pending_frames(streams, size) if self.config.return_codes else None
             launches.append(CodecLaunch(size, streams, audio, codes))
         return launches
+
+    @staticmethod
+    def _pending_frames(streams: list[Stream], size: int) -> torch.Tensor:
+        """The next `size` pending frames of each stream, [B, size, groups], on the host."""
+        return torch.from_numpy(np.stack([np.stack(s.pending[:size]) for s in streams]))
 
     def _collect_codec(self, launches: list[CodecLaunch], out: list[AudioChunk]) -> None:
         """Audio chunks of the launched codec walks (waits for the Codec's device)."""
@@ -293,6 +297,7 @@ class EngineCore:
                     self._fail(s, e)
                 continue
             now = time.monotonic()
+            pcm = to_int16(audio)  # the whole batch at once
             for i, (stream, wav) in enumerate(zip(streams, audio, strict=True)):
                 if stream.finish is FinishReason.ERROR:
                     continue  # failed while its chunk was in flight (pipelined): no more audio
@@ -300,12 +305,13 @@ class EngineCore:
                 start = stream.decoded
                 stream.decoded += size
                 stream.chunks += 1
+                stream.next_chunk = self.config.chunk_policy.chunk_size(stream.chunks)
                 if stream.timings.first_chunk is None:
                     stream.timings.first_chunk = now
                 self._check_silence(stream, wav)
                 codes = launch.codes[i].numpy() if launch.codes is not None else None
                 out.append(
-                    AudioChunk(stream.id, to_int16(wav), start, stream.decoded, timings=stream.timings,
+                    AudioChunk(stream.id, pcm[i], start, stream.decoded, timings=stream.timings,
                                prompt_tokens=len(stream.request.prompt), codes=codes)
                 )  # fmt: skip
 
