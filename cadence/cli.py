@@ -205,10 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     # subcommands that live with their feature (serve-ray: Ray is imported only when it runs)
     for module in ("cadence.server.cli", "cadence.bench.cli", "cadence.deploy.ray_serve"):
         try:
-            register = __import__(module, fromlist=["register"]).register
-        except ImportError:
+            __import__(module, fromlist=["register"]).register(sub)
+        except ImportError:  # that feature's dependencies are missing: the other commands still work
             continue
-        register(sub)
     return parser
 
 

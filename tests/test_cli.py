@@ -368,3 +368,17 @@ def test_random_codec_output_is_neither_silent_nor_saturated(tiny_model):
     assert (wav.abs() >= 1.0 - 1e-6).float().mean().item() < 0.05
     # Not a constant or a DC offset: it moves.
     assert wav.std().item() > 0.02
+
+
+def test_model_commands_work_without_the_server_dependencies(monkeypatch):
+    """`cadence synth` and `cadence checkpoint` need no server packages: a machine without uvicorn
+    (a GPU box with only torch) still gets them, and no serve/serve-ray commands."""
+    from cadence.cli import build_parser
+
+    for name in [m for m in sys.modules if m == "cadence.server.cli" or m.startswith("cadence.deploy.ray_serve")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # importing it now raises ImportError
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert {"synth", "checkpoint", "bench"} <= set(commands) and "serve" not in commands
+    assert parser.parse_args(["checkpoint", "random", "--from", "s", "--out", "x"]).out == "x"
