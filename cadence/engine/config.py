@@ -12,21 +12,43 @@ class ChunkPolicy:
     The first chunk is decoded as soon as `first_chunk_frames` frames exist (time to first audio);
     each later chunk is `growth` times the previous one, up to `max_chunk_frames` (fewer, larger
     codec calls once the listener has audio buffered). A stream's final frames are flushed at once.
+
+    `deadline` (seconds, 0: off) makes the growth wait only while it is safe: a stream whose audio
+    ahead of real-time playback would fall below `deadline` before its next chunk is complete gets
+    the frames it has now (snapped down to a frame count the codec runs as a graph). Under load,
+    when a step takes about as long as a frame plays, this spends codec work on the streams about
+    to run dry instead of letting them stall while their chunk fills.
     """
 
     first_chunk_frames: int = 1
     growth: float = 2.0
     max_chunk_frames: int = 8
+    deadline: float = 0.0
 
     def __post_init__(self):
         if not (1 <= self.first_chunk_frames <= self.max_chunk_frames):
             raise ValueError("chunk policy needs 1 <= first_chunk_frames <= max_chunk_frames")
         if self.growth < 1.0:
             raise ValueError("chunk policy growth must be >= 1")
+        if self.deadline < 0:
+            raise ValueError("chunk policy deadline must be >= 0 seconds")
 
     def chunk_size(self, chunks_done: int) -> int:
         size = self.first_chunk_frames * self.growth**chunks_done
         return int(min(self.max_chunk_frames, max(1, round(size))))
+
+    def ready(self, pending: int, target: int, ahead: float | None, step: float) -> int:
+        """Frames to decode now (0: wait) for a stream with `pending` frames and a growth `target`.
+        `ahead`: seconds of its audio not yet played (None before its first chunk); `step`: seconds
+        an engine step takes."""
+        if pending >= target:
+            return target
+        if not self.deadline or ahead is None or pending == 0:
+            return 0
+        # waiting for `target` takes that many more steps, during which playback drains `ahead`
+        if ahead - (target - pending) * step >= self.deadline:
+            return 0
+        return 1 << (pending.bit_length() - 1)  # a power of two: the codec's graph frame buckets
 
 
 @dataclass(frozen=True)

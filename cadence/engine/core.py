@@ -84,6 +84,7 @@ class EngineCore:
         # so that they reach the Codec's device in one copy; allocated at the first decode walk.
         self._ring: torch.Tensor | None = None
         self._ring_depth = 2 * config.chunk_policy.max_chunk_frames + 2  # > the most frames ever pending
+        self._step_seconds = 0.0  # a moving average of loaded steps' duration (the deadline chunk policy)
 
     # -- requests in ------------------------------------------------------------------------------
 
@@ -141,6 +142,8 @@ class EngineCore:
         self._finish(out)
         self.stats.steps += 1
         self.stats.last_step_seconds = time.monotonic() - start
+        if self.running:  # idle steps say nothing about how long a loaded one takes
+            self._step_seconds += 0.2 * (self.stats.last_step_seconds - self._step_seconds)
         self.stats.running = len(self.running)
         self.stats.waiting = len(self.waiting)
         self.stats.kv_pages_used = self.talker.kv.used_pages
@@ -261,11 +264,21 @@ class EngineCore:
         """codec_chunk for every selected stream whose chunk policy is met, batched by chunk size; the
         audio stays on the Codec's device until _collect_codec."""
         groups: dict[tuple[int, bool], list[Stream]] = {}
+        policy, now = self.config.chunk_policy, time.monotonic()
         for stream in self.running.values():
             n = len(stream.pending)
-            if n == 0 or (n < stream.next_chunk and stream.finish is None) or not select(stream):
+            if n == 0 or not select(stream):
                 continue
-            size = n if stream.finish is not None else stream.next_chunk  # finishing: flush what is left
+            if stream.finish is not None:
+                size = n  # finishing: flush what is left
+            elif n >= stream.next_chunk:
+                size = stream.next_chunk
+            elif policy.deadline and stream.timings.first_chunk is not None:
+                size = policy.ready(n, stream.next_chunk, self._audio_ahead(stream, now), self._step_seconds)
+            else:
+                continue
+            if size == 0:
+                continue
             groups.setdefault((size, stream.finish is not None), []).append(stream)
         launches = []
         for (size, finishing), streams in groups.items():
@@ -279,6 +292,11 @@ class EngineCore:
             codes = self._pending_frames(streams, size) if self.config.return_codes else None
             launches.append(CodecLaunch(size, streams, audio, codes))
         return launches
+
+    def _audio_ahead(self, stream: Stream, now: float) -> float:
+        """Seconds of the stream's audio not yet played, if playback began with its first chunk."""
+        frame_seconds = self.codec.samples_per_frame / self.codec.sample_rate
+        return stream.decoded * frame_seconds - (now - stream.timings.first_chunk)
 
     @staticmethod
     def _pending_frames(streams: list[Stream], size: int) -> torch.Tensor:

@@ -91,6 +91,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default: with --codec-device",
     )
     g.add_argument(
+        "--chunk-deadline",
+        type=float,
+        metavar="SECONDS",
+        help="deadline-aware chunking: decode a stream's frames early, before its chunk has grown, when its "
+        "audio ahead of playback would fall below SECONDS (e.g. 0.2; default 0: off; the file's "
+        "engine.chunk_policy.deadline). Experimental: see docs/benchmarks.md",
+    )
+    g.add_argument(
         "--graph-buckets",
         type=_int_list,
         metavar="N,N,...",
@@ -218,7 +226,9 @@ def build_state(args: argparse.Namespace) -> ServerState:
             attention_backend=args.attention_backend,
             enforce_eager=args.enforce_eager,
             graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
-            chunk_policy=args.chunk_policy,
+            chunk_policy=args.chunk_policy
+            if args.chunk_deadline is None
+            else replace(args.chunk_policy, deadline=args.chunk_deadline),
             pipeline_codec=args.pipeline_codec,
         )
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
