@@ -53,3 +53,20 @@ def test_full_library(tmp_path):
     lib.add("One", prompt(), "true")
     with pytest.raises(ValueError, match="maximum of 1"):
         lib.add("Two", prompt(), "true")
+
+
+def test_servers_sharing_a_directory_see_each_others_voices(tmp_path, caplog):
+    """Two servers (Ray Serve replicas on a shared volume) over one directory."""
+    a, b = VoiceLibrary(tmp_path, 64), VoiceLibrary(tmp_path, 64)
+    saved = a.add("Carol", prompt(), "true")
+    found = b.get("carol")
+    assert found is not None and found.id == saved.id and [v.id for v in b.list()] == [saved.id]
+    with pytest.raises(VoiceExistsError):
+        b.add("CAROL", prompt(), "true")
+    VoiceLibrary(tmp_path, 128).add("Wide", prompt(128), "true")  # another model size, same folder
+    assert [v.name for v in b.list()] == ["Carol"]
+    assert caplog.text.count("128-wide model") == 1  # skipped, and said once, not at every lookup
+    b.list()
+    assert caplog.text.count("128-wide model") == 1
+    assert b.delete("Carol").id == saved.id
+    assert a.get("Carol") is None and a.list() == []

@@ -10,6 +10,11 @@ directory per voice:
 The reference audio itself is not kept. A voice is written to a temporary directory and renamed
 into place, so a crash never leaves half a voice; voices whose x-vector does not fit the loaded
 checkpoint's width (saved with another model size) are skipped with a warning, not deleted.
+
+Several servers may share one directory (Ray Serve replicas on a shared volume): before answering,
+the library looks at the directory's modification time and, when it changed, takes in the voices
+others saved and forgets those others deleted. One stat per lookup; names are unique per server
+(two servers saving the same new name at the same moment both succeed).
 """
 
 from __future__ import annotations
@@ -65,32 +70,54 @@ class VoiceLibrary:
         self.hidden_size = hidden_size
         self.max_voices = max_voices
         self._voices: dict[str, SavedVoice] = {}
-        self._load()
-
-    def _load(self) -> None:
-        for meta in sorted(self.directory.glob(f"{ID_PREFIX}*/voice.json")):
-            try:
-                info = json.loads(meta.read_text(encoding="utf-8"))
-                prompt = VoiceClonePrompt.load(meta.parent / "prompt.safetensors")
-            except (OSError, ValueError, KeyError) as e:
-                log.warning("skipping saved voice %s: %s", meta.parent.name, e)
-                continue
-            if prompt.x_vector.numel() != self.hidden_size:
-                log.warning(
-                    "skipping saved voice %s (%s): made with a %d-wide model, this one is %d wide",
-                    info.get("id"), info.get("name"), prompt.x_vector.numel(), self.hidden_size,
-                )  # fmt: skip
-                continue
-            voice = SavedVoice(info["id"], info["name"], int(info["created_at"]), info.get("consent", ""), prompt)
-            self._voices[voice.id] = voice
+        self._skipped: set[str] = set()  # ids on disk that cannot be used here (warned about once)
+        self._seen_mtime: int | None = None
+        self._sync()
         if self._voices:
             log.info("%d saved voices in %s", len(self._voices), self.directory)
 
+    def _sync(self) -> None:
+        """Match the directory when it changed since the last look (voices other servers saved or
+        deleted; see the module docstring)."""
+        try:
+            mtime = self.directory.stat().st_mtime_ns
+        except OSError:
+            return
+        if mtime == self._seen_mtime:
+            return
+        self._seen_mtime = mtime
+        on_disk = {p.parent.name for p in self.directory.glob(f"{ID_PREFIX}*/voice.json")}
+        for gone in self._voices.keys() - on_disk:
+            del self._voices[gone]
+        for vid in sorted(on_disk - self._voices.keys() - self._skipped):
+            voice = self._read(self.directory / vid)
+            if voice is None:
+                self._skipped.add(vid)
+            else:
+                self._voices[vid] = voice
+
+    def _read(self, folder: Path) -> SavedVoice | None:
+        try:
+            info = json.loads((folder / "voice.json").read_text(encoding="utf-8"))
+            prompt = VoiceClonePrompt.load(folder / "prompt.safetensors")
+        except (OSError, ValueError, KeyError) as e:
+            log.warning("skipping saved voice %s: %s", folder.name, e)
+            return None
+        if prompt.x_vector.numel() != self.hidden_size:
+            log.warning(
+                "skipping saved voice %s (%s): made with a %d-wide model, this one is %d wide",
+                info.get("id"), info.get("name"), prompt.x_vector.numel(), self.hidden_size,
+            )  # fmt: skip
+            return None
+        return SavedVoice(info["id"], info["name"], int(info["created_at"]), info.get("consent", ""), prompt)
+
     def list(self) -> list[SavedVoice]:
+        self._sync()
         return sorted(self._voices.values(), key=lambda v: (v.created_at, v.id))
 
     def get(self, key: str) -> SavedVoice | None:
         """By id, or by name (case-insensitive)."""
+        self._sync()
         key = key.strip()
         if key in self._voices:
             return self._voices[key]
