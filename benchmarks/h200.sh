@@ -52,6 +52,13 @@ for phase in "$@"; do
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
         --kv-gb 40 --stagger 8 --pipeline-codec both --json "$OUT/engine_load_pipeline.json" 2>&1 | grep -v INFO ;;
+    deadline)  # issue 5: the deadline-aware chunk policy against growth alone, cadence serve under load
+      need_full; server_wheels
+      for d in 0 0.2; do
+        python3 benchmarks/scaleout.py --out /tmp/deadline --duration 20 --label deadline-$d --clients 2 \
+          --concurrency 128 256 -- $full --device cuda:0 --max-streams 256 --kv-cache-memory 40 --chunk-deadline $d
+        cp /tmp/deadline/deadline-$d/summary.json "$OUT/chunk-deadline-$d.json"
+      done ;;
     disaggregated)  # issue 8, on two GPUs: the disaggregated deployment alone (see scaleout)
       need_full; server_wheels
       python3 benchmarks/scaleout.py --out /tmp/scaleout --duration 20 --label disaggregated --clients 2 \
