@@ -22,7 +22,8 @@ PROBE_TIMEOUT_S = 5.0
 def collect_environment(server: ServerConfig, argv: list[str] | None = None) -> dict[str, Any]:
     return {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": argv if argv is not None else sys.argv,
+        # the program by name only: an absolute path would record the machine's directory layout
+        "command": [Path(a).name if i == 0 else a for i, a in enumerate(argv if argv is not None else sys.argv)],
         "client": {
             "hostname": socket.gethostname(),
             "platform": platform.platform(),
