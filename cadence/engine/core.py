@@ -48,7 +48,6 @@ class Stream:
     frames: int = 0  # frames generated (EOS frame excluded)
     decoded: int = 0  # frames through the codec
     chunks: int = 0
-    next_chunk: int = 1  # frames the next chunk takes (chunk policy; cached: asked every step)
     silent_samples: int = 0
     finish: FinishReason | None = None
     error: str | None = None
@@ -101,7 +100,6 @@ class EngineCore:
             runaway = text_budget < budget
             budget = min(budget, text_budget)
         stream = Stream(request, Timings(arrival or time.monotonic()), budget, runaway)
-        stream.next_chunk = self.config.chunk_policy.chunk_size(0)
         tokens = self.talker.tokens_to_reserve(request, budget)
         if not self.talker.fits(tokens):
             raise QueueFullError(
@@ -249,11 +247,12 @@ class EngineCore:
         positions = torch.tensor([s.frames % self._ring_depth for s in streams], device=dev)
         self._ring[slots, positions] = frames
 
-    def _codec_input(self, streams: list[Stream], size: int) -> torch.Tensor:
+    def _codec_input(self, streams: list[Stream], size: int, host: torch.Tensor | None) -> torch.Tensor:
         """The next `size` frames of each stream, [B, size, codes], on the Codec's device: gathered
-        from the ring and copied device to device, or (a Talker without device frames) from the host."""
+        from the ring and copied device to device, or (a Talker without device frames) `host`, the
+        same frames on the host."""
         if self._ring is None:
-            return self._pending_frames(streams, size).to(self.codec.device)
+            return host.to(self.codec.device)
         dev = self._ring.device
         slots = torch.tensor([s.slot for s in streams], device=dev)[:, None]
         first = torch.tensor([s.decoded for s in streams], device=dev)[:, None]
@@ -271,10 +270,10 @@ class EngineCore:
                 continue
             if stream.finish is not None:
                 size = n  # finishing: flush what is left
-            elif n >= stream.next_chunk:
-                size = stream.next_chunk
+            elif n >= (target := policy.chunk_size(stream.chunks)):
+                size = target
             elif policy.deadline and stream.timings.first_chunk is not None:
-                size = policy.ready(n, stream.next_chunk, self._audio_ahead(stream, now), self._step_seconds)
+                size = policy.ready(n, target, self._audio_ahead(stream, now), self._step_seconds)
             else:
                 continue
             if size == 0:
@@ -282,15 +281,16 @@ class EngineCore:
             groups.setdefault((size, stream.finish is not None), []).append(stream)
         launches = []
         for (size, finishing), streams in groups.items():
+            # the frames on the host, where they are returned or (no frame ring) sent to the codec
+            host = self._pending_frames(streams, size) if self.config.return_codes or self._ring is None else None
             try:
-                audio = self.codec.decode([s.slot for s in streams], self._codec_input(streams, size), finishing)
+                audio = self.codec.decode([s.slot for s in streams], self._codec_input(streams, size, host), finishing)
             except Exception as e:
                 log.exception("codec chunk failed for %d streams", len(streams))
                 for s in streams:
                     self._fail(s, e)
                 continue
-            codes = self._pending_frames(streams, size) if self.config.return_codes else None
-            launches.append(CodecLaunch(size, streams, audio, codes))
+            launches.append(CodecLaunch(size, streams, audio, host if self.config.return_codes else None))
         return launches
 
     def _audio_ahead(self, stream: Stream, now: float) -> float:
@@ -323,7 +323,6 @@ class EngineCore:
                 start = stream.decoded
                 stream.decoded += size
                 stream.chunks += 1
-                stream.next_chunk = self.config.chunk_policy.chunk_size(stream.chunks)
                 if stream.timings.first_chunk is None:
                     stream.timings.first_chunk = now
                 self._check_silence(stream, wav)

@@ -33,7 +33,7 @@ from .metrics import Metrics
 log = logging.getLogger("cadence.server")
 
 MAX_START_FAILURES = 5  # consecutive failed restarts before a replica is given up
-RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # wait before the n-th consecutive restart attempt
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)  # wait before the 2nd..5th consecutive restart attempt
 
 
 class ReplicaState(StrEnum):

@@ -147,21 +147,19 @@ class Qwen3TTSTalker:
     def prefill(self, admissions: list[Admission]) -> None:
         model, dev = self.model, self.model.device
         embeds = [model.prefill_embeddings(a.request.prompt) for a in admissions]
+        for a, e in zip(admissions, embeds, strict=True):
+            self.state.assign(a.slot, a.request, a.pages, e.shape[0])
+            self._positions[a.slot] = e.shape[0]
         if self.fast is not None:
-            for a, e in zip(admissions, embeds, strict=True):
-                self.state.assign(a.slot, a.request, a.pages, e.shape[0])
-                self._positions[a.slot] = e.shape[0]
             self.fast.prefill([a.slot for a in admissions], embeds)
             return
         lengths = [e.shape[0] for e in embeds]
         longest = max(lengths)
         x = torch.zeros(len(embeds), longest, embeds[0].shape[1], dtype=model.dtype, device=dev)
         valid = torch.zeros(len(embeds), longest, dtype=torch.bool, device=dev)
-        for i, (a, e) in enumerate(zip(admissions, embeds, strict=True)):
+        for i, e in enumerate(embeds):
             x[i, : e.shape[0]] = e
             valid[i, : e.shape[0]] = True
-            self.state.assign(a.slot, a.request, a.pages, e.shape[0])
-            self._positions[a.slot] = e.shape[0]
         slots = torch.tensor([a.slot for a in admissions], device=dev)
         positions = torch.arange(longest, device=dev).expand(len(embeds), -1)
         pages = self.kv.pages_for(longest)
