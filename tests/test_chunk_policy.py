@@ -21,7 +21,7 @@ FRAME = 0.08  # seconds of audio per frame
 
 
 def test_growth_without_deadline_waits_for_the_whole_chunk():
-    policy = ChunkPolicy(1, 2.0, 8)
+    policy = ChunkPolicy(1, 2.0, 8, deadline=0.0)
     assert [policy.chunk_size(i) for i in range(6)] == [1, 2, 4, 8, 8, 8]
     assert policy.ready(pending=3, target=4, ahead=0.0, step=0.1) == 0  # no deadline: wait
     assert policy.ready(pending=4, target=4, ahead=0.0, step=0.1) == 4

@@ -61,6 +61,10 @@ voice_map: {alloy: ryan}
             "deploy.yaml:2: engine.attention_backend: 'flash' is not allowed; allowed: auto, sdpa, triton, torch",
         ),
         ("engine:\n  max_queue: -1\n", "deploy.yaml:2: engine.max_queue: must be >= 0, got -1"),
+        (
+            "engine:\n  codec_dtype: fp16\n",
+            "deploy.yaml:2: engine.codec_dtype: 'fp16' is not allowed; allowed: float32, bfloat16, float16",
+        ),
         ("placement:\n  device: gpu0\n", "deploy.yaml:2: placement.device: 'gpu0' is not a device; allowed: auto, cpu"),
         ("dummy_weights: 1\n", "deploy.yaml:1: dummy_weights: expected true or false, got '1'"),
         ("engine:\n  graph_buckets: [8, 4]\n", "deploy.yaml:2: engine.graph_buckets: graph buckets must be increasing"),
@@ -92,6 +96,30 @@ def test_flags_given_on_the_command_line_override_the_file(tmp_path: Path):
     args = build_parser().parse_args(["serve", "/other", "--max-streams", "64", "--config", str(path)])
     apply_deploy_file(args)
     assert (args.model, args.max_streams) == ("/other", 64)  # a flag equal to the default still wins
+
+
+def test_codec_dtype_reaches_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
+    from typing import get_args, get_type_hints
+
+    import cadence.server.cloning
+    import cadence.server.state
+    from cadence.deploy.config import EngineSection
+    from cadence.engine.config import CODEC_DTYPES
+    from cadence.server.cli import build_state
+
+    assert get_args(get_type_hints(EngineSection)["codec_dtype"]) == CODEC_DTYPES  # one list of names
+    # the replicas' configs as build_state hands them over, without opening the engines' sockets
+    monkeypatch.setattr(cadence.server.state, "ServerState", lambda settings, frontend, voices, replicas: replicas)
+    monkeypatch.setattr(cadence.server.cloning, "attach", lambda state, args, checkpoint: None)
+    path = tmp_path / "deploy.yaml"
+    path.write_text("engine:\n  codec_dtype: bfloat16\n")
+    args = build_parser().parse_args(["serve", str(tiny_checkpoint), "--config", str(path), "--device", "cpu"])
+    apply_deploy_file(args)
+    assert [r.engine.codec_dtype for r in build_state(args)] == ["bfloat16"]
+    args = build_parser().parse_args(["serve", str(tiny_checkpoint), "--config", str(path), "--codec-dtype", "float16"])
+    apply_deploy_file(args)
+    assert args.codec_dtype == "float16"  # the flag wins
+    assert DeployFile().flat()["codec_dtype"] == "float32"
 
 
 def test_device_on_the_command_line_places_every_replica_of_the_file(tmp_path: Path):

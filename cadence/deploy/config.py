@@ -71,6 +71,7 @@ class EngineSection:
     graph_buckets: list[int] | None = field(default=None, metadata={"min": 1, "check": _check_buckets})
     chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
     pipeline_codec: bool | None = None  # null: when the codec has a device of its own
+    codec_dtype: Literal["float32", "bfloat16", "float16"] = _ENGINE.codec_dtype  # engine.config.CODEC_DTYPES
     cpu_threads: int | None = field(default=None, metadata=_min(1))
     warmup_frames: int = field(default=8, metadata=_min(0))
 

@@ -17,13 +17,15 @@ class ChunkPolicy:
     ahead of real-time playback would fall below `deadline` before its next chunk is complete gets
     the frames it has now (snapped down to a frame count the codec runs as a graph). Under load,
     when a step takes about as long as a frame plays, this spends codec work on the streams about
-    to run dry instead of letting them stall while their chunk fills.
+    to run dry instead of letting them stall while their chunk fills. On an H200 at 128 streams it
+    cut the requests with playback underruns from 87 % to 1 % at equal throughput
+    (docs/perf-notes.md #12), hence on by default.
     """
 
     first_chunk_frames: int = 1
     growth: float = 2.0
     max_chunk_frames: int = 8
-    deadline: float = 0.0
+    deadline: float = 0.2
 
     def __post_init__(self):
         if not (1 <= self.first_chunk_frames <= self.max_chunk_frames):
@@ -77,6 +79,10 @@ class RunawayGuard:
         return int(self.min_frames + self.frames_per_token * text_tokens)
 
 
+# The Codec partition's precisions (EngineConfig.codec_dtype), named as torch names its dtypes.
+CODEC_DTYPES = ("float32", "bfloat16", "float16")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     max_streams: int = 64  # decode slots: requests generating at once
@@ -103,7 +109,15 @@ class EngineConfig:
     # flushes still follow the talker in the same step. None: when the Codec partition has a device
     # of its own (build_core).
     pipeline_codec: bool | None = None
+    # The Codec partition's precision. "float32": the official decode's (within 1e-4 of it with TF32
+    # off; PyTorch's default TF32 convolutions on a GPU move it ~4e-3). "bfloat16"/"float16": its convs
+    # and linears in half precision, SnakeBeta, norms, softmax and the output conv in fp32, half the
+    # streaming state; on an H200 ~12 % faster at 64 streams x 8 frames, and ~0.08 / ~0.01 max abs
+    # from the fp32 decode (docs/benchmarks.md; benchmarks/engine_steps.py --codec-dtype measures it).
+    codec_dtype: str = "float32"
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
             raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")
+        if self.codec_dtype not in CODEC_DTYPES:
+            raise ValueError(f"unknown codec dtype '{self.codec_dtype}'; allowed: {', '.join(CODEC_DTYPES)}")

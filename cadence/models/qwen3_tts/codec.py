@@ -2,11 +2,18 @@
 
 Module paths equal the keys of `speech_tokenizer/model.safetensors` under `decoder.`. Everything is
 causal (left-padded convs, right-trimmed transposed convs, a causal sliding-window transformer), so
-the samples of frame t depend only on codes <= t; the streaming decoder relies on that. Run in fp32:
-a bf16 SnakeBeta has produced NaN/silence in other servers.
+the samples of frame t depend only on codes <= t; the streaming decoder relies on that.
+
+Precision: the checkpoint and the offline decode are fp32. `cast_decoder` makes a bf16/fp16 copy for
+the streaming Codec partition (EngineConfig.codec_dtype); the modules below are written so that the
+same code runs both, with SnakeBeta (a bf16 SnakeBeta has produced NaN/silence in other servers),
+norm statistics, attention scores and softmax, the codebook sums and the output conv in fp32. On fp32
+weights every cast below is a no-op, so the fp32 decode is unchanged.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +37,7 @@ class CausalConv1d(nn.Module):
         self.history = (kernel - 1) * dilation  # input samples of left context each output needs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.pad(x, (self.history, 0)))
+        return self.conv(F.pad(x.to(self.conv.weight.dtype), (self.history, 0)))
 
 
 class CausalTransConv1d(nn.Module):
@@ -42,12 +49,16 @@ class CausalTransConv1d(nn.Module):
         self.trim = kernel - stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.conv(x)
+        y = self.conv(x.to(self.conv.weight.dtype))
         return y[..., : y.shape[-1] - self.trim] if self.trim else y
 
 
 class SnakeBeta(nn.Module):
-    """x + sin^2(x e^alpha) / (e^beta + 1e-9), per channel; alpha and beta stored in log space."""
+    """x + sin^2(x e^alpha) / (e^beta + 1e-9), per channel; alpha and beta stored in log space.
+
+    Computed in fp32 whatever the input's dtype, the result cast back: in bf16, x e^alpha keeps 8
+    significant bits, so sin() of a large argument loses its phase (the spacing is 0.25 at 50).
+    """
 
     def __init__(self, channels: int):
         super().__init__()
@@ -55,9 +66,10 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha = torch.exp(self.alpha)[None, :, None]
-        beta = torch.exp(self.beta)[None, :, None]
-        return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
+        alpha = torch.exp(self.alpha.float())[None, :, None]
+        beta = torch.exp(self.beta.float())[None, :, None]
+        x32 = x.float()
+        return (x32 + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x32 * alpha), 2)).to(x.dtype)
 
 
 class EuclideanCodebook(nn.Module):
@@ -129,11 +141,18 @@ class CodecAttention(nn.Module):
         self.o_proj = nn.Linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size, bias=False)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q, k, v in x's dtype; RoPE (fp32 cos/sin) is applied in fp32 and rounded once after."""
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(b, n, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, n, self.num_kv_heads, self.head_dim)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        return apply_rope(q.float(), cos, sin).to(x.dtype), apply_rope(k.float(), cos, sin).to(x.dtype), v
+
+
+def attention_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`attention` with scores, softmax and the weighted sum in fp32, the result in q's dtype: the
+    codec's 8 narrow layers at 12.5 frames/s are cheap next to its convs at up to 24 kHz."""
+    return attention(q.float(), k.float(), v.float(), mask).to(q.dtype)
 
 
 class LayerScale(nn.Module):
@@ -142,7 +161,7 @@ class LayerScale(nn.Module):
         self.scale = nn.Parameter(torch.full((channels,), initial))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
+        return (self.scale * x).to(x.dtype)  # the scale stays fp32 in a low-precision copy
 
 
 class CodecMLP(nn.Module):
@@ -195,11 +214,11 @@ class CodecTransformer(nn.Module):
         """x [B,T,latent] at positions 0..T-1 -> [B,T,latent]."""
         t = x.shape[1]
         pos = torch.arange(t, device=x.device)
-        cos, sin = rope_cos_sin(pos[None].expand(x.shape[0], -1), self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(pos[None].expand(x.shape[0], -1), self.cfg.head_dim, self.cfg.rope_theta, torch.float32)
         mask = sliding_window_mask(pos, pos, self.cfg.sliding_window)[None].expand(x.shape[0], -1, -1)
 
         def attend(q, k, v):
-            return attention(q, k, v, mask)
+            return attention_fp32(q, k, v, mask)
 
         h = self.input_proj(x)
         for layer in self.layers:
@@ -217,9 +236,11 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
     def pointwise(self, x: torch.Tensor) -> torch.Tensor:
-        """Everything after the depthwise conv, on [B,C,T]."""
-        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(x.transpose(1, 2)))))
-        return (self.gamma * h).transpose(1, 2)
+        """Everything after the depthwise conv, on [B,C,T]. The LayerNorm (weights kept fp32) and
+        the gamma scale run in fp32, the two linears in their weights' dtype."""
+        h = self.norm(x.transpose(1, 2).float()).to(self.pwconv1.weight.dtype)
+        h = self.pwconv2(F.gelu(self.pwconv1(h)))
+        return (self.gamma * h).transpose(1, 2).to(x.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.pointwise(self.dwconv(x))
@@ -282,7 +303,7 @@ class CodecDecoder(nn.Module):
                 h = m(h)
         for m in self.decoder:
             h = m(h)
-        return h.clamp(-1.0, 1.0)
+        return h.float().clamp(-1.0, 1.0)
 
     def chunked_decode(
         self,
@@ -300,6 +321,29 @@ class CodecDecoder(nn.Module):
             wavs.append(self(codes[..., start - context : end])[..., context * spf :])
             start = end
         return torch.cat(wavs, dim=-1)
+
+
+# Modules whose weights a low-precision copy casts: the heavy convs and linears, and RMSNorm (its
+# statistics are fp32 already; the weight must match the activations it scales).
+_CAST = (nn.Conv1d, nn.ConvTranspose1d, nn.Linear, RMSNorm)
+
+
+def cast_decoder(decoder: CodecDecoder, dtype: torch.dtype) -> CodecDecoder:
+    """A copy of `decoder` computing in `dtype` (bfloat16 or float16); `decoder` itself is untouched,
+    so the fp32 offline decode stays what parity is checked against.
+
+    Cast: the convs and linears of the transformer, the upsampler and the decoder blocks, and RMSNorm
+    weights. Kept fp32: the codebooks and their output projections (one lookup and sum per frame),
+    SnakeBeta's alpha/beta, LayerNorm, LayerScale and ConvNeXt's gamma (cheap per-channel ops; in
+    fp16 a small gamma would be subnormal), and the output conv (the waveform's own precision: a
+    bf16 output would round samples near full scale by up to 2e-3).
+    """
+    out = copy.deepcopy(decoder)
+    keep = {*out.quantizer.modules(), *out.decoder[-1].modules()}
+    for m in out.modules():
+        if isinstance(m, _CAST) and m not in keep:
+            m.to(dtype)
+    return out
 
 
 class SpeechTokenizer(nn.Module):

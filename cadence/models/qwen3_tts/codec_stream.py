@@ -16,6 +16,8 @@ State of one slot, oldest sample first along the last/time axis:
 
 The real 0.6B codec holds 5,193,992 bytes per slot in fp32: 4,653,056 of KV (8 layers x 71 frames x
 16 heads x 64 x K,V) and 540,928 of conv inputs (half of that in the dilation-9 residual convs).
+Each pool takes the dtype of the weights that read it, so a bf16/fp16 decoder (codec.cast_decoder)
+holds about half: its output conv's 6-sample history stays fp32, as that conv does.
 
 Why a chunk's output equals the offline decode of the whole stream (the decoder is causal throughout):
 - RVQ dequantisation, 1x1 convs, SnakeBeta, norms, MLPs and the final clamp act per frame/sample.
@@ -32,6 +34,8 @@ Why a chunk's output equals the offline decode of the whole stream (the decoder 
 Only summation order differs from the offline pass: ~6e-6 max abs on the tiny test codec. A full-size
 codec with random weights (output 74% clipped) shows ~1e-4, which is also how far its own offline
 decode of 100 frames is from the first 100 frames of a 110-frame decode: the fp32 floor, not state.
+In bf16/fp16 every layer rounds those differences, so a stream and the same decoder's offline decode
+are about as far apart as either is from fp32 (tests/test_codec_low_precision.py), not bit-equal.
 
 Not reproduced: the official `chunked_decode` re-decodes utterances longer than 300 frames in windows
 with 25 frames of context (an approximation); this decoder equals `CodecDecoder.forward` at any length.
@@ -55,8 +59,9 @@ from .codec import (
     DecoderBlock,
     ResidualUnit,
     SnakeBeta,
+    attention_fp32,
 )
-from .layers import attention, rope_cos_sin
+from .layers import rope_cos_sin
 
 Slots = torch.Tensor | Sequence[int]
 
@@ -68,6 +73,11 @@ class ConvHistory:
     module: nn.Module
     channels: int
     length: int
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The conv's weight dtype: the conv casts its input to it, so its history is kept in it."""
+        return self.module.conv.weight.dtype
 
 
 def conv_histories(decoder: CodecDecoder) -> list[ConvHistory]:
@@ -128,7 +138,7 @@ class _Carry:
         v_all = torch.cat([self.values[:, layer], v], dim=1)
         self.new_keys[layer] = k_all[:, k.shape[1] :]
         self.new_values[layer] = v_all[:, v.shape[1] :]
-        return attention(q, k_all, v_all, mask)
+        return attention_fp32(q, k_all, v_all, mask)
 
 
 class StreamingCodecDecoder:
@@ -147,22 +157,25 @@ class StreamingCodecDecoder:
         c = self.cfg
         return (c.num_hidden_layers, c.sliding_window - 1, c.num_key_value_heads, c.head_dim)
 
-    def bytes_per_stream(self, dtype: torch.dtype = torch.float32) -> int:
+    def _kv_dtype(self) -> torch.dtype:
+        return self.decoder.pre_transformer.layers[0].self_attn.k_proj.weight.dtype
+
+    def bytes_per_stream(self) -> int:
         """State bytes one slot holds (conv histories, KV window, frame counter); computed from shapes."""
-        item = torch.empty((), dtype=dtype).element_size()
-        conv = sum(h.channels * h.length for h in self.histories)
-        kv = 2 * math.prod(self._kv_shape())
-        return (conv + kv) * item + torch.empty((), dtype=torch.int64).element_size()
+        conv = sum(h.channels * h.length * h.dtype.itemsize for h in self.histories)
+        kv = 2 * math.prod(self._kv_shape()) * self._kv_dtype().itemsize
+        return conv + kv + torch.int64.itemsize
 
     def allocate(self, max_streams: int) -> CodecStreamState:
-        """Preallocate a cold pool of `max_streams` slots on the decoder's device and dtype."""
-        p = next(self.decoder.parameters())
-        z = functools.partial(torch.zeros, device=p.device, dtype=p.dtype)
+        """Preallocate a cold pool of `max_streams` slots on the decoder's device, each tensor in the
+        dtype of the weights that read it."""
+        dev = next(self.decoder.parameters()).device
+        z = functools.partial(torch.zeros, device=dev)
         self.state = CodecStreamState(
-            frames=torch.zeros(max_streams, dtype=torch.int64, device=p.device),
-            conv=[z(max_streams, h.channels, h.length) for h in self.histories],
-            keys=z(max_streams, *self._kv_shape()),
-            values=z(max_streams, *self._kv_shape()),
+            frames=z(max_streams, dtype=torch.int64),
+            conv=[z(max_streams, h.channels, h.length, dtype=h.dtype) for h in self.histories],
+            keys=z(max_streams, *self._kv_shape(), dtype=self._kv_dtype()),
+            values=z(max_streams, *self._kv_shape(), dtype=self._kv_dtype()),
         )
         return self.state
 
@@ -223,17 +236,19 @@ class StreamingCodecDecoder:
                 h = self._step(m, h, carry)
         for m in d.decoder:
             h = self._step(m, h, carry)
-        return h.clamp(-1.0, 1.0).flatten(1)
+        return h.float().clamp(-1.0, 1.0).flatten(1)
 
     def _step(self, m: nn.Module, x: torch.Tensor, carry: _Carry) -> torch.Tensor:
         """One decoder module on the new samples x [B, C, n]; stateless modules run as they are."""
         if isinstance(m, CausalConv1d):
             i = self._history_index.get(m)
+            x = x.to(m.conv.weight.dtype)  # as CausalConv1d.forward: a conv runs in its weights' dtype
             return m.conv(x if i is None else carry.with_history(i, x))
         if isinstance(m, CausalTransConv1d):
             i = self._history_index.get(m)
             if i is None:  # kernel == stride: blocks do not overlap
                 return m(x)
+            x = x.to(m.conv.weight.dtype)
             past = carry.conv[i].shape[-1]
             y = m.conv(carry.with_history(i, x))
             stride = m.conv.stride[0]
@@ -255,7 +270,7 @@ class StreamingCodecDecoder:
         tr, cfg = self.decoder.pre_transformer, self.cfg
         n = x.shape[1]
         pos = carry.frames[:, None] + torch.arange(n, device=x.device)
-        cos, sin = rope_cos_sin(pos, cfg.head_dim, cfg.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(pos, cfg.head_dim, cfg.rope_theta, torch.float32)  # RoPE in fp32 (CodecAttention.qkv)
         mask = self._window_mask(carry.frames, n)
         h = tr.input_proj(x)
         for i, layer in enumerate(tr.layers):
