@@ -38,6 +38,7 @@ class NullTalker:
 
     def __init__(self, max_slots: int):
         self.max_slots = max_slots
+        self.eos_free_frames = 2
         # a real page allocator over a one-element cache: only the bookkeeping is exercised
         self.kv = PagedKVCache(1, max_slots * 16 + 1, 16, 1, 1, torch.float32, torch.device("cpu"))
         self._frames = torch.randint(0, 2048, (max_slots, GROUPS))

@@ -330,3 +330,31 @@ def test_sampling_params_defaults_come_from_the_checkpoint(tiny_model):
     req = prepare_request(tiny_model, SynthesisRequest("Hi"), 4096)
     gen = tiny_model.config.generation
     assert req.params == replace(SamplingParams.from_defaults(gen), seed=req.params.seed)
+
+
+def test_decode_walks_are_read_back_one_step_late(tiny_model):
+    """No host wait inside a decode walk: the core reads walk k's frames only after launching walk
+    k+1, and still stops on EOS with the EOS frame and the extra frame dropped."""
+    eos = tiny_model.config.talker.codec_eos_token_id
+    model = force_code0(tiny_model, eos)  # EOS as soon as the two-frame minimum allows
+    core = build_core(model, config())
+    events: list[tuple[str, int]] = []
+    launch = core.talker.decode
+
+    def recording_decode(slots):
+        output = launch(slots)
+        k = sum(1 for e in events if e[0] == "launch")
+        events.append(("launch", k))
+        output.wait = lambda: events.append(("wait", k))
+        return output
+
+    core.talker.decode = recording_decode
+    reqs = [request(model, 0, 50), request(model, 1, 9, ignore_eos=True)]
+    out = run(core, {0: reqs})
+    launches = [k for what, k in events if what == "launch"]
+    for k in launches[:-1]:
+        assert events.index(("launch", k + 1)) < events.index(("wait", k))
+    assert out["r0"][-1].finish_reason == FinishReason.STOP and codes_of(out["r0"]).shape[0] == 2
+    assert out["r1"][-1].finish_reason == FinishReason.LENGTH and codes_of(out["r1"]).shape[0] == 9
+    assert not (codes_of(out["r1"])[:, 0] == eos).any()
+    assert core.talker.kv.used_pages == 0 and len(core.free_slots) == core.talker.max_slots

@@ -94,3 +94,34 @@ def test_eos_is_emitted_by_the_fused_walk(model, backend):
         assert out[r.request_id][-1].finish_reason == FinishReason.STOP
         assert codes_of(out[r.request_id]).shape[0] == 2  # EOS is banned for exactly two frames
     assert core.talker.kv.used_pages == 0
+
+
+@pytest.mark.parametrize("backend", list(backends()))
+def test_prefill_padded_to_a_token_bucket_equals_exact_rows(model, backend):
+    """Prefill rows padded up to a token bucket (as the prefill graphs run them: padding rows on the
+    dummy slot's scratch page) change nothing: prompts of several lengths in one prefill, a late
+    joiner, sampled codes equal with and without padding (on a GPU: prefill graphs against an
+    engine without graphs)."""
+    reqs = [request(model, i, 24 - 2 * i, greedy=False, seed=40 + i) for i in range(4)]
+    assert len({len(r.prompt) for r in reqs}) > 1
+    arrivals = {0: reqs[:3], 2: reqs[3:]}
+    exact = build_core(model, config(attention_backend=backend, enforce_eager=True))
+    padded = build_core(model, config(attention_backend=backend))
+    padded.talker.fast.pad_prefill = True  # no effect under graphs, where every prefill pads
+    out_exact, out_padded = run(exact, arrivals), run(padded, arrivals)
+    for r in reqs:
+        assert torch.equal(codes_of(out_padded[r.request_id]), codes_of(out_exact[r.request_id])), r.request_id
+    assert padded.talker.kv.used_pages == 0
+
+
+def test_prefill_index_layout(model):
+    """Row positions restart per prompt; padding rows and prompt entries point at the dummy slot."""
+    core = build_core(model, config(attention_backend="torch"))
+    fast = core.talker.fast
+    index = fast._prefill_index([5, 2], [3, 2], 8)
+    dummy = fast.dummy
+    assert index[0].tolist() == [0, 1, 2, 0, 1, 0, 0, 0]
+    assert index[1].tolist() == [5, 5, 5, 2, 2, dummy, dummy, dummy]
+    assert index[2].tolist() == [2, 4, 0, 0, 0, 0, 0, 0]
+    assert index[3].tolist() == [5, 2, dummy, dummy, dummy, dummy, dummy, dummy]
+    assert fast.prefill_buckets[-1] == core.config.prefill_token_budget

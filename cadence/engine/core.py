@@ -9,8 +9,13 @@ One step:
 2. admission: while a slot and enough KV pages are free, under the prefill token budget;
 3. talker_prefill for the admitted, then talker_decode for every running stream (the admitted
    included), so a new request gets its first frame in the step that admits it;
-4. stop checks: EOS (the EOS frame is not audio), max_new_tokens, runaway guard;
-5. codec_chunk for every stream whose chunk policy is satisfied, batched by chunk size;
+4. the previous step's decode walk read back (its host copies landed while this step's walk was
+   queued: the host never waits inside a decode walk) and its stop checks: EOS (the EOS frame is
+   not audio), max_new_tokens, runaway guard. A stop is thus acted on one step late: the stream's
+   extra frame is dropped;
+5. codec_chunk for every stream whose chunk policy is satisfied, batched by chunk size. Frames go
+   to the codec from a ring on the Talker's device; a stream's first frames, which cannot be EOS,
+   go before their read-back, so first audio waits for no extra step;
 6. finished streams: final chunk, KV pages, slot and codec state freed.
 """
 
@@ -27,7 +32,7 @@ import torch
 
 from ..audio import to_int16
 from .config import EngineConfig
-from .partition import Admission, CodecPartition, TalkerPartition
+from .partition import Admission, CodecPartition, DecodeOutput, TalkerPartition
 from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
 from .runaway import LoopDetector, dbfs
 
@@ -44,9 +49,10 @@ class Stream:
     budget_is_runaway: bool  # hitting max_frames means "runaway", not "length"
     slot: int = -1
     pages: list[int] = field(default_factory=list)
-    pending: list[np.ndarray] = field(default_factory=list)  # frames not yet through the codec ([groups] each)
-    frames: int = 0  # frames generated (EOS frame excluded)
+    walks: int = 0  # decode walks launched: frame k of the stream sits at ring position k % depth
+    frames: int = 0  # frames read back as audio (EOS frame excluded)
     decoded: int = 0  # frames through the codec
+    end: int | None = None  # once stopped: the frames that are audio (later ones are dropped)
     chunks: int = 0
     silent_samples: int = 0
     finish: FinishReason | None = None
@@ -56,6 +62,31 @@ class Stream:
     def id(self) -> str:
         return self.request.request_id
 
+    def audio_frames(self, eos_free: int) -> int:
+        """Frames the codec may take: those read back, and any not yet read back that cannot be EOS
+        (the first `eos_free` of a stream; all with ignore_eos)."""
+        if self.end is not None:
+            return self.end
+        unread_ok = self.walks if self.request.ignore_eos else min(self.walks, eos_free)
+        return max(self.frames, min(unread_ok, self.max_frames))
+
+    def pending(self, eos_free: int) -> int:
+        """Frames not yet through the codec."""
+        return max(0, self.audio_frames(eos_free) - self.decoded)
+
+    def stop(self, reason: FinishReason, keep_pending: bool = True) -> None:
+        """Finish with the frames read back so far (or, keep_pending False, those decoded so far)."""
+        self.finish = reason
+        self.end = self.frames if keep_pending else self.decoded
+
+
+@dataclass
+class Walk:
+    """A decode walk in flight: its streams (row order) and outputs, read back one step later."""
+
+    streams: list[Stream]
+    output: DecodeOutput
+
 
 @dataclass
 class CodecLaunch:
@@ -64,7 +95,7 @@ class CodecLaunch:
     size: int
     streams: list[Stream]
     audio: torch.Tensor
-    codes: torch.Tensor | None  # the frames, on the host, when EngineConfig.return_codes
+    frames: torch.Tensor  # the codec's input [B, size, groups] (returned when EngineConfig.return_codes)
 
 
 class EngineCore:
@@ -82,7 +113,10 @@ class EngineCore:
         # Frames not yet through the codec, kept on the Talker's device ([slot, frame % depth, codes])
         # so that they reach the Codec's device in one copy; allocated at the first decode walk.
         self._ring: torch.Tensor | None = None
-        self._ring_depth = 2 * config.chunk_policy.max_chunk_frames + 2  # > the most frames ever pending
+        # > the most frames ever pending: a full chunk waiting, one more step's, and two unread walks
+        self._ring_depth = 2 * config.chunk_policy.max_chunk_frames + 4
+        self._walk: Walk | None = None  # the last decode walk, read back in the next step
+        self._eos_free = talker.eos_free_frames
         self._step_seconds = 0.0  # a moving average of loaded steps' duration (the deadline chunk policy)
 
     # -- requests in ------------------------------------------------------------------------------
@@ -112,7 +146,7 @@ class EngineCore:
         self._cancelled.add(request_id)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self._cancelled)
+        return bool(self.waiting or self.running or self._cancelled or self._walk)
 
     def _retry_after(self) -> float:
         """A hint for 429 answers: seconds until a queue place is likely to free up."""
@@ -133,7 +167,9 @@ class EngineCore:
         admitted = self._admit(start)
         if admitted:
             self._prefill(admitted)
-        self._decode()
+        previous, self._walk = self._walk, self._decode()
+        if previous is not None:
+            self._read_back(previous)
         in_flight = {id(s) for launch in launches for s in launch.streams}
         launches += self._launch_codec(lambda s: id(s) not in in_flight)
         self._collect_codec(launches, out)
@@ -152,8 +188,7 @@ class EngineCore:
             stream = self.streams.get(rid)
             if stream is None or stream.finish is not None:
                 continue
-            stream.finish = FinishReason.CANCELLED
-            stream.pending.clear()
+            stream.stop(FinishReason.CANCELLED, keep_pending=False)
             if stream.slot < 0:  # still waiting: nothing allocated
                 self.waiting.remove(stream)
                 self._close(stream, out)
@@ -196,63 +231,75 @@ class EngineCore:
                 log.exception("prefill of request %s failed", a.request.request_id)
                 self._fail(self.running[a.slot], e)
 
-    def _decode(self) -> None:
-        streams = [s for s in self.running.values() if s.finish is None]
+    def _decode(self) -> Walk | None:
+        """Launch talker_decode for every running stream with frames to go; returns without waiting."""
+        streams = [s for s in self.running.values() if s.finish is None and s.walks < s.max_frames]
         if not streams:
-            return
-        slots = [s.slot for s in streams]
+            return None
         try:
-            result = self.talker.decode(slots)
+            output = self.talker.decode([s.slot for s in streams])
+            self._keep_on_device(streams, output.device_frames)
         except Exception as e:
             # A batched walk has no per-request culprit; fail this step's streams, keep the engine.
             log.exception("talker decode failed for %d streams", len(streams))
             for s in streams:
                 self._fail(s, e)
-            return
-        if result.device_frames is not None:
-            self._keep_on_device(streams, result.device_frames)
+            return None
         now = time.monotonic()
-        eos = result.eos.numpy()
-        frames = result.frames.numpy()  # one array for the step; each stream keeps a row of it
+        for s in streams:
+            s.walks += 1
+            if s.timings.first_frame is None:
+                s.timings.first_frame = now  # queued; the codec may take it at once (never EOS)
+        return Walk(streams, output)
+
+    def _read_back(self, walk: Walk) -> None:
+        """A walk's frames and EOS flags on the host: stops acted on (one step late) and the loop
+        detector fed. Rows of streams stopped meanwhile (a late stop, cancelled, failed) are dropped."""
+        try:
+            walk.output.wait()
+        except Exception as e:  # an asynchronous device error surfaces here
+            log.exception("talker decode failed for %d streams", len(walk.streams))
+            for s in walk.streams:
+                self._fail(s, e)
+            return
+        eos = walk.output.eos.numpy()
+        frames = walk.output.frames.numpy()
         watched: list[int] = []  # rows whose code0 the loop detector sees
-        for i, stream in enumerate(streams):
-            if eos[i]:
-                stream.finish = FinishReason.STOP
+        for i, stream in enumerate(walk.streams):
+            if stream.finish is not None:
                 continue
-            stream.pending.append(frames[i])
+            if eos[i]:
+                stream.stop(FinishReason.STOP)
+                continue
             stream.frames += 1
-            if stream.timings.first_frame is None:
-                stream.timings.first_frame = now
             if stream.frames >= stream.max_frames:
-                stream.finish = FinishReason.RUNAWAY if stream.budget_is_runaway else FinishReason.LENGTH
+                stream.stop(FinishReason.RUNAWAY if stream.budget_is_runaway else FinishReason.LENGTH)
             elif not stream.request.ignore_eos:
                 watched.append(i)
         if watched:
-            live = np.array([slots[i] for i in watched], dtype=np.int64)
+            live = np.array([walk.streams[i].slot for i in watched], dtype=np.int64)
             self.loops.push(live, frames[watched, 0].astype(np.int64))
-            for slot in live[self.loops.looping(live)]:
-                log.warning("request %s: code0 loop detected, stopping (runaway)", self.running[slot].id)
-                self.running[slot].finish = FinishReason.RUNAWAY
+            for row in np.flatnonzero(self.loops.looping(live)):
+                stream = walk.streams[watched[row]]
+                log.warning("request %s: code0 loop detected, stopping (runaway)", stream.id)
+                stream.stop(FinishReason.RUNAWAY)
 
     def _keep_on_device(self, streams: list[Stream], frames: torch.Tensor) -> None:
-        """Write this walk's frames into the ring, at each stream's next frame index (an EOS frame is
-        written too, past what is pending: it is never read)."""
+        """Write this walk's frames into the ring, at each stream's next frame index (an EOS frame or
+        a dropped extra frame is written too, past the stream's audio: it is never read)."""
         if self._ring is None:
             shape = (self.talker.max_slots, self._ring_depth, frames.shape[1])
             self._ring = torch.zeros(shape, dtype=frames.dtype, device=frames.device)
-        if max(len(s.pending) for s in streams) >= self._ring_depth:
-            raise RuntimeError("more frames pending than the frame ring holds")  # an engine bug: stop the engine
+        if max(s.walks - s.decoded for s in streams) >= self._ring_depth:
+            raise RuntimeError("more frames pending than the frame ring holds")  # an engine bug
         dev = frames.device
         slots = torch.tensor([s.slot for s in streams], device=dev)
-        positions = torch.tensor([s.frames % self._ring_depth for s in streams], device=dev)
+        positions = torch.tensor([s.walks % self._ring_depth for s in streams], device=dev)
         self._ring[slots, positions] = frames
 
-    def _codec_input(self, streams: list[Stream], size: int, host: torch.Tensor | None) -> torch.Tensor:
+    def _codec_input(self, streams: list[Stream], size: int) -> torch.Tensor:
         """The next `size` frames of each stream, [B, size, codes], on the Codec's device: gathered
-        from the ring and copied device to device, or (a Talker without device frames) `host`, the
-        same frames on the host."""
-        if self._ring is None:
-            return host.to(self.codec.device)
+        from the ring and copied device to device."""
         dev = self._ring.device
         slots = torch.tensor([s.slot for s in streams], device=dev)[:, None]
         first = torch.tensor([s.decoded for s in streams], device=dev)[:, None]
@@ -265,7 +312,7 @@ class EngineCore:
         groups: dict[tuple[int, bool], list[Stream]] = {}
         policy, now = self.config.chunk_policy, time.monotonic()
         for stream in self.running.values():
-            n = len(stream.pending)
+            n = stream.pending(self._eos_free)
             if n == 0 or not select(stream):
                 continue
             if stream.finish is not None:
@@ -281,27 +328,21 @@ class EngineCore:
             groups.setdefault((size, stream.finish is not None), []).append(stream)
         launches = []
         for (size, finishing), streams in groups.items():
-            # the frames on the host, where they are returned or (no frame ring) sent to the codec
-            host = self._pending_frames(streams, size) if self.config.return_codes or self._ring is None else None
             try:
-                audio = self.codec.decode([s.slot for s in streams], self._codec_input(streams, size, host), finishing)
+                frames = self._codec_input(streams, size)
+                audio = self.codec.decode([s.slot for s in streams], frames, finishing)
             except Exception as e:
                 log.exception("codec chunk failed for %d streams", len(streams))
                 for s in streams:
                     self._fail(s, e)
                 continue
-            launches.append(CodecLaunch(size, streams, audio, host if self.config.return_codes else None))
+            launches.append(CodecLaunch(size, streams, audio, frames))
         return launches
 
     def _audio_ahead(self, stream: Stream, now: float) -> float:
         """Seconds of the stream's audio not yet played, if playback began with its first chunk."""
         frame_seconds = self.codec.samples_per_frame / self.codec.sample_rate
         return stream.decoded * frame_seconds - (now - stream.timings.first_chunk)
-
-    @staticmethod
-    def _pending_frames(streams: list[Stream], size: int) -> torch.Tensor:
-        """The next `size` pending frames of each stream, [B, size, groups], on the host."""
-        return torch.from_numpy(np.stack([np.stack(s.pending[:size]) for s in streams]))
 
     def _collect_codec(self, launches: list[CodecLaunch], out: list[AudioChunk]) -> None:
         """Audio chunks of the launched codec walks (waits for the Codec's device)."""
@@ -316,20 +357,19 @@ class EngineCore:
                 continue
             now = time.monotonic()
             pcm = to_int16(audio)  # the whole batch at once
+            codes = launch.frames.cpu().numpy() if self.config.return_codes else None
             for i, (stream, wav) in enumerate(zip(streams, audio, strict=True)):
                 if stream.finish is FinishReason.ERROR:
                     continue  # failed while its chunk was in flight (pipelined): no more audio
-                del stream.pending[:size]
                 start = stream.decoded
                 stream.decoded += size
                 stream.chunks += 1
                 if stream.timings.first_chunk is None:
                     stream.timings.first_chunk = now
                 self._check_silence(stream, wav)
-                codes = launch.codes[i].numpy() if launch.codes is not None else None
                 out.append(
                     AudioChunk(stream.id, pcm[i], start, stream.decoded, timings=stream.timings,
-                               prompt_tokens=len(stream.request.prompt), codes=codes)
+                               prompt_tokens=len(stream.request.prompt), codes=None if codes is None else codes[i])
                 )  # fmt: skip
 
     def _check_silence(self, stream: Stream, wav: np.ndarray) -> None:
@@ -342,16 +382,14 @@ class EngineCore:
             stream.silent_samples = 0
         if stream.finish is None and stream.silent_samples >= guard.silence_seconds * self.codec.sample_rate:
             log.warning("request %s: %.1f s of silence, stopping (runaway)", stream.id, guard.silence_seconds)
-            stream.finish = FinishReason.RUNAWAY
-            stream.pending.clear()
+            stream.stop(FinishReason.RUNAWAY, keep_pending=False)
 
     def _fail(self, stream: Stream, error: Exception) -> None:
-        stream.finish = FinishReason.ERROR
+        stream.stop(FinishReason.ERROR, keep_pending=False)
         stream.error = f"{type(error).__name__}: {error}"
-        stream.pending.clear()
 
     def _finish(self, out: list[AudioChunk]) -> None:
-        done = [s for s in self.running.values() if s.finish is not None and not s.pending]
+        done = [s for s in self.running.values() if s.finish is not None and not s.pending(self._eos_free)]
         for stream in done:
             del self.running[stream.slot]
             self.talker.kv.release(stream.pages)

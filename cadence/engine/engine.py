@@ -132,13 +132,14 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
         backend = "triton" if model.device.type == "cuda" and triton_available() else "sdpa"
     talker = Qwen3TTSTalker(
         model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
-        backend, config.enforce_eager, config.graph_buckets,
+        backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget,
     )  # fmt: skip
     use_graphs = codec_on.type == "cuda" and not config.enforce_eager
     own_stream = bool(config.pipeline_codec) and codec_on == model.device  # overlap on one GPU
     codec = Qwen3TTSCodec(
-        model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream
-    )
+        model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
+        dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; model.codec stays the fp32 decode
+    )  # fmt: skip
     return EngineCore(talker, codec, config)
 
 

@@ -34,16 +34,27 @@ class Admission:
 
 @dataclass
 class DecodeOutput:
+    """One decode walk's frames. The host copies may still be in flight when decode() returns (the
+    walk queues them behind its kernels and does not wait): read them only after wait()."""
+
     frames: torch.Tensor  # [B, num_code_groups] long, on the host
     eos: torch.Tensor  # [B] bool: the frame's code0 is EOS (the frame itself is not audio)
-    # The same frames on the Talker's device (valid until the next walk): the core keeps them there
-    # and hands them to the Codec device to device. None: the core sends the host copy.
-    device_frames: torch.Tensor | None = None
+    # The same frames on the Talker's device (valid until the next walk): the core keeps them in a
+    # ring there and hands them to the Codec device to device, before the host copy has landed.
+    device_frames: torch.Tensor
+    ready: torch.cuda.Event | None = None  # completes when the host copies have landed; None: they have
+
+    def wait(self) -> None:
+        if self.ready is not None:
+            self.ready.synchronize()
 
 
 class TalkerPartition(Protocol):
     max_slots: int
     kv: PagedKVCache
+    # A stream's first frames that can never be EOS (the model bans it there): the core hands them to
+    # the codec before their read-back, so the first audio does not wait for it.
+    eos_free_frames: int
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
         """KV tokens the request can reach: its prompt plus `max_frames` decode steps."""
@@ -58,7 +69,7 @@ class TalkerPartition(Protocol):
         ...
 
     def decode(self, slots: list[int]) -> DecodeOutput:
-        """talker_decode: one frame for each slot."""
+        """talker_decode: one frame for each slot, without waiting for the device (see DecodeOutput)."""
         ...
 
     def release(self, slot: int) -> None: ...

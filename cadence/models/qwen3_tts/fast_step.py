@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass
 from types import ModuleType
 
+import numpy as np
 import torch
 
+from ...engine.graphs import capture
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
@@ -31,6 +33,17 @@ from .sampling import MIN_NEW_TOKENS
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Token rows of one prefill captured as graphs, up to the engine's prefill token budget.
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+@dataclass
+class PrefillGraph:
+    """A captured prefill of `x.shape[0]` token rows and its input buffers."""
+
+    graph: torch.cuda.CUDAGraph
+    x: torch.Tensor  # [rows, H] prompt embeddings
+    index: torch.Tensor  # [4, rows] (see FastDecoder._prefill_index)
 
 
 @dataclass
@@ -103,7 +116,14 @@ def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
 class FastDecoder:
     """Runs the decode walk of a `Qwen3TTSTalker` partition through fused ops (+ CUDA graphs)."""
 
-    def __init__(self, partition, ops: ModuleType, use_graphs: bool, buckets: tuple[int, ...] = DEFAULT_BUCKETS):
+    def __init__(
+        self,
+        partition,
+        ops: ModuleType,
+        use_graphs: bool,
+        buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+        prefill_token_budget: int = 2048,
+    ):
         self.p = partition
         model = partition.model
         talker, cfg = model.talker, model.config.talker
@@ -129,6 +149,12 @@ class FastDecoder:
         self.cp_v = torch.zeros(shape, dtype=model.dtype, device=self.dev)
         self.buckets = tuple(b for b in buckets if b < partition.max_slots) + (partition.max_slots,)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        limit = max(prefill_token_budget, PREFILL_BUCKETS[0])
+        self.prefill_buckets = tuple(b for b in PREFILL_BUCKETS if b < limit) + (limit,)
+        self.prefill_graphs: dict[int, PrefillGraph] = {}
+        self.pad_prefill = False  # pad prefills to their token bucket without graphs (tests of the padding)
+        self._host: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # pinned read-back buffers
+        self._flip = 0
         if use_graphs:
             self.capture()
 
@@ -188,23 +214,47 @@ class FastDecoder:
         return torch.stack(codes, dim=1)
 
     @torch.no_grad()
-    def prefill(self, slots: list[int], embeds: list[torch.Tensor]) -> None:
-        """talker_prefill through the fused stack: all prompts as one flat batch of token rows, each
-        row attending over its own prompt prefix through its request's page table."""
-        st, dev = self.state, self.dev
-        lengths = [e.shape[0] for e in embeds]
-        slot_t = torch.tensor(slots, device=dev)
-        lens_t = torch.tensor(lengths, device=dev)
-        owner = torch.repeat_interleave(slot_t, lens_t)  # slot of every token row
-        starts = torch.cumsum(lens_t, 0) - lens_t
-        positions = torch.arange(int(sum(lengths)), device=dev) - torch.repeat_interleave(starts, lens_t)
+    def prefill(self, slots: list[int], embeds: torch.Tensor, lengths: list[int]) -> None:
+        """talker_prefill through the fused stack: all prompts (`embeds`, [sum of lengths, H]) as one
+        flat batch of token rows, each row attending over its own prompt prefix through its request's
+        page table. Under graphs the rows pad up to a token bucket (padding rows belong to the dummy
+        slot and write its scratch page); prompts longer than the largest bucket run eagerly."""
+        total = sum(lengths)
+        bucket = next((b for b in self.prefill_buckets if b >= total), None)
+        pad = bucket is not None and (bool(self.prefill_graphs) or self.pad_prefill)
+        index = self._prefill_index(slots, lengths, bucket if pad else total)
+        graph = self.prefill_graphs.get(bucket) if pad else None
+        if graph is None:
+            x = embeds if not pad else torch.cat([embeds, embeds.new_zeros(bucket - total, embeds.shape[1])])
+            self._prefill_rows(x, index.to(self.dev, non_blocking=True))
+            return
+        graph.x[:total].copy_(embeds)
+        graph.index.copy_(index, non_blocking=True)
+        graph.graph.replay()
+
+    def _prefill_index(self, slots: list[int], lengths: list[int], rows: int) -> torch.Tensor:
+        """[4, rows] on the host: each row's position and owning slot, then each prompt's last row and
+        its slot (entries past the prompts point at row 0 and the dummy slot)."""
+        index = np.zeros((4, rows), dtype=np.int64)
+        index[[1, 3]] = self.dummy
+        total = sum(lengths)
+        starts = np.cumsum(lengths, dtype=np.int64) - lengths
+        index[0, :total] = np.arange(total) - np.repeat(starts, lengths)
+        index[1, :total] = np.repeat(slots, lengths)
+        index[2, : len(slots)] = starts + np.asarray(lengths) - 1
+        index[3, : len(slots)] = slots
+        out = torch.from_numpy(index)
+        return out.pin_memory() if self.dev.type == "cuda" else out
+
+    def _prefill_rows(self, x: torch.Tensor, index: torch.Tensor) -> None:
+        """The prefill body (captured per token bucket): x [rows, H], index [4, rows] (see _prefill_index)."""
+        st, kv = self.state, self.p.kv
+        positions, owner, last, out_slots = index
         block_table = st.block_table[owner]
         page = block_table.gather(1, (positions // self.ps)[:, None])[:, 0]
-        kv = self.p.kv
-        h = self.talker_stack(
-            torch.cat(embeds), positions, block_table, positions + 1, page * self.ps + positions % self.ps, kv.k, kv.v
-        )
-        st.hidden[slot_t] = h[starts + lens_t - 1]
+        slot_index = page * self.ps + positions % self.ps
+        h = self.talker_stack(x, positions, block_table, positions + 1, slot_index, kv.k, kv.v)
+        st.hidden[out_slots] = h[last]
 
     # -- graphs -----------------------------------------------------------------------------------
 
@@ -218,21 +268,24 @@ class FastDecoder:
         pool = torch.cuda.graph_pool_handle()
         for b in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool
             slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.dev)
-            side = torch.cuda.Stream(self.dev)
-            side.wait_stream(torch.cuda.current_stream(self.dev))
-            with torch.cuda.stream(side):
-                for _ in range(2):  # compile kernels, settle the allocator
-                    self.step(slots)
-            torch.cuda.current_stream(self.dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=side):  # a stream of this device (see Qwen3TTSCodec)
-                frames, eos = self.step(slots)
+            graph, (frames, eos) = capture(lambda: self.step(slots), self.dev, pool)  # noqa: B023
             self.graphs[b] = (graph, slots, frames, eos)
+        # Prefill graphs get a pool of their own: a prefill runs between a decode walk and the
+        # moment its frames are read, so it must not reuse the decode graphs' output memory.
+        prefill_pool = torch.cuda.graph_pool_handle()
+        hidden = self.talker_stack.norm.shape[0]
+        for rows in sorted(self.prefill_buckets, reverse=True):
+            x = torch.zeros(rows, hidden, dtype=self.talker_stack.norm.dtype, device=self.dev)
+            index = self._prefill_index([], [], rows).to(self.dev)
+            graph, _ = capture(lambda: self._prefill_rows(x, index), self.dev, prefill_pool)  # noqa: B023
+            self.prefill_graphs[rows] = PrefillGraph(graph, x, index)
         torch.cuda.synchronize(self.dev)
         used = (free_before - torch.cuda.mem_get_info(self.dev)[0]) / 2**20
         log.info(
-            "captured %d decode graphs (batch buckets %s) in %.1f s, %.0f MiB of graph memory",
-            len(self.graphs), list(self.buckets), time.perf_counter() - start, used,
+            "captured %d decode graphs (batch buckets %s) and %d prefill graphs (token buckets %s) in %.1f s, "
+            "%.0f MiB of graph memory",
+            len(self.graphs), list(self.buckets), len(self.prefill_graphs), list(self.prefill_buckets),
+            time.perf_counter() - start, used,
         )  # fmt: skip
 
     @torch.no_grad()
@@ -240,9 +293,32 @@ class FastDecoder:
         n = len(slots)
         if not self.graphs:
             frames, eos = self.step(torch.tensor(slots, device=self.dev))
-            return DecodeOutput(frames.cpu(), eos.cpu(), frames)
-        graph, buf, frames, eos = self.graphs[self.bucket(n)]
-        buf.fill_(self.dummy)
-        buf[:n].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
-        graph.replay()
-        return DecodeOutput(frames[:n].cpu(), eos[:n].cpu(), frames[:n])
+        else:
+            graph, buf, frames, eos = self.graphs[self.bucket(n)]
+            buf.fill_(self.dummy)
+            buf[:n].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+            graph.replay()
+            frames, eos = frames[:n], eos[:n]
+        return self._read_back(frames, eos)
+
+    def _read_back(self, frames: torch.Tensor, eos: torch.Tensor) -> DecodeOutput:
+        """Queue the copies of a walk's frames and EOS flags to the host and return without waiting:
+        no host synchronisation inside a decode step. Pinned buffers alternate between two walks,
+        since the engine reads a walk's copies after it has launched the next one."""
+        if self.dev.type != "cuda":
+            return DecodeOutput(frames, eos, frames)
+        n = frames.shape[0]
+        if self._host is None:
+            rows = self.buckets[-1]
+            self._host = [
+                (torch.empty(rows, self.groups, dtype=torch.long).pin_memory(),
+                 torch.empty(rows, dtype=torch.bool).pin_memory())
+                for _ in range(2)
+            ]  # fmt: skip
+        self._flip ^= 1
+        host_frames, host_eos = (t[:n] for t in self._host[self._flip])
+        host_frames.copy_(frames, non_blocking=True)
+        host_eos.copy_(eos, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return DecodeOutput(host_frames, host_eos, frames, ready)

@@ -154,24 +154,39 @@ class Qwen3TTS:
     def prefill_embeddings(self, prompt: Prompt) -> torch.Tensor:
         """[len(prompt), hidden]: T(text id) + C(codec id) per row, absent tracks contributing nothing;
         a cloned voice's rows add its x-vector, or a reference frame's summed code embeddings."""
+        return self.prefill_embeddings_batch([prompt])
+
+    @torch.no_grad()
+    def prefill_embeddings_batch(self, prompts: list[Prompt]) -> torch.Tensor:
+        """The prefill embeddings of several prompts, concatenated [sum of lengths, hidden]. Every id
+        crosses to the device in one copy and each embedding runs once over all rows: a prefill's
+        host cost does not grow with the number of prompts in it."""
         dev = self.device
-        text_ids = torch.tensor([i if i is not None else 0 for i in prompt.text_track], device=dev)
-        codec_ids = torch.tensor([i if i is not None else 0 for i in prompt.codec_track], device=dev)
-        has_text = torch.tensor([i is not None for i in prompt.text_track], device=dev)[:, None]
-        has_codec = torch.tensor([i is not None for i in prompt.codec_track], device=dev)[:, None]
-        text = self.talker.embed_text(text_ids)
-        codec = self.talker.embed_codec(codec_ids)
+        rows = [
+            (t if t is not None else 0, c if c is not None else 0, t is not None, c is not None)
+            for p in prompts
+            for t, c in zip(p.text_track, p.codec_track, strict=True)
+        ]
+        ids = torch.tensor(rows, dtype=torch.long)  # [T, 4]: text id, codec id, has text, has codec
+        if dev.type == "cuda":
+            ids = ids.pin_memory()  # an asynchronous copy: the host goes on queueing the prefill
+        ids = ids.to(dev, non_blocking=True)
+        text = self.talker.embed_text(ids[:, 0])
+        codec = self.talker.embed_codec(ids[:, 1])
         zero = torch.zeros((), dtype=text.dtype, device=dev)
-        text = torch.where(has_text, text, zero)
-        out = text + torch.where(has_codec, codec, zero)
-        if prompt.speaker_row is not None:
-            row = prompt.speaker_row
-            x_vector = torch.tensor(prompt.speaker_embedding, dtype=torch.float32, device=dev).to(text.dtype)
-            out[row] = text[row] + x_vector
-        if prompt.ref_row is not None and prompt.ref_codes:
-            rows = slice(prompt.ref_row, prompt.ref_row + len(prompt.ref_codes))
-            frames = self.talker.embed_frame(torch.tensor(prompt.ref_codes, dtype=torch.long, device=dev))
-            out[rows] = text[rows] + frames
+        text = torch.where(ids[:, 2:3].bool(), text, zero)
+        out = text + torch.where(ids[:, 3:4].bool(), codec, zero)
+        offset = 0
+        for prompt in prompts:
+            if prompt.speaker_row is not None:
+                row = offset + prompt.speaker_row
+                x_vector = torch.tensor(prompt.speaker_embedding, dtype=torch.float32, device=dev).to(text.dtype)
+                out[row] = text[row] + x_vector
+            if prompt.ref_row is not None and prompt.ref_codes:
+                ref_rows = slice(offset + prompt.ref_row, offset + prompt.ref_row + len(prompt.ref_codes))
+                frames = self.talker.embed_frame(torch.tensor(prompt.ref_codes, dtype=torch.long, device=dev))
+                out[ref_rows] = text[ref_rows] + frames
+            offset += len(prompt)
         return out
 
     @torch.no_grad()

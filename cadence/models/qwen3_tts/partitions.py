@@ -15,10 +15,12 @@ import numpy as np
 import torch
 
 from ...engine.attention import PagedAttention
+from ...engine.graphs import capture
 from ...engine.kv_cache import PagedKVCache
 from ...engine.partition import Admission, DecodeOutput
 from ...engine.request import EngineRequest
 from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
+from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
 from .model import Qwen3TTS
 from .sampling import MIN_NEW_TOKENS
@@ -104,6 +106,7 @@ class Qwen3TTSTalker:
         attention_backend: str = "sdpa",
         enforce_eager: bool = False,
         graph_buckets: tuple[int, ...] | None = None,
+        prefill_token_budget: int = 2048,
     ):
         if attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(
@@ -127,6 +130,7 @@ class Qwen3TTSTalker:
         self.state.block_table[self.dummy_slot] = self.kv.scratch_page
         self._positions = [0] * max_slots  # host mirror: how many pages the eager gather must span
         self._eos = cfg.codec_eos_token_id
+        self.eos_free_frames = MIN_NEW_TOKENS
         self._suppress_start = cfg.suppressed_code0_range[0]
         self.fast = None
         if attention_backend != "sdpa":
@@ -134,7 +138,9 @@ class Qwen3TTSTalker:
             from .fast_step import DEFAULT_BUCKETS, FastDecoder
 
             use_graphs = model.device.type == "cuda" and not enforce_eager
-            self.fast = FastDecoder(self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS)
+            self.fast = FastDecoder(
+                self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS, prefill_token_budget
+            )
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
         return len(request.prompt) + max_frames
@@ -146,14 +152,15 @@ class Qwen3TTSTalker:
     @torch.no_grad()
     def prefill(self, admissions: list[Admission]) -> None:
         model, dev = self.model, self.model.device
-        embeds = [model.prefill_embeddings(a.request.prompt) for a in admissions]
-        for a, e in zip(admissions, embeds, strict=True):
-            self.state.assign(a.slot, a.request, a.pages, e.shape[0])
-            self._positions[a.slot] = e.shape[0]
+        flat = model.prefill_embeddings_batch([a.request.prompt for a in admissions])
+        lengths = [len(a.request.prompt) for a in admissions]
+        for a, n in zip(admissions, lengths, strict=True):
+            self.state.assign(a.slot, a.request, a.pages, n)
+            self._positions[a.slot] = n
         if self.fast is not None:
-            self.fast.prefill([a.slot for a in admissions], embeds)
+            self.fast.prefill([a.slot for a in admissions], flat, lengths)
             return
-        lengths = [e.shape[0] for e in embeds]
+        embeds = flat.split(lengths)
         longest = max(lengths)
         x = torch.zeros(len(embeds), longest, embeds[0].shape[1], dtype=model.dtype, device=dev)
         valid = torch.zeros(len(embeds), longest, dtype=torch.bool, device=dev)
@@ -222,6 +229,10 @@ class Qwen3TTSCodec:
     kernels whose launch cost, not their arithmetic, dominates. Batches pad with a dummy slot; a
     final chunk whose size is not a bucket pads with repeated frames (its stream's state is thrown
     away after) and other odd sizes run eagerly.
+
+    `dtype` bfloat16/float16 runs a low-precision copy of the decoder (codec.cast_decoder: SnakeBeta,
+    norms, softmax, codebook sums and the output conv stay fp32); the model's own decoder stays the
+    fp32 offline decode. The audio handed back is fp32 in every case.
     """
 
     FRAME_BUCKETS = (1, 2, 4, 8)
@@ -235,8 +246,13 @@ class Qwen3TTSCodec:
         max_batch: int = 64,
         graph_buckets: tuple[int, ...] | None = None,
         own_stream: bool = False,
+        dtype: torch.dtype = torch.float32,
     ):
-        self.decoder = StreamingCodecDecoder(model.codec.decoder)
+        decoder = model.codec.decoder
+        if dtype != torch.float32:
+            decoder = cast_decoder(decoder, dtype)
+        self.dtype = dtype
+        self.decoder = StreamingCodecDecoder(decoder)
         self.decoder.allocate(max_slots + 1)
         self.dummy = max_slots
         self.samples_per_frame = model.samples_per_frame
@@ -314,17 +330,7 @@ class Qwen3TTSCodec:
             for f in sorted(self.FRAME_BUCKETS, reverse=True):
                 slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.device)
                 codes = torch.zeros(b, f, 16, dtype=torch.long, device=self.device)
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    for _ in range(2):
-                        self.decoder.decode(slots, codes)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                # Capture on a stream of this device: torch.cuda.graph's default capture stream is
-                # created once per process, on the device current at first use (the Talker's).
-                with torch.cuda.graph(graph, pool=pool, stream=side):
-                    wav = self.decoder.decode(slots, codes)
+                graph, wav = capture(lambda: self.decoder.decode(slots, codes), self.device, pool)  # noqa: B023
                 self.graphs[(b, f)] = (graph, slots, codes, wav)
         self.decoder.reset([self.dummy])
         log.info("captured %d codec graphs in %.1f s", len(self.graphs), time.perf_counter() - start)
