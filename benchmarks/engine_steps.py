@@ -6,23 +6,26 @@ length, codec_chunk against (streams, frames per chunk). Numbers, not assertions
 
 Each decode timing is the median over `--steps` walks after warm-up, at the given context length
 (prompt tokens already in the KV cache); a walk includes reading the frames back to the host.
-Prints a table and, with --json, writes every number.
+Prints a table and, with --json, writes every number. With `--codec-dtype bfloat16|float16` each
+codec shape also reports how far its streamed audio is from the model's fp32 offline decode.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
+from cadence.engine.config import CODEC_DTYPES, EngineConfig, RunawayGuard  # noqa: E402
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
 from cadence.engine.partition import Admission  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
@@ -41,14 +44,15 @@ def text_of_tokens(model: Qwen3TTS, tokens: int) -> str:
     return " ".join(words)
 
 
-def make_core(model: Qwen3TTS, args, streams: int):
+def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
     cfg = EngineConfig(
         max_streams=streams,
-        kv_cache_memory=args.kv_gb,
+        kv_cache_memory=kv_gb or args.kv_gb,
         attention_backend=args.attention_backend,
         enforce_eager=args.enforce_eager,
         runaway=RunawayGuard(frames_per_token=0, loop_window=0, silence_seconds=0),
         max_seq_tokens=max(2048, args.context + args.steps + args.warmup + 64),
+        codec_dtype=args.codec_dtype,
     )
     start = time.perf_counter()
     core = build_core(model, cfg)
@@ -79,24 +83,36 @@ def release(core, admissions: list[Admission]) -> None:
 
 
 def time_decode(core, model, batch: int, args) -> dict:
-    admissions = admit(core, model, batch, args.context, args.steps + args.warmup + 4)
+    """step_ms: one walk from launch until its frames are on the host (median). back_to_back_ms: walks
+    in the engine's order, each read back after the next is launched (no host wait inside a walk),
+    total time over the number of walks."""
+    admissions = admit(core, model, batch, args.context, 2 * args.steps + args.warmup + 4)
     slots = [a.slot for a in admissions]
     for _ in range(args.warmup):
-        core.talker.decode(slots)
+        core.talker.decode(slots).wait()
     times = []
     for _ in range(args.steps):
         sync(model.device)
         t = time.perf_counter()
-        core.talker.decode(slots)  # includes the frames' copy to the host
+        core.talker.decode(slots).wait()  # includes the frames' copy to the host
         times.append(time.perf_counter() - t)
+    sync(model.device)
+    t = time.perf_counter()
+    previous = None
+    for _ in range(args.steps):
+        walk = core.talker.decode(slots)
+        if previous is not None:
+            previous.wait()
+        previous = walk
+    previous.wait()
+    back_to_back = (time.perf_counter() - t) / args.steps * 1e3
     release(core, admissions)
     ms = statistics.median(times) * 1e3
-    return {"batch": batch, "context": args.context, "step_ms": ms, "frames_per_s": batch / ms * 1e3,
-            "audio_s_per_s": batch * 0.08 / ms * 1e3}  # fmt: skip
+    return {"batch": batch, "context": args.context, "step_ms": ms, "back_to_back_ms": back_to_back,
+            "frames_per_s": batch / ms * 1e3, "audio_s_per_s": batch * 0.08 / ms * 1e3}  # fmt: skip
 
 
-def time_prefill(model, args, prompt_tokens: int) -> dict:
-    core, _ = make_core(model, args, 2)
+def time_prefill(core, model, args, prompt_tokens: int) -> dict:
     text = text_of_tokens(model, prompt_tokens)
     times = []
     for _ in range(args.warmup + args.steps):
@@ -106,7 +122,7 @@ def time_prefill(model, args, prompt_tokens: int) -> dict:
         sync(model.device)
         t = time.perf_counter()
         core.talker.prefill([Admission(slot, req, pages)])
-        core.talker.decode([slot])  # the first frame
+        core.talker.decode([slot]).wait()  # the first frame, on the host
         times.append(time.perf_counter() - t)
         core.talker.kv.release(pages)
         core.talker.release(slot)
@@ -134,6 +150,35 @@ def time_codec(core, model, streams: int, frames: int, args) -> dict:
     return {"streams": streams, "frames": frames, "chunk_ms": ms, "audio_s_per_s": streams * frames * 0.08 / ms * 1e3}
 
 
+@contextlib.contextmanager
+def exact_fp32():
+    """fp32 without TF32 (PyTorch runs cuDNN convolutions in TF32 by default): the reference."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def codec_error(core, model: Qwen3TTS, streams: int, frames: int) -> float:
+    """Max abs difference between `streams` streams decoded by the engine's codec in `frames`-frame
+    chunks (96 frames or a little more: past the real codec's 72-frame window) and the model's fp32
+    offline decode of the same codes."""
+    codec, slots = core.codec, list(range(streams))
+    chunks = -(-96 // frames)
+    codes = torch.randint(0, 2048, (streams, chunks * frames, 16), generator=torch.Generator().manual_seed(1))
+    codec.reset(slots)
+    parts = [codec.fetch(codec.decode(slots, codes[:, i * frames : (i + 1) * frames])) for i in range(chunks)]
+    audio = torch.from_numpy(np.concatenate(parts, axis=1))
+    worst = 0.0
+    with exact_fp32():
+        for s in slots:  # one at a time: 256 streams at once would hold tens of GB of activations
+            ref = model.codec.decode(codes[s]).float().cpu()
+            worst = max(worst, float((audio[s] - ref).abs().max()))
+    return worst
+
+
 def ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x]
 
@@ -145,6 +190,12 @@ def main() -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--attention-backend", default="auto", choices=["auto", "sdpa", "triton", "torch"])
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument(
+        "--codec-dtype",
+        default="float32",
+        choices=CODEC_DTYPES,
+        help="the codec's precision (EngineConfig.codec_dtype); not float32: also its error against fp32",
+    )
     p.add_argument("--batches", type=ints, default=[1, 2, 4, 8])
     p.add_argument("--context", type=int, default=64, help="prompt tokens in the KV cache during decode")
     p.add_argument("--prompt-lengths", type=ints, default=[16, 60, 128])
@@ -163,33 +214,49 @@ def main() -> None:
     dev = model.device
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     graphs = "off" if args.enforce_eager else "on"
-    print(f"device={dev} ({name}) talker dtype={model.dtype} backend={args.attention_backend} graphs={graphs}")
-    results: dict = {"device": str(dev), "dtype": str(model.dtype), "backend": args.attention_backend, "decode": []}
+    print(
+        f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} "
+        f"backend={args.attention_backend} graphs={graphs}"
+    )
+    results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,
+                     "backend": args.attention_backend, "decode": []}  # fmt: skip
     core, build_s = make_core(model, args, max(max(args.batches), max(args.codec_streams)))
     results["engine_build_seconds"] = build_s
     print(f"engine build (KV cache, graphs) {build_s:.1f} s")
     print("\ntalker_decode (talker + 15 code-predictor steps + sampling), per walk")
-    print(f"{'batch':>6} {'ctx':>5} {'ms/step':>9} {'frames/s':>10} {'audio s/s':>10}")
+    print(f"{'batch':>6} {'ctx':>5} {'ms/step':>9} {'back2back':>10} {'frames/s':>10} {'audio s/s':>10}")
     for b in args.batches:
         r = time_decode(core, model, b, args)
         results["decode"].append(r)
-        print(f"{b:>6} {args.context:>5} {r['step_ms']:>9.2f} {r['frames_per_s']:>10.1f} {r['audio_s_per_s']:>10.1f}")
+        print(
+            f"{b:>6} {args.context:>5} {r['step_ms']:>9.2f} {r['back_to_back_ms']:>10.2f} {r['frames_per_s']:>10.1f} "
+            f"{r['audio_s_per_s']:>10.1f}"
+        )
 
     print("\ntalker_prefill + first frame, batch 1")
     results["prefill"] = []
+    # an engine of its own, with a small cache: what is timed is one request from an empty engine
+    prefill_core, _ = make_core(model, args, 2, kv_gb=1.0 if dev.type == "cuda" else None)
     for n in args.prompt_lengths:
-        r = time_prefill(model, args, n)
+        r = time_prefill(prefill_core, model, args, n)
         results["prefill"].append(r)
         print(f"  prompt {r['prompt_tokens']:>5} tokens: {r['prefill_plus_first_frame_ms']:.2f} ms")
 
-    print("\ncodec_chunk (streaming decoder), per call")
-    print(f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10}")
+    low = args.codec_dtype != "float32"
+    print(f"\ncodec_chunk (streaming decoder, {args.codec_dtype}), per call")
+    print(
+        f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10}" + (f" {'max err vs fp32':>16}" if low else "")
+    )
     results["codec"] = []
     for s in args.codec_streams:
         for f in args.codec_frames:
             r = time_codec(core, model, s, f, args)
+            line = f"{s:>8} {f:>7} {r['chunk_ms']:>9.2f} {r['audio_s_per_s']:>10.1f}"
+            if low:
+                r["max_abs_err_vs_fp32"] = codec_error(core, model, s, f)
+                line += f" {r['max_abs_err_vs_fp32']:>16.2e}"
             results["codec"].append(r)
-            print(f"{s:>8} {f:>7} {r['chunk_ms']:>9.2f} {r['audio_s_per_s']:>10.1f}")
+            print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if args.profile:
@@ -210,7 +277,12 @@ def profile(core, model, args) -> None:
     for _ in range(3):
         step()
     sync(model.device)
-    for name, fn in (("decode walk, batch 1", step), ("codec chunk, 1 stream x 1 frame", _codec_call(core))):
+    walks = (
+        ("decode walk, batch 1", step),
+        ("codec chunk, 1 stream x 1 frame", _codec_call(core, 1, 1)),
+        ("codec chunk, 64 streams x 8 frames", _codec_call(core, 64, 8)),
+    )
+    for name, fn in walks:
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             sync(model.device)
@@ -219,9 +291,11 @@ def profile(core, model, args) -> None:
     release(core, admissions)
 
 
-def _codec_call(core):
-    codes = torch.randint(0, 2048, (1, 1, 16))
-    return lambda: core.codec.decode([0], codes)
+def _codec_call(core, streams: int, frames: int):
+    """One eager codec chunk (graph replays hide kernels from the profiler)."""
+    codes = torch.randint(0, 2048, (streams, frames, 16), device=core.codec.device)
+    slots = list(range(streams))
+    return lambda: core.codec.decoder.decode(slots, codes)
 
 
 if __name__ == "__main__":

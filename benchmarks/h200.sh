@@ -25,6 +25,22 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,8,64 --codec-frames 1,2,8 \
         --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_triton.json" 2>&1 | tee "$OUT/bench.log" | grep -v INFO ;;
+    codecdtype)  # issue 5: the codec in bf16 / fp16 (SnakeBeta in fp32): speed and error against fp32
+      need_full
+      for dt in bfloat16 float16; do
+        python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --codec-dtype $dt \
+          --batches 1 --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 \
+          --steps 20 --warmup 5 --kv-gb 20 --json "$OUT/engine_steps_codec_$dt.json" 2>&1 | grep -v INFO
+      done ;;
+    profile)  # kernel breakdown of one decode walk and two codec chunks (1x1, 64x8), eager launches
+      need_full
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
+        --context 64 --prompt-lengths 60 --codec-streams 64 --codec-frames 8 --steps 3 --warmup 1 --kv-gb 20 \
+        --profile 2>&1 | grep -v INFO | tee "$OUT/profile.log" | tail -80 ;;
+    precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)
+      need_full
+      python3 benchmarks/precision.py --model $full --device cuda --frames 32 --json "$OUT/precision_h200.json" \
+        2>&1 | grep -v INFO ;;
     eager)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend sdpa --enforce-eager \
