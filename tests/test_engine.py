@@ -358,3 +358,34 @@ def test_decode_walks_are_read_back_one_step_late(tiny_model):
     assert out["r1"][-1].finish_reason == FinishReason.LENGTH and codes_of(out["r1"]).shape[0] == 9
     assert not (codes_of(out["r1"])[:, 0] == eos).any()
     assert core.talker.kv.used_pages == 0 and len(core.free_slots) == core.talker.max_slots
+
+
+def test_a_device_error_surfacing_at_read_back_fails_that_walk_only(tiny_model):
+    """An asynchronous device error shows up when a walk's outputs are read back, a step after its
+    launch: the streams of that walk fail, the engine goes on, and requests arriving later finish."""
+    core = build_core(tiny_model, config())
+    launch = core.talker.decode
+    walks = 0
+
+    def decode(slots):
+        nonlocal walks
+        output = launch(slots)
+        walks += 1
+        if walks == 3:
+
+            def broken():
+                raise RuntimeError("injected device fault")
+
+            output.wait = broken
+        return output
+
+    core.talker.decode = decode
+    first = [request(tiny_model, i, 10) for i in range(2)]
+    later = request(tiny_model, 2, 6)
+    out = run(core, {0: first, 6: [later]})
+    for r in first:
+        assert out[r.request_id][-1].finish_reason == FinishReason.ERROR
+        assert "injected device fault" in out[r.request_id][-1].error
+    assert out["r2"][-1].finish_reason == FinishReason.LENGTH
+    assert torch.equal(codes_of(out["r2"]), oracle(tiny_model, later).codes)
+    assert core.talker.kv.used_pages == 0 and len(core.free_slots) == core.talker.max_slots
