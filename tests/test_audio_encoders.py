@@ -67,6 +67,18 @@ def test_speed_changes_tempo_and_keeps_pitch(fmt, speed):
     assert peak_hz(samples, rate) == pytest.approx(TONE_HZ, abs=3)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("speed", [1.0, 2.0])
+def test_empty_chunks_are_accepted_anywhere(fmt, speed):
+    """A stream's final chunk can carry no audio (its frames all went out before it ended): every
+    encoder, with or without a tempo change, takes an empty chunk without error or output."""
+    enc = make_encoder(fmt, SR, speed, True)
+    empty = np.zeros(0, np.int16)
+    assert enc.encode(empty) == b""
+    pieces = [enc.encode(tone(0.5)), enc.encode(empty), enc.finish()]
+    assert sum(len(p) for p in pieces) > 0
+
+
 def test_wav_headers():
     streamed = b"".join(encode("wav", tone(0.5)))
     assert streamed[:4] == b"RIFF" and streamed[8:16] == b"WAVEfmt "

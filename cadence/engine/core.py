@@ -250,6 +250,11 @@ class EngineCore:
             s.walks += 1
             if s.timings.first_frame is None:
                 s.timings.first_frame = now  # queued; the codec may take it at once (never EOS)
+            if s.request.ignore_eos and s.walks == s.max_frames:
+                # Nothing its read-back could change (no EOS, no loop watch): it ends now, so its last
+                # frames go out in this step's final chunk rather than an empty one a step later.
+                s.frames = s.walks
+                s.stop(FinishReason.RUNAWAY if s.budget_is_runaway else FinishReason.LENGTH)
         return Walk(streams, output)
 
     def _read_back(self, walk: Walk) -> None:

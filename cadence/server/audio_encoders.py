@@ -93,6 +93,8 @@ class Tempo:
         self._pts = 0
 
     def process(self, pcm: np.ndarray) -> np.ndarray:
+        if pcm.size == 0:  # a stream's final chunk may carry no audio; FFmpeg refuses empty frames
+            return np.zeros(0, np.int16)
         frame = _frame(pcm, self.sample_rate)
         frame.pts = self._pts
         frame.time_base = Fraction(1, self.sample_rate)
