@@ -94,6 +94,26 @@ def tiny_model(tiny_checkpoint):
     return Qwen3TTS.from_pretrained(tiny_checkpoint, "cpu", "fp32")
 
 
+@pytest.fixture(scope="module")
+def small_op_cpu_settings():
+    """For modules of tiny-codec ops (`pytestmark = pytest.mark.usefixtures("small_op_cpu_settings")`):
+    the ops are too small to gain from these CPU features, and here they cost: oneDNN builds a conv
+    primitive for every new input shape (chunk schedules make dozens), and a second intra-op thread
+    spins at barriers when other jobs share the 2 cores (20x slower seen)."""
+    mkldnn, threads = torch.backends.mkldnn.enabled, torch.get_num_threads()
+    torch.backends.mkldnn.enabled = False
+    torch.set_num_threads(1)
+    yield
+    torch.backends.mkldnn.enabled = mkldnn
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_model):
+    """The tiny model's fp32 codec decoder (a CodecDecoder)."""
+    return tiny_model.codec.decoder
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -33,20 +33,7 @@ RELATIVE_RMS = {"bfloat16": 0.08, "float16": 0.012}
 MAX_ABS = {"bfloat16": 0.25, "float16": 0.04}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def small_op_cpu_settings():
-    """As in test_codec_stream: one thread and no oneDNN primitive per new shape for these tiny ops."""
-    mkldnn, threads = torch.backends.mkldnn.enabled, torch.get_num_threads()
-    torch.backends.mkldnn.enabled = False
-    torch.set_num_threads(1)
-    yield
-    torch.backends.mkldnn.enabled = mkldnn
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def decoder(tiny_model) -> CodecDecoder:
-    return tiny_model.codec.decoder
+pytestmark = pytest.mark.usefixtures("small_op_cpu_settings")  # conftest.py
 
 
 @pytest.fixture(scope="module", params=list(DTYPES))

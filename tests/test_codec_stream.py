@@ -23,22 +23,7 @@ TOL = 1e-4
 SPF = 1920
 
 
-@pytest.fixture(scope="module", autouse=True)
-def small_op_cpu_settings():
-    """The tiny codec's ops are too small to gain from these CPU features, and here they cost:
-    oneDNN builds a conv primitive for every new input shape (these schedules make dozens), and a
-    second intra-op thread spins at barriers when other jobs share the 2 cores (20x slower seen)."""
-    mkldnn, threads = torch.backends.mkldnn.enabled, torch.get_num_threads()
-    torch.backends.mkldnn.enabled = False
-    torch.set_num_threads(1)
-    yield
-    torch.backends.mkldnn.enabled = mkldnn
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def decoder(tiny_model) -> CodecDecoder:
-    return tiny_model.codec.decoder
+pytestmark = pytest.mark.usefixtures("small_op_cpu_settings")  # conftest.py
 
 
 def random_codes(frames: int, seed: int) -> torch.Tensor:
