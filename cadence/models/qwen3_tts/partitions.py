@@ -251,7 +251,6 @@ class Qwen3TTSCodec:
         decoder = model.codec.decoder
         if dtype != torch.float32:
             decoder = cast_decoder(decoder, dtype)
-        self.dtype = dtype
         self.decoder = StreamingCodecDecoder(decoder)
         self.decoder.allocate(max_slots + 1)
         self.dummy = max_slots
