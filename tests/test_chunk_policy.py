@@ -83,3 +83,18 @@ def test_deadline_feeds_a_stream_every_step_when_steps_are_as_slow_as_playback(t
     assert early == [1] * 24  # never more than a step behind playback
     # chunking does not change the audio: the same samples up to float rounding (1 int16 step)
     assert np.abs(same_audio.astype(np.int32) - audio.astype(np.int32)).max() <= 1
+
+
+def test_deadline_defaults_to_on_for_a_gpu_and_off_for_a_cpu(tiny_model):
+    """None is 'auto': build_core turns it off on a CPU (where it slows every step, and a fixed chunk
+    schedule keeps a seeded request's audio identical from run to run); an explicit value is kept."""
+    from cadence.engine.config import AUTO_DEADLINE, EngineConfig
+    from cadence.engine.engine import build_core
+
+    assert ChunkPolicy().deadline is None and AUTO_DEADLINE == 0.2
+    auto = build_core(tiny_model, EngineConfig(max_streams=2, kv_cache_memory=0.01))
+    assert auto.config.chunk_policy.deadline == 0.0  # tiny_model is on the CPU
+    chosen = build_core(
+        tiny_model, EngineConfig(max_streams=2, kv_cache_memory=0.01, chunk_policy=ChunkPolicy(deadline=0.3))
+    )
+    assert chosen.config.chunk_policy.deadline == 0.3

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+AUTO_DEADLINE = 0.2  # seconds: ChunkPolicy.deadline on a GPU unless set
+
 
 @dataclass(frozen=True)
 class ChunkPolicy:
@@ -19,20 +21,22 @@ class ChunkPolicy:
     when a step takes about as long as a frame plays, this spends codec work on the streams about
     to run dry instead of letting them stall while their chunk fills. On an H200 at 128 streams it
     cut the requests with playback underruns from 87 % to 1 % at equal throughput
-    (docs/perf-notes.md #12), hence on by default.
+    (docs/perf-notes.md #12). None: `AUTO_DEADLINE` on a GPU, off on a CPU (build_core), where a
+    1-frame codec call costs nearly what an 8-frame one does and early chunks slow every step, and
+    where a fixed chunk schedule keeps a seeded request's audio identical from run to run.
     """
 
     first_chunk_frames: int = 1
     growth: float = 2.0
     max_chunk_frames: int = 8
-    deadline: float = 0.2
+    deadline: float | None = None
 
     def __post_init__(self):
         if not (1 <= self.first_chunk_frames <= self.max_chunk_frames):
             raise ValueError("chunk policy needs 1 <= first_chunk_frames <= max_chunk_frames")
         if self.growth < 1.0:
             raise ValueError("chunk policy growth must be >= 1")
-        if self.deadline < 0:
+        if self.deadline is not None and self.deadline < 0:
             raise ValueError("chunk policy deadline must be >= 0 seconds")
 
     def chunk_size(self, chunks_done: int) -> int:

@@ -28,7 +28,7 @@ from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from ..models.qwen3_tts.sampling import SamplingParams
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
-from .config import EngineConfig
+from .config import AUTO_DEADLINE, EngineConfig
 from .core import EngineCore
 from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
 
@@ -126,6 +126,9 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
     # simpler order unless asked.
     if config.pipeline_codec is None:
         config = replace(config, pipeline_codec=codec_on != model.device)
+    if config.chunk_policy.deadline is None:  # auto (ChunkPolicy): on where codec calls are cheap graphs
+        deadline = AUTO_DEADLINE if codec_on.type == "cuda" else 0.0
+        config = replace(config, chunk_policy=replace(config.chunk_policy, deadline=deadline))
     kv_bytes = kv_cache_bytes(config, model.device)
     backend = config.attention_backend
     if backend == "auto":

@@ -106,9 +106,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         metavar="SECONDS",
         help="deadline-aware chunking: decode a stream's frames early, before its chunk has grown, when its "
-        "audio ahead of playback would fall below SECONDS (default 0.2; 0: off, chunks only grow; the file's "
-        "engine.chunk_policy.deadline). On an H200 under 128-256 streams it cut playback underruns from "
-        "87-98%% of requests to 1-22%% at equal throughput (docs/benchmarks.md)",
+        "audio ahead of playback would fall below SECONDS (default: 0.2 on a GPU, 0 on a CPU; 0: off, chunks "
+        "only grow; the file's engine.chunk_policy.deadline). On an H200 under 128-256 streams it cut playback "
+        "underruns from 87-98%% of requests to 1-22%% at equal throughput (docs/benchmarks.md)",
     )
     g.add_argument(
         "--graph-buckets",
