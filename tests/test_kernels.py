@@ -127,3 +127,21 @@ def test_sampling_matches_definition(ops):
             a = tri.sample_tokens(logits, params, seed, fr, 3, **kw)
             b = ref.sample_tokens(logits, params, seed, fr, 3, **kw)
             assert torch.equal(a, b), (frame, kw.keys(), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("length", [1, 1920, 5000])
+def test_snake_beta(ops, dtype, length):
+    """The codec's activation, including a non-contiguous input (a trimmed transposed-conv output)
+    and arguments of tens of radians (large log-alpha), where a fast approximate sine drifts."""
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(length)
+    channels = 24
+    log_alpha = torch.randn(channels, device=DEV, generator=g) * 1.5
+    log_beta = torch.randn(channels, device=DEV, generator=g)
+    wide = (torch.randn(3, channels, length + 7, device=DEV, generator=g) * 4).to(dtype)
+    x = wide[..., :length]  # non-contiguous rows
+    mine, theirs = tri.snake_beta(x, log_alpha, log_beta), ref.snake_beta(x, log_alpha, log_beta)
+    assert mine.dtype == x.dtype and mine.shape == x.shape
+    scale = 1.0 + theirs.float().abs()
+    assert float(((mine.float() - theirs.float()) / scale).abs().max()) <= tol(dtype)

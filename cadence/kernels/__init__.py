@@ -6,12 +6,16 @@ qk_norm_rope_store, paged_attention, silu_mul, sample_tokens.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from types import ModuleType
+
+import torch
 
 BACKENDS = ("triton", "torch")
 
 
+@functools.cache
 def triton_available() -> bool:
     try:
         import triton  # noqa: F401
@@ -26,3 +30,11 @@ def load_ops(backend: str) -> ModuleType:
     if backend == "triton" and not triton_available():
         raise RuntimeError("the triton kernel backend needs the triton package (it ships with CUDA builds of torch)")
     return importlib.import_module(f".{backend}_ops", __name__)
+
+
+def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+    """The codec's SnakeBeta activation (torch_ops.snake_beta): one fused Triton kernel for CUDA
+    tensors where Triton is installed (one pass over the activation instead of five), PyTorch
+    elsewhere."""
+    backend = "triton" if x.is_cuda and triton_available() else "torch"
+    return load_ops(backend).snake_beta(x, log_alpha, log_beta)

@@ -111,3 +111,12 @@ def sample_tokens(
     if ban_eos is not None:
         logits = mask_control_tokens(logits, eos_id, suppress_start, ban_eos)
     return sample(logits, params, seed, frame, codebook)
+
+
+def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+    """SnakeBeta on [B, C, T]: x + sin²(x·e^α) / (e^β + 1e-9) per channel, in fp32, rounded to x's
+    dtype (codec.SnakeBeta's definition)."""
+    alpha = torch.exp(log_alpha.float())[None, :, None]
+    beta = torch.exp(log_beta.float())[None, :, None]
+    x32 = x.float()
+    return (x32 + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x32 * alpha), 2)).to(x.dtype)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...kernels import snake_beta
 from .config import CodecDecoderConfig
 from .layers import RMSNorm, apply_rope, attention, rope_cos_sin
 
@@ -66,10 +67,7 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha = torch.exp(self.alpha.float())[None, :, None]
-        beta = torch.exp(self.beta.float())[None, :, None]
-        x32 = x.float()
-        return (x32 + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x32 * alpha), 2)).to(x.dtype)
+        return snake_beta(x, self.alpha, self.beta)
 
 
 class EuclideanCodebook(nn.Module):
