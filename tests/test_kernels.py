@@ -145,3 +145,34 @@ def test_snake_beta(ops, dtype, length):
     assert mine.dtype == x.dtype and mine.shape == x.shape
     scale = 1.0 + theirs.float().abs()
     assert float(((mine.float() - theirs.float()) / scale).abs().max()) <= tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fused", ["bias", "bias+residual"])
+def test_snake_beta_with_fused_adds(ops, dtype, fused):
+    """The streaming codec's form: conv bias (and a residual) added in the same pass, the sum kept
+    for the residual stream, the activation written into a view of a larger window (a conv's
+    history buffer: rows strided wider than their length)."""
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(7)
+    batch, channels, length, history = 2, 20, 3000, 54
+    log_alpha = torch.randn(channels, device=DEV, generator=g)
+    log_beta = torch.randn(channels, device=DEV, generator=g)
+    bias = torch.randn(channels, device=DEV, generator=g).to(dtype)
+    x = (torch.randn(batch, channels, length + 5, device=DEV, generator=g) * 3).to(dtype)[..., 5:]
+    residual = (torch.randn(batch, channels, length, device=DEV, generator=g) * 3).to(dtype)
+    residual = residual if fused == "bias+residual" else None
+    results = []
+    for impl in (tri, ref):
+        window = torch.full((batch, channels, history + length), 7.0, device=DEV)
+        total = torch.empty(batch, channels, length, dtype=dtype, device=DEV)
+        act = impl.snake_beta(x, log_alpha, log_beta, bias, residual, window[..., history:], total)
+        assert act.data_ptr() == window[..., history:].data_ptr()
+        assert torch.equal(window[..., :history], torch.full_like(window[..., :history], 7.0))  # left alone
+        results.append((window, total))
+    (w_tri, s_tri), (w_ref, s_ref) = results
+    assert torch.equal(s_tri, s_ref)  # the same adds, rounded at the same points
+    expected_sum = x + bias[None, :, None] + (residual if residual is not None else 0)
+    assert (s_ref.float() - expected_sum.float()).abs().max() <= tol(dtype) * (1 + expected_sum.float().abs().max())
+    scale = 1.0 + w_ref.abs()
+    assert float(((w_tri - w_ref) / scale).abs().max()) <= tol(torch.float32)

@@ -113,10 +113,34 @@ def sample_tokens(
     return sample(logits, params, seed, frame, codebook)
 
 
-def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
-    """SnakeBeta on [B, C, T]: x + sin²(x·e^α) / (e^β + 1e-9) per channel, in fp32, rounded to x's
-    dtype (codec.SnakeBeta's definition)."""
+def snake_beta(
+    x: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    sum_out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """SnakeBeta on [B, C, T]: s + sin²(s·e^α) / (e^β + 1e-9) per channel, in fp32, rounded to
+    `out`'s dtype (x's by default) -- codec.SnakeBeta's definition.
+
+    The streaming codec folds the adds before an activation into the same pass: s = x, plus the
+    producing conv's `bias` per channel, plus a `residual` ([B, C, T], added last), each add rounded
+    to x's dtype as the unfused `conv + bias` then `residual + conv` round. `sum_out` receives s
+    (the residual stream), `out` the activation (a view into a conv's history window, say).
+    """
+    s = x
+    if bias is not None:
+        s = s + bias.to(x.dtype)[None, :, None]
+    if residual is not None:
+        s = residual + s
+    if sum_out is not None:
+        sum_out.copy_(s)
     alpha = torch.exp(log_alpha.float())[None, :, None]
     beta = torch.exp(log_beta.float())[None, :, None]
-    x32 = x.float()
-    return (x32 + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x32 * alpha), 2)).to(x.dtype)
+    s32 = s.float()
+    act = s32 + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(s32 * alpha), 2)
+    if out is None:
+        return act.to(x.dtype)
+    return out.copy_(act)

@@ -365,9 +365,12 @@ def sample_tokens(
 
 
 @triton.jit
-def _snake_beta_kernel(x_ptr, la_ptr, lb_ptr, out_ptr, channels, length, stride_b, stride_c,
+def _snake_beta_kernel(x_ptr, bias_ptr, res_ptr, la_ptr, lb_ptr, out_ptr, sum_ptr, channels, length,
+                       x_stride_b, x_stride_c, out_stride_b, out_stride_c,
+                       HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, STORE_SUM: tl.constexpr,
                        BLOCK: tl.constexpr):  # fmt: skip
-    """One read and one write of the activation instead of the five passes of the unfused ops."""
+    """One read and one write of the activation (plus the residual's read and the sum's write when
+    fused) instead of the unfused passes: bias add, residual add, and five for SnakeBeta."""
     row = tl.program_id(0)  # b * channels + c
     b = row // channels
     c = row % channels
@@ -375,19 +378,45 @@ def _snake_beta_kernel(x_ptr, la_ptr, lb_ptr, out_ptr, channels, length, stride_
     mask = t < length
     alpha = tl.exp(tl.load(la_ptr + c).to(tl.float32))
     inv_beta = 1.0 / (tl.exp(tl.load(lb_ptr + c).to(tl.float32)) + 1e-9)
-    x = tl.load(x_ptr + b * stride_b + c * stride_c + t, mask=mask, other=0.0)
-    x32 = x.to(tl.float32)
-    s = tl.sin(x32 * alpha)  # the accurate sine on NVIDIA (libdevice's fast_sinf is the approximate one)
-    tl.store(out_ptr + row * length + t, (x32 + inv_beta * (s * s)).to(x.dtype), mask=mask)
+    x = tl.load(x_ptr + b * x_stride_b + c * x_stride_c + t, mask=mask, other=0.0)
+    s = x
+    if HAS_BIAS:  # rounded as the unfused `conv + bias`
+        s = (s.to(tl.float32) + tl.load(bias_ptr + c).to(tl.float32)).to(x.dtype)
+    if HAS_RES:  # then `residual + that`
+        s = (tl.load(res_ptr + row * length + t, mask=mask, other=0.0).to(tl.float32) + s.to(tl.float32)).to(x.dtype)
+    if STORE_SUM:
+        tl.store(sum_ptr + row * length + t, s, mask=mask)
+    s32 = s.to(tl.float32)
+    sn = tl.sin(s32 * alpha)  # the accurate sine on NVIDIA (libdevice's fast_sinf is the approximate one)
+    act = s32 + inv_beta * (sn * sn)
+    tl.store(out_ptr + b * out_stride_b + c * out_stride_c + t, act.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def snake_beta(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+def snake_beta(
+    x: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    sum_out: torch.Tensor | None = None,
+) -> torch.Tensor:
     if x.stride(-1) != 1:
         x = x.contiguous()
     batch, channels, length = x.shape
-    out = torch.empty(batch, channels, length, dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty(batch, channels, length, dtype=x.dtype, device=x.device)
+    if out.shape != x.shape or out.stride(-1) != 1:
+        raise ValueError("out must be [B, C, T] with unit stride along T")
+    if residual is not None:
+        residual = residual.contiguous()
+    if sum_out is not None and (sum_out.shape != x.shape or not sum_out.is_contiguous() or sum_out.dtype != x.dtype):
+        raise ValueError("sum_out must be a contiguous tensor of x's shape and dtype")
     block = 1024
     _snake_beta_kernel[(batch * channels, triton.cdiv(length, block))](
-        x, log_alpha, log_beta, out, channels, length, x.stride(0), x.stride(1), BLOCK=block
-    )
+        x, bias if bias is not None else x, residual if residual is not None else x, log_alpha, log_beta, out,
+        sum_out if sum_out is not None else x, channels, length, x.stride(0), x.stride(1), out.stride(0),
+        out.stride(1), HAS_BIAS=bias is not None, HAS_RES=residual is not None, STORE_SUM=sum_out is not None,
+        BLOCK=block,
+    )  # fmt: skip
     return out
