@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cadence.models.qwen3_tts.codec import CodecDecoder
-from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder
+from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder, conv_transpose_by_phases, transposed_as_conv
 
 TOL = 1e-4
 SPF = 1920
@@ -221,6 +221,21 @@ def test_reset_makes_a_used_slot_cold(decoder):
     sdec.decode([0], random_codes(5, seed=10)[None])
     sdec.reset([0])
     assert torch.equal(sdec.decode([0], codes[None]), first)
+
+
+@pytest.mark.parametrize(("kernel", "stride"), [(4, 2), (10, 5), (6, 3), (3, 3), (5, 2)])
+def test_transposed_conv_as_phase_conv(kernel, stride):
+    """The streaming decoder runs each transposed conv as a forward Conv1d over its carried inputs
+    plus the new ones; its phases, interleaved, are the transposed conv's blocks of the new inputs."""
+    g = torch.Generator().manual_seed(kernel * 10 + stride)
+    conv = torch.nn.ConvTranspose1d(6, 5, kernel, stride=stride, bias=False)
+    torch.nn.init.normal_(conv.weight, generator=g)
+    past = -(-kernel // stride) - 1
+    x = torch.randn(2, 6, past + 7, generator=g)
+    with torch.no_grad():
+        expected = conv(x)[..., past * stride : (past + 7) * stride]
+        got = conv_transpose_by_phases(x, transposed_as_conv(conv), stride)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_bytes_per_stream_matches_the_pool(decoder):
