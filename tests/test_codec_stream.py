@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cadence.models.qwen3_tts.codec import CodecDecoder
-from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder, conv_transpose_by_phases, transposed_as_conv
+from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder, TimeMajorConv
 
 TOL = 1e-4
 SPF = 1920
@@ -225,16 +225,30 @@ def test_reset_makes_a_used_slot_cold(decoder):
 
 @pytest.mark.parametrize(("kernel", "stride"), [(4, 2), (10, 5), (6, 3), (3, 3), (5, 2)])
 def test_transposed_conv_as_phase_conv(kernel, stride):
-    """The streaming decoder runs each transposed conv as a forward Conv1d over its carried inputs
+    """The streaming decoder runs each transposed conv as a forward conv over its carried inputs
     plus the new ones; its phases, interleaved, are the transposed conv's blocks of the new inputs."""
     g = torch.Generator().manual_seed(kernel * 10 + stride)
-    conv = torch.nn.ConvTranspose1d(6, 5, kernel, stride=stride, bias=False)
+    conv = torch.nn.ConvTranspose1d(6, 5, kernel, stride=stride)
     torch.nn.init.normal_(conv.weight, generator=g)
+    torch.nn.init.normal_(conv.bias, generator=g)
     past = -(-kernel // stride) - 1
     x = torch.randn(2, 6, past + 7, generator=g)
     with torch.no_grad():
         expected = conv(x)[..., past * stride : (past + 7) * stride]
-        got = conv_transpose_by_phases(x, transposed_as_conv(conv), stride)
+        got = TimeMajorConv.of(conv)(x.transpose(1, 2).contiguous().transpose(1, 2), with_bias=True)
+    assert got.stride(1) == 1  # time-major
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dilation", [1, 3])
+def test_time_major_conv_equals_conv1d(dilation):
+    g = torch.Generator().manual_seed(dilation)
+    conv = torch.nn.Conv1d(6, 5, 7, dilation=dilation)
+    x = torch.randn(2, 6, 6 * dilation + 9, generator=g)
+    with torch.no_grad():
+        got = TimeMajorConv.of(conv)(x.transpose(1, 2).contiguous().transpose(1, 2), with_bias=False)
+        expected = torch.nn.functional.conv1d(x, conv.weight, None, dilation=dilation)
+    assert got.stride(1) == 1
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 

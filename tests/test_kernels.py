@@ -147,25 +147,37 @@ def test_snake_beta(ops, dtype, length):
     assert float(((mine.float() - theirs.float()) / scale).abs().max()) <= tol(dtype)
 
 
+def _tensor(layout: str, batch: int, channels: int, length: int, **kw) -> torch.Tensor:
+    """An uninitialised logical [B, C, T] tensor stored channel-major or time-major."""
+    if layout == "time-major":
+        return torch.empty(batch, length, channels, device=DEV, **kw).transpose(1, 2)
+    return torch.empty(batch, channels, length, device=DEV, **kw)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fused", ["bias", "bias+residual"])
-def test_snake_beta_with_fused_adds(ops, dtype, fused):
+@pytest.mark.parametrize("layout", ["channel-major", "time-major"])
+def test_snake_beta_with_fused_adds(ops, dtype, fused, layout):
     """The streaming codec's form: conv bias (and a residual) added in the same pass, the sum kept
     for the residual stream, the activation written into a view of a larger window (a conv's
-    history buffer: rows strided wider than their length)."""
+    history buffer), in the channel-major layout of the offline decode or the time-major one of
+    the streaming decoder's conv stack."""
     tri, ref = ops
     g = torch.Generator(device=DEV).manual_seed(7)
     batch, channels, length, history = 2, 20, 3000, 54
     log_alpha = torch.randn(channels, device=DEV, generator=g)
     log_beta = torch.randn(channels, device=DEV, generator=g)
     bias = torch.randn(channels, device=DEV, generator=g).to(dtype)
-    x = (torch.randn(batch, channels, length + 5, device=DEV, generator=g) * 3).to(dtype)[..., 5:]
-    residual = (torch.randn(batch, channels, length, device=DEV, generator=g) * 3).to(dtype)
-    residual = residual if fused == "bias+residual" else None
+    x = _tensor(layout, batch, channels, length + 5, dtype=dtype)[..., 5:]
+    x.copy_(torch.randn(x.shape, device=DEV, generator=g) * 3)
+    residual = None
+    if fused == "bias+residual":
+        residual = _tensor(layout, batch, channels, length, dtype=dtype)
+        residual.copy_(torch.randn(residual.shape, device=DEV, generator=g) * 3)
     results = []
     for impl in (tri, ref):
-        window = torch.full((batch, channels, history + length), 7.0, device=DEV)
-        total = torch.empty(batch, channels, length, dtype=dtype, device=DEV)
+        window = _tensor(layout, batch, channels, history + length).fill_(7.0)
+        total = _tensor(layout, batch, channels, length, dtype=dtype)
         act = impl.snake_beta(x, log_alpha, log_beta, bias, residual, window[..., history:], total)
         assert act.data_ptr() == window[..., history:].data_ptr()
         assert torch.equal(window[..., :history], torch.full_like(window[..., :history], 7.0))  # left alone

@@ -366,30 +366,34 @@ def sample_tokens(
 
 @triton.jit
 def _snake_beta_kernel(x_ptr, bias_ptr, res_ptr, la_ptr, lb_ptr, out_ptr, sum_ptr, channels, length,
-                       x_stride_b, x_stride_c, out_stride_b, out_stride_c,
+                       xs_b, xs_c, xs_t, rs_b, rs_c, rs_t, ss_b, ss_c, ss_t, os_b, os_c, os_t,
                        HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, STORE_SUM: tl.constexpr,
-                       BLOCK: tl.constexpr):  # fmt: skip
+                       BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
     """One read and one write of the activation (plus the residual's read and the sum's write when
-    fused) instead of the unfused passes: bias add, residual add, and five for SnakeBeta."""
-    row = tl.program_id(0)  # b * channels + c
-    b = row // channels
-    c = row % channels
-    t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = t < length
-    alpha = tl.exp(tl.load(la_ptr + c).to(tl.float32))
-    inv_beta = 1.0 / (tl.exp(tl.load(lb_ptr + c).to(tl.float32)) + 1e-9)
-    x = tl.load(x_ptr + b * x_stride_b + c * x_stride_c + t, mask=mask, other=0.0)
+    fused) instead of the unfused passes: bias add, residual add, and five for SnakeBeta.
+
+    A [BLOCK_T, BLOCK_C] tile of a [B, C, T] tensor of any strides: Triton specialises unit
+    strides, so loads coalesce along time (channel-major tensors) or channels (time-major ones)."""
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
+    b = tl.program_id(2).to(tl.int64)
+    has_c = c < channels
+    mask = (t < length) & has_c
+    alpha = tl.exp(tl.load(la_ptr + c, mask=has_c, other=0.0).to(tl.float32))
+    inv_beta = 1.0 / (tl.exp(tl.load(lb_ptr + c, mask=has_c, other=0.0).to(tl.float32)) + 1e-9)
+    x = tl.load(x_ptr + b * xs_b + c * xs_c + t * xs_t, mask=mask, other=0.0)
     s = x
     if HAS_BIAS:  # rounded as the unfused `conv + bias`
-        s = (s.to(tl.float32) + tl.load(bias_ptr + c).to(tl.float32)).to(x.dtype)
+        s = (s.to(tl.float32) + tl.load(bias_ptr + c, mask=has_c, other=0.0).to(tl.float32)).to(x.dtype)
     if HAS_RES:  # then `residual + that`
-        s = (tl.load(res_ptr + row * length + t, mask=mask, other=0.0).to(tl.float32) + s.to(tl.float32)).to(x.dtype)
+        r = tl.load(res_ptr + b * rs_b + c * rs_c + t * rs_t, mask=mask, other=0.0)
+        s = (r.to(tl.float32) + s.to(tl.float32)).to(x.dtype)
     if STORE_SUM:
-        tl.store(sum_ptr + row * length + t, s, mask=mask)
+        tl.store(sum_ptr + b * ss_b + c * ss_c + t * ss_t, s, mask=mask)
     s32 = s.to(tl.float32)
     sn = tl.sin(s32 * alpha)  # the accurate sine on NVIDIA (libdevice's fast_sinf is the approximate one)
     act = s32 + inv_beta * (sn * sn)
-    tl.store(out_ptr + b * out_stride_b + c * out_stride_c + t, act.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + b * os_b + c * os_c + t * os_t, act.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def snake_beta(
@@ -401,22 +405,22 @@ def snake_beta(
     out: torch.Tensor | None = None,
     sum_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    if x.stride(-1) != 1:
-        x = x.contiguous()
     batch, channels, length = x.shape
     if out is None:
-        out = torch.empty(batch, channels, length, dtype=x.dtype, device=x.device)
-    if out.shape != x.shape or out.stride(-1) != 1:
-        raise ValueError("out must be [B, C, T] with unit stride along T")
-    if residual is not None:
-        residual = residual.contiguous()
-    if sum_out is not None and (sum_out.shape != x.shape or not sum_out.is_contiguous() or sum_out.dtype != x.dtype):
-        raise ValueError("sum_out must be a contiguous tensor of x's shape and dtype")
-    block = 1024
-    _snake_beta_kernel[(batch * channels, triton.cdiv(length, block))](
-        x, bias if bias is not None else x, residual if residual is not None else x, log_alpha, log_beta, out,
-        sum_out if sum_out is not None else x, channels, length, x.stride(0), x.stride(1), out.stride(0),
-        out.stride(1), HAS_BIAS=bias is not None, HAS_RES=residual is not None, STORE_SUM=sum_out is not None,
-        BLOCK=block,
+        out = torch.empty_like(x)
+    for name, t in (("out", out), ("residual", residual), ("sum_out", sum_out)):
+        if t is not None and t.shape != x.shape:
+            raise ValueError(f"{name} must have x's shape {list(x.shape)}, got {list(t.shape)}")
+    if sum_out is not None and sum_out.dtype != x.dtype:
+        raise ValueError("sum_out must have x's dtype")
+    res = residual if residual is not None else x
+    total = sum_out if sum_out is not None else x
+    block_t, block_c = (16, 64) if x.stride(1) == 1 else (128, 8)  # the tile's long side along the unit stride
+    grid = (triton.cdiv(length, block_t), triton.cdiv(channels, block_c), batch)
+    _snake_beta_kernel[grid](
+        x, bias if bias is not None else x, res, log_alpha, log_beta, out, total, channels, length,
+        *x.stride(), *res.stride(), *total.stride(), *out.stride(),
+        HAS_BIAS=bias is not None, HAS_RES=residual is not None, STORE_SUM=sum_out is not None,
+        BLOCK_T=block_t, BLOCK_C=block_c,
     )  # fmt: skip
     return out

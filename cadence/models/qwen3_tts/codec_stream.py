@@ -99,13 +99,19 @@ def conv_histories(decoder: CodecDecoder) -> list[ConvHistory]:
     return out
 
 
+def time_major(batch: int, channels: int, length: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An empty logical [B, C, T] tensor stored time-major ([B, T, C] in memory, channels-last)."""
+    return torch.empty(batch, length, channels, dtype=dtype, device=like.device).transpose(1, 2)
+
+
 def transposed_as_conv(conv: nn.ConvTranspose1d) -> torch.Tensor:
     """The weight of a Conv1d that computes `conv` (kernel k, stride s, no padding) phase by phase.
 
     Output block t of the transposed conv (s samples) is a sum over the m = ceil(k/s) inputs
     t-m+1 .. t, each through one s-wide slice of the kernel. A Conv1d with kernel m and s * C_out
-    output channels computes exactly those sums: channel (co, j) of its output at t is sample
-    t*s + j of channel co. Returned: [C_out * s, C_in, m], the kernel zero-padded to m * s taps.
+    output channels computes exactly those sums: its channel j * C_out + co at t is sample t*s + j
+    of channel co, so in time-major memory ([T, s, C_out]) its output already is the interleaved
+    [T*s, C_out]. Returned: [s * C_out, C_in, m], the kernel zero-padded to m * s taps.
     Why: cuDNN runs transposed convs as a backward-data (dgrad) kernel, slow at these shapes (one
     took 3.6 ms of a 51 ms 64x8 chunk in the profile), and forward convs are its fastest path.
     """
@@ -114,16 +120,48 @@ def transposed_as_conv(conv: nn.ConvTranspose1d) -> torch.Tensor:
     m = math.ceil(k / s)
     w = F.pad(conv.weight.detach(), (0, m * s - k)).view(c_in, c_out, m, s)  # tap i*s + j
     # Conv1d tap i reads input t-m+1+i, which sits (m-1-i) blocks back: kernel slice m-1-i.
-    return w.flip(2).permute(1, 3, 0, 2).reshape(c_out * s, c_in, m).contiguous()
+    return w.flip(2).permute(3, 1, 0, 2).reshape(s * c_out, c_in, m)
 
 
-def conv_transpose_by_phases(x: torch.Tensor, phase_weight: torch.Tensor, stride: int) -> torch.Tensor:
-    """The transposed conv's output blocks of x's inputs after the first m-1 (its carried history):
-    the Conv1d of `transposed_as_conv`, its phases interleaved into time. [B, C_in, m-1+T] -> [B, C_out, T*s]."""
-    phases = F.conv1d(x, phase_weight)  # [B, C_out * s, T]; channel (co, j) at t is sample t*s + j of co
-    batch, channels, frames = phases.shape
-    out_channels = channels // stride
-    return phases.view(batch, out_channels, stride, frames).transpose(2, 3).reshape(batch, out_channels, -1)
+@dataclass
+class TimeMajorConv:
+    """A conv of the decoder stack run on time-major activations, as cuDNN's channels-last 2-D conv.
+
+    cuDNN's fast fp32/TF32 convolution kernels are NHWC; fed channel-major tensors it transposes
+    input, weight and output around every call (4.1 ms of a 26.6 ms 64x8 chunk in the profile).
+    Keeping the stack's activations time-major and the weights channels-last removes those passes.
+    A transposed conv (stride > 1) runs by phases (`transposed_as_conv`); with time-major output
+    its interleaving is a free reshape. Input: the whole window, carried history first; no padding.
+    """
+
+    weight: torch.Tensor  # [C_out', C_in, 1, k], channels-last
+    bias: torch.Tensor | None
+    dilation: int
+    phases: int  # 1 for a conv; the stride of a transposed conv
+
+    @classmethod
+    def of(cls, conv: nn.Conv1d | nn.ConvTranspose1d) -> TimeMajorConv:
+        if conv.groups != 1:
+            raise ValueError("time-major convs expect groups=1")
+        transposed = isinstance(conv, nn.ConvTranspose1d)
+        weight = transposed_as_conv(conv) if transposed else conv.weight.detach()
+        return cls(
+            weight=weight.unsqueeze(2).contiguous(memory_format=torch.channels_last),
+            bias=conv.bias,
+            dilation=1 if transposed else conv.dilation[0],
+            phases=conv.stride[0] if transposed else 1,
+        )
+
+    def __call__(self, x: torch.Tensor, with_bias: bool) -> torch.Tensor:
+        """[B, C_in, history + T] (time-major) -> [B, C_out, T * phases] (time-major)."""
+        x4 = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # a view when x is time-major
+        bias = self.bias if with_bias else None
+        if self.phases == 1:
+            return F.conv2d(x4, self.weight, bias, dilation=(1, self.dilation)).squeeze(2)
+        y = F.conv2d(x4, self.weight).squeeze(2)
+        batch, channels, frames = y.shape
+        y = y.transpose(1, 2).reshape(batch, frames * self.phases, channels // self.phases).transpose(1, 2)
+        return y if bias is None else y + bias[:, None]
 
 
 @dataclass
@@ -186,7 +224,7 @@ class StreamingCodecDecoder:
         self.cfg = decoder.cfg
         self.histories = conv_histories(decoder)
         self._history_index = {h.module: i for i, h in enumerate(self.histories)}
-        self._phase_weights: dict[nn.Module, torch.Tensor] = {}  # transposed convs as Conv1d, set by allocate
+        self._convs: dict[nn.Module, TimeMajorConv] = {}  # the decoder stack's, set by allocate
         self.state: CodecStreamState | None = None
 
     # ---- state pool -------------------------------------------------------------------------------
@@ -215,9 +253,13 @@ class StreamingCodecDecoder:
             keys=z(max_streams, *self._kv_shape(), dtype=self._kv_dtype()),
             values=z(max_streams, *self._kv_shape(), dtype=self._kv_dtype()),
         )
-        # Read from the weights now, on their device (~90 MB for the real codec in fp32).
-        self._phase_weights = {
-            up: transposed_as_conv(up.conv) for block in self.decoder.decoder[1:-2] for up in block.block[1:2]
+        # Rearranged copies of the conv stack's weights, read now, on their device (~170 MB for the
+        # real codec in fp32, half that in bf16/fp16).
+        stack = self.decoder.decoder
+        self._convs = {
+            m: TimeMajorConv.of(m.conv)
+            for m in stack.modules()
+            if isinstance(m, CausalConv1d | CausalTransConv1d) and m is not stack[0]  # stack[0]: by `_step`
         }
         return self.state
 
@@ -287,19 +329,21 @@ class StreamingCodecDecoder:
         residual stream; and the activation in front of a conv with history is written straight
         into that conv's input window after the carried samples, so no concatenation copies it.
         Same adds in the same order as `_step`, each rounded where the unfused code rounds.
+        After the first conv, activations are time-major and convs channels-last (`TimeMajorConv`).
         """
         first, *blocks, last_act, last_conv = self.decoder.decoder
         pending = _PreActivation(self._step(first, h, carry))
         for block in blocks:
             snake, up, *units = block.block
-            pending = _PreActivation(self._conv(up, self._activate(snake, pending, up, carry)), up.conv.bias)
+            upsampled = self._convs[up](self._activate(snake, pending, up, carry), with_bias=False)
+            pending = _PreActivation(upsampled, up.conv.bias)
             for unit in units:
-                x = pending.value.new_empty(pending.value.shape)  # the residual stream, kept for the unit's add
+                x = time_major(*pending.value.shape, pending.value, pending.value.dtype)  # the residual stream
                 a1 = self._activate(unit.act1, pending, unit.conv1, carry, sum_out=x)
-                h1 = _PreActivation(self._conv(unit.conv1, a1), unit.conv1.conv.bias)
+                h1 = _PreActivation(self._convs[unit.conv1](a1, with_bias=False), unit.conv1.conv.bias)
                 a2 = self._activate(unit.act2, h1, unit.conv2, carry)
-                pending = _PreActivation(self._conv(unit.conv2, a2), unit.conv2.conv.bias, residual=x)
-        return self._conv(last_conv, self._activate(last_act, pending, last_conv, carry), bias=True)
+                pending = _PreActivation(self._convs[unit.conv2](a2, with_bias=False), unit.conv2.conv.bias, residual=x)
+        return self._convs[last_conv](self._activate(last_act, pending, last_conv, carry), with_bias=True)
 
     def _activate(self, act: SnakeBeta, pre: _PreActivation, conv: nn.Module, carry: _Carry,
                   sum_out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
@@ -309,26 +353,16 @@ class StreamingCodecDecoder:
         x = pre.value
         dtype = conv.conv.weight.dtype
         i = self._history_index.get(conv)
+        batch, channels, length = x.shape
         if i is None:
-            out = torch.empty(x.shape, dtype=dtype, device=x.device)
+            out = time_major(batch, channels, length, x, dtype)
             return snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, out, sum_out)
         past = carry.conv[i]
-        window = torch.empty(*x.shape[:2], past.shape[-1] + x.shape[-1], dtype=dtype, device=x.device)
+        window = time_major(batch, channels, past.shape[-1] + length, x, dtype)
         window[..., : past.shape[-1]] = past
         snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, window[..., past.shape[-1] :], sum_out)
         carry.conv[i] = window[..., x.shape[-1] :]
         return window
-
-    def _conv(self, m: CausalConv1d | CausalTransConv1d, x: torch.Tensor, bias: bool = False) -> torch.Tensor:
-        """m's conv on an input window already holding its history (no padding; a transposed conv
-        gives the blocks of the window's inputs after the carried ones), without its bias unless
-        asked: the bias goes into the next fused activation."""
-        c = m.conv
-        b = c.bias if bias else None
-        if isinstance(c, nn.ConvTranspose1d):
-            y = conv_transpose_by_phases(x, self._phase_weights[m], c.stride[0])
-            return y if b is None else y + b[:, None]
-        return F.conv1d(x, c.weight, b, c.stride, 0, c.dilation, c.groups)
 
     def _step(self, m: nn.Module, x: torch.Tensor, carry: _Carry) -> torch.Tensor:
         """One decoder module on the new samples x [B, C, n]; stateless modules run as they are."""
