@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What one device call runs on the H200 (see docs/benchmarks.md). Usage, from the repo root there:
-#   bash benchmarks/h200.sh [tests] [bench] [baseline]
+#   bash benchmarks/h200.sh PHASE... (the phases are the cases below)
 # Expects the reference config/tokenizer files in .ref/ (carried) and writes logs under $OUT.
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CADENCE_REFERENCE_DIR=$PWD/.ref
@@ -62,8 +62,15 @@ for phase in "$@"; do
       done ;;
     gputests)  # every gpu-marked test (the second GPU's where there is one)
       server_wheels
-      { timeout 240 python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m gpu tests
-        timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+      # SIGINT on timeout: pytest then prints where it was and a summary instead of dying silently.
+      { timeout -s INT 240 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_codec_graphs.py \
+          tests/test_fast_step.py tests/test_engine_variants.py tests/test_disaggregated.py
+        timeout -s INT 60 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+    codec)  # issue 5: the streaming codec alone (fp32), per (streams, frames) shape
+      need_full
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
+        --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 --warmup 5 \
+        --kv-gb 20 --json "$OUT/engine_steps_codec_float32.json" 2>&1 | grep -v INFO ;;
     pipeline)  # issue 5: codec chunks overlapping the talker's step, off then on, in one engine
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
