@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cadence.models.qwen3_tts.codec import CodecDecoder
-from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder, TimeMajorConv
+from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder, TimeMajorConv, tf32_as_convs
 
 TOL = 1e-4
 SPF = 1920
@@ -281,3 +281,15 @@ def test_bad_calls_are_refused(decoder):
         sdec.decode([0], random_codes(2, seed=0)[None, :, :8])
     with pytest.raises(ValueError, match="codes must be"):
         sdec.decode([0], random_codes(0, seed=0)[None])
+
+
+@pytest.mark.parametrize("convs_tf32", [True, False])
+def test_codec_linears_follow_the_conv_tf32_switch(convs_tf32):
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = not convs_tf32, convs_tf32
+        with tf32_as_convs():
+            assert torch.backends.cuda.matmul.allow_tf32 is convs_tf32
+        assert torch.backends.cuda.matmul.allow_tf32 is not convs_tf32  # restored for the rest (the talker)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

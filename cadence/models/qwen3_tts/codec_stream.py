@@ -44,6 +44,7 @@ with 25 frames of context (an approximation); this decoder equals `CodecDecoder.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Sequence
@@ -97,6 +98,22 @@ def conv_histories(decoder: CodecDecoder) -> list[ConvHistory]:
             if frames > 0:
                 out.append(ConvHistory(m, m.conv.in_channels, frames))
     return out
+
+
+@contextlib.contextmanager
+def tf32_as_convs():
+    """The codec's fp32 linears (transformer, ConvNeXt) in TF32 exactly when its convolutions are.
+
+    PyTorch runs cuDNN convolutions in TF32 unless `torch.backends.cudnn.allow_tf32` is cleared,
+    but fp32 matmuls exactly unless `torch.backends.cuda.matmul.allow_tf32` is set; so the codec,
+    whose arithmetic is ~95 % convolution, ran its few linears on the slow fp32 path (2.4 ms of a
+    22 ms 64x8 chunk). One switch now governs both: clear cudnn.allow_tf32 for exact fp32."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def time_major(batch: int, channels: int, length: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -253,14 +270,13 @@ class StreamingCodecDecoder:
             keys=z(max_streams, *self._kv_shape(), dtype=self._kv_dtype()),
             values=z(max_streams, *self._kv_shape(), dtype=self._kv_dtype()),
         )
-        # Rearranged copies of the conv stack's weights, read now, on their device (~170 MB for the
-        # real codec in fp32, half that in bf16/fp16).
-        stack = self.decoder.decoder
-        self._convs = {
-            m: TimeMajorConv.of(m.conv)
-            for m in stack.modules()
-            if isinstance(m, CausalConv1d | CausalTransConv1d) and m is not stack[0]  # stack[0]: by `_step`
-        }
+        # Rearranged copies of the weights of the convs run time-major (all transposed convs, and the
+        # conv stack's after its first; `_step` runs the rest as they are), read now, on their device:
+        # ~190 MB for the real codec in fp32, half that in bf16/fp16.
+        stack, upsample = self.decoder.decoder, self.decoder.upsample
+        convs = [m for m in stack.modules() if isinstance(m, CausalConv1d | CausalTransConv1d) and m is not stack[0]]
+        convs += [m for m in upsample.modules() if isinstance(m, CausalTransConv1d)]
+        self._convs = {m: TimeMajorConv.of(m.conv) for m in convs}
         return self.state
 
     def _pool(self) -> CodecStreamState:
@@ -302,7 +318,8 @@ class StreamingCodecDecoder:
             keys=pool.keys.index_select(0, idx),
             values=pool.values.index_select(0, idx),
         )
-        wav = self._run(carry, codes.to(idx.device).long().transpose(1, 2))
+        with tf32_as_convs():
+            wav = self._run(carry, codes.to(idx.device).long().transpose(1, 2))
         for t, new in zip(pool.conv, carry.conv, strict=True):
             t.index_copy_(0, idx, new)
         pool.keys.index_copy_(0, idx, torch.stack(carry.new_keys, dim=1))
@@ -372,8 +389,8 @@ class StreamingCodecDecoder:
             return m.conv(x if i is None else carry.with_history(i, x))
         if isinstance(m, CausalTransConv1d):
             i = self._history_index.get(m)
-            if i is None:  # kernel == stride: blocks do not overlap
-                return m(x)
+            if i is None:  # kernel == stride: blocks do not overlap; by phases, as in the conv stack
+                return self._convs[m](x.to(m.conv.weight.dtype), with_bias=True)
             x = x.to(m.conv.weight.dtype)
             past = carry.conv[i].shape[-1]
             y = m.conv(carry.with_history(i, x))
