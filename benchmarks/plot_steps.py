@@ -1,6 +1,8 @@
 """PNG plots for docs/benchmarks.md from engine_steps.py JSON results.
 
-python benchmarks/plot_steps.py docs/data/h200/engine_steps_triton.json docs/img
+python benchmarks/plot_steps.py docs/data/h200/engine_steps_triton.json docs/img [CODEC_JSON]
+
+CODEC_JSON: take the codec plot from another engine_steps run (a codec-only one, say).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(src: str, out_dir: str) -> None:
+def main(src: str, out_dir: str, codec_src: str | None = None) -> None:
     data = json.loads(Path(src).read_text())
+    codec = json.loads(Path(codec_src).read_text())["codec"] if codec_src else data["codec"]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -35,14 +38,14 @@ def main(src: str, out_dir: str) -> None:
     fig.savefig(out / "decode_step_vs_batch.png", dpi=120)
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for frames in sorted({c["frames"] for c in data["codec"]}):
-        rows = [c for c in data["codec"] if c["frames"] == frames]
+    for frames in sorted({c["frames"] for c in codec}):
+        rows = [c for c in codec if c["frames"] == frames]
         ax.plot([c["streams"] for c in rows], [c["audio_s_per_s"] for c in rows], "o-", label=f"{frames}-frame chunks")
     ax.axhline(2000, color="gray", ls="--", label="issue 5 target (64 x 8)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("streams per codec call")
     ax.set_ylabel("audio seconds decoded per wall second")
-    ax.set_title("codec_chunk (streaming decoder, fp32, CUDA graphs), H200")
+    ax.set_title("codec_chunk (streaming decoder, float32 with TF32, CUDA graphs), H200")
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -50,4 +53,4 @@ def main(src: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])
