@@ -1,7 +1,7 @@
 """A stateful streaming Codec decoder: each call decodes only the new frames of B streams at once.
 
-`StreamingCodecDecoder` wraps an offline `CodecDecoder` (same modules; only the decoder blocks'
-transposed convs get a rearranged copy of their weights, `transposed_as_conv`) and a
+`StreamingCodecDecoder` wraps an offline `CodecDecoder` (same modules; the convs it runs
+time-major, `TimeMajorConv`, get rearranged copies of their weights) and a
 `CodecStreamState`: a pool of S slots, each owned by one stream, held as preallocated slot-indexed
 tensors so the per-call work is gather -> run -> scatter with no per-stream Python (and, later,
 capturable by CUDA graphs for each (batch, frames) shape).
@@ -387,15 +387,10 @@ class StreamingCodecDecoder:
             i = self._history_index.get(m)
             x = x.to(m.conv.weight.dtype)  # as CausalConv1d.forward: a conv runs in its weights' dtype
             return m.conv(x if i is None else carry.with_history(i, x))
-        if isinstance(m, CausalTransConv1d):
+        if isinstance(m, CausalTransConv1d):  # by phases (TimeMajorConv): the blocks of the new inputs
             i = self._history_index.get(m)
-            if i is None:  # kernel == stride: blocks do not overlap; by phases, as in the conv stack
-                return self._convs[m](x.to(m.conv.weight.dtype), with_bias=True)
             x = x.to(m.conv.weight.dtype)
-            past = carry.conv[i].shape[-1]
-            y = m.conv(carry.with_history(i, x))
-            stride = m.conv.stride[0]
-            return y[..., past * stride : (past + x.shape[-1]) * stride]  # the blocks of the new inputs
+            return self._convs[m](x if i is None else carry.with_history(i, x), with_bias=True)
         if isinstance(m, ConvNeXtBlock):
             return x + m.pointwise(self._step(m.dwconv, x, carry))
         raise TypeError(f"no streaming rule for {type(m).__name__}")
