@@ -96,9 +96,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=CODEC_DTYPES,
         help="the codec's precision (default float32, the official decode's). bfloat16/float16 run its "
         "convolutions and linears in half precision, with SnakeBeta, norms, softmax and the output conv in fp32, "
-        "and halve its per-stream state. Measured on an H200 with random full-size weights: ~13%% more codec "
-        "throughput at 64 streams x 8 frames, none at small batches; the audio moved up to ~0.08 (bfloat16) or "
-        "~0.01 (float16) from the exact fp32 decode, where float32's own TF32 convolutions move it 4e-3. "
+        "and halve its per-stream state. Measured on an H200 with random full-size weights (before the fused "
+        "codec): ~13%% more codec throughput at 64 streams x 8 frames, none at small batches; the audio moved up "
+        "to ~0.08 (bfloat16) or ~0.01 (float16) from the exact fp32 decode, where float32's TF32 convolutions "
+        "and linears move it 3-6e-3. "
         "float16 is the closer; see docs/deploy.md",
     )
     g.add_argument(
