@@ -114,10 +114,11 @@ class EngineConfig:
     # of its own (build_core).
     pipeline_codec: bool | None = None
     # The Codec partition's precision. "float32": the official decode's (within 1e-4 of it with TF32
-    # off; PyTorch's default TF32 convolutions on a GPU move it ~4e-3). "bfloat16"/"float16": its convs
-    # and linears in half precision, SnakeBeta, norms, softmax and the output conv in fp32, half the
-    # streaming state; on an H200 ~12 % faster at 64 streams x 8 frames, and ~0.08 / ~0.01 max abs
-    # from the fp32 decode (docs/benchmarks.md; benchmarks/engine_steps.py --codec-dtype measures it).
+    # off; on a GPU its convolutions, by PyTorch's default, and so its linears run in TF32, which moves
+    # it 3-6e-3). "bfloat16"/"float16": its convs and linears in half precision, SnakeBeta, norms,
+    # softmax and the output conv in fp32, half the streaming state; on an H200 (before the fused
+    # codec) ~12 % faster at 64 streams x 8 frames, and ~0.08 / ~0.01 max abs from the fp32 decode
+    # (docs/benchmarks.md; benchmarks/engine_steps.py --codec-dtype measures it).
     codec_dtype: str = "float32"
 
     def __post_init__(self):
