@@ -116,9 +116,9 @@ def tf32_as_convs():
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
-def time_major(batch: int, channels: int, length: int, like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def time_major(batch: int, channels: int, length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """An empty logical [B, C, T] tensor stored time-major ([B, T, C] in memory, channels-last)."""
-    return torch.empty(batch, length, channels, dtype=dtype, device=like.device).transpose(1, 2)
+    return torch.empty(batch, length, channels, dtype=dtype, device=device).transpose(1, 2)
 
 
 def transposed_as_conv(conv: nn.ConvTranspose1d) -> torch.Tensor:
@@ -355,7 +355,7 @@ class StreamingCodecDecoder:
             upsampled = self._convs[up](self._activate(snake, pending, up, carry), with_bias=False)
             pending = _PreActivation(upsampled, up.conv.bias)
             for unit in units:
-                x = time_major(*pending.value.shape, pending.value, pending.value.dtype)  # the residual stream
+                x = time_major(*pending.value.shape, pending.value.dtype, pending.value.device)  # residual stream
                 a1 = self._activate(unit.act1, pending, unit.conv1, carry, sum_out=x)
                 h1 = _PreActivation(self._convs[unit.conv1](a1, with_bias=False), unit.conv1.conv.bias)
                 a2 = self._activate(unit.act2, h1, unit.conv2, carry)
@@ -372,10 +372,10 @@ class StreamingCodecDecoder:
         i = self._history_index.get(conv)
         batch, channels, length = x.shape
         if i is None:
-            out = time_major(batch, channels, length, x, dtype)
+            out = time_major(batch, channels, length, dtype, x.device)
             return snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, out, sum_out)
         past = carry.conv[i]
-        window = time_major(batch, channels, past.shape[-1] + length, x, dtype)
+        window = time_major(batch, channels, past.shape[-1] + length, dtype, x.device)
         window[..., : past.shape[-1]] = past
         snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, window[..., past.shape[-1] :], sum_out)
         carry.conv[i] = window[..., x.shape[-1] :]
