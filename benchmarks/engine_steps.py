@@ -133,11 +133,17 @@ def time_prefill(core, model, args, prompt_tokens: int) -> dict:
     }
 
 
+def random_codes(model: Qwen3TTS, streams: int, frames: int, seed: int, device=None) -> torch.Tensor:
+    """Codes drawn from the checkpoint's own codebook (tiny test checkpoints have small ones)."""
+    size = model.config.speech_tokenizer.decoder.codebook_size
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, size, (streams, frames, 16), generator=g).to(device or "cpu")
+
+
 def time_codec(core, model, streams: int, frames: int, args) -> dict:
     codec = core.codec
     slots = list(range(streams))
-    g = torch.Generator().manual_seed(0)
-    codes = torch.randint(0, 2048, (streams, frames, 16), generator=g)
+    codes = random_codes(model, streams, frames, seed=0)
     times = []
     for i in range(args.warmup + args.steps):
         if i % 8 == 0:
@@ -167,7 +173,7 @@ def codec_error(core, model: Qwen3TTS, streams: int, frames: int) -> float:
     offline decode of the same codes."""
     codec, slots = core.codec, list(range(streams))
     chunks = -(-96 // frames)
-    codes = torch.randint(0, 2048, (streams, chunks * frames, 16), generator=torch.Generator().manual_seed(1))
+    codes = random_codes(model, streams, chunks * frames, seed=1)
     codec.reset(slots)
     parts = [codec.fetch(codec.decode(slots, codes[:, i * frames : (i + 1) * frames])) for i in range(chunks)]
     audio = torch.from_numpy(np.concatenate(parts, axis=1))
@@ -206,7 +212,7 @@ def main() -> None:
     p.add_argument("--kv-gb", type=float, default=None, help="KV cache size (default: engine default)")
     p.add_argument("--json", help="write all results here")
     p.add_argument(
-        "--profile", action="store_true", help="print the top GPU kernels of one decode walk and one codec call"
+        "--profile", action="store_true", help="print the top GPU kernels of one decode walk (the largest of --batches) and of two codec chunks (1 x 1 and the largest --codec-streams x --codec-frames)"
     )
     args = p.parse_args()
 
@@ -264,7 +270,8 @@ def profile(core, model, args) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    admissions = admit(core, model, 1, args.context, 16)
+    batch = max(args.batches)  # the walk profiled is the largest batch asked for
+    admissions = admit(core, model, batch, args.context, 16)
     slots = [a.slot for a in admissions]
     fast = core.talker.fast
     step = (
@@ -273,11 +280,9 @@ def profile(core, model, args) -> None:
     for _ in range(3):
         step()
     sync(model.device)
-    walks = (
-        ("decode walk, batch 1", step),
-        ("codec chunk, 1 stream x 1 frame", _codec_call(core, 1, 1)),
-        ("codec chunk, 64 streams x 8 frames", _codec_call(core, 64, 8)),
-    )
+    walks = [(f"decode walk, batch {batch}", step)]
+    for streams, frames in sorted({(1, 1), (max(args.codec_streams), max(args.codec_frames))}):
+        walks.append((f"codec chunk, {streams} streams x {frames} frames", _codec_call(core, model, streams, frames)))
     for name, fn in walks:
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
@@ -287,9 +292,9 @@ def profile(core, model, args) -> None:
     release(core, admissions)
 
 
-def _codec_call(core, streams: int, frames: int):
+def _codec_call(core, model: Qwen3TTS, streams: int, frames: int):
     """One eager codec chunk (graph replays hide kernels from the profiler)."""
-    codes = torch.randint(0, 2048, (streams, frames, 16), device=core.codec.device)
+    codes = random_codes(model, streams, frames, seed=2, device=core.codec.device)
     slots = list(range(streams))
     return lambda: core.codec.decoder.decode(slots, codes)
 

@@ -37,6 +37,11 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
         --context 64 --prompt-lengths 60 --codec-streams 64 --codec-frames 8 --steps 3 --warmup 1 --kv-gb 20 \
         --profile 2>&1 | grep -v INFO | tee "$OUT/profile.log" | tail -80 ;;
+    profile256)  # issue 4: kernel breakdown of one decode walk at batch 256 (the batch that bounds saturation)
+      need_full
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 256 \
+        --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 40 \
+        --profile 2>&1 | grep -v INFO | tee "$OUT/profile256.log" | tail -80 ;;
     precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)
       need_full
       python3 benchmarks/precision.py --model $full --device cuda --frames 32 --json "$OUT/precision_h200.json" \
