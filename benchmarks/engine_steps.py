@@ -212,7 +212,10 @@ def main() -> None:
     p.add_argument("--kv-gb", type=float, default=None, help="KV cache size (default: engine default)")
     p.add_argument("--json", help="write all results here")
     p.add_argument(
-        "--profile", action="store_true", help="print the top GPU kernels of one decode walk (the largest of --batches) and of two codec chunks (1 x 1 and the largest --codec-streams x --codec-frames)"
+        "--profile",
+        action="store_true",
+        help="print the top GPU kernels of one decode walk (the largest of --batches) and of two codec "
+        "chunks (1 x 1 and the largest --codec-streams x --codec-frames)",
     )
     args = p.parse_args()
 
