@@ -70,16 +70,24 @@ def test_qk_norm_rope_store(ops, dtype):
         assert (written.float() - b.view(-1, hkv, d)[slots].float()).abs().max() <= t * 4
 
 
+# (query heads, kv heads, head dim, page size, contexts): small pages, then the talker's shape
+# (GQA 16/8 x 128, 16-token pages) with contexts over several 64-token blocks and splits left empty.
+ATTENTION_SHAPES = [(4, 2, 32, 4, [1, 4, 5, 17, 32]), (16, 8, 128, 16, [1, 16, 70, 130, 200])]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("splits", [1, 4])
-def test_paged_attention(ops, dtype, splits):
+@pytest.mark.parametrize("splits", [1, 4, 16])
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=["small", "talker"])
+def test_paged_attention(ops, dtype, splits, shape):
     tri, ref = ops
+    hq, hkv, d, ps, contexts = shape
     g = torch.Generator(device=DEV).manual_seed(2)
-    n, hq, hkv, d, pages, ps, p = 5, 4, 2, 32, 40, 4, 8
+    n, p = len(contexts), -(-max(contexts) // ps)
+    pages = 3 * p
     kc = torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype)
     vc = torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype)
     bt = torch.stack([torch.randperm(pages, device=DEV, generator=g)[:p] for _ in range(n)])
-    ctx = torch.tensor([1, 4, 5, 17, 32], device=DEV)
+    ctx = torch.tensor(contexts, device=DEV)
     q = torch.randn(n, hq, d, device=DEV, generator=g).to(dtype)
     a = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits)
     b = ref.paged_attention(q, kc, vc, bt, ctx, d**-0.5)

@@ -150,45 +150,64 @@ def qk_norm_rope_store(
 
 @triton.jit
 def _paged_attention_kernel(
-    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, scale, bt_stride,
-    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr, SPLITS: tl.constexpr,
+    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride,
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
+    G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
-    (so short and long contexts both spread over all splits), online softmax over its pages."""
+    (so short and long contexts both spread over all splits), online softmax over blocks of BT
+    tokens gathered from several pages at once, so each iteration has a block's loads in flight
+    rather than one page's. The G query heads sharing the kv head are padded to the 16 rows a
+    tensor-core dot needs (free: the kernel is bound by reading K and V). With one split the
+    result is final and stored directly; otherwise the partial (max, sum, acc) go to the merge."""
     n = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    g = tl.arange(0, G)
+    g = tl.arange(0, G_PAD)
     d = tl.arange(0, D)
-    t = tl.arange(0, PS)
-    q = tl.load(q_ptr + ((n * HQ + kvh * G + g[:, None]) * D + d[None, :])).to(tl.float32)  # [G, D]
+    t = tl.arange(0, BT)
+    heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
+    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
     ctx = tl.load(ctx_ptr + n)
     pages = (ctx + PS - 1) // PS
     per_split = (pages + SPLITS - 1) // SPLITS
-    first = split * per_split
-    last = tl.minimum(first + per_split, pages)
-    m_i = tl.full([G], -float("inf"), tl.float32)
-    l_i = tl.zeros([G], tl.float32)
-    acc = tl.zeros([G, D], tl.float32)
-    page_no = first
-    while page_no < last:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
-        page = tl.load(bt_ptr + n * bt_stride + page_no).to(tl.int64)
-        base = (page * PS + t[:, None]) * HKV + kvh
-        k = tl.load(kc_ptr + base * D + d[None, :]).to(tl.float32)  # [PS, D]
-        v = tl.load(vc_ptr + base * D + d[None, :]).to(tl.float32)
-        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale  # [G, PS]
-        s = tl.where((page_no * PS + t)[None, :] < ctx, s, -float("inf"))
+    start = split * per_split * PS
+    end = tl.minimum((split + 1) * per_split * PS, ctx)
+    m_i = tl.full([G_PAD], -float("inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, D], tl.float32)
+    tok0 = start
+    while tok0 < end:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
+        tok = tok0 + t
+        valid = tok < end
+        page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=valid, other=0).to(tl.int64)
+        row = (page * PS + tok % PS) * HKV + kvh
+        k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)  # [BT, D]
+        v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
+        if IEEE:  # fp32 caches: exact fp32 products, as the PyTorch definition computes them
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(valid[None, :], s * scale, -float("inf"))  # [G_PAD, BT]
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        if IEEE:
+            pv = tl.dot(p, v, input_precision="ieee")
+        else:  # probabilities rounded to the cache's dtype for the tensor cores, as flash kernels do
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
         m_i = m_new
-        page_no += 1
-    out = (n * HQ + kvh * G + g) * SPLITS + split
-    tl.store(m_ptr + out, m_i)
-    tl.store(l_ptr + out, l_i)
-    tl.store(acc_ptr + out[:, None] * D + d[None, :], acc)
+        tok0 += BT
+    if SPLITS == 1:
+        out = acc / l_i[:, None]
+        tl.store(o_ptr + heads[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
+    else:
+        part = heads * SPLITS + split
+        tl.store(m_ptr + part, m_i, mask=g < G)
+        tl.store(l_ptr + part, l_i, mask=g < G)
+        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=g[:, None] < G)
 
 
 @triton.jit
@@ -213,19 +232,26 @@ def attention_splits(rows: int, kv_heads: int, target_programs: int = 264) -> in
     return splits
 
 
+ATTENTION_BLOCK_TOKENS = 64  # tokens per iteration: 32 KB of K and V in flight per program (bf16)
+
+
 def paged_attention(q, k_cache, v_cache, block_table, context_lens, scale, splits: int | None = None):
     n, hq, d = q.shape
     ps, hkv = k_cache.shape[1], k_cache.shape[2]
     splits = splits or attention_splits(n, hkv)
-    m = torch.empty(n * hq * splits, dtype=torch.float32, device=q.device)
-    l = torch.empty_like(m)
-    acc = torch.empty(n * hq * splits, d, dtype=torch.float32, device=q.device)
-    _paged_attention_kernel[(n, hkv, splits)](
-        q, k_cache, v_cache, block_table, context_lens, m, l, acc, scale, block_table.stride(0),
-        HQ=hq, HKV=hkv, D=d, PS=ps, G=hq // hkv, SPLITS=splits,
-    )  # fmt: skip
+    g = hq // hkv
     out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)
-    _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits)
+    parts = n * hq * splits if splits > 1 else 1  # one split writes `out` itself
+    m = torch.empty(parts, dtype=torch.float32, device=q.device)
+    l = torch.empty_like(m)
+    acc = torch.empty(parts, d, dtype=torch.float32, device=q.device)
+    _paged_attention_kernel[(n, hkv, splits)](
+        q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0),
+        HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
+        BT=max(ATTENTION_BLOCK_TOKENS, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32,
+    )  # fmt: skip
+    if splits > 1:
+        _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits)
     return out
 
 
