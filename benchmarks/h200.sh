@@ -42,6 +42,8 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 256 \
         --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 40 \
         --profile 2>&1 | grep -v INFO | tee "$OUT/profile256.log" | tail -80 ;;
+    skinny)  # issue 4: tile sweep of the weight-streaming GEMM on the decode shapes, against cuBLAS
+      python3 benchmarks/skinny_linear.py --rows 1 16 --json "$OUT/skinny_linear.json" 2>&1 | tee "$OUT/skinny.log" | tail -24 ;;
     precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)
       need_full
       python3 benchmarks/precision.py --model $full --device cuda --frames 32 --json "$OUT/precision_h200.json" \

@@ -1,0 +1,123 @@
+"""Tile sweep of the weight-streaming GEMM (`triton_ops._skinny_linear_kernel`) on the 0.6B model's
+decode shapes, against cuBLAS. Each configuration is timed as 50 calls inside one CUDA graph (a
+decode walk replays its GEMMs from a graph too), so launch cost counts as it does in the engine.
+
+    python benchmarks/skinny_linear.py [--rows 1 16] [--json out.json]
+
+Prints, per (rows, N, K): cuBLAS, the shipped tiles, and the fastest tiles found, in us per call and
+the weight-read bandwidth they reach; then what one batch-1 decode walk's GEMM mix would cost with
+each. GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+import torch
+import triton
+
+from cadence.kernels import triton_ops
+
+# (N, K) of the decode walk's projections and how often one batch-1 walk runs each: the talker's 28
+# layers and codec head, the code predictor's 15 steps x 5 layers and its 15 heads.
+SHAPES = {
+    (4096, 1024): 28 + 75,  # QKV
+    (1024, 2048): 28 + 75,  # O
+    (6144, 1024): 28 + 75,  # gate/up
+    (1024, 3072): 28 + 75,  # down
+    (3072, 1024): 1,  # talker codec head
+    (2048, 1024): 15,  # code-predictor heads
+}
+SHIPPED = (16, 256, 4, 4)  # BLOCK_N, BLOCK_K, num_warps, num_stages in triton_ops.linear
+SWEEP = list(itertools.product((16, 32), (128, 256, 512), (4, 8), (3, 4, 6)))
+CALLS = 50
+
+
+def time_graph(fn, reps: int = 20) -> float:
+    """us per call of `fn`, CALLS of them captured in one graph, median of `reps` replays."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()  # compile and warm outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS):
+            fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / CALLS)
+    return sorted(times)[len(times) // 2]
+
+
+def skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, tiles: tuple[int, int, int, int]):
+    block_n, block_k, warps, stages = tiles
+    (m, k), n = x.shape, w.shape[0]
+    grid = (triton.cdiv(n, block_n),)
+
+    def call():
+        triton_ops._skinny_linear_kernel[grid](
+            x, w, out, m, n, k, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages
+        )
+
+    return call
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 16], help="activation rows (batch) to time")
+    p.add_argument("--json", help="write every timing here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("skinny_linear.py needs a CUDA device")
+    torch.manual_seed(0)
+    results = []
+    for rows in args.rows:
+        print(f"\nrows={rows}: us per call (weight GB/s)")
+        print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best tiles (BN, BK, warps, stages)")
+        walk = {"cublas": 0.0, "shipped": 0.0, "best": 0.0}
+        for (n, k), count in SHAPES.items():
+            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+            out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+            ref = torch.nn.functional.linear(x, w)
+            cublas = time_graph(lambda x=x, w=w: torch.nn.functional.linear(x, w))
+            timed = {}
+            for tiles in SWEEP:
+                call = skinny(x, w, out, tiles)
+                try:
+                    timed[tiles] = time_graph(call)
+                except Exception as e:  # a tile too large for shared memory: skip it
+                    print(f"  skipped {tiles}: {type(e).__name__}")
+                    continue
+                assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), tiles
+            best = min(timed, key=timed.get)
+
+            def cell(us: float, n=n, k=k) -> str:
+                return f"{us:>7.2f} ({n * k * 2 / (us * 1e-6) / 1e9:>5.0f})"
+
+            print(f"{n:>6} {k:>5} {cell(cublas)} {cell(timed[SHIPPED])} {cell(timed[best])}  {best}")
+            walk["cublas"] += count * cublas
+            walk["shipped"] += count * timed[SHIPPED]
+            walk["best"] += count * timed[best]
+            results.append(
+                {"rows": rows, "n": n, "k": k, "cublas_us": cublas, "shipped_us": timed[SHIPPED],
+                 "best_us": timed[best], "best_tiles": best, "all": {str(t): v for t, v in timed.items()}}
+            )  # fmt: skip
+        print(
+            f"one decode walk's GEMMs at {rows} rows: cuBLAS {walk['cublas'] / 1e3:.2f} ms, "
+            f"shipped {walk['shipped'] / 1e3:.2f} ms, best tiles {walk['best'] / 1e3:.2f} ms"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
