@@ -17,7 +17,7 @@ import torch
 from ...engine.attention import PagedAttention
 from ...engine.graphs import capture
 from ...engine.kv_cache import PagedKVCache
-from ...engine.partition import Admission, DecodeOutput
+from ...engine.partition import Admission, DecodeOutput, HostAudio
 from ...engine.request import EngineRequest
 from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
 from .codec import cast_decoder
@@ -289,11 +289,20 @@ class Qwen3TTSCodec:
         with torch.cuda.stream(self.stream):
             return self._decode(slots, frames, finishing)
 
+    def to_host(self, audio: torch.Tensor) -> HostAudio:
+        if audio.device.type != "cuda":
+            return HostAudio(audio.float())
+        stream = self.stream or torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(stream):  # behind this decode, not behind what the talker queues later
+            host = torch.empty(audio.shape, dtype=torch.float32, pin_memory=True)
+            host.copy_(audio, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(stream)
+        return HostAudio(host, ready)
+
     def fetch(self, audio: torch.Tensor) -> np.ndarray:
-        if self.stream is None:
-            return audio.float().cpu().numpy()
-        with torch.cuda.stream(self.stream):  # waits for this stream's work only, not the talker's
-            return audio.float().cpu().numpy()
+        """The audio on the host now (`to_host(audio).wait()`), for benchmarks and tests."""
+        return self.to_host(audio).wait()
 
     def _decode(self, slots: list[int], frames: torch.Tensor, finishing: bool) -> torch.Tensor:
         if len(slots) > self.max_batch:  # bounded activation memory: split large groups
