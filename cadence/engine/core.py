@@ -35,6 +35,7 @@ from .config import EngineConfig
 from .partition import Admission, CodecPartition, DecodeOutput, HostAudio, TalkerPartition
 from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
 from .runaway import LoopDetector, dbfs
+from .transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -305,16 +306,16 @@ class EngineCore:
         if max(s.walks - s.decoded for s in streams) >= self._ring_depth:
             raise RuntimeError("more frames pending than the frame ring holds")  # an engine bug
         dev = frames.device
-        slots = torch.tensor([s.slot for s in streams], device=dev)
-        positions = torch.tensor([s.walks % self._ring_depth for s in streams], device=dev)
+        slots = to_device([s.slot for s in streams], dev)
+        positions = to_device([s.walks % self._ring_depth for s in streams], dev)
         self._ring[slots, positions] = frames
 
     def _codec_input(self, streams: list[Stream], size: int) -> torch.Tensor:
         """The next `size` frames of each stream, [B, size, codes], on the Codec's device: gathered
         from the ring and copied device to device."""
         dev = self._ring.device
-        slots = torch.tensor([s.slot for s in streams], device=dev)[:, None]
-        first = torch.tensor([s.decoded for s in streams], device=dev)[:, None]
+        slots = to_device([s.slot for s in streams], dev)[:, None]
+        first = to_device([s.decoded for s in streams], dev)[:, None]
         positions = (first + torch.arange(size, device=dev)) % self._ring_depth
         return self._ring[slots, positions].to(self.codec.device, non_blocking=True)
 

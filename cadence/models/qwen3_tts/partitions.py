@@ -20,6 +20,7 @@ from ...engine.kv_cache import PagedKVCache
 from ...engine.partition import Admission, DecodeOutput, HostAudio
 from ...engine.request import EngineRequest
 from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
+from ...engine.transfer import to_device
 from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
 from .model import Qwen3TTS
@@ -52,7 +53,7 @@ class SlotState:
         self.hidden[slot].zero_()
         self.step[slot] = 0
         self.position[slot] = prompt_len
-        self.trailing[slot, : len(trailing)] = torch.tensor(trailing, dtype=torch.long, device=dev)
+        self.trailing[slot, : len(trailing)] = to_device(trailing, dev)
         self.trailing_len[slot] = len(trailing)
         self.seen[slot] = False
         self.seed[slot] = p.seed if p.seed is not None else 0
@@ -60,7 +61,7 @@ class SlotState:
         self.rep_penalty[slot] = p.repetition_penalty
         _set_row(self.code0, slot, p.do_sample, p.temperature, p.top_k, p.top_p)
         _set_row(self.codes, slot, p.subtalker_dosample, p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
-        self.block_table[slot, : len(pages)] = torch.tensor(pages, dtype=torch.long, device=dev)
+        self.block_table[slot, : len(pages)] = to_device(pages, dev)
 
 
 def _row_params(slots: int, dev: torch.device) -> RowParams:
