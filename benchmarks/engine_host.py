@@ -75,8 +75,8 @@ class NullCodec:
         t = torch.arange(frames.shape[1] * SAMPLES_PER_FRAME, dtype=torch.float32)
         return (0.1 * torch.sin(t * 0.05)).expand(frames.shape[0], -1)
 
-    def to_host(self, audio: torch.Tensor) -> HostAudio:
-        return HostAudio(audio)
+    def to_host(self, audio: torch.Tensor, codes: torch.Tensor | None = None) -> HostAudio:
+        return HostAudio(audio, codes=codes)
 
 
 def request(i: int, frames: int) -> EngineRequest:

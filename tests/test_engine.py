@@ -403,8 +403,8 @@ def test_codec_audio_is_collected_after_the_next_walk_is_launched(tiny_model):
         events.append(("walk", sum(1 for e in events if e[0] == "walk")))
         return launch(slots)
 
-    def recording_to_host(audio):
-        host = to_host(audio)
+    def recording_to_host(audio, codes=None):
+        host = to_host(audio, codes)
         walks = sum(1 for e in events if e[0] == "walk")  # walks launched before this codec walk
         events.append(("codec", walks))
         wait = host.wait
@@ -434,9 +434,9 @@ def test_a_device_error_surfacing_at_codec_collection_fails_that_chunk_only(tiny
     to_host = core.codec.to_host
     calls = 0
 
-    def failing_third(audio):
+    def failing_third(audio, codes=None):
         nonlocal calls
-        host = to_host(audio)
+        host = to_host(audio, codes)
         calls += 1
         if calls == 3:
 

@@ -95,8 +95,7 @@ class CodecLaunch:
 
     size: int
     streams: list[Stream]
-    audio: HostAudio
-    frames: torch.Tensor  # the codec's input [B, size, groups] (returned when EngineConfig.return_codes)
+    audio: HostAudio  # with the codec's input frames when EngineConfig.return_codes
 
 
 class EngineCore:
@@ -349,7 +348,8 @@ class EngineCore:
                 for s in streams:
                     self._fail(s, e)
                 continue
-            launches.append(CodecLaunch(size, streams, self.codec.to_host(audio), frames))
+            codes = frames if self.config.return_codes else None
+            launches.append(CodecLaunch(size, streams, self.codec.to_host(audio, codes)))
         return launches
 
     def _audio_ahead(self, stream: Stream, now: float) -> float:
@@ -371,7 +371,7 @@ class EngineCore:
                 continue
             now = time.monotonic()
             pcm = to_int16(audio)  # the whole batch at once
-            codes = launch.frames.cpu().numpy() if self.config.return_codes else None
+            codes = launch.audio.codes.numpy() if launch.audio.codes is not None else None
             for i, (stream, wav) in enumerate(zip(streams, audio, strict=True)):
                 if stream.finish in (FinishReason.ERROR, FinishReason.CANCELLED):
                     continue  # failed or cancelled while its chunk was in flight: no more audio

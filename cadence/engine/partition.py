@@ -56,6 +56,7 @@ class HostAudio:
 
     audio: torch.Tensor  # on the host (pinned when copied from a GPU)
     ready: torch.cuda.Event | None = None  # completes when the copy has landed; None: it has
+    codes: torch.Tensor | None = None  # the decode's input frames, when asked for (same copy rules)
 
     def wait(self) -> np.ndarray:
         if self.ready is not None:
@@ -104,7 +105,8 @@ class CodecPartition(Protocol):
         these streams end with this chunk (their decoder state will not be used again)."""
         ...
 
-    def to_host(self, audio: torch.Tensor) -> HostAudio:
-        """Start copying a decode's audio to the host, without waiting; HostAudio.wait() then waits for
-        that decode only (the codec may run on a CUDA stream or device of its own)."""
+    def to_host(self, audio: torch.Tensor, codes: torch.Tensor | None = None) -> HostAudio:
+        """Start copying a decode's audio (and, if given, its input codes) to the host, without
+        waiting; HostAudio.wait() then waits for that decode only (the codec may run on a CUDA
+        stream or device of its own)."""
         ...

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import torch
 
 
-def to_device(values: Sequence[int], device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """`torch.tensor(values, dtype=dtype, device=device)`, asynchronous on CUDA devices."""
+def to_device(values: Sequence, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """`torch.tensor(values, dtype=dtype, device=device)` (numbers, or nested sequences of them),
+    asynchronous on CUDA devices."""
     host = torch.tensor(values, dtype=dtype)
     if device.type != "cuda":
         return host.to(device)
