@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cadence.engine.config import EngineConfig  # noqa: E402
 from cadence.engine.core import EngineCore  # noqa: E402
 from cadence.engine.kv_cache import PagedKVCache  # noqa: E402
-from cadence.engine.partition import Admission, DecodeOutput  # noqa: E402
+from cadence.engine.partition import Admission, DecodeOutput, HostAudio  # noqa: E402
 from cadence.engine.request import EngineRequest  # noqa: E402
 from cadence.models.qwen3_tts.prompt import Prompt  # noqa: E402
 from cadence.models.qwen3_tts.sampling import SamplingParams  # noqa: E402
@@ -76,8 +75,8 @@ class NullCodec:
         t = torch.arange(frames.shape[1] * SAMPLES_PER_FRAME, dtype=torch.float32)
         return (0.1 * torch.sin(t * 0.05)).expand(frames.shape[0], -1)
 
-    def fetch(self, audio: torch.Tensor) -> np.ndarray:
-        return audio.numpy()
+    def to_host(self, audio: torch.Tensor, codes: torch.Tensor | None = None) -> HostAudio:
+        return HostAudio(audio, codes=codes)
 
 
 def request(i: int, frames: int) -> EngineRequest:

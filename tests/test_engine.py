@@ -389,3 +389,68 @@ def test_a_device_error_surfacing_at_read_back_fails_that_walk_only(tiny_model):
     assert out["r2"][-1].finish_reason == FinishReason.LENGTH
     assert torch.equal(codes_of(out["r2"]), oracle(tiny_model, later).codes)
     assert core.talker.kv.used_pages == 0 and len(core.free_slots) == core.talker.max_slots
+
+
+def test_codec_audio_is_collected_after_the_next_walk_is_launched(tiny_model):
+    """The host waits for a codec walk's audio only once the next decode walk is queued behind it,
+    so the device is not idle while the host makes chunks; the audio is what an offline decode of
+    the stream's frames gives, and every stream still ends."""
+    core = build_core(tiny_model, config())
+    events: list[tuple[str, int]] = []
+    launch, to_host = core.talker.decode, core.codec.to_host
+
+    def recording_decode(slots):
+        events.append(("walk", sum(1 for e in events if e[0] == "walk")))
+        return launch(slots)
+
+    def recording_to_host(audio, codes=None):
+        host = to_host(audio, codes)
+        walks = sum(1 for e in events if e[0] == "walk")  # walks launched before this codec walk
+        events.append(("codec", walks))
+        wait = host.wait
+        host.wait = lambda: (events.append(("collect", walks)), wait())[1]
+        return host
+
+    core.talker.decode, core.codec.to_host = recording_decode, recording_to_host
+    reqs = [request(tiny_model, 0, 12), request(tiny_model, 1, 7, ignore_eos=True)]
+    out = run(core, {0: reqs[:1], 2: reqs[1:]})
+    collects = [(i, walks) for i, (what, walks) in enumerate(events) if what == "collect"]
+    assert collects
+    last_walk = max(k for what, k in events if what == "walk")
+    for i, walks in collects:
+        if walks <= last_walk:  # a walk followed this codec walk: it was launched before the wait
+            assert events.index(("walk", walks)) < i
+    for r in reqs:
+        chunks = out[r.request_id]
+        assert chunks[-1].is_final and chunks[-1].finish_reason is not None
+        offline = to_int16(tiny_model.codec.decode(codes_of(chunks)))
+        pcm = np.concatenate([c.pcm for c in chunks])
+        assert np.abs(pcm.astype(np.int32) - offline.astype(np.int32)).max() <= 1  # float rounding only
+    assert not core.has_work() and len(core.free_slots) == core.talker.max_slots
+
+
+def test_a_device_error_surfacing_at_codec_collection_fails_that_chunk_only(tiny_model):
+    core = build_core(tiny_model, config())
+    to_host = core.codec.to_host
+    calls = 0
+
+    def failing_third(audio, codes=None):
+        nonlocal calls
+        host = to_host(audio, codes)
+        calls += 1
+        if calls == 3:
+
+            def broken():
+                raise RuntimeError("injected codec fault")
+
+            host.wait = broken
+        return host
+
+    core.codec.to_host = failing_third
+    first = request(tiny_model, 0, 30, ignore_eos=True)
+    later = request(tiny_model, 1, 6)
+    out = run(core, {0: [first], 8: [later]})
+    assert out["r0"][-1].finish_reason == FinishReason.ERROR and "injected codec fault" in out["r0"][-1].error
+    assert out["r1"][-1].finish_reason == FinishReason.LENGTH
+    assert torch.equal(codes_of(out["r1"]), oracle(tiny_model, later).codes)
+    assert core.talker.kv.used_pages == 0 and len(core.free_slots) == core.talker.max_slots

@@ -32,9 +32,10 @@ import torch
 
 from ..audio import to_int16
 from .config import EngineConfig
-from .partition import Admission, CodecPartition, DecodeOutput, TalkerPartition
+from .partition import Admission, CodecPartition, DecodeOutput, HostAudio, TalkerPartition
 from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
 from .runaway import LoopDetector, dbfs
+from .transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +91,11 @@ class Walk:
 
 @dataclass
 class CodecLaunch:
-    """A codec walk in flight: `size` frames of each of `streams`; `audio` on the Codec's device."""
+    """A codec walk in flight: `size` frames of each of `streams`; its audio on the way to the host."""
 
     size: int
     streams: list[Stream]
-    audio: torch.Tensor
-    frames: torch.Tensor  # the codec's input [B, size, groups] (returned when EngineConfig.return_codes)
+    audio: HostAudio  # with the codec's input frames when EngineConfig.return_codes
 
 
 class EngineCore:
@@ -116,6 +116,7 @@ class EngineCore:
         # > the most frames ever pending: a full chunk waiting, one more step's, and two unread walks
         self._ring_depth = 2 * config.chunk_policy.max_chunk_frames + 4
         self._walk: Walk | None = None  # the last decode walk, read back in the next step
+        self._codec_in_flight: list[CodecLaunch] = []  # the last step's codec walks, collected in the next
         self._eos_free = talker.eos_free_frames
         self._step_seconds = 0.0  # a moving average of loaded steps' duration (the deadline chunk policy)
 
@@ -146,7 +147,7 @@ class EngineCore:
         self._cancelled.add(request_id)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self._cancelled or self._walk)
+        return bool(self.waiting or self.running or self._cancelled or self._walk or self._codec_in_flight)
 
     def _retry_after(self) -> float:
         """A hint for 429 answers: seconds until a queue place is likely to free up."""
@@ -163,16 +164,22 @@ class EngineCore:
         # launches are asynchronous and each partition waits only for its own). First chunks and
         # final flushes wait for this step's frames: pipelining never delays first audio.
         pipelined = bool(self.config.pipeline_codec)
+        if pipelined:
+            self._collect_codec(out)  # first: the early launches select streams by what was decoded
         launches = self._launch_codec(lambda s: s.chunks > 0 and s.finish is None) if pipelined else []
         admitted = self._admit(start)
         if admitted:
             self._prefill(admitted)
         previous, self._walk = self._walk, self._decode()
+        # The last step's codec walks, their audio queued for the host behind them: waited for only
+        # now, with the walk just launched queued behind, the device stays busy while the host turns
+        # the audio into chunks (and, in the server, sends them). Then the next ones launch.
+        self._collect_codec(out)
         if previous is not None:
             self._read_back(previous)
         in_flight = {id(s) for launch in launches for s in launch.streams}
         launches += self._launch_codec(lambda s: id(s) not in in_flight)
-        self._collect_codec(launches, out)
+        self._codec_in_flight = launches
         self._finish(out)
         self.stats.steps += 1
         self.stats.last_step_seconds = time.monotonic() - start
@@ -298,16 +305,16 @@ class EngineCore:
         if max(s.walks - s.decoded for s in streams) >= self._ring_depth:
             raise RuntimeError("more frames pending than the frame ring holds")  # an engine bug
         dev = frames.device
-        slots = torch.tensor([s.slot for s in streams], device=dev)
-        positions = torch.tensor([s.walks % self._ring_depth for s in streams], device=dev)
+        slots = to_device([s.slot for s in streams], dev)
+        positions = to_device([s.walks % self._ring_depth for s in streams], dev)
         self._ring[slots, positions] = frames
 
     def _codec_input(self, streams: list[Stream], size: int) -> torch.Tensor:
         """The next `size` frames of each stream, [B, size, codes], on the Codec's device: gathered
         from the ring and copied device to device."""
         dev = self._ring.device
-        slots = torch.tensor([s.slot for s in streams], device=dev)[:, None]
-        first = torch.tensor([s.decoded for s in streams], device=dev)[:, None]
+        slots = to_device([s.slot for s in streams], dev)[:, None]
+        first = to_device([s.decoded for s in streams], dev)[:, None]
         positions = (first + torch.arange(size, device=dev)) % self._ring_depth
         return self._ring[slots, positions].to(self.codec.device, non_blocking=True)
 
@@ -341,7 +348,8 @@ class EngineCore:
                 for s in streams:
                     self._fail(s, e)
                 continue
-            launches.append(CodecLaunch(size, streams, audio, frames))
+            codes = frames if self.config.return_codes else None
+            launches.append(CodecLaunch(size, streams, self.codec.to_host(audio, codes)))
         return launches
 
     def _audio_ahead(self, stream: Stream, now: float) -> float:
@@ -349,12 +357,13 @@ class EngineCore:
         frame_seconds = self.codec.samples_per_frame / self.codec.sample_rate
         return stream.decoded * frame_seconds - (now - stream.timings.first_chunk)
 
-    def _collect_codec(self, launches: list[CodecLaunch], out: list[AudioChunk]) -> None:
-        """Audio chunks of the launched codec walks (waits for the Codec's device)."""
+    def _collect_codec(self, out: list[AudioChunk]) -> None:
+        """Audio chunks of the codec walks in flight (waits for their copies to the host)."""
+        launches, self._codec_in_flight = self._codec_in_flight, []
         for launch in launches:
             size, streams = launch.size, launch.streams
             try:
-                audio = self.codec.fetch(launch.audio)
+                audio = launch.audio.wait()
             except Exception as e:  # an asynchronous device error surfaces here
                 log.exception("codec chunk failed for %d streams", len(streams))
                 for s in streams:
@@ -362,10 +371,10 @@ class EngineCore:
                 continue
             now = time.monotonic()
             pcm = to_int16(audio)  # the whole batch at once
-            codes = launch.frames.cpu().numpy() if self.config.return_codes else None
+            codes = launch.audio.codes.numpy() if launch.audio.codes is not None else None
             for i, (stream, wav) in enumerate(zip(streams, audio, strict=True)):
-                if stream.finish is FinishReason.ERROR:
-                    continue  # failed while its chunk was in flight (pipelined): no more audio
+                if stream.finish in (FinishReason.ERROR, FinishReason.CANCELLED):
+                    continue  # failed or cancelled while its chunk was in flight: no more audio
                 start = stream.decoded
                 stream.decoded += size
                 stream.chunks += 1

@@ -49,6 +49,21 @@ class DecodeOutput:
             self.ready.synchronize()
 
 
+@dataclass
+class HostAudio:
+    """A codec decode's audio on its way to the host, float32 [B, samples]: on a CUDA device the copy
+    is queued behind the decode and `to_host` returns at once; read it only after wait()."""
+
+    audio: torch.Tensor  # on the host (pinned when copied from a GPU)
+    ready: torch.cuda.Event | None = None  # completes when the copy has landed; None: it has
+    codes: torch.Tensor | None = None  # the decode's input frames, when asked for (same copy rules)
+
+    def wait(self) -> np.ndarray:
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.audio.numpy()
+
+
 class TalkerPartition(Protocol):
     max_slots: int
     kv: PagedKVCache
@@ -90,7 +105,8 @@ class CodecPartition(Protocol):
         these streams end with this chunk (their decoder state will not be used again)."""
         ...
 
-    def fetch(self, audio: torch.Tensor) -> np.ndarray:
-        """A decode's audio on the host as float32 [B, samples]: waits for that decode only (the codec
-        may run on a CUDA stream or device of its own, overlapping the talker)."""
+    def to_host(self, audio: torch.Tensor, codes: torch.Tensor | None = None) -> HostAudio:
+        """Start copying a decode's audio (and, if given, its input codes) to the host, without
+        waiting; HostAudio.wait() then waits for that decode only (the codec may run on a CUDA
+        stream or device of its own)."""
         ...

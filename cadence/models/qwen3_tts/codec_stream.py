@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...engine.transfer import to_device
 from ...kernels import snake_beta
 from .codec import (
     CausalConv1d,
@@ -285,7 +286,10 @@ class StreamingCodecDecoder:
         return self.state
 
     def _slots(self, slots: Slots) -> torch.Tensor:
-        return torch.as_tensor(slots, dtype=torch.int64, device=self._pool().frames.device).reshape(-1)
+        device = self._pool().frames.device
+        if isinstance(slots, torch.Tensor):
+            return slots.to(device=device, dtype=torch.int64).reshape(-1)
+        return to_device(list(slots), device).reshape(-1)  # no host wait for work in flight
 
     @torch.no_grad()
     def reset(self, slots: Slots) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ...engine.transfer import to_device
 from ...errors import InvalidRequestError
 from ...weights import load_weights, resolve_checkpoint, safetensors_files
 from .codec import SpeechTokenizer
@@ -167,10 +168,7 @@ class Qwen3TTS:
             for p in prompts
             for t, c in zip(p.text_track, p.codec_track, strict=True)
         ]
-        ids = torch.tensor(rows, dtype=torch.long)  # [T, 4]: text id, codec id, has text, has codec
-        if dev.type == "cuda":
-            ids = ids.pin_memory()  # an asynchronous copy: the host goes on queueing the prefill
-        ids = ids.to(dev, non_blocking=True)
+        ids = to_device(rows, dev)  # [T, 4]: text id, codec id, has text, has codec
         text = self.talker.embed_text(ids[:, 0])
         codec = self.talker.embed_codec(ids[:, 1])
         zero = torch.zeros((), dtype=text.dtype, device=dev)
@@ -180,11 +178,11 @@ class Qwen3TTS:
         for prompt in prompts:
             if prompt.speaker_row is not None:
                 row = offset + prompt.speaker_row
-                x_vector = torch.tensor(prompt.speaker_embedding, dtype=torch.float32, device=dev).to(text.dtype)
+                x_vector = to_device(prompt.speaker_embedding, dev, torch.float32).to(text.dtype)
                 out[row] = text[row] + x_vector
             if prompt.ref_row is not None and prompt.ref_codes:
                 ref_rows = slice(offset + prompt.ref_row, offset + prompt.ref_row + len(prompt.ref_codes))
-                frames = self.talker.embed_frame(torch.tensor(prompt.ref_codes, dtype=torch.long, device=dev))
+                frames = self.talker.embed_frame(to_device(prompt.ref_codes, dev))
                 out[ref_rows] = text[ref_rows] + frames
             offset += len(prompt)
         return out
@@ -193,7 +191,7 @@ class Qwen3TTS:
     def trailing_embeddings(self, prompt: Prompt) -> torch.Tensor:
         """[len(trailing)+... , hidden]: text added to decode steps; row -1 is tts_pad (used after)."""
         ids = [*prompt.trailing_text, self.config.tts_pad_token_id]
-        return self.talker.embed_text(torch.tensor(ids, device=self.device))
+        return self.talker.embed_text(to_device(ids, self.device))
 
     @property
     def sample_rate(self) -> int:

@@ -17,9 +17,10 @@ import torch
 from ...engine.attention import PagedAttention
 from ...engine.graphs import capture
 from ...engine.kv_cache import PagedKVCache
-from ...engine.partition import Admission, DecodeOutput
+from ...engine.partition import Admission, DecodeOutput, HostAudio
 from ...engine.request import EngineRequest
 from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
+from ...engine.transfer import to_device
 from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
 from .model import Qwen3TTS
@@ -49,18 +50,20 @@ class SlotState:
     def assign(self, slot: int, request: EngineRequest, pages: list[int], prompt_len: int) -> None:
         p, dev = request.params, self.step.device
         trailing = request.prompt.trailing_text
+        # fill_ with a Python number is a kernel argument; `tensor[slot] = number` copies a CPU
+        # scalar from pageable memory, which waits for the walk in flight.
         self.hidden[slot].zero_()
-        self.step[slot] = 0
-        self.position[slot] = prompt_len
-        self.trailing[slot, : len(trailing)] = torch.tensor(trailing, dtype=torch.long, device=dev)
-        self.trailing_len[slot] = len(trailing)
-        self.seen[slot] = False
-        self.seed[slot] = p.seed if p.seed is not None else 0
-        self.ignore_eos[slot] = request.ignore_eos
-        self.rep_penalty[slot] = p.repetition_penalty
+        self.step[slot].fill_(0)
+        self.position[slot].fill_(prompt_len)
+        self.trailing[slot, : len(trailing)] = to_device(trailing, dev)
+        self.trailing_len[slot].fill_(len(trailing))
+        self.seen[slot].fill_(False)
+        self.seed[slot].fill_(p.seed if p.seed is not None else 0)
+        self.ignore_eos[slot].fill_(request.ignore_eos)
+        self.rep_penalty[slot].fill_(p.repetition_penalty)
         _set_row(self.code0, slot, p.do_sample, p.temperature, p.top_k, p.top_p)
         _set_row(self.codes, slot, p.subtalker_dosample, p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
-        self.block_table[slot, : len(pages)] = torch.tensor(pages, dtype=torch.long, device=dev)
+        self.block_table[slot, : len(pages)] = to_device(pages, dev)
 
 
 def _row_params(slots: int, dev: torch.device) -> RowParams:
@@ -73,10 +76,10 @@ def _row_params(slots: int, dev: torch.device) -> RowParams:
 
 
 def _set_row(rows: RowParams, slot: int, do_sample: bool, temperature: float, top_k: int, top_p: float) -> None:
-    rows.do_sample[slot] = do_sample
-    rows.temperature[slot] = temperature
-    rows.top_k[slot] = top_k
-    rows.top_p[slot] = top_p
+    rows.do_sample[slot].fill_(do_sample)
+    rows.temperature[slot].fill_(temperature)
+    rows.top_k[slot].fill_(top_k)
+    rows.top_p[slot].fill_(top_p)
 
 
 def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
@@ -277,7 +280,7 @@ class Qwen3TTSCodec:
         for slot, request in zip(slots, requests or [], strict=False):
             ref = request.prompt.ref_codes
             if ref:
-                self.decoder.decode([slot], torch.tensor(ref, dtype=torch.long, device=self.device)[None])
+                self.decoder.decode([slot], to_device(ref, self.device)[None])
 
     def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
         if self.stream is None:
@@ -289,11 +292,22 @@ class Qwen3TTSCodec:
         with torch.cuda.stream(self.stream):
             return self._decode(slots, frames, finishing)
 
+    def to_host(self, audio: torch.Tensor, codes: torch.Tensor | None = None) -> HostAudio:
+        if audio.device.type != "cuda":
+            return HostAudio(audio.float(), codes=None if codes is None else codes.cpu())
+        stream = self.stream or torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(stream):  # behind this decode, not behind what the talker queues later
+            host = torch.empty(audio.shape, dtype=torch.float32, pin_memory=True)
+            host.copy_(audio, non_blocking=True)
+            if codes is not None:
+                codes = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=True).copy_(codes, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(stream)
+        return HostAudio(host, ready, codes)
+
     def fetch(self, audio: torch.Tensor) -> np.ndarray:
-        if self.stream is None:
-            return audio.float().cpu().numpy()
-        with torch.cuda.stream(self.stream):  # waits for this stream's work only, not the talker's
-            return audio.float().cpu().numpy()
+        """The audio on the host now (`to_host(audio).wait()`), for benchmarks and tests."""
+        return self.to_host(audio).wait()
 
     def _decode(self, slots: list[int], frames: torch.Tensor, finishing: bool) -> torch.Tensor:
         if len(slots) > self.max_batch:  # bounded activation memory: split large groups
