@@ -4,9 +4,9 @@ decode walk replays its GEMMs from a graph too), so launch cost counts as it doe
 
     python benchmarks/skinny_linear.py [--rows 1 16] [--json out.json]
 
-Prints, per (rows, N, K): cuBLAS, the shipped tiles, and the fastest tiles found, in us per call and
-the weight-read bandwidth they reach; then what one batch-1 decode walk's GEMM mix would cost with
-each. GPU only.
+Prints, per (rows, N, K): cuBLAS, the tiles triton_ops.linear uses (`skinny_tiles`), and the
+fastest tiles found, in us per call and the weight-read bandwidth they reach; then what one
+decode walk's GEMM mix would cost with each. GPU only.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ SHAPES = {
     (3072, 1024): 1,  # talker codec head
     (2048, 1024): 15,  # code-predictor heads
 }
-SHIPPED = (16, 256, 4, 4)  # BLOCK_N, BLOCK_K, num_warps, num_stages in triton_ops.linear
 SWEEP = list(itertools.product((16, 32), (128, 256, 512), (4, 8), (3, 4, 6)))
 CALLS = 50
 
@@ -98,17 +97,18 @@ def main() -> None:
                     print(f"  skipped {tiles}: {type(e).__name__}")
                     continue
                 assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), tiles
+            shipped = triton_ops.skinny_tiles(k)  # what triton_ops.linear uses
             best = min(timed, key=timed.get)
 
             def cell(us: float, n=n, k=k) -> str:
                 return f"{us:>7.2f} ({n * k * 2 / (us * 1e-6) / 1e9:>5.0f})"
 
-            print(f"{n:>6} {k:>5} {cell(cublas)} {cell(timed[SHIPPED])} {cell(timed[best])}  {best}")
+            print(f"{n:>6} {k:>5} {cell(cublas)} {cell(timed[shipped])} {cell(timed[best])}  {best}")
             walk["cublas"] += count * cublas
-            walk["shipped"] += count * timed[SHIPPED]
+            walk["shipped"] += count * timed[shipped]
             walk["best"] += count * timed[best]
             results.append(
-                {"rows": rows, "n": n, "k": k, "cublas_us": cublas, "shipped_us": timed[SHIPPED],
+                {"rows": rows, "n": n, "k": k, "cublas_us": cublas, "shipped_us": timed[shipped],
                  "best_us": timed[best], "best_tiles": best, "all": {str(t): v for t, v in timed.items()}}
             )  # fmt: skip
         print(

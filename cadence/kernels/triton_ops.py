@@ -45,11 +45,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.
         return torch.nn.functional.linear(x, weight)
     n = weight.shape[0]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    block_n = 16  # small slabs: even the 1024-wide projections spread over 64 programs
+    block_n, block_k, warps, stages = skinny_tiles(k)
     _skinny_linear_kernel[(triton.cdiv(n, block_n),)](
-        x, weight, out, m, n, k, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=256, num_warps=4, num_stages=4
+        x, weight, out, m, n, k, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages
     )
     return out
+
+
+def skinny_tiles(k: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps, num_stages) of the weight-streaming GEMM, from the sweep of
+    benchmarks/skinny_linear.py on the H200 (perf-notes #20): 32-row weight slabs and long K steps
+    beat more, smaller programs, even for the 1024-wide projections (32 programs)."""
+    return 32, 512 if k >= 2048 else 256, 4, 3
 
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
