@@ -1,7 +1,8 @@
-"""Fused operations of the fast decode step: Triton kernels on GPUs, PyTorch definitions elsewhere.
+"""Fused operations of the fast decode step and the streaming codec: Triton kernels on GPUs,
+PyTorch definitions elsewhere.
 
-`load_ops("triton" | "torch")` returns a module with the same functions: rms_norm,
-qk_norm_rope_store, paged_attention, silu_mul, sample_tokens.
+`load_ops("triton" | "torch")` returns a module with the same functions: linear, rms_norm,
+qk_norm_rope_store, paged_attention, silu_mul, sample_tokens, snake_beta.
 """
 
 from __future__ import annotations
