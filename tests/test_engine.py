@@ -67,6 +67,26 @@ def oracle(model, req: EngineRequest):
     return generate(model, [req.prompt], req.params).generations[0]
 
 
+def failing_wait_on_call(fn, n: int, message: str):
+    """`fn`, except that its n-th result raises RuntimeError(message) from wait(): a device fault
+    that surfaces only when the engine reads that result."""
+    calls = 0
+
+    def wrapped(*args):
+        nonlocal calls
+        result = fn(*args)
+        calls += 1
+        if calls == n:
+
+            def broken():
+                raise RuntimeError(message)
+
+            result.wait = broken
+        return result
+
+    return wrapped
+
+
 def test_single_greedy_request_equals_oracle(tiny_model):
     core = build_core(tiny_model, config())
     req = request(tiny_model, 0, 40)
@@ -364,22 +384,7 @@ def test_a_device_error_surfacing_at_read_back_fails_that_walk_only(tiny_model):
     """An asynchronous device error shows up when a walk's outputs are read back, a step after its
     launch: the streams of that walk fail, the engine goes on, and requests arriving later finish."""
     core = build_core(tiny_model, config())
-    launch = core.talker.decode
-    walks = 0
-
-    def decode(slots):
-        nonlocal walks
-        output = launch(slots)
-        walks += 1
-        if walks == 3:
-
-            def broken():
-                raise RuntimeError("injected device fault")
-
-            output.wait = broken
-        return output
-
-    core.talker.decode = decode
+    core.talker.decode = failing_wait_on_call(core.talker.decode, 3, "injected device fault")
     first = [request(tiny_model, i, 10) for i in range(2)]
     later = request(tiny_model, 2, 6)
     out = run(core, {0: first, 6: [later]})
@@ -431,22 +436,7 @@ def test_codec_audio_is_collected_after_the_next_walk_is_launched(tiny_model):
 
 def test_a_device_error_surfacing_at_codec_collection_fails_that_chunk_only(tiny_model):
     core = build_core(tiny_model, config())
-    to_host = core.codec.to_host
-    calls = 0
-
-    def failing_third(audio, codes=None):
-        nonlocal calls
-        host = to_host(audio, codes)
-        calls += 1
-        if calls == 3:
-
-            def broken():
-                raise RuntimeError("injected codec fault")
-
-            host.wait = broken
-        return host
-
-    core.codec.to_host = failing_third
+    core.codec.to_host = failing_wait_on_call(core.codec.to_host, 3, "injected codec fault")
     first = request(tiny_model, 0, 30, ignore_eos=True)
     later = request(tiny_model, 1, 6)
     out = run(core, {0: [first], 8: [later]})
