@@ -283,6 +283,27 @@ def test_bad_calls_are_refused(decoder):
         sdec.decode([0], random_codes(0, seed=0)[None])
 
 
+@pytest.mark.parametrize("tf32", [True, False])
+def test_an_explicit_tf32_choice_sets_convs_and_linears_and_restores_both(tf32):
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not tf32
+        with tf32_as_convs(tf32):
+            assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+        assert torch.backends.cuda.matmul.allow_tf32 is not tf32 and torch.backends.cudnn.allow_tf32 is not tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_engine_config_codec_tf32_reaches_the_streaming_decoder(tiny_model):
+    from cadence.engine.config import EngineConfig
+    from cadence.engine.engine import build_core
+
+    for tf32 in (None, True, False):
+        core = build_core(tiny_model, EngineConfig(max_streams=1, kv_cache_memory=0.01, codec_tf32=tf32))
+        assert core.codec.decoder.tf32 is tf32
+
+
 @pytest.mark.parametrize("convs_tf32", [True, False])
 def test_codec_linears_follow_the_conv_tf32_switch(convs_tf32):
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32

@@ -98,7 +98,7 @@ def test_flags_given_on_the_command_line_override_the_file(tmp_path: Path):
     assert (args.model, args.max_streams) == ("/other", 64)  # a flag equal to the default still wins
 
 
-def test_codec_dtype_reaches_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
+def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
     from typing import get_args, get_type_hints
 
     import cadence.server.cloning
@@ -112,14 +112,17 @@ def test_codec_dtype_reaches_the_engine_config(tiny_checkpoint: Path, tmp_path: 
     monkeypatch.setattr(cadence.server.state, "ServerState", lambda settings, frontend, voices, replicas: replicas)
     monkeypatch.setattr(cadence.server.cloning, "attach", lambda state, args, checkpoint: None)
     path = tmp_path / "deploy.yaml"
-    path.write_text("engine:\n  codec_dtype: bfloat16\n")
+    path.write_text("engine:\n  codec_dtype: bfloat16\n  codec_tf32: false\n")
     args = build_parser().parse_args(["serve", str(tiny_checkpoint), "--config", str(path), "--device", "cpu"])
     apply_deploy_file(args)
-    assert [r.engine.codec_dtype for r in build_state(args)] == ["bfloat16"]
-    args = build_parser().parse_args(["serve", str(tiny_checkpoint), "--config", str(path), "--codec-dtype", "float16"])
+    assert [(r.engine.codec_dtype, r.engine.codec_tf32) for r in build_state(args)] == [("bfloat16", False)]
+    args = build_parser().parse_args(
+        ["serve", str(tiny_checkpoint), "--config", str(path), "--codec-dtype", "float16", "--codec-tf32"]
+    )
     apply_deploy_file(args)
-    assert args.codec_dtype == "float16"  # the flag wins
+    assert (args.codec_dtype, args.codec_tf32) == ("float16", True)  # the flags win
     assert DeployFile().flat()["codec_dtype"] == "float32"
+    assert DeployFile().flat()["codec_tf32"] is None  # PyTorch's own default decides
 
 
 def test_device_on_the_command_line_places_every_replica_of_the_file(tmp_path: Path):

@@ -120,6 +120,10 @@ class EngineConfig:
     # codec) ~12 % faster at 64 streams x 8 frames, and ~0.08 / ~0.01 max abs from the fp32 decode
     # (docs/benchmarks.md; benchmarks/engine_steps.py --codec-dtype measures it).
     codec_dtype: str = "float32"
+    # The Codec's fp32 convolutions and linears on a GPU: True TF32 tensor cores (3-6e-3 from the
+    # exact fp32 decode on random full-size weights), False exact fp32 (within 1e-4 of the offline
+    # decode, slower), None as torch.backends.cudnn.allow_tf32 says (PyTorch's default: TF32).
+    codec_tf32: bool | None = None
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:

@@ -142,6 +142,7 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
     codec = Qwen3TTSCodec(
         model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
         dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; model.codec stays the fp32 decode
+        tf32=config.codec_tf32,
     )  # fmt: skip
     return EngineCore(talker, codec, config)
 

@@ -103,6 +103,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "float16 is the closer; see docs/deploy.md",
     )
     g.add_argument(
+        "--codec-tf32",
+        action=argparse.BooleanOptionalAction,
+        help="the float32 codec's convolutions and linears on TF32 tensor cores (the default, as PyTorch runs "
+        "convolutions; 3-6e-3 max abs from the exact fp32 decode, measured on random full-size weights) or, "
+        "with --no-codec-tf32, exact fp32 (within 1e-4 of the offline decode; slower, not measured on the "
+        "current codec)",
+    )
+    g.add_argument(
         "--chunk-deadline",
         type=float,
         metavar="SECONDS",
@@ -244,6 +252,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
             else replace(args.chunk_policy, deadline=args.chunk_deadline),
             pipeline_codec=args.pipeline_codec,
             codec_dtype=args.codec_dtype,
+            codec_tf32=args.codec_tf32,
         )
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:

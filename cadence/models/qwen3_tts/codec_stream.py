@@ -102,19 +102,22 @@ def conv_histories(decoder: CodecDecoder) -> list[ConvHistory]:
 
 
 @contextlib.contextmanager
-def tf32_as_convs():
-    """The codec's fp32 linears (transformer, ConvNeXt) in TF32 exactly when its convolutions are.
+def tf32_as_convs(tf32: bool | None = None):
+    """The codec's fp32 convolutions and linears (transformer, ConvNeXt) in TF32, or both exact.
 
     PyTorch runs cuDNN convolutions in TF32 unless `torch.backends.cudnn.allow_tf32` is cleared,
     but fp32 matmuls exactly unless `torch.backends.cuda.matmul.allow_tf32` is set; so the codec,
     whose arithmetic is ~95 % convolution, ran its few linears on the slow fp32 path (2.4 ms of a
-    22 ms 64x8 chunk). One switch now governs both: clear cudnn.allow_tf32 for exact fp32."""
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32
+    22 ms 64x8 chunk). One switch governs both here: `tf32`, or when None the process's
+    `torch.backends.cudnn.allow_tf32` (PyTorch's default: on). Both flags are restored after, so
+    the talker's matmuls keep the process's settings."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    use = torch.backends.cudnn.allow_tf32 if tf32 is None else tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = use
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def time_major(batch: int, channels: int, length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -237,9 +240,10 @@ class _PreActivation:
 class StreamingCodecDecoder:
     """Decodes chunks of many streams in batched calls; see the module docstring for why it is exact."""
 
-    def __init__(self, decoder: CodecDecoder):
+    def __init__(self, decoder: CodecDecoder, tf32: bool | None = None):
         self.decoder = decoder
         self.cfg = decoder.cfg
+        self.tf32 = tf32  # fp32 math in TF32 (True) or exact (False); None: as cudnn.allow_tf32 (tf32_as_convs)
         self.histories = conv_histories(decoder)
         self._history_index = {h.module: i for i, h in enumerate(self.histories)}
         self._convs: dict[nn.Module, TimeMajorConv] = {}  # the decoder stack's, set by allocate
@@ -322,7 +326,7 @@ class StreamingCodecDecoder:
             keys=pool.keys.index_select(0, idx),
             values=pool.values.index_select(0, idx),
         )
-        with tf32_as_convs():
+        with tf32_as_convs(self.tf32):
             wav = self._run(carry, codes.to(idx.device).long().transpose(1, 2))
         for t, new in zip(pool.conv, carry.conv, strict=True):
             t.index_copy_(0, idx, new)

@@ -235,7 +235,8 @@ class Qwen3TTSCodec:
 
     `dtype` bfloat16/float16 runs a low-precision copy of the decoder (codec.cast_decoder: SnakeBeta,
     norms, softmax, codebook sums and the output conv stay fp32); the model's own decoder stays the
-    fp32 offline decode. The audio handed back is fp32 in every case.
+    fp32 offline decode. The audio handed back is fp32 in every case. `tf32`: the fp32 math in
+    TF32 or exact (codec_stream.tf32_as_convs; None follows torch.backends.cudnn.allow_tf32).
     """
 
     FRAME_BUCKETS = (1, 2, 4, 8)
@@ -250,11 +251,12 @@ class Qwen3TTSCodec:
         graph_buckets: tuple[int, ...] | None = None,
         own_stream: bool = False,
         dtype: torch.dtype = torch.float32,
+        tf32: bool | None = None,
     ):
         decoder = model.codec.decoder
         if dtype != torch.float32:
             decoder = cast_decoder(decoder, dtype)
-        self.decoder = StreamingCodecDecoder(decoder)
+        self.decoder = StreamingCodecDecoder(decoder, tf32)
         self.decoder.allocate(max_slots + 1)
         self.dummy = max_slots
         self.samples_per_frame = model.samples_per_frame
