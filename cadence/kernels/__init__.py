@@ -33,17 +33,8 @@ def load_ops(backend: str) -> ModuleType:
     return importlib.import_module(f".{backend}_ops", __name__)
 
 
-def snake_beta(
-    x: torch.Tensor,
-    log_alpha: torch.Tensor,
-    log_beta: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
-    sum_out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The codec's SnakeBeta activation, optionally with the adds before it folded in
-    (torch_ops.snake_beta): one fused Triton kernel for CUDA tensors where Triton is installed (one
-    pass over the activation instead of five, or seven with the adds), PyTorch elsewhere."""
-    backend = "triton" if x.is_cuda and triton_available() else "torch"
-    return load_ops(backend).snake_beta(x, log_alpha, log_beta, bias, residual, out, sum_out)
+def ops_for(x: torch.Tensor) -> ModuleType:
+    """The ops for `x`'s device: the Triton kernels for CUDA tensors where Triton is installed, the
+    PyTorch definitions elsewhere. For callers that run on either (the codec's SnakeBeta: one fused
+    kernel on a GPU instead of five passes, or seven with the adds folded in)."""
+    return load_ops("triton" if x.is_cuda and triton_available() else "torch")

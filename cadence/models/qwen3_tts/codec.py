@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...kernels import snake_beta
+from ...kernels import ops_for
 from .config import CodecDecoderConfig
 from .layers import RMSNorm, apply_rope, attention, rope_cos_sin
 
@@ -67,7 +67,7 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return snake_beta(x, self.alpha, self.beta)
+        return ops_for(x).snake_beta(x, self.alpha, self.beta)
 
 
 class EuclideanCodebook(nn.Module):

@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...engine.transfer import to_device
-from ...kernels import snake_beta
+from ...kernels import ops_for
 from .codec import (
     CausalConv1d,
     CausalTransConv1d,
@@ -381,11 +381,11 @@ class StreamingCodecDecoder:
         batch, channels, length = x.shape
         if i is None:
             out = time_major(batch, channels, length, dtype, x.device)
-            return snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, out, sum_out)
+            return ops_for(x).snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, out, sum_out)
         past = carry.conv[i]
         window = time_major(batch, channels, past.shape[-1] + length, dtype, x.device)
         window[..., : past.shape[-1]] = past
-        snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, window[..., past.shape[-1] :], sum_out)
+        ops_for(x).snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, window[..., past.shape[-1] :], sum_out)
         carry.conv[i] = window[..., x.shape[-1] :]
         return window
 
