@@ -13,7 +13,6 @@ streamed audio (in `--codec-dtype`) is from the model's exact fp32 offline decod
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -29,6 +28,7 @@ from cadence.engine.config import CODEC_DTYPES, EngineConfig, RunawayGuard  # no
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
 from cadence.engine.partition import Admission  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
+from cadence.models.qwen3_tts.codec_stream import tf32_as_convs  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars watch quietly".split()
 
@@ -156,17 +156,6 @@ def time_codec(core, model, streams: int, frames: int, args) -> dict:
     return {"streams": streams, "frames": frames, "chunk_ms": ms, "audio_s_per_s": streams * frames * 0.08 / ms * 1e3}
 
 
-@contextlib.contextmanager
-def exact_fp32():
-    """fp32 without TF32 (PyTorch runs cuDNN convolutions in TF32 by default): the reference."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def codec_error(core, model: Qwen3TTS, streams: int, frames: int) -> float:
     """Max abs difference between `streams` streams decoded by the engine's codec in `frames`-frame
     chunks (96 frames or a little more: past the real codec's 72-frame window) and the model's fp32
@@ -178,7 +167,7 @@ def codec_error(core, model: Qwen3TTS, streams: int, frames: int) -> float:
     parts = [codec.fetch(codec.decode(slots, codes[:, i * frames : (i + 1) * frames])) for i in range(chunks)]
     audio = torch.from_numpy(np.concatenate(parts, axis=1))
     worst = 0.0
-    with exact_fp32():
+    with tf32_as_convs(False):  # the reference: exact fp32 (PyTorch runs convolutions in TF32 by default)
         for s in slots:  # one at a time: 256 streams at once would hold tens of GB of activations
             ref = model.codec.decode(codes[s]).float().cpu()
             worst = max(worst, float((audio[s] - ref).abs().max()))

@@ -283,16 +283,20 @@ def test_bad_calls_are_refused(decoder):
         sdec.decode([0], random_codes(0, seed=0)[None])
 
 
-@pytest.mark.parametrize("tf32", [True, False])
-def test_an_explicit_tf32_choice_sets_convs_and_linears_and_restores_both(tf32):
+@pytest.fixture
+def tf32_flags():
+    """Restores PyTorch's two TF32 switches after a test that sets them."""
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not tf32
-        with tf32_as_convs(tf32):
-            assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
-        assert torch.backends.cuda.matmul.allow_tf32 is not tf32 and torch.backends.cudnn.allow_tf32 is not tf32
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_an_explicit_tf32_choice_sets_convs_and_linears_and_restores_both(tf32, tf32_flags):
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not tf32
+    with tf32_as_convs(tf32):
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+    assert torch.backends.cuda.matmul.allow_tf32 is not tf32 and torch.backends.cudnn.allow_tf32 is not tf32
 
 
 def test_engine_config_codec_tf32_reaches_the_streaming_decoder(tiny_model):
@@ -305,12 +309,8 @@ def test_engine_config_codec_tf32_reaches_the_streaming_decoder(tiny_model):
 
 
 @pytest.mark.parametrize("convs_tf32", [True, False])
-def test_codec_linears_follow_the_conv_tf32_switch(convs_tf32):
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = not convs_tf32, convs_tf32
-        with tf32_as_convs():
-            assert torch.backends.cuda.matmul.allow_tf32 is convs_tf32
-        assert torch.backends.cuda.matmul.allow_tf32 is not convs_tf32  # restored for the rest (the talker)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+def test_codec_linears_follow_the_conv_tf32_switch(convs_tf32, tf32_flags):
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = not convs_tf32, convs_tf32
+    with tf32_as_convs():
+        assert torch.backends.cuda.matmul.allow_tf32 is convs_tf32
+    assert torch.backends.cuda.matmul.allow_tf32 is not convs_tf32  # restored for the rest (the talker)

@@ -298,11 +298,13 @@ class Qwen3TTSCodec:
         if audio.device.type != "cuda":
             return HostAudio(audio.float(), codes=None if codes is None else codes.cpu())
         stream = self.stream or torch.cuda.current_stream(self.device)
+
+        def pinned_copy(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+            return torch.empty(t.shape, dtype=dtype, pin_memory=True).copy_(t, non_blocking=True)
+
         with torch.cuda.stream(stream):  # behind this decode, not behind what the talker queues later
-            host = torch.empty(audio.shape, dtype=torch.float32, pin_memory=True)
-            host.copy_(audio, non_blocking=True)
-            if codes is not None:
-                codes = torch.empty(codes.shape, dtype=codes.dtype, pin_memory=True).copy_(codes, non_blocking=True)
+            host = pinned_copy(audio, torch.float32)
+            codes = None if codes is None else pinned_copy(codes, codes.dtype)
             ready = torch.cuda.Event()
             ready.record(stream)
         return HostAudio(host, ready, codes)
