@@ -1,12 +1,13 @@
-"""Tile sweep of the weight-streaming GEMM (`triton_ops._skinny_linear_kernel`) on the 0.6B model's
-decode shapes, against cuBLAS. Each configuration is timed as 50 calls inside one CUDA graph (a
-decode walk replays its GEMMs from a graph too), so launch cost counts as it does in the engine.
+"""Tile sweep of the weight-streaming GEMM (`triton_ops.skinny_linear`) on the 0.6B model's decode
+shapes, against cuBLAS: weight rows per program, K step, warps, stages and split-K. Each
+configuration is timed as 50 calls inside one CUDA graph (a decode walk replays its GEMMs from a
+graph too), so launch cost counts as it does in the engine.
 
     python benchmarks/skinny_linear.py [--rows 1 16] [--json out.json]
 
 Prints, per (rows, N, K): cuBLAS, the tiles triton_ops.linear uses (`skinny_tiles`), and the
-fastest tiles found, in us per call and the weight-read bandwidth they reach; then what one
-decode walk's GEMM mix would cost with each. GPU only.
+fastest tiles found (BN, BK, warps, stages, split-K), in us per call and the weight-read bandwidth
+they reach; then what one decode walk's GEMM mix would cost with each. GPU only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import json
 from pathlib import Path
 
 import torch
-import triton
 
 from cadence.kernels import triton_ops
 
@@ -31,7 +31,11 @@ SHAPES = {
     (3072, 1024): 1,  # talker codec head
     (2048, 1024): 15,  # code-predictor heads
 }
-SWEEP = list(itertools.product((16, 32), (128, 256, 512), (4, 8), (3, 4, 6)))
+# Split-K (perf-notes #21) against the unsplit tiles of #20's sweep, whose winners all used 4 warps.
+SWEEP = [
+    triton_ops.SkinnyTiles(block_n, block_k, warps, stages, split)
+    for block_n, block_k, warps, stages, split in itertools.product((16, 32, 64), (256, 512), (4,), (3,), (1, 2, 4, 8))
+]
 CALLS = 50
 
 
@@ -56,17 +60,12 @@ def time_graph(fn, reps: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, tiles: tuple[int, int, int, int]):
-    block_n, block_k, warps, stages = tiles
-    (m, k), n = x.shape, w.shape[0]
-    grid = (triton.cdiv(n, block_n),)
+def skinny(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, tiles: triton_ops.SkinnyTiles):
+    return lambda: triton_ops.skinny_linear(x, w, tiles, out=out)
 
-    def call():
-        triton_ops._skinny_linear_kernel[grid](
-            x, w, out, m, n, k, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, num_stages=stages
-        )
 
-    return call
+def label(t: triton_ops.SkinnyTiles) -> str:
+    return f"({t.block_n}, {t.block_k}, {t.warps}, {t.stages}, {t.split_k})"
 
 
 def main() -> None:
@@ -80,7 +79,7 @@ def main() -> None:
     results = []
     for rows in args.rows:
         print(f"\nrows={rows}: us per call (weight GB/s)")
-        print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best tiles (BN, BK, warps, stages)")
+        print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best (BN, BK, warps, stages, split)")
         walk = {"cublas": 0.0, "shipped": 0.0, "best": 0.0}
         for (n, k), count in SHAPES.items():
             x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
@@ -94,22 +93,22 @@ def main() -> None:
                 try:
                     timed[tiles] = time_graph(call)
                 except Exception as e:  # a tile too large for shared memory: skip it
-                    print(f"  skipped {tiles}: {type(e).__name__}")
+                    print(f"  skipped {label(tiles)}: {type(e).__name__}")
                     continue
-                assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), tiles
-            shipped = triton_ops.skinny_tiles(k)  # what triton_ops.linear uses
+                assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
+            shipped = triton_ops.skinny_tiles(n, k)  # what triton_ops.linear uses
             best = min(timed, key=timed.get)
 
             def cell(us: float, n=n, k=k) -> str:
                 return f"{us:>7.2f} ({n * k * 2 / (us * 1e-6) / 1e9:>5.0f})"
 
-            print(f"{n:>6} {k:>5} {cell(cublas)} {cell(timed[shipped])} {cell(timed[best])}  {best}")
+            print(f"{n:>6} {k:>5} {cell(cublas)} {cell(timed[shipped])} {cell(timed[best])}  {label(best)}")
             walk["cublas"] += count * cublas
             walk["shipped"] += count * timed[shipped]
             walk["best"] += count * timed[best]
             results.append(
                 {"rows": rows, "n": n, "k": k, "cublas_us": cublas, "shipped_us": timed[shipped],
-                 "best_us": timed[best], "best_tiles": best, "all": {str(t): v for t, v in timed.items()}}
+                 "best_us": timed[best], "best_tiles": label(best), "all": {label(t): v for t, v in timed.items()}}
             )  # fmt: skip
         print(
             f"one decode walk's GEMMs at {rows} rows: cuBLAS {walk['cublas'] / 1e3:.2f} ms, "
