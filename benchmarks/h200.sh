@@ -44,6 +44,9 @@ for phase in "$@"; do
         --profile 2>&1 | grep -v INFO | tee "$OUT/profile256.log" | tail -80 ;;
     skinny)  # issue 4: tile sweep of the weight-streaming GEMM on the decode shapes, against cuBLAS
       python3 benchmarks/skinny_linear.py --rows 1 16 --json "$OUT/skinny_linear.json" 2>&1 | tee "$OUT/skinny.log" | tail -24 ;;
+    attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
+      python3 benchmarks/paged_attention.py --batches 1 8 64 128 256 --context 500 --json "$OUT/paged_attention.json" \
+        2>&1 | tee "$OUT/attention.log" | tail -12 ;;
     precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)
       need_full
       python3 benchmarks/precision.py --model $full --device cuda --frames 32 --json "$OUT/precision_h200.json" \

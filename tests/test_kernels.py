@@ -94,6 +94,30 @@ def test_paged_attention(ops, dtype, splits, shape):
     assert (a.float() - b.float()).abs().max() <= tol(dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize("block_tokens,warps,prefetch", [(32, 4, True), (64, 8, True), (128, 8, False)])
+def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps, prefetch):
+    """Every launch choice the sweep (benchmarks/paged_attention.py) may pick computes the same
+    attention: blocks of 32-128 tokens over 16-token pages, with and without the prefetch of the
+    next block (whose loads run past the split's end and must be masked)."""
+    from cadence.kernels.triton_ops import AttentionTiles
+
+    tri, ref = ops
+    hq, hkv, d, ps, contexts = ATTENTION_SHAPES[1]
+    g = torch.Generator(device=DEV).manual_seed(3)
+    n, p = len(contexts), -(-max(contexts) // ps)
+    kc = torch.randn(2 * p, ps, hkv, d, device=DEV, generator=g).to(dtype)
+    vc = torch.randn(2 * p, ps, hkv, d, device=DEV, generator=g).to(dtype)
+    bt = torch.stack([torch.randperm(2 * p, device=DEV, generator=g)[:p] for _ in range(n)])
+    ctx = torch.tensor(contexts, device=DEV)
+    q = torch.randn(n, hq, d, device=DEV, generator=g).to(dtype)
+    tiles = AttentionTiles(block_tokens=block_tokens, warps=warps, prefetch=prefetch)
+    a = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits, tiles=tiles)
+    b = ref.paged_attention(q, kc, vc, bt, ctx, d**-0.5)
+    assert (a.float() - b.float()).abs().max() <= tol(dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m,n,k", [(1, 3072, 1024), (5, 1024, 3072), (16, 2048, 1000)])
 def test_skinny_linear(ops, dtype, m, n, k):
