@@ -71,10 +71,14 @@ class SkinnyTiles:
 
 
 def skinny_tiles(n: int, k: int) -> SkinnyTiles:
-    """Tiles of the weight-streaming GEMM for an [n, k] weight, from the sweep of
-    benchmarks/skinny_linear.py on the H200 (perf-notes #20): 32-row weight slabs and long K steps
-    beat more, smaller programs, even for the 1024-wide projections (32 programs)."""
-    return SkinnyTiles(block_k=512 if k >= 2048 else 256)
+    """Tiles of the weight-streaming GEMM for an [n, k] weight, from the sweeps of
+    benchmarks/skinny_linear.py on the H200 (perf-notes #20, #21), chosen for 1 and 16 rows alike:
+    the narrow, long projections (o_proj 1024x2048, down 1024x3072: 32 slabs of 32 rows) split
+    their K over 4 programs to fill the SMs; the 6144-wide gate/up streams 64-row slabs; the rest
+    32-row slabs in 256-wide K steps."""
+    if n <= 1024 and k >= 2048:
+        return SkinnyTiles(block_n=32, block_k=256, split_k=4)
+    return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
 
 
 _split_k_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -317,8 +321,9 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, D: tl.constexpr, SPLITS: 
     tl.store(o_ptr + row * D + d, total.to(o_ptr.dtype.element_ty))
 
 
-def attention_splits(rows: int, kv_heads: int, target_programs: int = 264) -> int:
-    """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice."""
+def attention_splits(rows: int, kv_heads: int, target_programs: int = 256) -> int:
+    """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice (the
+    sweep of benchmarks/paged_attention.py, perf-notes #23: batch 8 best at 4 splits, 1 at 16)."""
     splits = 1
     while splits < 16 and rows * kv_heads * splits < target_programs:
         splits *= 2
@@ -336,9 +341,11 @@ class AttentionTiles:
 
 
 def attention_tiles(rows: int) -> AttentionTiles:
-    """The tiles for a decode batch of `rows` query rows (the default until a sweep says otherwise:
-    benchmarks/paged_attention.py)."""
-    return AttentionTiles()
+    """The tiles for a decode batch of `rows` query rows, from the sweep of
+    benchmarks/paged_attention.py on the H200 (perf-notes #23): from 8 rows up, 128-token blocks
+    (fewer, longer iterations: 3.4 -> 3.6 TB/s at 256 rows, 2.5 -> 3.3 at 64); below, where the
+    context is split 16 ways and each split is short, 64. The prefetch never won."""
+    return AttentionTiles(block_tokens=128 if rows >= 8 else 64)
 
 
 def paged_attention(
