@@ -279,7 +279,9 @@ def profile(core, model, args) -> None:
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             sync(model.device)
-        print(f"\n== {name} ==")
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        busy_ms = sum(e.device_time for e in kernels) / 1e3
+        print(f"\n== {name}: {len(kernels)} kernels, {busy_ms:.3f} ms of kernel time ==")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))
     release(core, admissions)
 

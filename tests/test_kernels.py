@@ -70,6 +70,22 @@ def test_qk_norm_rope_store(ops, dtype):
         assert (written.float() - b.view(-1, hkv, d)[slots].float()).abs().max() <= t * 4
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_qk(ops, dtype):
+    """The streaming codec's RoPE: q and k heads of a packed qkv, per-row fp32 cos/sin."""
+    tri, ref = ops
+    from cadence.models.qwen3_tts.layers import rope_cos_sin
+
+    g = torch.Generator(device=DEV).manual_seed(8)
+    n, hq, hkv, d = 6, 4, 2, 64
+    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g).to(dtype)
+    cos, sin = rope_cos_sin(torch.tensor([0, 1, 5, 71, 300, 2000], device=DEV), d, 1e4, torch.float32)
+    (qa, ka), (qb, kb) = tri.rope_qk(qkv, cos, sin, hq, hkv), ref.rope_qk(qkv, cos, sin, hq, hkv)
+    assert qa.shape == (n, hq, d) and ka.shape == (n, hkv, d) and qa.dtype == dtype
+    for a, b in ((qa, qb), (ka, kb)):
+        assert (a.float() - b.float()).abs().max() <= tol(dtype) * (1 + b.float().abs().max())
+
+
 # (query heads, kv heads, head dim, page size, contexts): small pages, then the talker's shape
 # (GQA 16/8 x 128, 16-token pages) with contexts over several 64-token blocks and splits left empty.
 ATTENTION_SHAPES = [(4, 2, 32, 4, [1, 4, 5, 17, 32]), (16, 8, 128, 16, [1, 16, 70, 130, 200])]

@@ -62,6 +62,24 @@ def qk_norm_rope_store(
     return q
 
 
+def rope_qk(
+    qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int, num_kv_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE (rotate-half) on the q and k heads of qkv [N, (Hq+2Hkv)*D] at per-row cos/sin [N, D]:
+    math in fp32, rounded to qkv's dtype once (as the codec's attention rotates). Returns new
+    tensors q [N, Hq, D] and k [N, Hkv, D]; v is `qkv`'s last Hkv heads, untouched."""
+    n, d = qkv.shape[0], cos.shape[-1]
+    q, k, _ = qkv.view(n, num_heads + 2 * num_kv_heads, d).split([num_heads, num_kv_heads, num_kv_heads], dim=1)
+    c, s = cos.float()[:, None, :], sin.float()[:, None, :]
+    half = d // 2
+
+    def rope(x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        return (x * c + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * s).to(qkv.dtype)
+
+    return rope(q), rope(k)
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,

@@ -217,6 +217,38 @@ def qk_norm_rope_store(
     return q
 
 
+# -- RoPE on q and k (the codec's transformer) -------------------------------------------------------
+
+
+@triton.jit
+def _rope_qk_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr):
+    n = tl.program_id(0)
+    h = tl.program_id(1)  # 0..HQ+HKV-1: q heads, then k heads
+    half: tl.constexpr = D // 2
+    d = tl.arange(0, D)
+    src = qkv_ptr + (n * (HQ + 2 * HKV) + h) * D
+    x = tl.load(src + d).to(tl.float32)
+    partner = tl.load(src + tl.where(d < half, d + half, d - half)).to(tl.float32)
+    rotated = tl.where(d < half, -partner, partner)
+    c = tl.load(cos_ptr + n * D + d).to(tl.float32)
+    s = tl.load(sin_ptr + n * D + d).to(tl.float32)
+    y = x * c + rotated * s
+    if h < HQ:
+        tl.store(q_ptr + (n * HQ + h) * D + d, y.to(q_ptr.dtype.element_ty))
+    else:
+        tl.store(k_ptr + (n * HKV + h - HQ) * D + d, y.to(k_ptr.dtype.element_ty))
+
+
+def rope_qk(qkv, cos, sin, num_heads: int, num_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n, d = qkv.shape[0], cos.shape[-1]
+    q = torch.empty(n, num_heads, d, dtype=qkv.dtype, device=qkv.device)
+    k = torch.empty(n, num_kv_heads, d, dtype=qkv.dtype, device=qkv.device)
+    _rope_qk_kernel[(n, num_heads + num_kv_heads)](
+        qkv.contiguous(), cos.contiguous(), sin.contiguous(), q, k, HQ=num_heads, HKV=num_kv_heads, D=d
+    )
+    return q, k
+
+
 # -- paged decode attention (split over the context, then merged) ----------------------------------
 
 

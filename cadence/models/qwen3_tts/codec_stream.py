@@ -64,6 +64,7 @@ from .codec import (
     SnakeBeta,
     attention_fp32,
 )
+from .codec_fused import CodebookTables, FusedCodecTransformer
 from .layers import rope_cos_sin
 
 Slots = torch.Tensor | Sequence[int]
@@ -247,6 +248,8 @@ class StreamingCodecDecoder:
         self.histories = conv_histories(decoder)
         self._history_index = {h.module: i for i, h in enumerate(self.histories)}
         self._convs: dict[nn.Module, TimeMajorConv] = {}  # the decoder stack's, set by allocate
+        self._codebooks: CodebookTables | None = None  # set by allocate, as the next
+        self._fused_transformer: FusedCodecTransformer | None = None
         self.state: CodecStreamState | None = None
 
     # ---- state pool -------------------------------------------------------------------------------
@@ -282,6 +285,9 @@ class StreamingCodecDecoder:
         convs = [m for m in stack.modules() if isinstance(m, CausalConv1d | CausalTransConv1d) and m is not stack[0]]
         convs += [m for m in upsample.modules() if isinstance(m, CausalTransConv1d)]
         self._convs = {m: TimeMajorConv.of(m.conv) for m in convs}
+        # The transformer and codebook lookups on fused ops (codec_fused.py): ~280 fewer kernels a chunk.
+        self._codebooks = CodebookTables(self.decoder.quantizer)
+        self._fused_transformer = FusedCodecTransformer(self.decoder.pre_transformer)
         return self.state
 
     def _pool(self) -> CodecStreamState:
@@ -338,7 +344,7 @@ class StreamingCodecDecoder:
     def _run(self, carry: _Carry, codes: torch.Tensor) -> torch.Tensor:
         """`CodecDecoder.forward` on codes [B, 16, F], with every temporal op continuing from `carry`."""
         d = self.decoder
-        h = self._step(d.pre_conv, d.quantizer.decode(codes), carry)
+        h = self._step(d.pre_conv, self._codebooks.decode(codes), carry)
         h = self._transformer(h.transpose(1, 2), carry).transpose(1, 2)
         for stage in d.upsample:
             for m in stage:
@@ -405,15 +411,12 @@ class StreamingCodecDecoder:
 
     def _transformer(self, x: torch.Tensor, carry: _Carry) -> torch.Tensor:
         """`CodecTransformer.forward` on the chunk x [B, F, latent] at positions frames[b] + 0..F-1."""
-        tr, cfg = self.decoder.pre_transformer, self.cfg
+        cfg = self.cfg
         n = x.shape[1]
         pos = carry.frames[:, None] + torch.arange(n, device=x.device)
         cos, sin = rope_cos_sin(pos, cfg.head_dim, cfg.rope_theta, torch.float32)  # RoPE in fp32 (CodecAttention.qkv)
         mask = self._window_mask(carry.frames, n)
-        h = tr.input_proj(x)
-        for i, layer in enumerate(tr.layers):
-            h = layer(h, cos, sin, functools.partial(carry.attend, i, mask))
-        return tr.output_proj(tr.norm(h))
+        return self._fused_transformer(x, cos, sin, lambda i, q, k, v: carry.attend(i, mask, q, k, v))
 
     def _window_mask(self, start: torch.Tensor, n: int) -> torch.Tensor:
         """bool [B, n, W-1+n] over keys (carried window, then the chunk).
