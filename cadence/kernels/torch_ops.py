@@ -88,6 +88,7 @@ def paged_attention(
     context_lens: torch.Tensor,
     scale: float,
     splits: int | None = None,  # how the Triton kernel divides the context; no effect here
+    max_context: int | None = None,  # the longest context_lens can be: the Triton kernel's tiles follow it
 ) -> torch.Tensor:
     """Each query row n attends over its first context_lens[n] cached tokens, read through
     block_table[n] (pages of k_cache [pages, page_size, Hkv, D]). q [N, Hq, D] -> [N, Hq*D]."""

@@ -372,22 +372,27 @@ class AttentionTiles:
     prefetch: bool = False
 
 
-def attention_tiles(rows: int) -> AttentionTiles:
+def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
     """The tiles for a decode batch of `rows` query rows, from the sweep of
     benchmarks/paged_attention.py on the H200 (perf-notes #23): from 8 rows up, 128-token blocks
     (fewer, longer iterations: 3.4 -> 3.6 TB/s at 256 rows, 2.5 -> 3.3 at 64); below, where the
-    context is split 16 ways and each split is short, 64. The prefetch never won."""
+    context is split 16 ways and each split is short, 64. The prefetch never won. Contexts known
+    to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
+    block only adds masked work and registers (128-token blocks there cost +0.5 ms a walk at
+    batch 256, perf-notes #24)."""
+    if max_context is not None and max_context <= 32:
+        return AttentionTiles(block_tokens=32)
     return AttentionTiles(block_tokens=128 if rows >= 8 else 64)
 
 
 def paged_attention(
     q, k_cache, v_cache, block_table, context_lens, scale, splits: int | None = None,
-    tiles: AttentionTiles | None = None,
+    tiles: AttentionTiles | None = None, max_context: int | None = None,
 ):  # fmt: skip
     n, hq, d = q.shape
     ps, hkv = k_cache.shape[1], k_cache.shape[2]
     splits = splits or attention_splits(n, hkv)
-    tiles = tiles or attention_tiles(n)
+    tiles = tiles or attention_tiles(n, max_context)
     g = hq // hkv
     out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)
     if splits > 1:

@@ -81,6 +81,7 @@ class FusedStack:
         cfg = stack.cfg
         self.ops = ops
         self.splits = attention_splits  # None: the kernel picks by batch size
+        self.max_positions = max_positions  # the longest context: the attention kernel's tiles follow it
         self.layers = [FusedLayer.of(layer) for layer in stack.layers]
         self.norm = stack.norm.weight
         self.eps = cfg.rms_norm_eps
@@ -102,7 +103,10 @@ class FusedStack:
                 ops.linear(h, L.wqkv), L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions,
                 k_cache[i], v_cache[i], slot_index, self.heads, self.kv_heads,
             )  # fmt: skip
-            attn = ops.paged_attention(q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits)
+            attn = ops.paged_attention(
+                q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
+                max_context=self.max_positions,
+            )  # fmt: skip
             h = ops.linear(attn, L.wo)
             h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
             h = ops.linear(ops.silu_mul(ops.linear(h, L.wgu)), L.wdown)
