@@ -378,8 +378,8 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
     (fewer, longer iterations: 3.4 -> 3.6 TB/s at 256 rows, 2.5 -> 3.3 at 64); below, where the
     context is split 16 ways and each split is short, 64. The prefetch never won. Contexts known
     to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
-    block only adds masked work and registers (128-token blocks there cost +0.5 ms a walk at
-    batch 256, perf-notes #24)."""
+    block only adds masked work and registers (with 128-token ones there the batch-256 walk took
+    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
     if max_context is not None and max_context <= 32:
         return AttentionTiles(block_tokens=32)
     return AttentionTiles(block_tokens=128 if rows >= 8 else 64)
