@@ -47,6 +47,13 @@ for phase in "$@"; do
     attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
       python3 benchmarks/paged_attention.py --batches 1 8 64 128 256 --context 500 --json "$OUT/paged_attention.json" \
         2>&1 | tee "$OUT/attention.log" | tail -12 ;;
+    skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
+      python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
+    profile64)  # issue 4: kernel breakdown of one decode walk at batch 64 (issue 4's 4 ms target)
+      need_full
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \
+        --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 20 \
+        --profile 2>&1 | grep -v INFO | tee "$OUT/profile64.log" | tail -40 ;;
     precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)
       need_full
       python3 benchmarks/precision.py --model $full --device cuda --frames 32 --json "$OUT/precision_h200.json" \

@@ -14,11 +14,13 @@ they reach; then what one decode walk's GEMM mix would cost with each. GPU only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 from pathlib import Path
 
 import torch
+import triton
 
 from cadence.kernels import triton_ops
 
@@ -35,7 +37,9 @@ SHAPES = {
 # Split-K (perf-notes #21) against the unsplit tiles of #20's sweep, whose winners all used 4 warps.
 SWEEP = [
     triton_ops.SkinnyTiles(block_n, block_k, warps, stages, split)
-    for block_n, block_k, warps, stages, split in itertools.product((16, 32, 64), (256, 512), (4, 8), (3,), (1, 2, 4, 8))
+    for block_n, block_k, warps, stages, split in itertools.product(
+        (16, 32, 64), (256, 512), (4, 8), (3,), (1, 2, 4, 8)
+    )
 ]
 CALLS = 50
 
@@ -65,20 +69,30 @@ def skinny(x: torch.Tensor, weights: list[torch.Tensor], out: torch.Tensor, tile
     return lambda i: triton_ops.skinny_linear(x, weights[i], tiles, out=out)
 
 
-def label(t: triton_ops.SkinnyTiles) -> str:
+def label(t: triton_ops.SkinnyTiles | None) -> str:
+    if t is None:
+        return "cuBLAS"
     return f"({t.block_n}, {t.block_k}, {t.warps}, {t.stages}, {t.split_k})"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, nargs="+", default=[1, 16], help="activation rows (batch) to time")
+    p.add_argument(
+        "--rows", type=int, nargs="+", default=[1, 16],
+        help="activation rows (batch) to time; above 16 (up to 64) the tiles hold the next power of two "
+        "rows, and 'shipped' is cuBLAS, where triton_ops.linear sends such batches",
+    )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("skinny_linear.py needs a CUDA device")
     torch.manual_seed(0)
     results = []
+    if max(args.rows) > 64:
+        raise SystemExit("--rows: at most 64 (the kernel holds all rows of a call in one program)")
     for rows in args.rows:
+        block_m = max(triton_ops.SKINNY_MAX_ROWS, triton.next_power_of_2(rows))
+        sweep = [dataclasses.replace(t, block_m=block_m) for t in SWEEP]
         print(f"\nrows={rows}: us per call (weight GB/s)")
         print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best (BN, BK, warps, stages, split)")
         walk = {"cublas": 0.0, "shipped": 0.0, "best": 0.0}
@@ -92,7 +106,7 @@ def main() -> None:
             ref = torch.nn.functional.linear(x, w)
             cublas = time_graph(lambda i, x=x, ws=weights: torch.nn.functional.linear(x, ws[i]))
             timed = {}
-            for tiles in SWEEP:
+            for tiles in sweep:
                 call = skinny(x, weights, out, tiles)
                 try:
                     timed[tiles] = time_graph(call)
@@ -100,7 +114,10 @@ def main() -> None:
                     print(f"  skipped {label(tiles)}: {type(e).__name__}")
                     continue
                 assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
-            shipped = triton_ops.skinny_tiles(n, k)  # what triton_ops.linear uses
+            shipped = None  # what triton_ops.linear uses: cuBLAS above 16 rows
+            if rows <= triton_ops.SKINNY_MAX_ROWS:
+                shipped = triton_ops.skinny_tiles(n, k)
+            timed[None] = cublas
             best = min(timed, key=timed.get)
 
             def cell(us: float, n=n, k=k) -> str:

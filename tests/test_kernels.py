@@ -169,6 +169,24 @@ def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
     assert torch.equal(skinny_linear(x, w, tiles), first)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
+    """The weight-streaming kernel with 64 activation rows per program (SkinnyTiles.block_m), the
+    tiles benchmarks/skinny_linear.py sweeps for batches 17-64; more rows than the tiles hold is
+    a clear error, not a wrong result."""
+    from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear
+
+    g = torch.Generator(device=DEV).manual_seed(9)
+    x = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(96, 1024, device=DEV, generator=g) / 32).to(dtype)
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    out = skinny_linear(x, w, SkinnyTiles(block_n=32, block_k=256, split_k=split_k, block_m=64)).float()
+    assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        skinny_linear(x, w, SkinnyTiles())
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul(ops, dtype):
     tri, ref = ops

@@ -61,13 +61,15 @@ SKINNY_MAX_ROWS = 16
 @dataclass(frozen=True)
 class SkinnyTiles:
     """Launch choices of the weight-streaming GEMM: weight rows per program, K per loop step,
-    warps, pipeline stages, and how many programs share one slab's K (split-K)."""
+    warps, pipeline stages, how many programs share one slab's K (split-K), and the activation
+    rows one program holds (the most rows a call may have; `linear` routes up to 16 here)."""
 
     block_n: int = 32
     block_k: int = 256
     warps: int = 4
     stages: int = 3
     split_k: int = 1
+    block_m: int = SKINNY_MAX_ROWS
 
 
 def skinny_tiles(n: int, k: int) -> SkinnyTiles:
@@ -90,7 +92,7 @@ def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tupl
     one stream (the decode walk) run one after another, so one pair per shape is enough."""
     key = (device, n, tiles)
     if key not in _split_k_buffers:
-        parts = torch.empty(tiles.split_k * SKINNY_MAX_ROWS * n, dtype=torch.float32, device=device)
+        parts = torch.empty(tiles.split_k * tiles.block_m * n, dtype=torch.float32, device=device)
         counters = torch.zeros(triton.cdiv(n, tiles.block_n), dtype=torch.int32, device=device)
         _split_k_buffers[key] = (parts, counters)
     return _split_k_buffers[key]
@@ -99,15 +101,15 @@ def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tupl
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None):
     """The weight-streaming kernel with the given tiles (the sweep calls this directly)."""
     (m, k), n = x.shape, weight.shape[0]
-    if m > SKINNY_MAX_ROWS:
-        raise ValueError(f"the weight-streaming GEMM takes at most {SKINNY_MAX_ROWS} rows, got {m}")
+    if m > tiles.block_m:
+        raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     parts = counters = out  # unused placeholders when the K loop is not split
     if tiles.split_k > 1:
         parts, counters = _split_k_workspace(x.device, n, tiles)
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, m, n, k, BLOCK_M=SKINNY_MAX_ROWS, BLOCK_N=tiles.block_n,
+        x, weight, out, parts, counters, m, n, k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k,
         num_warps=tiles.warps, num_stages=tiles.stages,
