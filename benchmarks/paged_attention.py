@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import torch
+from graph_timing import replay_ms
 
 from cadence.kernels import torch_ops, triton_ops
 
@@ -28,26 +29,6 @@ TILES = [
     for block_tokens, warps, prefetch in itertools.product((32, 64, 128), (4, 8), (False, True))
 ]
 SPLITS = (1, 2, 4, 8, 16)
-
-
-def time_graph(fn, reps: int = 20) -> float:
-    """ms per call of `fn` (one walk's 28 attentions) replayed from a CUDA graph, median of `reps`."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()  # compile and warm outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def label(tiles: triton_ops.AttentionTiles, splits: int) -> str:
@@ -81,7 +62,7 @@ def sweep_batch(rows: int, context: int) -> dict:
     for tiles, splits in itertools.product(TILES, SPLITS):
         out = triton_ops.paged_attention(q, *caches[0], table, ctx, scale, splits=splits, tiles=tiles).float()
         assert (out - ref).abs().max() <= 2e-2, label(tiles, splits)
-        timed[(tiles, splits)] = time_graph(walk(tiles, splits))
+        timed[(tiles, splits)] = replay_ms(walk(tiles, splits))
     shipped = (triton_ops.attention_tiles(rows), triton_ops.attention_splits(rows, HKV))
     best = min(timed, key=timed.get)
 

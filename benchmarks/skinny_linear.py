@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 import triton
+from graph_timing import replay_ms
 
 from cadence.kernels import triton_ops
 
@@ -44,25 +45,9 @@ SWEEP = [
 CALLS = 50
 
 
-def time_graph(fn, reps: int = 20) -> float:
-    """us per call of `fn(i)`, i = 0..CALLS-1 captured in one graph, median of `reps` replays."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn(0)  # compile and warm outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(CALLS):
-            fn(i)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / CALLS)
-    return sorted(times)[len(times) // 2]
+def time_graph(fn, calls: int = CALLS) -> float:
+    """us per call of `fn(i)`, i = 0..calls-1 captured in one CUDA graph (median replay)."""
+    return replay_ms(lambda: [fn(i) for i in range(calls)]) * 1e3 / calls
 
 
 def skinny(x: torch.Tensor, weights: list[torch.Tensor], out: torch.Tensor, tiles: triton_ops.SkinnyTiles):
