@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cadence.engine.config import EngineConfig  # noqa: E402
+from cadence.engine.config import ChunkPolicy, EngineConfig  # noqa: E402
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
 
@@ -62,6 +62,13 @@ def main() -> None:
         default="auto",
         help="codec chunks overlapping the talker's step; both: measure off, then on (same engine)",
     )
+    p.add_argument(
+        "--chunk-deadline",
+        type=float,
+        default=None,
+        help="the chunk policy's deadline in seconds (0: chunks grow by the schedule alone); default: "
+        "the engine's (0.2 s on a GPU), as cadence serve's --chunk-deadline",
+    )
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -72,6 +79,7 @@ def main() -> None:
         attention_backend=args.attention_backend,
         enforce_eager=args.enforce_eager,
         max_queue=max(256, args.streams),
+        chunk_policy=ChunkPolicy(deadline=args.chunk_deadline),
         # built pipelined for "on" and "both" (the codec then gets its own CUDA stream); "both" then
         # measures the same engine with the pipelining switched off and on
         pipeline_codec={"auto": None, "off": False}.get(args.pipeline_codec, True),
@@ -80,7 +88,8 @@ def main() -> None:
     core = build_core(model, cfg)
     mib = core.codec.bytes_per_stream / 2**20
     print(f"engine build {time.perf_counter() - t:.1f} s; codec state {mib:.2f} MiB/stream")
-    out: dict = {"device": str(model.device), "streams": args.streams, "frames": args.frames, "stagger": args.stagger}
+    out: dict = {"device": str(model.device), "streams": args.streams, "frames": args.frames, "stagger": args.stagger,
+                 "chunk_deadline": core.config.chunk_policy.deadline}  # fmt: skip
     modes = {"auto": [core.config.pipeline_codec], "on": [True], "off": [False], "both": [False, True]}
     for pipelined in modes[args.pipeline_codec]:
         core.config = replace(core.config, pipeline_codec=pipelined)

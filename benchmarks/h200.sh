@@ -88,6 +88,10 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
         --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 --warmup 5 \
         --kv-gb 20 --json "$OUT/engine_steps_codec_float32.json" 2>&1 | grep -v INFO ;;
+    lockstep)  # issue 5: 256 streams in lockstep with chunks growing by schedule alone (deadline off), against `load`
+      need_full
+      python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
+        --kv-gb 40 --chunk-deadline 0 --json "$OUT/engine_load_no_deadline.json" 2>&1 | grep -v INFO ;;
     pipeline)  # issue 5: codec chunks overlapping the talker's step, off then on, in one engine
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
