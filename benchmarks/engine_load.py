@@ -129,13 +129,17 @@ def measure(core, model, args) -> dict:
     per_step = -(-len(reqs) // args.stagger)
     samples, steps = 0, 0
     step_times = []
+    codec_steps = 0  # steps that launched codec work
+    calls0, frames0 = core.stats.codec_calls, core.stats.codec_frames
     while core.has_work() or steps * per_step < len(reqs):
         for r in reqs[steps * per_step : (steps + 1) * per_step]:
             core.add_request(r)
         t = time.perf_counter()
+        calls = core.stats.codec_calls
         for chunk in core.step():
             samples += chunk.pcm.size
         step_times.append(time.perf_counter() - t)
+        codec_steps += core.stats.codec_calls > calls
         steps += 1
     wall = time.perf_counter() - start
     audio = samples / model.sample_rate
@@ -145,10 +149,15 @@ def measure(core, model, args) -> dict:
         "audio_s_per_wall_s": audio / wall,
         "steps": steps,
         "median_step_ms": statistics.median(step_times) * 1e3,
+        "steps_with_codec_work": codec_steps,
+        "codec_calls": core.stats.codec_calls - calls0,
+        "codec_frames": core.stats.codec_frames - frames0,
     }
-    step_ms = out["saturation"]["median_step_ms"]
+    sat = out["saturation"]
     print(f"saturation: {args.streams} streams x {args.frames} frames: {audio:.0f} s of audio in {wall:.2f} s wall = "
-          f"{audio / wall:.0f} audio s per wall s (median engine step {step_ms:.1f} ms)")  # fmt: skip
+          f"{audio / wall:.0f} audio s per wall s (median engine step {sat['median_step_ms']:.1f} ms); codec work in "
+          f"{codec_steps} of {steps} steps, {sat['codec_calls']} calls, "
+          f"{sat['codec_frames'] / max(1, sat['codec_calls']):.1f} stream-frames per call")  # fmt: skip
     return out
 
 

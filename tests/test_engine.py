@@ -122,6 +122,10 @@ def test_streamed_audio_equals_offline_decode(tiny_model, policy):
         assert np.abs(pcm.astype(np.int32) - offline.astype(np.int32)).max() <= 1  # float rounding only
         sizes = [c.num_frames for c in chunks]
         assert sizes[0] == min(policy.first_chunk_frames, req.params.max_new_tokens)
+    # the engine's codec counters: every frame decoded once, chunks of one step and size in one call
+    assert core.stats.codec_frames == sum(r.params.max_new_tokens for r in reqs)
+    counts = [sum(c.num_frames > 0 for c in out[r.request_id]) for r in reqs]
+    assert max(counts) <= core.stats.codec_calls <= sum(counts)
 
 
 def test_seeded_sampling_is_batch_invariant(tiny_model):

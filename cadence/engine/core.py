@@ -350,6 +350,8 @@ class EngineCore:
                 continue
             codes = frames if self.config.return_codes else None
             launches.append(CodecLaunch(size, streams, self.codec.to_host(audio, codes)))
+            self.stats.codec_calls += 1
+            self.stats.codec_frames += size * len(streams)
         return launches
 
     def _audio_ahead(self, stream: Stream, now: float) -> float:

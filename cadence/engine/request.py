@@ -69,6 +69,10 @@ class EngineStats:
     steps: int = 0
     last_step_seconds: float = 0.0
     finished: dict[str, int] = field(default_factory=dict)
+    # Codec work since start: batched calls launched and (stream, frame) pairs they decoded; how
+    # chunks group into calls is what the chunk policy trades (larger calls are cheaper per frame).
+    codec_calls: int = 0
+    codec_frames: int = 0
 
 
 class QueueFullError(RuntimeError):
