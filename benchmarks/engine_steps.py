@@ -206,7 +206,17 @@ def main() -> None:
         help="print the top GPU kernels of one decode walk (the largest of --batches) and of two codec "
         "chunks (1 x 1 and the largest --codec-streams x --codec-frames)",
     )
+    p.add_argument(
+        "--pdl",
+        action="store_true",
+        help="launch the Triton kernels with programmatic dependent launch (Hopper; perf-notes #27), as "
+        "CADENCE_PDL=1 does",
+    )
     args = p.parse_args()
+    if args.pdl:
+        from cadence.kernels import triton_ops
+
+        triton_ops.use_pdl(True)
 
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype)
     dev = model.device
@@ -214,10 +224,10 @@ def main() -> None:
     graphs = "off" if args.enforce_eager else "on"
     print(
         f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} "
-        f"backend={args.attention_backend} graphs={graphs}"
+        f"backend={args.attention_backend} graphs={graphs} pdl={'on' if args.pdl else 'off'}"
     )
     results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,
-                     "backend": args.attention_backend, "decode": []}  # fmt: skip
+                     "backend": args.attention_backend, "pdl": args.pdl, "decode": []}  # fmt: skip
     core, build_s = make_core(model, args, max(max(args.batches), max(args.codec_streams)))
     results["engine_build_seconds"] = build_s
     print(f"engine build (KV cache, graphs) {build_s:.1f} s")

@@ -54,6 +54,13 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \
         --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 20 \
         --profile 2>&1 | grep -v INFO | tee "$OUT/profile64.log" | tail -40 ;;
+    pdl)  # issue 4: programmatic dependent launch (perf-notes #27): its gpu tests, then the walk with it
+      need_full
+      CADENCE_PDL=1 timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
+        tests/test_fast_step.py 2>&1 | tee "$OUT/pdltests.log" | tail -8
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --pdl \
+        --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,64 --codec-frames 1,8 \
+        --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_pdl.json" 2>&1 | tee "$OUT/pdl.log" | grep -v INFO ;;
     precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)
       need_full
       python3 benchmarks/precision.py --model $full --device cuda --frames 32 --json "$OUT/precision_h200.json" \

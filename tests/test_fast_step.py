@@ -82,6 +82,30 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
         assert torch.equal(codes_of(fused[r.request_id]), codes_of(eager[r.request_id])), r.request_id
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+    reason="programmatic dependent launch needs a GPU of compute capability >= 9",
+)
+def test_programmatic_dependent_launch_changes_no_code(model):
+    """The fused walk under CUDA graphs with its kernels launched early (triton_ops.use_pdl, each
+    waiting for the one before): greedy and sampled codes, late joiners included, are the same
+    bits as with plain launches."""
+    from cadence.kernels import triton_ops
+
+    reqs = [request(model, i, 24 + i, greedy=i % 2 == 0, seed=300 + i) for i in range(6)]
+    arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
+    plain = run(build_core(model, config(attention_backend="triton")), arrivals)
+    previous = triton_ops.use_pdl(True)
+    try:
+        assert triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]
+        early = run(build_core(model, config(attention_backend="triton")), arrivals)
+    finally:
+        triton_ops.use_pdl(previous)
+    for r in reqs:
+        assert torch.equal(codes_of(early[r.request_id]), codes_of(plain[r.request_id])), r.request_id
+
+
 @pytest.mark.parametrize("backend", list(backends()))
 def test_eos_is_emitted_by_the_fused_walk(model, backend):
     """Regression: a graph replay must read the EOS ban from device state, not a placeholder."""

@@ -155,7 +155,7 @@ def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
     the result is the same bits on every call, and each slab's counter is back at 0 afterwards
     (a graph replays the same counters). K not a multiple of the split's step leaves some
     programs a short or empty range."""
-    from cadence.kernels.triton_ops import SkinnyTiles, _split_k_workspace, skinny_linear
+    from cadence.kernels.triton_linear import SkinnyTiles, _split_k_workspace, skinny_linear
 
     g = torch.Generator(device=DEV).manual_seed(6)
     x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
@@ -185,6 +185,54 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
     assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
     with pytest.raises(ValueError, match="at most 16 rows"):
         skinny_linear(x, w, SkinnyTiles())
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+    reason="programmatic dependent launch needs a GPU of compute capability >= 9",
+)
+def test_programmatic_dependent_launch_gives_the_same_bits(ops):
+    """A chain of dependent kernels (norm, split-K GEMM, SwiGLU, GEMM, attention, sampling) captured
+    in a CUDA graph with every kernel launched early: each waits for the one before, so the
+    result is the same bits as plain launches."""
+    tri, _ = ops
+    g = torch.Generator(device=DEV).manual_seed(11)
+    x = torch.randn(3, 1024, device=DEV, generator=g).to(torch.bfloat16)
+    w_norm = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(torch.bfloat16)
+    w_up = (torch.randn(2 * 3072, 1024, device=DEV, generator=g) / 32).to(torch.bfloat16)
+    w_down = (torch.randn(1024, 3072, device=DEV, generator=g) / 55).to(torch.bfloat16)
+    params = RowParams(
+        do_sample=torch.ones(3, dtype=torch.bool, device=DEV), temperature=torch.full((3,), 0.9, device=DEV),
+        top_k=torch.full((3,), 50, device=DEV), top_p=torch.full((3,), 0.9, device=DEV),
+    )  # fmt: skip
+    seed, frame = torch.arange(3, device=DEV) + 5, torch.zeros(3, dtype=torch.long, device=DEV)
+
+    def chain():
+        h = x
+        for _ in range(4):
+            normed, h = tri.rms_norm(h, w_norm, 1e-6, h)
+            h = tri.linear(tri.silu_mul(tri.linear(normed, w_up)), w_down)
+        return h, tri.sample_tokens(h.float(), params, seed, frame, 0)
+
+    def captured():
+        chain()  # compile, and make the split-K workspaces, outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = chain()
+        graph.replay()
+        torch.cuda.synchronize()
+        return out
+
+    previous = tri.use_pdl(False)
+    try:
+        plain = captured()
+        tri.use_pdl(True)
+        assert tri.pdl_launch(x)["USE_PDL"]
+        early = captured()
+    finally:
+        tri.use_pdl(previous)
+    assert torch.equal(early[0], plain[0]) and torch.equal(early[1], plain[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -6,131 +6,29 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from ..engine.sampler import RowParams
+from .triton_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention
+from .triton_launch import pdl_entry, pdl_launch, use_pdl
+from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles
 
-# -- small-batch linear layers ---------------------------------------------------------------------
-
-
-@triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                          K_PER_SPLIT: tl.constexpr):  # fmt: skip
-    """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
-    so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
-    once, with wide loads.
-
-    Split over K, each program stores its fp32 partial and takes a ticket from the slab's counter;
-    the last to arrive adds the partials in split order (deterministic, whatever order the programs
-    ran in), stores the result and resets the counter to 0 for the next call or graph replay."""
-    pid = tl.program_id(0)
-    split = tl.program_id(1)
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = tl.arange(0, BLOCK_M)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
-        kk = split * K_PER_SPLIT + i + rk
-        x = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
-        acc += tl.dot(x, tl.trans(w))
-    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
-    if SPLIT_K == 1:
-        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=out_mask)
-    else:
-        parts = part_ptr + rm[:, None] * N + rn[None, :]  # partials laid out [SPLIT_K, BLOCK_M, N]
-        tl.store(parts + split * BLOCK_M * N, acc, mask=out_mask)
-        tl.debug_barrier()  # every thread's partial written before the ticket releases them
-        ticket = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
-        if ticket == SPLIT_K - 1:
-            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for s in range(SPLIT_K):  # .cg: read through L2, where the other programs' stores are
-                total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-            tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(out_ptr.dtype.element_ty), mask=out_mask)
-            tl.atomic_xchg(count_ptr + pid, 0)
-
-
-SKINNY_MAX_ROWS = 16
-
-
-@dataclass(frozen=True)
-class SkinnyTiles:
-    """Launch choices of the weight-streaming GEMM: weight rows per program, K per loop step,
-    warps, pipeline stages, how many programs share one slab's K (split-K), and the activation
-    rows one program holds (the most rows a call may have; `linear` routes up to 16 here)."""
-
-    block_n: int = 32
-    block_k: int = 256
-    warps: int = 4
-    stages: int = 3
-    split_k: int = 1
-    block_m: int = SKINNY_MAX_ROWS
-
-
-def skinny_tiles(n: int, k: int) -> SkinnyTiles:
-    """Tiles of the weight-streaming GEMM for an [n, k] weight, from the sweeps of
-    benchmarks/skinny_linear.py on the H200 (perf-notes #20, #21), chosen for 1 and 16 rows alike:
-    the narrow, long projections (o_proj 1024x2048, down 1024x3072: 32 slabs of 32 rows) split
-    their K over 4 programs to fill the SMs; the 6144-wide gate/up streams 64-row slabs; the rest
-    32-row slabs in 256-wide K steps."""
-    if n <= 1024 and k >= 2048:
-        return SkinnyTiles(block_n=32, block_k=256, split_k=4)
-    return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
-
-
-_split_k_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 partials and per-slab tickets for split-K, one pair per (device, N, tiles), kept for
-    the process: a CUDA graph captures their addresses, and the counters reset themselves. Calls on
-    one stream (the decode walk) run one after another, so one pair per shape is enough."""
-    key = (device, n, tiles)
-    if key not in _split_k_buffers:
-        parts = torch.empty(tiles.split_k * tiles.block_m * n, dtype=torch.float32, device=device)
-        counters = torch.zeros(triton.cdiv(n, tiles.block_n), dtype=torch.int32, device=device)
-        _split_k_buffers[key] = (parts, counters)
-    return _split_k_buffers[key]
-
-
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None):
-    """The weight-streaming kernel with the given tiles (the sweep calls this directly)."""
-    (m, k), n = x.shape, weight.shape[0]
-    if m > tiles.block_m:
-        raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
-    if out is None:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    parts = counters = out  # unused placeholders when the K loop is not split
-    if tiles.split_k > 1:
-        parts, counters = _split_k_workspace(x.device, n, tiles)
-    _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, m, n, k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
-        K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k,
-        num_warps=tiles.warps, num_stages=tiles.stages,
-    )  # fmt: skip
-    return out
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
-    """x @ weight^T; up to 16 rows of bf16/fp16 through the weight-streaming kernel, the rest (and
-    fp32, which tensor cores would round to TF32) through cuBLAS."""
-    m, k = x.shape
-    if not force and (m > SKINNY_MAX_ROWS or x.dtype not in (torch.bfloat16, torch.float16)):
-        return torch.nn.functional.linear(x, weight)
-    return skinny_linear(x, weight, skinny_tiles(weight.shape[0], k))
-
+# The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
+__all__ = [
+    "AttentionTiles", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits", "attention_tiles", "linear",
+    "paged_attention", "pdl_launch", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens",
+    "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "use_pdl",
+]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr,
+                     USE_PDL: tl.constexpr):  # fmt: skip
+    pdl_entry(USE_PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -155,7 +53,7 @@ def rms_norm(
     res = residual.reshape(-1, shape[-1]) if residual is not None else x2
     _rms_norm_kernel[(x2.shape[0],)](
         x2, res, weight, out, total, shape[-1], eps, HAS_RES=residual is not None,
-        BLOCK=triton.next_power_of_2(shape[-1]),
+        BLOCK=triton.next_power_of_2(shape[-1]), **pdl_launch(x),
     )  # fmt: skip
     return out.view(shape), total.view(shape)
 
@@ -166,8 +64,9 @@ def rms_norm(
 @triton.jit
 def _qk_norm_rope_store_kernel(
     qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr, slot_ptr, q_out_ptr, eps,
-    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_entry(USE_PDL)
     n = tl.program_id(0)
     h = tl.program_id(1)  # 0..HQ+2*HKV-1: q heads, then k heads, then v heads
     half: tl.constexpr = D // 2
@@ -214,7 +113,7 @@ def qk_norm_rope_store(
     q = torch.empty(n, num_heads, d, dtype=qkv.dtype, device=qkv.device)
     _qk_norm_rope_store_kernel[(n, num_heads + 2 * num_kv_heads)](
         qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, slot_index, q, eps,
-        HQ=num_heads, HKV=num_kv_heads, D=d,
+        HQ=num_heads, HKV=num_kv_heads, D=d, **pdl_launch(qkv),
     )  # fmt: skip
     return q
 
@@ -251,174 +150,12 @@ def rope_qk(qkv, cos, sin, num_heads: int, num_kv_heads: int) -> tuple[torch.Ten
     return q, k
 
 
-# -- paged decode attention (split over the context, then merged) ----------------------------------
-
-
-@triton.jit
-def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV: tl.constexpr, D: tl.constexpr,
-                PS: tl.constexpr):  # fmt: skip
-    """K and V [BT, D] of context tokens tok0 + t (masked at `end`), gathered through the page table."""
-    tok = tok0 + t
-    valid = tok < end
-    page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=valid, other=0).to(tl.int64)
-    row = (page * PS + tok % PS) * HKV + kvh
-    k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
-    v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
-    return k, v, valid
-
-
-@triton.jit
-def _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
-    """One online-softmax step of the G_PAD query rows over a block of keys and values."""
-    if IEEE:  # fp32 caches: exact fp32 products, as the PyTorch definition computes them
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
-    else:
-        s = tl.dot(q, tl.trans(k))
-    s = tl.where(valid[None, :], s * scale, -float("inf"))  # [G_PAD, BT]
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    if IEEE:
-        pv = tl.dot(p, v, input_precision="ieee")
-    else:  # probabilities rounded to the cache's dtype for the tensor cores, as flash kernels do
-        pv = tl.dot(p.to(v.dtype), v)
-    return m_new, l_i, acc * alpha[:, None] + pv
-
-
-@triton.jit
-def _paged_attention_kernel(
-    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride,
-    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
-    G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, PREFETCH: tl.constexpr,
-):  # fmt: skip
-    """One program per (query row, kv head, split): the split's share of the row's own context
-    (so short and long contexts both spread over all splits), online softmax over blocks of BT
-    tokens gathered from several pages at once, so each iteration has a block's loads in flight
-    rather than one page's. With PREFETCH the next block's loads are issued before the current one
-    is scored (a hand-written double buffer: Triton does not pipeline a loop of runtime length).
-    The G query heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free:
-    the kernel is bound by reading K and V). With one split the result is final and stored
-    directly; otherwise the partial (max, sum, acc) go to the merge."""
-    n = tl.program_id(0)
-    kvh = tl.program_id(1)
-    split = tl.program_id(2)
-    g = tl.arange(0, G_PAD)
-    d = tl.arange(0, D)
-    t = tl.arange(0, BT)
-    heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
-    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
-    ctx = tl.load(ctx_ptr + n)
-    pages = (ctx + PS - 1) // PS
-    per_split = (pages + SPLITS - 1) // SPLITS
-    start = split * per_split * PS
-    end = tl.minimum((split + 1) * per_split * PS, ctx)
-    m_i = tl.full([G_PAD], -float("inf"), tl.float32)
-    l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, D], tl.float32)
-    tok0 = start
-    if PREFETCH:
-        k_next, v_next, valid_next = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
-        while tok0 < end:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
-            k, v, valid = k_next, v_next, valid_next
-            k_next, v_next, valid_next = _load_block(
-                kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0 + BT, end, bt_stride, t, d, HKV, D, PS
-            )
-            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
-            tok0 += BT
-    else:
-        while tok0 < end:
-            k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
-            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
-            tok0 += BT
-    if SPLITS == 1:
-        out = acc / l_i[:, None]
-        tl.store(o_ptr + heads[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
-    else:
-        part = heads * SPLITS + split
-        tl.store(m_ptr + part, m_i, mask=g < G)
-        tl.store(l_ptr + part, l_i, mask=g < G)
-        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=g[:, None] < G)
-
-
-@triton.jit
-def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, D: tl.constexpr, SPLITS: tl.constexpr):
-    row = tl.program_id(0)  # n * HQ + h
-    s = tl.arange(0, SPLITS)
-    d = tl.arange(0, D)
-    m = tl.load(m_ptr + row * SPLITS + s)
-    l = tl.load(l_ptr + row * SPLITS + s)
-    m_max = tl.max(m, axis=0)
-    w = tl.where(m > -float("inf"), tl.exp(m - m_max), 0.0)
-    acc = tl.load(acc_ptr + (row * SPLITS + s[:, None]) * D + d[None, :])
-    total = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
-    tl.store(o_ptr + row * D + d, total.to(o_ptr.dtype.element_ty))
-
-
-def attention_splits(rows: int, kv_heads: int, target_programs: int = 256) -> int:
-    """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice (the
-    sweep of benchmarks/paged_attention.py, perf-notes #23: batch 8 best at 4 splits, 1 at 16)."""
-    splits = 1
-    while splits < 16 and rows * kv_heads * splits < target_programs:
-        splits *= 2
-    return splits
-
-
-@dataclass(frozen=True)
-class AttentionTiles:
-    """Launch choices of the paged attention kernel: context tokens per iteration (64: 32 KB of K
-    and V in flight per program in bf16), warps, and whether the next block is prefetched."""
-
-    block_tokens: int = 64
-    warps: int = 4
-    prefetch: bool = False
-
-
-def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
-    """The tiles for a decode batch of `rows` query rows, from the sweep of
-    benchmarks/paged_attention.py on the H200 (perf-notes #23): from 8 rows up, 128-token blocks
-    (fewer, longer iterations: 3.4 -> 3.6 TB/s at 256 rows, 2.5 -> 3.3 at 64); below, where the
-    context is split 16 ways and each split is short, 64. The prefetch never won. Contexts known
-    to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
-    block only adds masked work and registers (with 128-token ones there the batch-256 walk took
-    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
-    if max_context is not None and max_context <= 32:
-        return AttentionTiles(block_tokens=32)
-    return AttentionTiles(block_tokens=128 if rows >= 8 else 64)
-
-
-def paged_attention(
-    q, k_cache, v_cache, block_table, context_lens, scale, splits: int | None = None,
-    tiles: AttentionTiles | None = None, max_context: int | None = None,
-):  # fmt: skip
-    n, hq, d = q.shape
-    ps, hkv = k_cache.shape[1], k_cache.shape[2]
-    splits = splits or attention_splits(n, hkv)
-    tiles = tiles or attention_tiles(n, max_context)
-    g = hq // hkv
-    out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)
-    if splits > 1:
-        m = torch.empty(n * hq * splits, dtype=torch.float32, device=q.device)
-        l = torch.empty_like(m)
-        acc = torch.empty(n * hq * splits, d, dtype=torch.float32, device=q.device)
-    else:  # one split writes `out` itself: the partial buffers are never touched
-        m = l = acc = out
-    _paged_attention_kernel[(n, hkv, splits)](
-        q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0),
-        HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
-        BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32,
-        PREFETCH=tiles.prefetch, num_warps=tiles.warps,
-    )  # fmt: skip
-    if splits > 1:
-        _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits)
-    return out
-
-
 # -- SwiGLU ----------------------------------------------------------------------------------------
 
 
 @triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, inter, BLOCK: tl.constexpr):
+def _silu_mul_kernel(gu_ptr, out_ptr, inter, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_entry(USE_PDL)
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
@@ -433,7 +170,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
-    _silu_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, BLOCK=block)
+    _silu_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, BLOCK=block, **pdl_launch(gate_up))
     return out
 
 
@@ -463,8 +200,9 @@ def _sortable(x):
 def _sample_kernel(
     logits_ptr, seen_ptr, pen_ptr, ban_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr, out_ptr,
     V, eos_id, suppress_start, codebook_key,
-    HAS_SEEN: tl.constexpr, HAS_BAN: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_SEEN: tl.constexpr, HAS_BAN: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_entry(USE_PDL)
     row = tl.program_id(0)
     col = tl.arange(0, BLOCK)
     valid = col < V
@@ -542,6 +280,7 @@ def sample_tokens(
         ban_eos if ban_eos is not None else dummy, params.do_sample, params.temperature, params.top_k,
         params.top_p, seed, frame, out, v, eos_id, suppress_start, (codebook * 0x1E3779B9) & 0xFFFFFFFF,
         HAS_SEEN=seen is not None, HAS_BAN=ban_eos is not None, BLOCK=triton.next_power_of_2(v),
+        **pdl_launch(logits),
     )  # fmt: skip
     return out
 

@@ -1,0 +1,175 @@
+"""Paged decode attention (Triton): blocks of context tokens gathered through the page table,
+tensor-core dots, the context split over programs and merged when a batch is small."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_launch import pdl_entry, pdl_launch
+
+
+@triton.jit
+def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV: tl.constexpr, D: tl.constexpr,
+                PS: tl.constexpr):  # fmt: skip
+    """K and V [BT, D] of context tokens tok0 + t (masked at `end`), gathered through the page table."""
+    tok = tok0 + t
+    valid = tok < end
+    page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=valid, other=0).to(tl.int64)
+    row = (page * PS + tok % PS) * HKV + kvh
+    k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
+    v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
+    return k, v, valid
+
+
+@triton.jit
+def _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
+    """One online-softmax step of the G_PAD query rows over a block of keys and values."""
+    if IEEE:  # fp32 caches: exact fp32 products, as the PyTorch definition computes them
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    s = tl.where(valid[None, :], s * scale, -float("inf"))  # [G_PAD, BT]
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if IEEE:
+        pv = tl.dot(p, v, input_precision="ieee")
+    else:  # probabilities rounded to the cache's dtype for the tensor cores, as flash kernels do
+        pv = tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc * alpha[:, None] + pv
+
+
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride,
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
+    G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, PREFETCH: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):  # fmt: skip
+    """One program per (query row, kv head, split): the split's share of the row's own context
+    (so short and long contexts both spread over all splits), online softmax over blocks of BT
+    tokens gathered from several pages at once, so each iteration has a block's loads in flight
+    rather than one page's. With PREFETCH the next block's loads are issued before the current one
+    is scored (a hand-written double buffer: Triton does not pipeline a loop of runtime length).
+    The G query heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free:
+    the kernel is bound by reading K and V). With one split the result is final and stored
+    directly; otherwise the partial (max, sum, acc) go to the merge."""
+    pdl_entry(USE_PDL)
+    n = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    g = tl.arange(0, G_PAD)
+    d = tl.arange(0, D)
+    t = tl.arange(0, BT)
+    heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
+    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
+    ctx = tl.load(ctx_ptr + n)
+    pages = (ctx + PS - 1) // PS
+    per_split = (pages + SPLITS - 1) // SPLITS
+    start = split * per_split * PS
+    end = tl.minimum((split + 1) * per_split * PS, ctx)
+    m_i = tl.full([G_PAD], -float("inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, D], tl.float32)
+    tok0 = start
+    if PREFETCH:
+        k_next, v_next, valid_next = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
+        while tok0 < end:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
+            k, v, valid = k_next, v_next, valid_next
+            k_next, v_next, valid_next = _load_block(
+                kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0 + BT, end, bt_stride, t, d, HKV, D, PS
+            )
+            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
+            tok0 += BT
+    else:
+        while tok0 < end:
+            k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
+            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
+            tok0 += BT
+    if SPLITS == 1:
+        out = acc / l_i[:, None]
+        tl.store(o_ptr + heads[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
+    else:
+        part = heads * SPLITS + split
+        tl.store(m_ptr + part, m_i, mask=g < G)
+        tl.store(l_ptr + part, l_i, mask=g < G)
+        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=g[:, None] < G)
+
+
+@triton.jit
+def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, D: tl.constexpr, SPLITS: tl.constexpr, USE_PDL: tl.constexpr):
+    pdl_entry(USE_PDL)
+    row = tl.program_id(0)  # n * HQ + h
+    s = tl.arange(0, SPLITS)
+    d = tl.arange(0, D)
+    m = tl.load(m_ptr + row * SPLITS + s)
+    l = tl.load(l_ptr + row * SPLITS + s)
+    m_max = tl.max(m, axis=0)
+    w = tl.where(m > -float("inf"), tl.exp(m - m_max), 0.0)
+    acc = tl.load(acc_ptr + (row * SPLITS + s[:, None]) * D + d[None, :])
+    total = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    tl.store(o_ptr + row * D + d, total.to(o_ptr.dtype.element_ty))
+
+
+def attention_splits(rows: int, kv_heads: int, target_programs: int = 256) -> int:
+    """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice (the
+    sweep of benchmarks/paged_attention.py, perf-notes #23: batch 8 best at 4 splits, 1 at 16)."""
+    splits = 1
+    while splits < 16 and rows * kv_heads * splits < target_programs:
+        splits *= 2
+    return splits
+
+
+@dataclass(frozen=True)
+class AttentionTiles:
+    """Launch choices of the paged attention kernel: context tokens per iteration (64: 32 KB of K
+    and V in flight per program in bf16), warps, and whether the next block is prefetched."""
+
+    block_tokens: int = 64
+    warps: int = 4
+    prefetch: bool = False
+
+
+def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
+    """The tiles for a decode batch of `rows` query rows, from the sweep of
+    benchmarks/paged_attention.py on the H200 (perf-notes #23): from 8 rows up, 128-token blocks
+    (fewer, longer iterations: 3.4 -> 3.6 TB/s at 256 rows, 2.5 -> 3.3 at 64); below, where the
+    context is split 16 ways and each split is short, 64. The prefetch never won. Contexts known
+    to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
+    block only adds masked work and registers (with 128-token ones there the batch-256 walk took
+    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
+    if max_context is not None and max_context <= 32:
+        return AttentionTiles(block_tokens=32)
+    return AttentionTiles(block_tokens=128 if rows >= 8 else 64)
+
+
+def paged_attention(
+    q, k_cache, v_cache, block_table, context_lens, scale, splits: int | None = None,
+    tiles: AttentionTiles | None = None, max_context: int | None = None,
+):  # fmt: skip
+    n, hq, d = q.shape
+    ps, hkv = k_cache.shape[1], k_cache.shape[2]
+    splits = splits or attention_splits(n, hkv)
+    tiles = tiles or attention_tiles(n, max_context)
+    g = hq // hkv
+    out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)
+    if splits > 1:
+        m = torch.empty(n * hq * splits, dtype=torch.float32, device=q.device)
+        l = torch.empty_like(m)
+        acc = torch.empty(n * hq * splits, d, dtype=torch.float32, device=q.device)
+    else:  # one split writes `out` itself: the partial buffers are never touched
+        m = l = acc = out
+    _paged_attention_kernel[(n, hkv, splits)](
+        q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0),
+        HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
+        BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32,
+        PREFETCH=tiles.prefetch, num_warps=tiles.warps, **pdl_launch(q),
+    )  # fmt: skip
+    if splits > 1:
+        _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **pdl_launch(q))
+    return out

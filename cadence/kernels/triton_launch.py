@@ -1,0 +1,56 @@
+"""How the Triton kernels are launched: programmatic dependent launch (PDL) on Hopper and newer.
+
+Off by default until measured (docs/perf-notes.md #27): CADENCE_PDL=1, or use_pdl(True). With it,
+each kernel taking USE_PDL is launched while the one before it still runs (compute capability >= 9):
+it waits for that kernel (gdc_wait) before touching anything it may have written, and only then
+lets the next one in (gdc_launch_dependents), so at most two neighbours overlap and the later one
+has done nothing but launch (and, for the GEMM, pull constant weights into L2). Kernels launched
+without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_pdl_enabled = os.environ.get("CADENCE_PDL") == "1"
+
+
+def use_pdl(enabled: bool) -> bool:
+    """Launch the fused step's kernels with programmatic dependent launch (Hopper and newer) or
+    not, from now on (a CUDA graph keeps how it was captured); returns the previous setting."""
+    global _pdl_enabled
+    previous, _pdl_enabled = _pdl_enabled, enabled
+    return previous
+
+
+@functools.cache
+def _pdl_capable(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def pdl_launch(x: torch.Tensor) -> dict:
+    """The launch arguments of a kernel taking USE_PDL, for a call on `x`'s device."""
+    if _pdl_enabled and x.is_cuda and _pdl_capable(x.device):
+        return {"USE_PDL": True, "launch_pdl": True}
+    return {"USE_PDL": False}
+
+
+@triton.jit
+def pdl_entry(USE_PDL: tl.constexpr):
+    """A kernel's first step when launched early: wait for the kernel before, then let the next in."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """Fetch the 128-byte lines at `ptrs` into L2 (a hint: nothing is loaded into registers)."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )

@@ -1,0 +1,131 @@
+"""The weight-streaming GEMM for decode batches of a few rows (Triton), with split-K."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_launch import pdl_entry, pdl_launch, prefetch_l2
+
+
+@triton.jit
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                          K_PER_SPLIT: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+    """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
+    so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
+    once, with wide loads.
+
+    Split over K, each program stores its fp32 partial and takes a ticket from the slab's counter;
+    the last to arrive adds the partials in split order (deterministic, whatever order the programs
+    ran in), stores the result and resets the counter to 0 for the next call or graph replay.
+
+    Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
+    never written, so this need not wait), then waits for the kernel before it: the weight read
+    overlaps that kernel's tail instead of following it."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    if USE_PDL:
+        lines = tl.arange(0, BLOCK_K // 64) * 64  # one address per 128-byte line (bf16)
+        rows = tl.minimum(rn, N - 1)
+        for i in range(0, K_PER_SPLIT, BLOCK_K):
+            kk = tl.minimum(split * K_PER_SPLIT + i + lines, K - 1)
+            prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
+    pdl_entry(USE_PDL)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
+        kk = split * K_PER_SPLIT + i + rk
+        x = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+        acc += tl.dot(x, tl.trans(w))
+    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    if SPLIT_K == 1:
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        parts = part_ptr + rm[:, None] * N + rn[None, :]  # partials laid out [SPLIT_K, BLOCK_M, N]
+        tl.store(parts + split * BLOCK_M * N, acc, mask=out_mask)
+        tl.debug_barrier()  # every thread's partial written before the ticket releases them
+        ticket = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
+        if ticket == SPLIT_K - 1:
+            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for s in range(SPLIT_K):  # .cg: read through L2, where the other programs' stores are
+                total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+            tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(count_ptr + pid, 0)
+
+
+SKINNY_MAX_ROWS = 16
+
+
+@dataclass(frozen=True)
+class SkinnyTiles:
+    """Launch choices of the weight-streaming GEMM: weight rows per program, K per loop step,
+    warps, pipeline stages, how many programs share one slab's K (split-K), and the activation
+    rows one program holds (the most rows a call may have; `linear` routes up to 16 here)."""
+
+    block_n: int = 32
+    block_k: int = 256
+    warps: int = 4
+    stages: int = 3
+    split_k: int = 1
+    block_m: int = SKINNY_MAX_ROWS
+
+
+def skinny_tiles(n: int, k: int) -> SkinnyTiles:
+    """Tiles of the weight-streaming GEMM for an [n, k] weight, from the sweeps of
+    benchmarks/skinny_linear.py on the H200 (perf-notes #20, #21), chosen for 1 and 16 rows alike:
+    the narrow, long projections (o_proj 1024x2048, down 1024x3072: 32 slabs of 32 rows) split
+    their K over 4 programs to fill the SMs; the 6144-wide gate/up streams 64-row slabs; the rest
+    32-row slabs in 256-wide K steps."""
+    if n <= 1024 and k >= 2048:
+        return SkinnyTiles(block_n=32, block_k=256, split_k=4)
+    return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
+
+
+_split_k_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 partials and per-slab tickets for split-K, one pair per (device, N, tiles), kept for
+    the process: a CUDA graph captures their addresses, and the counters reset themselves. Calls on
+    one stream (the decode walk) run one after another, so one pair per shape is enough."""
+    key = (device, n, tiles)
+    if key not in _split_k_buffers:
+        parts = torch.empty(tiles.split_k * tiles.block_m * n, dtype=torch.float32, device=device)
+        counters = torch.zeros(triton.cdiv(n, tiles.block_n), dtype=torch.int32, device=device)
+        _split_k_buffers[key] = (parts, counters)
+    return _split_k_buffers[key]
+
+
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None):
+    """The weight-streaming kernel with the given tiles (the sweep calls this directly)."""
+    (m, k), n = x.shape, weight.shape[0]
+    if m > tiles.block_m:
+        raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
+    if out is None:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    parts = counters = out  # unused placeholders when the K loop is not split
+    if tiles.split_k > 1:
+        parts, counters = _split_k_workspace(x.device, n, tiles)
+    _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
+        x, weight, out, parts, counters, m, n, k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
+        K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k,
+        num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
+    )  # fmt: skip
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
+    """x @ weight^T; up to 16 rows of bf16/fp16 through the weight-streaming kernel, the rest (and
+    fp32, which tensor cores would round to TF32) through cuBLAS."""
+    m, k = x.shape
+    if not force and (m > SKINNY_MAX_ROWS or x.dtype not in (torch.bfloat16, torch.float16)):
+        return torch.nn.functional.linear(x, weight)
+    return skinny_linear(x, weight, skinny_tiles(weight.shape[0], k))
