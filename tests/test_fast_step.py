@@ -87,12 +87,13 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
     reason="programmatic dependent launch needs a GPU of compute capability >= 9",
 )
-def test_programmatic_dependent_launch_changes_no_code(model):
+def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint):
     """The fused walk under CUDA graphs with its kernels launched early (triton_ops.use_pdl, each
     waiting for the one before): greedy and sampled codes, late joiners included, are the same
-    bits as with plain launches."""
+    bits as with plain launches. In bf16, so the weight-streaming GEMM (and its L2 prefetch) runs."""
     from cadence.kernels import triton_ops
 
+    model = Qwen3TTS.from_pretrained(tiny_checkpoint, "cuda", "bf16")
     reqs = [request(model, i, 24 + i, greedy=i % 2 == 0, seed=300 + i) for i in range(6)]
     arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
     plain = run(build_core(model, config(attention_backend="triton")), arrivals)
