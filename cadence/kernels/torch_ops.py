@@ -29,6 +29,12 @@ def rms_norm(
     return weight * normed, x
 
 
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE in x's dtype: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
 def qk_norm_rope_store(
     qkv: torch.Tensor,
     q_norm: torch.Tensor,
@@ -51,12 +57,7 @@ def qk_norm_rope_store(
     q = rms_norm(q, q_norm, eps)[0]
     k = rms_norm(k, k_norm, eps)[0]
     c, s = cos[positions][:, None, :], sin[positions][:, None, :]
-    half = d // 2
-
-    def rope(x: torch.Tensor) -> torch.Tensor:
-        return x * c + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * s
-
-    q, k = rope(q), rope(k)
+    q, k = _rope(q, c, s), _rope(k, c, s)
     k_cache.view(-1, num_kv_heads, d)[slot_index] = k
     v_cache.view(-1, num_kv_heads, d)[slot_index] = v
     return q
@@ -71,13 +72,7 @@ def rope_qk(
     n, d = qkv.shape[0], cos.shape[-1]
     q, k, _ = qkv.view(n, num_heads + 2 * num_kv_heads, d).split([num_heads, num_kv_heads, num_kv_heads], dim=1)
     c, s = cos.float()[:, None, :], sin.float()[:, None, :]
-    half = d // 2
-
-    def rope(x: torch.Tensor) -> torch.Tensor:
-        x = x.float()
-        return (x * c + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * s).to(qkv.dtype)
-
-    return rope(q), rope(k)
+    return _rope(q.float(), c, s).to(qkv.dtype), _rope(k.float(), c, s).to(qkv.dtype)
 
 
 def paged_attention(
