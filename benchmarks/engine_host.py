@@ -79,9 +79,9 @@ class NullCodec:
         return HostAudio(audio, codes=codes)
 
 
-def request(i: int, frames: int) -> EngineRequest:
-    rows = tuple(range(60))
-    prompt = Prompt(text_track=rows, codec_track=(None,) * 60, trailing_text=(1, 2, 3), num_text_tokens=30)
+def request(i: int, frames: int, prompt_tokens: int = 60) -> EngineRequest:
+    rows = tuple(range(prompt_tokens))
+    prompt = Prompt(text_track=rows, codec_track=(None,) * prompt_tokens, trailing_text=(1, 2, 3), num_text_tokens=30)
     return EngineRequest(f"r{i}", prompt, SamplingParams(max_new_tokens=frames), ignore_eos=True)
 
 

@@ -27,14 +27,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine_host import NullCodec, NullTalker  # noqa: E402
+from engine_host import NullCodec, NullTalker, request  # noqa: E402
 
 from cadence.engine.config import ChunkPolicy, EngineConfig  # noqa: E402
 from cadence.engine.core import EngineCore  # noqa: E402
-from cadence.engine.request import EngineRequest  # noqa: E402
 from cadence.models.qwen3_tts.partitions import Qwen3TTSCodec  # noqa: E402
-from cadence.models.qwen3_tts.prompt import Prompt  # noqa: E402
-from cadence.models.qwen3_tts.sampling import SamplingParams  # noqa: E402
 
 MEASURED = Path(__file__).resolve().parents[1] / "docs/data/h200/engine_steps_triton.json"
 
@@ -103,12 +100,6 @@ class SleepingCodec(NullCodec):
         return super().decode(slots, frames, finishing)
 
 
-def request(i: int, prompt_tokens: int, frames: int) -> EngineRequest:
-    rows = tuple(range(prompt_tokens))
-    prompt = Prompt(text_track=rows, codec_track=(None,) * prompt_tokens, trailing_text=(1, 2, 3), num_text_tokens=30)
-    return EngineRequest(f"r{i}", prompt, SamplingParams(max_new_tokens=frames), ignore_eos=True)
-
-
 def simulate(
     times: DeviceTimes, streams: int, prompt_tokens: int, frames: int, stagger: int, deadline: float,
     buckets: tuple[int, ...],
@@ -117,7 +108,7 @@ def simulate(
     config = EngineConfig(max_streams=streams, max_queue=4 * streams)
     config = replace(config, chunk_policy=ChunkPolicy(deadline=deadline))
     core = EngineCore(SleepingTalker(streams, times), codec, config)
-    reqs = [request(i, prompt_tokens, frames) for i in range(streams)]
+    reqs = [request(i, frames, prompt_tokens) for i in range(streams)]
     per_step = -(-streams // stagger)
     samples, steps, codec_steps = 0, 0, 0
     start = time.perf_counter()
