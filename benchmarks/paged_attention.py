@@ -1,6 +1,7 @@
 """Launch-choice sweep of the paged decode attention (`triton_ops.paged_attention`) on the talker's
 shapes (16 query / 8 kv heads x 128, 16-token pages, bf16) at decode batch sizes: tokens per
-iteration, warps, prefetch of the next block (`AttentionTiles`) and context splits.
+iteration and warps (`AttentionTiles`) and context splits. (Session 6 also swept a prefetch of
+the next block, since removed: it never won; docs/data/h200/paged_attention.json has its timings.)
 
 Each configuration is timed as one decode walk's attention: 28 calls, one per layer, each over its
 own layer's cache (so the KV comes from HBM, not L2, as in the engine), captured in one CUDA graph.
@@ -25,14 +26,13 @@ from cadence.kernels import torch_ops, triton_ops
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
 TILES = [
-    triton_ops.AttentionTiles(block_tokens, warps, prefetch)
-    for block_tokens, warps, prefetch in itertools.product((32, 64, 128), (4, 8), (False, True))
+    triton_ops.AttentionTiles(block_tokens, warps) for block_tokens, warps in itertools.product((32, 64, 128), (4, 8))
 ]
 SPLITS = (1, 2, 4, 8, 16)
 
 
 def label(tiles: triton_ops.AttentionTiles, splits: int) -> str:
-    return f"(BT {tiles.block_tokens}, warps {tiles.warps}, prefetch {int(tiles.prefetch)}, splits {splits})"
+    return f"(BT {tiles.block_tokens}, warps {tiles.warps}, splits {splits})"
 
 
 def sweep_batch(rows: int, context: int) -> dict:

@@ -48,17 +48,16 @@ def _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
 def _paged_attention_kernel(
     q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
-    G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, PREFETCH: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
     tokens gathered from several pages at once, so each iteration has a block's loads in flight
-    rather than one page's. With PREFETCH the next block's loads are issued before the current one
-    is scored (a hand-written double buffer: Triton does not pipeline a loop of runtime length).
-    The G query heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free:
-    the kernel is bound by reading K and V). With one split the result is final and stored
-    directly; otherwise the partial (max, sum, acc) go to the merge."""
+    rather than one page's. (A hand-written prefetch of the next block, which Triton does not
+    pipeline in a loop of runtime length, never won in the sweep: perf-notes #23.) The G query
+    heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free: the kernel
+    is bound by reading K and V). With one split the result is final and stored directly;
+    otherwise the partial (max, sum, acc) go to the merge."""
     pdl_entry(USE_PDL)
     n = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -77,20 +76,10 @@ def _paged_attention_kernel(
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D], tl.float32)
     tok0 = start
-    if PREFETCH:
-        k_next, v_next, valid_next = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
-        while tok0 < end:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
-            k, v, valid = k_next, v_next, valid_next
-            k_next, v_next, valid_next = _load_block(
-                kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0 + BT, end, bt_stride, t, d, HKV, D, PS
-            )
-            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
-            tok0 += BT
-    else:
-        while tok0 < end:
-            k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
-            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
-            tok0 += BT
+    while tok0 < end:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
+        k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
+        m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
+        tok0 += BT
     if SPLITS == 1:
         out = acc / l_i[:, None]
         tl.store(o_ptr + heads[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
@@ -128,18 +117,17 @@ def attention_splits(rows: int, kv_heads: int, target_programs: int = 256) -> in
 @dataclass(frozen=True)
 class AttentionTiles:
     """Launch choices of the paged attention kernel: context tokens per iteration (64: 32 KB of K
-    and V in flight per program in bf16), warps, and whether the next block is prefetched."""
+    and V in flight per program in bf16) and warps."""
 
     block_tokens: int = 64
     warps: int = 4
-    prefetch: bool = False
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
     """The tiles for a decode batch of `rows` query rows, from the sweep of
     benchmarks/paged_attention.py on the H200 (perf-notes #23): from 8 rows up, 128-token blocks
     (fewer, longer iterations: 3.4 -> 3.6 TB/s at 256 rows, 2.5 -> 3.3 at 64); below, where the
-    context is split 16 ways and each split is short, 64. The prefetch never won. Contexts known
+    context is split 16 ways and each split is short, 64. Contexts known
     to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
     block only adds masked work and registers (with 128-token ones there the batch-256 walk took
     12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
@@ -168,7 +156,7 @@ def paged_attention(
         q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0),
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32,
-        PREFETCH=tiles.prefetch, num_warps=tiles.warps, **pdl_launch(q),
+        num_warps=tiles.warps, **pdl_launch(q),
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **pdl_launch(q))
