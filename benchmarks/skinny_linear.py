@@ -65,7 +65,7 @@ def main() -> None:
     p.add_argument(
         "--rows", type=int, nargs="+", default=[1, 16],
         help="activation rows (batch) to time; above 16 (up to 64) the tiles hold the next power of two "
-        "rows, and 'shipped' is cuBLAS, where triton_ops.linear sends such batches",
+        "rows; 'shipped' is what triton_ops.linear runs (skinny_tiles: cuBLAS for some shapes)",
     )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
@@ -99,9 +99,7 @@ def main() -> None:
                     print(f"  skipped {label(tiles)}: {type(e).__name__}")
                     continue
                 assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
-            shipped = None  # what triton_ops.linear uses: cuBLAS above 16 rows
-            if rows <= triton_ops.SKINNY_MAX_ROWS:
-                shipped = triton_ops.skinny_tiles(n, k)
+            shipped = triton_ops.skinny_tiles(n, k, rows)  # what triton_ops.linear uses; None: cuBLAS
             timed[None] = cublas
             best = min(timed, key=timed.get)
 

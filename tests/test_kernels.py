@@ -135,8 +135,12 @@ def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("m,n,k", [(1, 3072, 1024), (5, 1024, 3072), (16, 2048, 1000)])
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 3072, 1024), (5, 1024, 3072), (16, 2048, 1000), (17, 1024, 2048), (24, 1024, 3072), (32, 2048, 1000)]
+)
 def test_skinny_linear(ops, dtype, m, n, k):
+    """The weight-streaming GEMM with the tiles `linear` picks for the shape and row count (17-32
+    rows: 32-row tiles, split-K for the long narrow ones)."""
     tri, _ = ops
     g = torch.Generator(device=DEV).manual_seed(5)
     x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
@@ -145,6 +149,20 @@ def test_skinny_linear(ops, dtype, m, n, k):
     out = tri.linear(x, w, force=True).float()
     assert out.shape == (m, n)
     assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
+
+
+def test_linear_routes_by_shape_and_rows(ops):
+    """Which GEMMs go to the weight-streaming kernel (perf-notes #28): every shape up to 16 rows; at
+    17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); above 32, none."""
+    from cadence.kernels.triton_ops import skinny_tiles
+
+    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
+        assert skinny_tiles(n, k, 1) is not None and skinny_tiles(n, k, 16) is not None
+        assert skinny_tiles(n, k, 33) is None and skinny_tiles(n, k, 64) is None
+    routed = {(n, k) for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]
+              if skinny_tiles(n, k, 32) is not None}  # fmt: skip
+    assert routed == {(1024, 2048), (1024, 3072), (2048, 1024)}
+    assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])

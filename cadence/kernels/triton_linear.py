@@ -77,15 +77,25 @@ class SkinnyTiles:
     block_m: int = SKINNY_MAX_ROWS
 
 
-def skinny_tiles(n: int, k: int) -> SkinnyTiles:
-    """Tiles of the weight-streaming GEMM for an [n, k] weight, from the sweeps of
-    benchmarks/skinny_linear.py on the H200 (perf-notes #20, #21), chosen for 1 and 16 rows alike:
-    the narrow, long projections (o_proj 1024x2048, down 1024x3072: 32 slabs of 32 rows) split
-    their K over 4 programs to fill the SMs; the 6144-wide gate/up streams 64-row slabs; the rest
-    32-row slabs in 256-wide K steps."""
-    if n <= 1024 and k >= 2048:
-        return SkinnyTiles(block_n=32, block_k=256, split_k=4)
-    return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
+def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
+    """Tiles of the weight-streaming GEMM for an [n, k] weight and `rows` activation rows, or None
+    where cuBLAS is faster; from the L2-cold sweeps of benchmarks/skinny_linear.py on the H200.
+    Up to 16 rows (perf-notes #20, #21, #26), chosen for 1 and 16 rows alike: the narrow, long
+    projections (o_proj 1024x2048, down 1024x3072: 32 slabs of 32 rows) split their K over 4
+    programs to fill the SMs; the 6144-wide gate/up streams 64-row slabs; the rest 32-row slabs in
+    256-wide K steps. 17-32 rows (#28): only the narrow weights gain (o_proj, down, the code
+    predictor's 2048-wide heads: -0.19 ms per walk against cuBLAS); above 32 rows cuBLAS (the best
+    tiles gained 0.09 ms of 2.73 at 64 rows)."""
+    if rows <= SKINNY_MAX_ROWS:
+        if n <= 1024 and k >= 2048:
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
+    if rows <= 32:
+        if n <= 1024 and k >= 3072:
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
+        if n <= 2048:
+            return SkinnyTiles(block_n=16, block_k=512, block_m=32)
+    return None
 
 
 _split_k_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -123,9 +133,13 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
-    """x @ weight^T; up to 16 rows of bf16/fp16 through the weight-streaming kernel, the rest (and
-    fp32, which tensor cores would round to TF32) through cuBLAS."""
+    """x @ weight^T; bf16/fp16 through the weight-streaming kernel where `skinny_tiles` has tiles for
+    the shape and row count, the rest (and fp32, which tensor cores would round to TF32) through
+    cuBLAS. `force`: the kernel whatever the dtype (tests), with the 16-row tiles up to 16 rows."""
     m, k = x.shape
-    if not force and (m > SKINNY_MAX_ROWS or x.dtype not in (torch.bfloat16, torch.float16)):
+    tiles = skinny_tiles(weight.shape[0], k, m)
+    if force:
+        return skinny_linear(x, weight, tiles or skinny_tiles(weight.shape[0], k))
+    if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):
         return torch.nn.functional.linear(x, weight)
-    return skinny_linear(x, weight, skinny_tiles(weight.shape[0], k))
+    return skinny_linear(x, weight, tiles)
