@@ -57,6 +57,9 @@ class NullTalker:
         # device_frames as the CUDA fast path hands them over: the core keeps them in its frame ring
         return DecodeOutput(frames, torch.zeros(n, dtype=torch.bool), device_frames=frames)
 
+    def advance(self) -> None:
+        pass
+
     def release(self, slot: int) -> None:
         pass
 

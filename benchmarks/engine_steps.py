@@ -53,6 +53,7 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         runaway=RunawayGuard(frames_per_token=0, loop_window=0, silence_seconds=0),
         max_seq_tokens=max(2048, args.context + args.steps + args.warmup + 64),
         codec_dtype=args.codec_dtype,
+        pdl_max_rows=args.pdl_max_rows,
     )
     start = time.perf_counter()
     core = build_core(model, cfg)
@@ -83,33 +84,47 @@ def release(core, admissions: list[Admission]) -> None:
 
 
 def time_decode(core, model, batch: int, args) -> dict:
-    """step_ms: one walk from launch until its frames are on the host (median). back_to_back_ms: walks
-    in the engine's order, each read back after the next is launched (no host wait inside a walk),
-    total time over the number of walks."""
-    admissions = admit(core, model, batch, args.context, 2 * args.steps + args.warmup + 4)
+    """step_ms: one whole walk, both halves, from launch until the device is done (median). frame_ms:
+    from launch until a walk's frames are on the host, its second half (the talker layers) not waited
+    for. back_to_back_ms: walks in the engine's order (frames, then the second half, each walk read back
+    after the next is launched: no host wait inside a walk), total time over the number of walks."""
+    admissions = admit(core, model, batch, args.context, 3 * args.steps + args.warmup + 4)
     slots = [a.slot for a in admissions]
+    talker = core.talker
     for _ in range(args.warmup):
-        core.talker.decode(slots).wait()
-    times = []
+        talker.decode(slots).wait()
+        talker.advance()
+    times, frame_times = [], []
     for _ in range(args.steps):
         sync(model.device)
         t = time.perf_counter()
-        core.talker.decode(slots).wait()  # includes the frames' copy to the host
+        talker.decode(slots)
+        talker.advance()
+        sync(model.device)
         times.append(time.perf_counter() - t)
+    for _ in range(args.steps):
+        sync(model.device)
+        t = time.perf_counter()
+        talker.decode(slots).wait()  # includes the frames' copy to the host
+        frame_times.append(time.perf_counter() - t)
+        talker.advance()
     sync(model.device)
     t = time.perf_counter()
     previous = None
     for _ in range(args.steps):
-        walk = core.talker.decode(slots)
+        walk = talker.decode(slots)
+        talker.advance()
         if previous is not None:
             previous.wait()
         previous = walk
     previous.wait()
+    sync(model.device)
     back_to_back = (time.perf_counter() - t) / args.steps * 1e3
     release(core, admissions)
     ms = statistics.median(times) * 1e3
-    return {"batch": batch, "context": args.context, "step_ms": ms, "back_to_back_ms": back_to_back,
-            "frames_per_s": batch / ms * 1e3, "audio_s_per_s": batch * 0.08 / ms * 1e3}  # fmt: skip
+    return {"batch": batch, "context": args.context, "step_ms": ms, "frame_ms": statistics.median(frame_times) * 1e3,
+            "back_to_back_ms": back_to_back, "frames_per_s": batch / ms * 1e3,
+            "audio_s_per_s": batch * 0.08 / ms * 1e3}  # fmt: skip
 
 
 def time_prefill(core, model, args, prompt_tokens: int) -> dict:
@@ -124,6 +139,7 @@ def time_prefill(core, model, args, prompt_tokens: int) -> dict:
         core.talker.prefill([Admission(slot, req, pages)])
         core.talker.decode([slot]).wait()  # the first frame, on the host
         times.append(time.perf_counter() - t)
+        core.talker.advance()  # as the engine does, once the frame's first codec chunk is queued
         core.talker.kv.release(pages)
         core.talker.release(slot)
         core.free_slots.append(slot)
@@ -207,16 +223,13 @@ def main() -> None:
         "chunks (1 x 1 and the largest --codec-streams x --codec-frames)",
     )
     p.add_argument(
-        "--pdl",
-        action="store_true",
-        help="launch the Triton kernels with programmatic dependent launch (Hopper; perf-notes #27), as "
-        "CADENCE_PDL=1 does",
+        "--pdl-max-rows",
+        type=int,
+        default=EngineConfig.pdl_max_rows,
+        help="graphs of at most this many rows launch their Triton kernels with programmatic dependent launch "
+        "(Hopper; perf-notes #27; 0: off, 256: every bucket; default %(default)s, the engine's)",
     )
     args = p.parse_args()
-    if args.pdl:
-        from cadence.kernels import triton_ops
-
-        triton_ops.use_pdl(True)
 
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype)
     dev = model.device
@@ -224,21 +237,22 @@ def main() -> None:
     graphs = "off" if args.enforce_eager else "on"
     print(
         f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} "
-        f"backend={args.attention_backend} graphs={graphs} pdl={'on' if args.pdl else 'off'}"
+        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows"
     )
     results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,
-                     "backend": args.attention_backend, "pdl": args.pdl, "decode": []}  # fmt: skip
+                     "backend": args.attention_backend, "pdl_max_rows": args.pdl_max_rows, "decode": []}  # fmt: skip
     core, build_s = make_core(model, args, max(max(args.batches), max(args.codec_streams)))
     results["engine_build_seconds"] = build_s
     print(f"engine build (KV cache, graphs) {build_s:.1f} s")
     print("\ntalker_decode (talker + 15 code-predictor steps + sampling), per walk")
-    print(f"{'batch':>6} {'ctx':>5} {'ms/step':>9} {'back2back':>10} {'frames/s':>10} {'audio s/s':>10}")
+    print("(ms/step: both halves of one walk; frame: until its frames are on the host)")
+    print(f"{'batch':>6} {'ctx':>5} {'ms/step':>9} {'frame':>7} {'back2back':>10} {'frames/s':>10} {'audio s/s':>10}")
     for b in args.batches:
         r = time_decode(core, model, b, args)
         results["decode"].append(r)
         print(
-            f"{b:>6} {args.context:>5} {r['step_ms']:>9.2f} {r['back_to_back_ms']:>10.2f} {r['frames_per_s']:>10.1f} "
-            f"{r['audio_s_per_s']:>10.1f}"
+            f"{b:>6} {args.context:>5} {r['step_ms']:>9.2f} {r['frame_ms']:>7.2f} {r['back_to_back_ms']:>10.2f} "
+            f"{r['frames_per_s']:>10.1f} {r['audio_s_per_s']:>10.1f}"
         )
 
     print("\ntalker_prefill + first frame, batch 1")

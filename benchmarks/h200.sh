@@ -23,7 +23,7 @@ for phase in "$@"; do
     bench)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
-        --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,8,64 --codec-frames 1,2,8 \
+        --batches 1,8,32,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,8,64 --codec-frames 1,2,8 \
         --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_triton.json" 2>&1 | tee "$OUT/bench.log" | grep -v INFO ;;
     codecdtype)  # issue 5: the codec in bf16 / fp16 (SnakeBeta in fp32): speed and error against fp32
       need_full
@@ -58,7 +58,7 @@ for phase in "$@"; do
       need_full
       CADENCE_PDL=1 timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
         tests/test_fast_step.py 2>&1 | tee "$OUT/pdltests.log" | tail -8
-      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --pdl \
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --pdl-max-rows 256 \
         --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,64 --codec-frames 1,8 \
         --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_pdl.json" 2>&1 | tee "$OUT/pdl.log" | grep -v INFO ;;
     precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)

@@ -87,22 +87,24 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
     reason="programmatic dependent launch needs a GPU of compute capability >= 9",
 )
-def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint):
-    """The fused walk under CUDA graphs with its kernels launched early (triton_ops.use_pdl, each
-    waiting for the one before): greedy and sampled codes, late joiners included, are the same
-    bits as with plain launches. In bf16, so the weight-streaming GEMM (and its L2 prefetch) runs."""
+def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypatch):
+    """The fused walk under CUDA graphs with its kernels launched early (EngineConfig.pdl_max_rows:
+    every graph, each kernel waiting for the one before): greedy and sampled codes, late joiners
+    included, are the same bits as with plain launches. In bf16, so the weight-streaming GEMM (and its
+    L2 prefetch) runs. The setting reaches the captures, and the global launch setting is restored."""
     from cadence.kernels import triton_ops
 
     model = Qwen3TTS.from_pretrained(tiny_checkpoint, "cuda", "bf16")
     reqs = [request(model, i, 24 + i, greedy=i % 2 == 0, seed=300 + i) for i in range(6)]
     arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
-    plain = run(build_core(model, config(attention_backend="triton")), arrivals)
-    previous = triton_ops.use_pdl(True)
-    try:
-        assert triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]
-        early = run(build_core(model, config(attention_backend="triton")), arrivals)
-    finally:
-        triton_ops.use_pdl(previous)
+    plain = run(build_core(model, config(attention_backend="triton", pdl_max_rows=0)), arrivals)
+    before = triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]  # CADENCE_PDL's, for eager launches
+    seen: list[bool] = []
+    use_pdl = triton_ops.use_pdl
+    monkeypatch.setattr(triton_ops, "use_pdl", lambda on: seen.append(on) or use_pdl(on))
+    early = run(build_core(model, config(attention_backend="triton", pdl_max_rows=4096)), arrivals)
+    assert seen and seen[0::2] == [True] * len(seen[0::2])  # each capture on, then the setting restored
+    assert triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"] == before
     for r in reqs:
         assert torch.equal(codes_of(early[r.request_id]), codes_of(plain[r.request_id])), r.request_id
 
@@ -137,6 +139,55 @@ def test_prefill_padded_to_a_token_bucket_equals_exact_rows(model, backend):
     for r in reqs:
         assert torch.equal(codes_of(out_padded[r.request_id]), codes_of(out_exact[r.request_id])), r.request_id
     assert padded.talker.kv.used_pages == 0
+
+
+@pytest.mark.parametrize("backend", list(backends()))
+def test_a_walks_second_half_waits_for_advance_and_runs_before_slot_state_changes(model, backend):
+    """decode() queues only the frames; the talker layers over them (which only the next frame needs)
+    run on advance(), or first thing in the next decode() or prefill(), before a slot is reassigned.
+    A request joining in a slot freed meanwhile, with the last walk's second half still pending,
+    gets the same codes as when every walk is advanced at once (sampled, so state leaks would show)."""
+    from cadence.engine.partition import Admission
+
+    def codes(advance_each_walk: bool) -> tuple[list[torch.Tensor], bool]:
+        core = build_core(model, config(attention_backend=backend, max_streams=2))
+        talker = core.talker
+        reqs = [request(model, i, 16, greedy=False, seed=70 + i) for i in range(3)]
+
+        def admit(req):
+            pages = talker.kv.allocate(talker.kv.pages_for(talker.tokens_to_reserve(req, 16)))
+            return Admission(core.free_slots.pop(), req, pages)
+
+        first, second = admit(reqs[0]), admit(reqs[1])
+        talker.prefill([first, second])
+        got: dict[str, list[torch.Tensor]] = {r.request_id: [] for r in reqs}
+        held_back = False
+        live = [first, second]
+        for k in range(8):
+            hidden = talker.state.hidden[first.slot].clone()
+            out = talker.decode([a.slot for a in live])
+            out.wait()
+            # the frame is out, the talker layers over it not yet run
+            held_back |= torch.equal(talker.state.hidden[first.slot], hidden)
+            for i, a in enumerate(live):
+                got[a.request.request_id].append(out.frames[i].clone())
+            if advance_each_walk:
+                talker.advance()
+            if k == 3:  # the second request leaves; a third takes its slot at once
+                talker.kv.release(second.pages)
+                talker.release(second.slot)
+                core.free_slots.append(second.slot)
+                third = admit(reqs[2])
+                assert third.slot == second.slot
+                talker.prefill([third])
+                live = [first, third]
+        return {r: torch.stack(f) for r, f in got.items()}, held_back
+
+    stepwise, _ = codes(advance_each_walk=True)
+    lazy, held_back = codes(advance_each_walk=False)
+    assert held_back
+    for rid in stepwise:
+        assert torch.equal(lazy[rid], stepwise[rid]), rid
 
 
 def test_prefill_index_layout(model):

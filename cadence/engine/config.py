@@ -124,9 +124,17 @@ class EngineConfig:
     # exact fp32 decode on random full-size weights), False exact fp32 (within 1e-4 of the offline
     # decode, slower), None as torch.backends.cudnn.allow_tf32 says (PyTorch's default: TF32).
     codec_tf32: bool | None = None
+    # Talker graphs of at most this many rows (decode batch buckets, prefill token buckets) launch
+    # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it
+    # does nothing): each kernel starts while the one before finishes. On an H200 it shortened the
+    # batch-1 decode walk by 14 % and batch 8 by 9 %, changed nothing at 64 and slowed 128 and 256
+    # (docs/perf-notes.md #27). 0: off.
+    pdl_max_rows: int = 16
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
             raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")
+        if self.pdl_max_rows < 0:
+            raise ValueError("pdl_max_rows must be >= 0 (0: off)")
         if self.codec_dtype not in CODEC_DTYPES:
             raise ValueError(f"unknown codec dtype '{self.codec_dtype}'; allowed: {', '.join(CODEC_DTYPES)}")

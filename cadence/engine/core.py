@@ -180,6 +180,7 @@ class EngineCore:
         in_flight = {id(s) for launch in launches for s in launch.streams}
         launches += self._launch_codec(lambda s: id(s) not in in_flight)
         self._codec_in_flight = launches
+        self._advance()
         self._finish(out)
         self.stats.steps += 1
         self.stats.last_step_seconds = time.monotonic() - start
@@ -263,6 +264,16 @@ class EngineCore:
                 s.frames = s.walks
                 s.stop(FinishReason.RUNAWAY if s.budget_is_runaway else FinishReason.LENGTH)
         return Walk(streams, output)
+
+    def _advance(self) -> None:
+        """The rest of this step's decode walk (what only the next walk needs), queued after its
+        frames' codec chunks so that first audio does not wait for it."""
+        try:
+            self.talker.advance()
+        except Exception as e:
+            log.exception("talker decode failed")
+            for s in self._walk.streams if self._walk is not None else []:
+                self._fail(s, e)
 
     def _read_back(self, walk: Walk) -> None:
         """A walk's frames and EOS flags on the host: stops acted on (one step late) and the loop

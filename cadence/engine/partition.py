@@ -84,7 +84,15 @@ class TalkerPartition(Protocol):
         ...
 
     def decode(self, slots: list[int]) -> DecodeOutput:
-        """talker_decode: one frame for each slot, without waiting for the device (see DecodeOutput)."""
+        """talker_decode: one frame for each slot, without waiting for the device (see DecodeOutput).
+        A partition may queue only the part of the walk that makes the frames, keeping the rest
+        (what only the next walk needs) for advance()."""
+        ...
+
+    def advance(self) -> None:
+        """Queue the rest of the last decode walk, if any is kept back. The engine calls it once the
+        frames' codec chunks are queued, so first audio does not wait for it; decode() and prefill()
+        call it themselves if it was not."""
         ...
 
     def release(self, slot: int) -> None: ...

@@ -125,6 +125,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N,N,...",
         help="batch sizes captured as CUDA graphs (default 1,2,4,...,256 below --max-streams, and --max-streams)",
     )
+    g.add_argument(
+        "--pdl-max-rows",
+        type=int,
+        metavar="N",
+        help="talker CUDA graphs of at most N rows launch their Triton kernels with programmatic dependent "
+        f"launch on Hopper and newer GPUs; 0: off (default {defaults['pdl_max_rows']}: on an H200 the batch-1 "
+        "decode step 14%% faster, batches of 128 and more slower with it)",
+    )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")
     g.add_argument("--voice-map", help="OpenAI voice aliases: 'alloy=ryan,nova=serena' or a JSON file (docs/api.md)")
@@ -253,6 +261,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
             pipeline_codec=args.pipeline_codec,
             codec_dtype=args.codec_dtype,
             codec_tf32=args.codec_tf32,
+            pdl_max_rows=args.pdl_max_rows,
         )
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:

@@ -110,6 +110,7 @@ class Qwen3TTSTalker:
         enforce_eager: bool = False,
         graph_buckets: tuple[int, ...] | None = None,
         prefill_token_budget: int = 2048,
+        pdl_max_rows: int = 0,
     ):
         if attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(
@@ -142,8 +143,9 @@ class Qwen3TTSTalker:
 
             use_graphs = model.device.type == "cuda" and not enforce_eager
             self.fast = FastDecoder(
-                self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS, prefill_token_budget
-            )
+                self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS, prefill_token_budget,
+                pdl_max_rows,
+            )  # fmt: skip
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
         return len(request.prompt) + max_frames
@@ -155,6 +157,7 @@ class Qwen3TTSTalker:
     @torch.no_grad()
     def prefill(self, admissions: list[Admission]) -> None:
         model, dev = self.model, self.model.device
+        self.advance()  # the last walk's rest first: slots are reassigned below
         flat = model.prefill_embeddings_batch([a.request.prompt for a in admissions])
         lengths = [len(a.request.prompt) for a in admissions]
         for a, n in zip(admissions, lengths, strict=True):
@@ -185,6 +188,10 @@ class Qwen3TTSTalker:
         if self.fast is not None:
             return self.fast.decode(slots)
         return self._decode_eager(slots)
+
+    def advance(self) -> None:
+        if self.fast is not None:
+            self.fast.advance()
 
     def _decode_eager(self, slots: list[int]) -> DecodeOutput:
         talker, st = self.model.talker, self.state
