@@ -149,7 +149,7 @@ def test_a_walks_second_half_waits_for_advance_and_runs_before_slot_state_change
     gets the same codes as when every walk is advanced at once (sampled, so state leaks would show)."""
     from cadence.engine.partition import Admission
 
-    def codes(advance_each_walk: bool) -> tuple[list[torch.Tensor], bool]:
+    def codes(advance_each_walk: bool) -> tuple[dict[str, torch.Tensor], bool]:
         core = build_core(model, config(attention_backend=backend, max_streams=2))
         talker = core.talker
         reqs = [request(model, i, 16, greedy=False, seed=70 + i) for i in range(3)]
@@ -161,14 +161,14 @@ def test_a_walks_second_half_waits_for_advance_and_runs_before_slot_state_change
         first, second = admit(reqs[0]), admit(reqs[1])
         talker.prefill([first, second])
         got: dict[str, list[torch.Tensor]] = {r.request_id: [] for r in reqs}
-        held_back = False
+        held_back = True  # decode() left the talker layers (the hidden state) alone, every walk
         live = [first, second]
         for k in range(8):
             hidden = talker.state.hidden[first.slot].clone()
             out = talker.decode([a.slot for a in live])
             out.wait()
             # the frame is out, the talker layers over it not yet run
-            held_back |= torch.equal(talker.state.hidden[first.slot], hidden)
+            held_back &= torch.equal(talker.state.hidden[first.slot], hidden)
             for i, a in enumerate(live):
                 got[a.request.request_id].append(out.frames[i].clone())
             if advance_each_walk:
@@ -183,8 +183,8 @@ def test_a_walks_second_half_waits_for_advance_and_runs_before_slot_state_change
                 live = [first, third]
         return {r: torch.stack(f) for r, f in got.items()}, held_back
 
-    stepwise, _ = codes(advance_each_walk=True)
-    lazy, held_back = codes(advance_each_walk=False)
+    stepwise, held_back = codes(advance_each_walk=True)  # nothing pending when each decode() starts
+    lazy, _ = codes(advance_each_walk=False)
     assert held_back
     for rid in stepwise:
         assert torch.equal(lazy[rid], stepwise[rid]), rid

@@ -187,7 +187,7 @@ class FastDecoder:
     # -- the step ---------------------------------------------------------------------------------
 
     def step(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One whole walk for every slot in `slots` [B] (device): frame() then advance(). Returns
+        """One whole walk for every slot in `slots` [B] (device): frame() then advance_rows(). Returns
         (frames [B,16], eos [B])."""
         frame, eos = self.frame(slots)
         self.advance_rows(slots, frame)
