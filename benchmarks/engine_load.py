@@ -69,6 +69,12 @@ def main() -> None:
         help="the chunk policy's deadline in seconds (0: chunks grow by the schedule alone); default: "
         "the engine's (0.2 s on a GPU), as cadence serve's --chunk-deadline",
     )
+    p.add_argument(
+        "--codec-tf32",
+        action=argparse.BooleanOptionalAction,
+        help="the float32 codec on TF32 tensor cores or (--no-codec-tf32) exact fp32 (EngineConfig.codec_tf32; "
+        "default: PyTorch's setting, TF32)",
+    )
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -78,6 +84,7 @@ def main() -> None:
         kv_cache_memory=args.kv_gb,
         attention_backend=args.attention_backend,
         enforce_eager=args.enforce_eager,
+        codec_tf32=args.codec_tf32,
         max_queue=max(256, args.streams),
         chunk_policy=ChunkPolicy(deadline=args.chunk_deadline),
         # built pipelined for "on" and "both" (the codec then gets its own CUDA stream); "both" then

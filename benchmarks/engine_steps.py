@@ -53,6 +53,7 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         runaway=RunawayGuard(frames_per_token=0, loop_window=0, silence_seconds=0),
         max_seq_tokens=max(2048, args.context + args.steps + args.warmup + 64),
         codec_dtype=args.codec_dtype,
+        codec_tf32=args.codec_tf32,
         pdl_max_rows=args.pdl_max_rows,
     )
     start = time.perf_counter()
@@ -207,6 +208,12 @@ def main() -> None:
         choices=CODEC_DTYPES,
         help="the codec's precision (EngineConfig.codec_dtype)",
     )
+    p.add_argument(
+        "--codec-tf32",
+        action=argparse.BooleanOptionalAction,
+        help="the float32 codec on TF32 tensor cores or (--no-codec-tf32) exact fp32 (EngineConfig.codec_tf32; "
+        "default: PyTorch's setting, TF32)",
+    )
     p.add_argument("--batches", type=ints, default=[1, 2, 4, 8])
     p.add_argument("--context", type=int, default=64, help="prompt tokens in the KV cache during decode")
     p.add_argument("--prompt-lengths", type=ints, default=[16, 60, 128])
@@ -236,7 +243,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     graphs = "off" if args.enforce_eager else "on"
     print(
-        f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} "
+        f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} codec tf32={args.codec_tf32} "
         f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows"
     )
     results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,

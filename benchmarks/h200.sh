@@ -95,6 +95,14 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
         --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 --warmup 5 \
         --kv-gb 20 --json "$OUT/engine_steps_codec_float32.json" 2>&1 | grep -v INFO ;;
+    codecexact)  # issue 5: where the TF32 error comes from per stage; the codec and saturation in exact fp32
+      need_full
+      python3 benchmarks/codec_precision.py --model $full --json "$OUT/codec_precision.json" 2>&1 | grep -v INFO
+      python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --no-codec-tf32 \
+        --batches 1 --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 \
+        --warmup 5 --kv-gb 20 --json "$OUT/engine_steps_codec_exact.json" 2>&1 | grep -v INFO
+      python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
+        --kv-gb 40 --no-codec-tf32 --json "$OUT/engine_load_codec_exact.json" 2>&1 | grep -v INFO ;;
     lockstep)  # issue 5: 256 streams in lockstep with chunks growing by schedule alone (deadline off), against `load`
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
