@@ -30,6 +30,9 @@ from cadence.models.qwen3_tts import Qwen3TTS
 from cadence.models.qwen3_tts.codec import CodecDecoder
 
 PRECISIONS = ("exact", "tf32", "3xtf32")
+# PyTorch's two TF32 switches (cuDNN convolutions, matmuls) per precision; "official" is PyTorch's
+# default, under which the official package decodes on a GPU: convolutions in TF32, linears exact.
+SWITCHES = {"exact": (False, False), "tf32": (True, True), "3xtf32": (True, True), "official": (True, False)}
 
 
 def stages(d: CodecDecoder) -> dict[str, list[nn.Module]]:
@@ -88,7 +91,7 @@ class StagePrecision:
 
     def _enter(self, name: str) -> None:
         self.current = self.mode[name]
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = self.current != "exact"
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = SWITCHES[self.current]
         if self.events is not None:
             self.events.setdefault(name, []).append(torch.cuda.Event(enable_timing=True))
             self.events[name][-1].record()
@@ -138,8 +141,10 @@ def main() -> None:
     timing_codes = torch.randint(0, 2048, (64, 16, 8), generator=g).to(args.device)
 
     @torch.no_grad()
-    def decode(default: str, **override: str) -> torch.Tensor:
+    def decode(default: str, one_by_one: bool = False, **override: str) -> torch.Tensor:
         with sp.modes(default, **override):
+            if one_by_one:  # other shapes, so other kernels and summation orders
+                return torch.cat([decoder(codes[i : i + 1])[:, 0] for i in range(codes.shape[0])])
             return decoder(codes)[:, 0]
 
     exact = decode("exact")
@@ -150,6 +155,13 @@ def main() -> None:
 
     out: dict = {"streams": args.streams, "frames": args.frames, "output_abs_mean": float(exact.abs().mean())}
     out["all"] = {mode: err(mode) for mode in PRECISIONS}
+    # The floor any implementation meets: the same arithmetic, the streams decoded in one batch
+    # against one at a time.
+    out["official_vs_exact"] = err("official")
+    out["batch_vs_single"] = {
+        mode: float((decode(mode) - decode(mode, one_by_one=True)).abs().max())
+        for mode in ("exact", "official", "tf32")
+    }
     out["stages"] = {}
     for name in sp.stages:
         row = {
@@ -169,6 +181,9 @@ def main() -> None:
     print(f"{args.streams} streams x {args.frames} frames; output mean |x| {out['output_abs_mean']:.3f}; "
           "max abs err against exact fp32:")  # fmt: skip
     print("  all stages: " + ", ".join(f"{m} {e:.2e}" for m, e in out["all"].items()))
+    print(f"  official arithmetic (PyTorch defaults: TF32 convs, exact linears): {out['official_vs_exact']:.2e}")
+    print("  the same arithmetic, batched against one stream at a time: "
+          + ", ".join(f"{m} {e:.2e}" for m, e in out["batch_vs_single"].items()))  # fmt: skip
     print(f"  {'stage':<12} {'only TF32':>10} {'only exact':>11} {'only 3xTF32':>12}   "
           f"{'ms exact':>9} {'ms TF32':>8} {'ms 3xTF32':>9}  (64 x 8 frames, eager)")  # fmt: skip
     for name, r in out["stages"].items():

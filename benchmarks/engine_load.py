@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import sys
 import time
@@ -77,6 +78,7 @@ def main() -> None:
     )
     p.add_argument("--json")
     args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # capture times
 
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype)
     cfg = EngineConfig(

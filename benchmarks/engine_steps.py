@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import sys
 import time
@@ -28,7 +29,6 @@ from cadence.engine.config import CODEC_DTYPES, EngineConfig, RunawayGuard  # no
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
 from cadence.engine.partition import Admission  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
-from cadence.models.qwen3_tts.codec_stream import tf32_as_convs  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars watch quietly".split()
 
@@ -173,21 +173,34 @@ def time_codec(core, model, streams: int, frames: int, args) -> dict:
     return {"streams": streams, "frames": frames, "chunk_ms": ms, "audio_s_per_s": streams * frames * 0.08 / ms * 1e3}
 
 
-def codec_error(core, model: Qwen3TTS, streams: int, frames: int) -> float:
+def codec_errors(core, model: Qwen3TTS, streams: int, frames: int) -> dict[str, float]:
     """Max abs difference between `streams` streams decoded by the engine's codec in `frames`-frame
     chunks (96 frames or a little more: past the real codec's 72-frame window) and the model's fp32
-    offline decode of the same codes."""
+    offline decode of the same codes, under three settings of PyTorch's TF32 switches:
+      exact     both off: exact fp32
+      official  PyTorch's defaults (cuDNN convolutions in TF32, matmuls exact), under which the
+                official package decodes on a GPU
+      same      the streaming codec's own setting (EngineConfig.codec_tf32), so only the streaming
+                itself (state carried between chunks, batching, graphs) differs"""
     codec, slots = core.codec, list(range(streams))
     chunks = -(-96 // frames)
     codes = random_codes(model, streams, chunks * frames, seed=1)
     codec.reset(slots)
     parts = [codec.fetch(codec.decode(slots, codes[:, i * frames : (i + 1) * frames])) for i in range(chunks)]
     audio = torch.from_numpy(np.concatenate(parts, axis=1))
-    worst = 0.0
-    with tf32_as_convs(False):  # the reference: exact fp32 (PyTorch runs convolutions in TF32 by default)
-        for s in slots:  # one at a time: 256 streams at once would hold tens of GB of activations
-            ref = model.codec.decode(codes[s]).float().cpu()
-            worst = max(worst, float((audio[s] - ref).abs().max()))
+    same = core.codec.decoder.tf32
+    same = torch.backends.cudnn.allow_tf32 if same is None else same
+    settings = {"exact": (False, False), "official": (True, False), "same": (same, same)}
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    worst = dict.fromkeys(settings, 0.0)
+    try:
+        for name, (convs, matmuls) in settings.items():
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = convs, matmuls
+            for s in slots:  # one at a time: 256 streams at once would hold tens of GB of activations
+                ref = model.codec.decode(codes[s]).float().cpu()
+                worst[name] = max(worst[name], float((audio[s] - ref).abs().max()))
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     return worst
 
 
@@ -237,6 +250,7 @@ def main() -> None:
         "(Hopper; perf-notes #27; 0: off, 256: every bucket; default %(default)s, the engine's)",
     )
     args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # capture times
 
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype)
     dev = model.device
@@ -271,17 +285,24 @@ def main() -> None:
         results["prefill"].append(r)
         print(f"  prompt {r['prompt_tokens']:>5} tokens: {r['prefill_plus_first_frame_ms']:.2f} ms")
 
-    # The error column: against the exact fp32 offline decode, so in float32 it shows what TF32 costs
-    # (on by default for the codec's convs and linears, codec_stream.tf32_as_convs); on a CPU, ~0.
-    print(f"\ncodec_chunk (streaming decoder, {args.codec_dtype}), per call")
-    print(f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10} {'max err vs fp32':>16}")
+    # The error columns (codec_errors): against the exact fp32 offline decode, so in float32 they show
+    # what TF32 costs (on by default for the codec's convs and linears, codec_stream.tf32_as_convs);
+    # against the official package's arithmetic (PyTorch's defaults); against the same arithmetic
+    # offline. On a CPU, all ~0.
+    print(f"\ncodec_chunk (streaming decoder, {args.codec_dtype}), per call; max abs err against the offline decode")
+    head = f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10}"
+    print(f"{head} {'vs exact':>9} {'vs official':>12} {'vs same':>8}")
     results["codec"] = []
     for s in args.codec_streams:
         for f in args.codec_frames:
             r = time_codec(core, model, s, f, args)
-            r["max_abs_err_vs_fp32"] = codec_error(core, model, s, f)
+            err = codec_errors(core, model, s, f)
+            r["max_abs_err_vs_fp32"] = err["exact"]
+            r["max_abs_err_vs_official"] = err["official"]
+            r["max_abs_err_vs_same_tf32"] = err["same"]
             results["codec"].append(r)
-            print(f"{s:>8} {f:>7} {r['chunk_ms']:>9.2f} {r['audio_s_per_s']:>10.1f} {r['max_abs_err_vs_fp32']:>16.2e}")
+            print(f"{s:>8} {f:>7} {r['chunk_ms']:>9.2f} {r['audio_s_per_s']:>10.1f} {err['exact']:>9.2e} "
+                  f"{err['official']:>12.2e} {err['same']:>8.2e}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if args.profile:

@@ -12,6 +12,7 @@ need_full() {
     [ -f $full/model.safetensors ] || python3 -m cadence.cli -q checkpoint random --from .ref/Qwen3-TTS-12Hz-0.6B-CustomVoice \
         --preset full --out $full --seed 0
 }
+quiet() { grep -Pv 'INFO(?!.*captured)'; }  # the INFO lines, but those of graph capture (build time)
 server_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site:$PYTHONPATH
@@ -24,24 +25,24 @@ for phase in "$@"; do
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,8,32,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,8,64 --codec-frames 1,2,8 \
-        --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_triton.json" 2>&1 | tee "$OUT/bench.log" | grep -v INFO ;;
+        --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_triton.json" 2>&1 | tee "$OUT/bench.log" | quiet ;;
     codecdtype)  # issue 5: the codec in bf16 / fp16 (SnakeBeta in fp32): speed and error against fp32
       need_full
       for dt in bfloat16 float16; do
         python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --codec-dtype $dt \
           --batches 1 --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 \
-          --steps 20 --warmup 5 --kv-gb 20 --json "$OUT/engine_steps_codec_$dt.json" 2>&1 | grep -v INFO
+          --steps 20 --warmup 5 --kv-gb 20 --json "$OUT/engine_steps_codec_$dt.json" 2>&1 | quiet
       done ;;
     profile)  # kernel breakdown of one decode walk and two codec chunks (1x1, 64x8), eager launches
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
         --context 64 --prompt-lengths 60 --codec-streams 64 --codec-frames 8 --steps 3 --warmup 1 --kv-gb 20 \
-        --profile 2>&1 | grep -v INFO | tee "$OUT/profile.log" | tail -80 ;;
+        --profile 2>&1 | quiet | tee "$OUT/profile.log" | tail -80 ;;
     profile256)  # issue 4: kernel breakdown of one decode walk at batch 256 (the batch that bounds saturation)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 256 \
         --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 40 \
-        --profile 2>&1 | grep -v INFO | tee "$OUT/profile256.log" | tail -80 ;;
+        --profile 2>&1 | quiet | tee "$OUT/profile256.log" | tail -80 ;;
     skinny)  # issue 4: tile sweep of the weight-streaming GEMM on the decode shapes, against cuBLAS
       python3 benchmarks/skinny_linear.py --rows 1 16 --json "$OUT/skinny_linear.json" 2>&1 | tee "$OUT/skinny.log" | tail -24 ;;
     attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
@@ -53,27 +54,27 @@ for phase in "$@"; do
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \
         --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 20 \
-        --profile 2>&1 | grep -v INFO | tee "$OUT/profile64.log" | tail -40 ;;
+        --profile 2>&1 | quiet | tee "$OUT/profile64.log" | tail -40 ;;
     pdl)  # issue 4: programmatic dependent launch (perf-notes #27): its gpu tests, then the walk with it
       need_full
       CADENCE_PDL=1 timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
         tests/test_fast_step.py 2>&1 | tee "$OUT/pdltests.log" | tail -8
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --pdl-max-rows 256 \
         --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,64 --codec-frames 1,8 \
-        --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_pdl.json" 2>&1 | tee "$OUT/pdl.log" | grep -v INFO ;;
+        --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_pdl.json" 2>&1 | tee "$OUT/pdl.log" | quiet ;;
     precision)  # issue 4: bf16 against fp32 on the GPU (logits error, greedy agreement)
       need_full
       python3 benchmarks/precision.py --model $full --device cuda --frames 32 --json "$OUT/precision_h200.json" \
-        2>&1 | grep -v INFO ;;
+        2>&1 | quiet ;;
     eager)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend sdpa --enforce-eager \
         --batches 1,8,64 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 5 --warmup 2 \
-        --kv-gb 20 --json "$OUT/engine_steps_sdpa.json" 2>&1 | tee "$OUT/eager.log" | grep -v INFO ;;
+        --kv-gb 20 --json "$OUT/engine_steps_sdpa.json" 2>&1 | tee "$OUT/eager.log" | quiet ;;
     load)
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
-        --kv-gb 40 --json "$OUT/engine_load.json" 2>&1 | tee "$OUT/load.log" | grep -v INFO ;;
+        --kv-gb 40 --json "$OUT/engine_load.json" 2>&1 | tee "$OUT/load.log" | quiet ;;
     baselines)
       need_full
       python3 -m pip install -q --no-index --no-deps --target /tmp/official .whl/official/*.whl
@@ -94,23 +95,28 @@ for phase in "$@"; do
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
         --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 --warmup 5 \
-        --kv-gb 20 --json "$OUT/engine_steps_codec_float32.json" 2>&1 | grep -v INFO ;;
+        --kv-gb 20 --json "$OUT/engine_steps_codec_float32.json" 2>&1 | quiet ;;
     codecexact)  # issue 5: where the TF32 error comes from per stage; the codec and saturation in exact fp32
       need_full
-      python3 benchmarks/codec_precision.py --model $full --json "$OUT/codec_precision.json" 2>&1 | grep -v INFO
+      python3 benchmarks/codec_precision.py --model $full --json "$OUT/codec_precision.json" 2>&1 | quiet
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --no-codec-tf32 \
         --batches 1 --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 \
-        --warmup 5 --kv-gb 20 --json "$OUT/engine_steps_codec_exact.json" 2>&1 | grep -v INFO
+        --warmup 5 --kv-gb 20 --json "$OUT/engine_steps_codec_exact.json" 2>&1 | quiet
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
-        --kv-gb 40 --no-codec-tf32 --json "$OUT/engine_load_codec_exact.json" 2>&1 | grep -v INFO ;;
+        --kv-gb 40 --no-codec-tf32 --json "$OUT/engine_load_codec_exact.json" 2>&1 | quiet ;;
+    codecbuild)  # codec graph capture time and replay time, cuDNN autotuning on every graph vs none
+      need_full
+      for from in 1 0x7fffffff; do
+        python3 benchmarks/codec_build.py --model $full --autotune-from $from --json "$OUT/codec_build_$from.json" 2>&1 | quiet
+      done ;;
     lockstep)  # issue 5: 256 streams in lockstep with chunks growing by schedule alone (deadline off), against `load`
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
-        --kv-gb 40 --chunk-deadline 0 --json "$OUT/engine_load_no_deadline.json" 2>&1 | grep -v INFO ;;
+        --kv-gb 40 --chunk-deadline 0 --json "$OUT/engine_load_no_deadline.json" 2>&1 | quiet ;;
     pipeline)  # issue 5: codec chunks overlapping the talker's step, off then on, in one engine
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
-        --kv-gb 40 --stagger 8 --pipeline-codec both --json "$OUT/engine_load_pipeline.json" 2>&1 | grep -v INFO ;;
+        --kv-gb 40 --stagger 8 --pipeline-codec both --json "$OUT/engine_load_pipeline.json" 2>&1 | quiet ;;
     deadline)  # issue 5: the deadline-aware chunk policy against growth alone, cadence serve under load
       need_full; server_wheels
       for d in 0 0.2; do

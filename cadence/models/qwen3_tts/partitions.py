@@ -263,6 +263,7 @@ class Qwen3TTSCodec:
         own_stream: bool = False,
         dtype: torch.dtype = torch.float32,
         tf32: bool | None = None,
+        autotune_from: int = 1,
     ):
         decoder = model.codec.decoder
         if dtype != torch.float32:
@@ -277,6 +278,10 @@ class Qwen3TTSCodec:
         largest = min(max_batch, max_slots)
         self.batch_buckets = tuple(b for b in graph_buckets or self.BATCH_BUCKETS if b < largest) + (largest,)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        # cuDNN autotuning (torch.backends.cudnn.benchmark) for the graphs of at least this many
+        # stream-frames (batch x frames); smaller ones take cuDNN's heuristic choice.
+        self.autotune_from = autotune_from
+        self.capture_seconds: dict[tuple[int, int], float] = {}
         # `own_stream` (CUDA): the codec runs on a stream of its own, so that the chunks the engine
         # pipelines (EngineConfig.pipeline_codec) overlap the talker's step on the same GPU.
         self.stream = torch.cuda.Stream(self.device) if own_stream and self.device.type == "cuda" else None
@@ -352,14 +357,21 @@ class Qwen3TTSCodec:
     @torch.no_grad()
     def _capture(self) -> None:
         start = time.perf_counter()
-        torch.backends.cudnn.benchmark = True  # fixed shapes per graph: pick the fastest conv algorithms
+        autotune = torch.backends.cudnn.benchmark
         pool = torch.cuda.graph_pool_handle()
-        for b in sorted(self.batch_buckets, reverse=True):
-            for f in sorted(self.FRAME_BUCKETS, reverse=True):
-                slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.device)
-                codes = torch.zeros(b, f, 16, dtype=torch.long, device=self.device)
-                graph, wav = capture(lambda: self.decoder.decode(slots, codes), self.device, pool)  # noqa: B023
-                self.graphs[(b, f)] = (graph, slots, codes, wav)
+        try:
+            for b in sorted(self.batch_buckets, reverse=True):
+                for f in sorted(self.FRAME_BUCKETS, reverse=True):
+                    began = time.perf_counter()
+                    # fixed shapes per graph: autotuning picks the fastest conv algorithms for them
+                    torch.backends.cudnn.benchmark = b * f >= self.autotune_from
+                    slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.device)
+                    codes = torch.zeros(b, f, 16, dtype=torch.long, device=self.device)
+                    graph, wav = capture(lambda: self.decoder.decode(slots, codes), self.device, pool)  # noqa: B023
+                    self.graphs[(b, f)] = (graph, slots, codes, wav)
+                    self.capture_seconds[(b, f)] = time.perf_counter() - began
+        finally:
+            torch.backends.cudnn.benchmark = autotune
         self.decoder.reset([self.dummy])
         log.info("captured %d codec graphs in %.1f s", len(self.graphs), time.perf_counter() - start)
 
