@@ -88,7 +88,7 @@ for phase in "$@"; do
     gputests)  # every gpu-marked test (the second GPU's where there is one)
       server_wheels
       # SIGINT on timeout: pytest then prints where it was and a summary instead of dying silently.
-      { timeout -s INT 240 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_codec_graphs.py \
+      { timeout -s INT 360 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_codec_graphs.py \
           tests/test_fast_step.py tests/test_engine_variants.py tests/test_disaggregated.py tests/test_engine_host_waits.py
         timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
     codec)  # issue 5: the streaming codec alone (fp32), per (streams, frames) shape

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from cadence.models.qwen3_tts import Qwen3TTS
+from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from cadence.models.qwen3_tts.partitions import Qwen3TTSCodec
 
 pytestmark = pytest.mark.gpu
@@ -72,3 +73,24 @@ def test_graphed_chunks_equal_offline_decode(model, streams, dtype):
     each = ", ".join(f"{e:.1e}" for e in errors)
     print(f"\n{dtype}, {streams} streams: max abs err {max(errors):.2e} (per stream: {each})")
     assert max(errors) <= TOLERANCE[dtype]
+
+
+def test_capture_autotunes_the_graphs_asked_and_restores_the_switch(model, monkeypatch):
+    """Each graph is captured with cuDNN autotuning set by its stream-frames (autotune_from); the
+    process's own setting comes back after, so eager convs elsewhere keep it. From 4 stream-frames:
+    of the 12 graphs (batch 1, 2, 4 x frames 1, 2, 4, 8) some are autotuned and some not."""
+    autotune_from = 4
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    seen: dict[tuple[int, int], set[bool]] = {}
+    decode = StreamingCodecDecoder.decode
+
+    def recording_decode(self, slots, codes):
+        seen.setdefault(tuple(codes.shape[:2]), set()).add(torch.backends.cudnn.benchmark)
+        return decode(self, slots, codes)
+
+    monkeypatch.setattr(StreamingCodecDecoder, "decode", recording_decode)
+    codec = Qwen3TTSCodec(model, max_slots=4, use_graphs=True, max_batch=4, autotune_from=autotune_from)
+    assert set(seen) == set(codec.graphs) == set(codec.capture_seconds)
+    assert all(on == {b * f >= autotune_from} for (b, f), on in seen.items())
+    assert {True, False} <= set().union(*seen.values())
+    assert torch.backends.cudnn.benchmark is False
