@@ -1,8 +1,10 @@
 """PNG plots for docs/benchmarks.md from engine_steps.py JSON results.
 
-python benchmarks/plot_steps.py docs/data/h200/engine_steps_triton.json docs/img [CODEC_JSON]
+python benchmarks/plot_steps.py docs/data/h200/engine_steps_triton.json docs/img [CODEC_JSON [EXACT_JSON]]
 
-CODEC_JSON: take the codec plot from another engine_steps run (a codec-only one, say).
+CODEC_JSON: take the codec plot from another run: an engine_steps one (a codec-only one, say) or a
+benchmarks/codec_build.py one (every graph's replay time). EXACT_JSON: an engine_steps run of the
+codec in exact fp32 (--no-codec-tf32), drawn dashed.
 """
 
 from __future__ import annotations
@@ -17,9 +19,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(src: str, out_dir: str, codec_src: str | None = None) -> None:
+def codec_rows(data: dict) -> list[dict]:
+    """streams, frames, audio_s_per_s of an engine_steps result or a codec_build.py one."""
+    if "graphs" in data:
+        return [
+            {
+                "streams": g["batch"],
+                "frames": g["frames"],
+                "audio_s_per_s": g["batch"] * g["frames"] * 80 / g["replay_ms"],
+            }
+            for g in data["graphs"]
+        ]
+    return data["codec"]
+
+
+def main(src: str, out_dir: str, codec_src: str | None = None, exact_src: str | None = None) -> None:
     data = json.loads(Path(src).read_text())
-    codec = json.loads(Path(codec_src).read_text())["codec"] if codec_src else data["codec"]
+    codec = codec_rows(json.loads(Path(codec_src).read_text()) if codec_src else data)
+    exact = codec_rows(json.loads(Path(exact_src).read_text())) if exact_src else []
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -27,7 +44,9 @@ def main(src: str, out_dir: str, codec_src: str | None = None) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([d["batch"] for d in dec], [d["step_ms"] for d in dec], "o-", label="cadence fused + CUDA graph")
     targets = {1: 2.0, 64: 4.0, 256: 12.0}
-    ax.plot(list(targets), list(targets.values()), "x--", color="gray", label="issue 4 targets")
+    if all("frame_ms" in d for d in dec):  # the frame's codes on the host before the talker layers run
+        ax.plot([d["batch"] for d in dec], [d["frame_ms"] for d in dec], "s--", label="until the frame is on the host")
+    ax.plot(list(targets), list(targets.values()), "x", ms=10, mew=2, color="gray", label="issue 4 targets")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("decode batch (streams)")
     ax.set_ylabel("ms per decode step (one 80 ms frame each)")
@@ -40,12 +59,18 @@ def main(src: str, out_dir: str, codec_src: str | None = None) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for frames in sorted({c["frames"] for c in codec}):
         rows = [c for c in codec if c["frames"] == frames]
-        ax.plot([c["streams"] for c in rows], [c["audio_s_per_s"] for c in rows], "o-", label=f"{frames}-frame chunks")
+        line = ax.plot(
+            [c["streams"] for c in rows], [c["audio_s_per_s"] for c in rows], "o-", label=f"{frames}-frame chunks"
+        )
+        rows = [c for c in exact if c["frames"] == frames]
+        if rows:
+            ax.plot([c["streams"] for c in rows], [c["audio_s_per_s"] for c in rows], "x--", color=line[0].get_color(),
+                    label=f"{frames}-frame, exact fp32")  # fmt: skip
     ax.axhline(2000, color="gray", ls="--", label="issue 5 target (64 x 8)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("streams per codec call")
     ax.set_ylabel("audio seconds decoded per wall second")
-    ax.set_title("codec_chunk (streaming decoder, float32 with TF32, CUDA graphs), H200")
+    ax.set_title("codec_chunk (float32 codec, TF32 unless marked exact; CUDA graphs), H200", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -53,4 +78,4 @@ def main(src: str, out_dir: str, codec_src: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
