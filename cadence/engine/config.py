@@ -122,7 +122,8 @@ class EngineConfig:
     codec_dtype: str = "float32"
     # The Codec's fp32 convolutions and linears on a GPU: True TF32 tensor cores (3-6e-3 from the
     # exact fp32 decode on random full-size weights), False exact fp32 (within 1e-4 of the offline
-    # decode, slower), None as torch.backends.cudnn.allow_tf32 says (PyTorch's default: TF32).
+    # decode; on an H200 505 against 2,070 audio s/s at 64 x 8: perf-notes #32), None as
+    # torch.backends.cudnn.allow_tf32 says (PyTorch's default: TF32).
     codec_tf32: bool | None = None
     # Talker graphs of at most this many rows (decode batch buckets, prefill token buckets) launch
     # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it

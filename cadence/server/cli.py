@@ -107,8 +107,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         help="the float32 codec's convolutions and linears on TF32 tensor cores (the default, as PyTorch runs "
         "convolutions; 3-6e-3 max abs from the exact fp32 decode, measured on random full-size weights) or, "
-        "with --no-codec-tf32, exact fp32 (within 1e-4 of the offline decode; slower, not measured on the "
-        "current codec)",
+        "with --no-codec-tf32, exact fp32 (within 1e-4 of the offline decode; on an H200 about a quarter of the "
+        "codec's speed: 505 against 2,070 audio s/s at 64 streams x 8 frames)",
     )
     g.add_argument(
         "--chunk-deadline",
