@@ -357,6 +357,7 @@ class Qwen3TTSCodec:
     @torch.no_grad()
     def _capture(self) -> None:
         start = time.perf_counter()
+        free_before = torch.cuda.mem_get_info(self.device)[0]
         autotune = torch.backends.cudnn.benchmark
         pool = torch.cuda.graph_pool_handle()
         try:
@@ -373,7 +374,12 @@ class Qwen3TTSCodec:
         finally:
             torch.backends.cudnn.benchmark = autotune
         self.decoder.reset([self.dummy])
-        log.info("captured %d codec graphs in %.1f s", len(self.graphs), time.perf_counter() - start)
+        torch.cuda.synchronize(self.device)
+        used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**20
+        log.info(
+            "captured %d codec graphs (batch buckets %s x frames %s) in %.1f s, %.0f MiB of graph memory",
+            len(self.graphs), list(self.batch_buckets), list(self.FRAME_BUCKETS), time.perf_counter() - start, used,
+        )  # fmt: skip
 
     @property
     def bytes_per_stream(self) -> int:
