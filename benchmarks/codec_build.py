@@ -15,25 +15,10 @@ import json
 import time
 from pathlib import Path
 
-import torch
+from graph_timing import graph_replay_ms  # a sibling module (python benchmarks/codec_build.py)
 
 from cadence.models.qwen3_tts import Qwen3TTS
 from cadence.models.qwen3_tts.partitions import Qwen3TTSCodec
-
-
-def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 20) -> float:
-    """Median GPU ms of one replay (after two warm-up replays)."""
-    for _ in range(2):
-        graph.replay()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -50,9 +35,8 @@ def main() -> None:
     total = time.perf_counter() - start
     rows = []
     for (b, f), (graph, *_) in sorted(codec.graphs.items()):
-        rows.append(
-            {"batch": b, "frames": f, "capture_s": codec.capture_seconds[(b, f)], "replay_ms": replay_ms(graph)}
-        )
+        replay = graph_replay_ms(graph, warmup=2)
+        rows.append({"batch": b, "frames": f, "capture_s": codec.capture_seconds[(b, f)], "replay_ms": replay})
     print(f"autotune from {args.autotune_from} stream-frames: {len(rows)} graphs captured in {total:.1f} s")
     print(f"{'batch':>6} {'frames':>7} {'capture s':>10} {'replay ms':>10} {'audio s/s':>10}")
     for r in rows:
