@@ -50,6 +50,8 @@ for phase in "$@"; do
         2>&1 | tee "$OUT/attention.log" | tail -12 ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
+    barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)
+      python3 benchmarks/grid_barrier.py --json "$OUT/grid_barrier.json" 2>&1 | tee "$OUT/barrier.log" | tail -6 ;;
     profile64)  # issue 4: kernel breakdown of one decode walk at batch 64 (issue 4's 4 ms target)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \
