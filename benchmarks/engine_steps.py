@@ -29,6 +29,7 @@ from cadence.engine.config import CODEC_DTYPES, EngineConfig, RunawayGuard  # no
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
 from cadence.engine.partition import Admission  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
+from cadence.models.qwen3_tts.codec_stream import tf32_as_convs, tf32_switches  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars watch quietly".split()
 
@@ -188,19 +189,17 @@ def codec_errors(core, model: Qwen3TTS, streams: int, frames: int) -> dict[str, 
     codec.reset(slots)
     parts = [codec.fetch(codec.decode(slots, codes[:, i * frames : (i + 1) * frames])) for i in range(chunks)]
     audio = torch.from_numpy(np.concatenate(parts, axis=1))
-    same = core.codec.decoder.tf32
-    same = torch.backends.cudnn.allow_tf32 if same is None else same
-    settings = {"exact": (False, False), "official": (True, False), "same": (same, same)}
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    settings = {
+        "exact": lambda: tf32_switches(False, False),
+        "official": lambda: tf32_switches(True, False),
+        "same": lambda: tf32_as_convs(core.codec.decoder.tf32),
+    }
     worst = dict.fromkeys(settings, 0.0)
-    try:
-        for name, (convs, matmuls) in settings.items():
-            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = convs, matmuls
+    for name, switches in settings.items():
+        with switches():
             for s in slots:  # one at a time: 256 streams at once would hold tens of GB of activations
                 ref = model.codec.decode(codes[s]).float().cpu()
                 worst[name] = max(worst[name], float((audio[s] - ref).abs().max()))
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     return worst
 
 

@@ -103,7 +103,17 @@ def conv_histories(decoder: CodecDecoder) -> list[ConvHistory]:
 
 
 @contextlib.contextmanager
-def tf32_as_convs(tf32: bool | None = None):
+def tf32_switches(convs: bool, matmuls: bool):
+    """PyTorch's two TF32 switches (cuDNN convolutions, fp32 matmuls) set for a block, restored after."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = convs, matmuls
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def tf32_as_convs(tf32: bool | None = None) -> contextlib.AbstractContextManager:
     """The codec's fp32 convolutions and linears (transformer, ConvNeXt) in TF32, or both exact.
 
     PyTorch runs cuDNN convolutions in TF32 unless `torch.backends.cudnn.allow_tf32` is cleared,
@@ -112,13 +122,8 @@ def tf32_as_convs(tf32: bool | None = None):
     22 ms 64x8 chunk). One switch governs both here: `tf32`, or when None the process's
     `torch.backends.cudnn.allow_tf32` (PyTorch's default: on). Both flags are restored after, so
     the talker's matmuls keep the process's settings."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     use = torch.backends.cudnn.allow_tf32 if tf32 is None else tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = use
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    return tf32_switches(use, use)
 
 
 def time_major(batch: int, channels: int, length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
