@@ -12,8 +12,8 @@ from .triton_launch import pdl_entry, pdl_launch, prefetch_l2
 
 
 @triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                           K_PER_SPLIT: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
@@ -41,7 +41,8 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K: t
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
         kk = split * K_PER_SPLIT + i + rk
-        x = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        x_mask = (rm[:, None] < M) & (kk[None, :] < K)
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
         w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
         acc += tl.dot(x, tl.trans(w))
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
@@ -116,6 +117,8 @@ def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tupl
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None):
     """The weight-streaming kernel with the given tiles (the sweep calls this directly)."""
     (m, k), n = x.shape, weight.shape[0]
+    if x.stride(1) != 1:
+        x = x.contiguous()
     if m > tiles.block_m:
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
     if out is None:
@@ -124,7 +127,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out
     if tiles.split_k > 1:
         parts, counters = _split_k_workspace(x.device, n, tiles)
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, m, n, k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k,
         num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
