@@ -151,6 +151,21 @@ def test_skinny_linear(ops, dtype, m, n, k):
     assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m", [1, 8, 24])
+def test_skinny_linear_reads_strided_rows(ops, dtype, m):
+    """Rows that are every other row of a larger tensor (the code predictor's first head reads
+    the stack's output at position 1 of each stream, `h[1::2]`): each row is its own, not the
+    next row of the buffer. Until session 9 the kernel assumed contiguous rows, so in bf16 every
+    stream but the first of a 2-32-stream batch got codebook 1 from another row's state."""
+    tri, _ = ops
+    g = torch.Generator(device=DEV).manual_seed(9)
+    x = torch.randn(2 * m, 1024, device=DEV, generator=g).to(dtype)[1::2]
+    w = (torch.randn(2048, 1024, device=DEV, generator=g) / 32).to(dtype)
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    assert (tri.linear(x, w, force=True).float() - ref).abs().max() <= tol(dtype) * ref.abs().max()
+
+
 def test_linear_routes_by_shape_and_rows(ops):
     """Which GEMMs go to the weight-streaming kernel (perf-notes #28): every shape up to 16 rows; at
     17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); above 32, none."""
@@ -342,3 +357,30 @@ def test_snake_beta_with_fused_adds(ops, dtype, fused, layout):
     assert (s_ref.float() - expected_sum.float()).abs().max() <= tol(dtype) * (1 + expected_sum.float().abs().max())
     scale = 1.0 + w_ref.abs()
     assert float(((w_tri - w_ref) / scale).abs().max()) <= tol(torch.float32)
+
+
+@pytest.mark.parametrize("batch,sampled", [(1, False), (3, True)], ids=["greedy-1", "sampled-3"])
+def test_persistent_code_predictor_matches_the_layer_kernels(tiny_checkpoint, batch, sampled):
+    """The code predictor's 15 steps as one persistent kernel (grid-wide barriers between phases)
+    against the same steps as layer kernels, from the same talker hidden states and code0s: the
+    same codes, greedy and sampled. Under the interpreter the grid is one program (a spinning
+    barrier cannot finish there otherwise); on a GPU one program per SM."""
+    from cadence.models.qwen3_tts import Qwen3TTS
+    from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker
+
+    model = Qwen3TTS.from_pretrained(tiny_checkpoint, DEV, "fp32")
+    g = torch.Generator().manual_seed(batch)
+    hidden = torch.randn(batch, model.config.talker.hidden_size, generator=g).to(DEV)
+    code0 = torch.randint(0, 2048, (batch,), generator=g).to(DEV)
+    slots = torch.arange(batch, device=DEV)
+    step, seed = torch.full((batch,), 5, device=DEV), torch.arange(batch, device=DEV) + 7
+    codes = []
+    for rows in (0, 16):
+        talker = Qwen3TTSTalker(model, 8, 2**24, 16, 64, 256, "triton", True, None, 64, 0, rows)
+        assert (talker.fast.persistent is not None) == (rows > 0)
+        if sampled:
+            c = talker.state.codes
+            c.do_sample[:batch], c.temperature[:batch], c.top_k[:batch], c.top_p[:batch] = True, 0.9, 50, 0.8
+        codes.append(talker.fast._predict_codes(hidden, code0, step, seed, slots))
+    assert codes[0].shape == (batch, 15)
+    assert torch.equal(codes[0], codes[1])
