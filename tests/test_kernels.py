@@ -384,3 +384,25 @@ def test_persistent_code_predictor_matches_the_layer_kernels(tiny_checkpoint, ba
         codes.append(talker.fast._predict_codes(hidden, code0, step, seed, slots))
     assert codes[0].shape == (batch, 15)
     assert torch.equal(codes[0], codes[1])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 GEMMs go through the Triton kernels on a GPU only")
+@pytest.mark.parametrize("persistent_rows", [0, 16], ids=["layer-kernels", "persistent"])
+def test_code_predictor_rows_do_not_depend_on_the_batch(tiny_checkpoint, persistent_rows):
+    """In bf16 each stream's codes are the same in a batch of 5 as alone: both code-predictor paths
+    are batch-invariant up to 16 rows. (The layer path was not until session 9: its first head read
+    strided rows as contiguous.)"""
+    from cadence.models.qwen3_tts import Qwen3TTS
+    from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker
+
+    model = Qwen3TTS.from_pretrained(tiny_checkpoint, DEV, "bf16")
+    talker = Qwen3TTSTalker(model, 8, 2**24, 16, 64, 256, "triton", True, None, 64, 0, persistent_rows)
+    g = torch.Generator().manual_seed(4)
+    b = 5
+    hidden = torch.randn(b, model.config.talker.hidden_size, generator=g).to(DEV, torch.bfloat16)
+    code0 = torch.randint(0, 2048, (b,), generator=g).to(DEV)
+    step, seed = torch.zeros(b, dtype=torch.long, device=DEV), torch.arange(b, device=DEV)
+    batched = talker.fast._predict_codes(hidden, code0, step, seed, torch.arange(b, device=DEV)).clone()
+    for i in range(b):
+        alone = talker.fast._predict_codes(hidden[i : i + 1], code0[i : i + 1], step[:1], seed[i : i + 1], step[:1])
+        assert torch.equal(alone[0], batched[i]), f"row {i}"

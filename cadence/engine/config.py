@@ -131,11 +131,19 @@ class EngineConfig:
     # batch-1 decode walk by 14 % and batch 8 by 9 %, changed nothing at 64 and slowed 128 and 256
     # (docs/perf-notes.md #27). 0: off.
     pdl_max_rows: int = 16
+    # Decode batches of at most this many streams run the code predictor's 15 steps as one
+    # persistent Triton kernel (its programs share each phase and meet at grid-wide barriers)
+    # instead of ~1,000 layer kernels. Triton backend only; a talker wider than its code predictor
+    # (1.7B) keeps the layer kernels. Off (0) by default: on an H200 it is not faster yet (batch-1
+    # walk 3.60 -> 4.00 ms in the engine; perf-notes #35).
+    persistent_max_rows: int = 0
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
             raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")
         if self.pdl_max_rows < 0:
             raise ValueError("pdl_max_rows must be >= 0 (0: off)")
+        if self.persistent_max_rows < 0:
+            raise ValueError("persistent_max_rows must be >= 0 (0: off)")
         if self.codec_dtype not in CODEC_DTYPES:
             raise ValueError(f"unknown codec dtype '{self.codec_dtype}'; allowed: {', '.join(CODEC_DTYPES)}")

@@ -197,24 +197,11 @@ def _sortable(x):
 
 
 @triton.jit
-def _sample_kernel(
-    logits_ptr, seen_ptr, pen_ptr, ban_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr, out_ptr,
-    V, eos_id, suppress_start, codebook_key,
-    HAS_SEEN: tl.constexpr, HAS_BAN: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
-):  # fmt: skip
-    pdl_entry(USE_PDL)
-    row = tl.program_id(0)
-    col = tl.arange(0, BLOCK)
-    valid = col < V
-    x = tl.load(logits_ptr + row * V + col, mask=valid, other=-float("inf")).to(tl.float32)
-    if HAS_SEEN:
-        seen = tl.load(seen_ptr + row * V + col, mask=valid, other=0) != 0
-        p = tl.load(pen_ptr + row)
-        x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
-    if HAS_BAN:
-        ban = tl.load(ban_ptr + row) != 0
-        banned = ((col >= suppress_start) & (col != eos_id)) | ((col == eos_id) & ban)
-        x = tl.where(banned, -float("inf"), x)
+def _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr, codebook_key, V):
+    """Row `row`'s token from its processed logits x [BLOCK] (fp32, -inf where invalid): the argmax,
+    or with do_sample the Gumbel-max over the temperature-scaled, top-k / top-p filtered values
+    with counter-based noise of (seed, frame, codebook key, column). Shared with the persistent
+    code predictor, so both sample with the same arithmetic."""
     choice = tl.argmax(x, axis=0)
     do = tl.load(do_ptr + row) != 0
     if do:
@@ -257,6 +244,30 @@ def _sample_kernel(
         u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
         noisy = tl.where(valid, y - tl.log(-tl.log(u)), -float("inf"))
         choice = tl.argmax(noisy, axis=0)
+    return choice
+
+
+@triton.jit
+def _sample_kernel(
+    logits_ptr, seen_ptr, pen_ptr, ban_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr, out_ptr,
+    V, eos_id, suppress_start, codebook_key,
+    HAS_SEEN: tl.constexpr, HAS_BAN: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
+):  # fmt: skip
+    pdl_entry(USE_PDL)
+    row = tl.program_id(0)
+    col = tl.arange(0, BLOCK)
+    valid = col < V
+    x = tl.load(logits_ptr + row * V + col, mask=valid, other=-float("inf")).to(tl.float32)
+    if HAS_SEEN:
+        seen = tl.load(seen_ptr + row * V + col, mask=valid, other=0) != 0
+        p = tl.load(pen_ptr + row)
+        x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
+    if HAS_BAN:
+        ban = tl.load(ban_ptr + row) != 0
+        banned = ((col >= suppress_start) & (col != eos_id)) | ((col == eos_id) & ban)
+        x = tl.where(banned, -float("inf"), x)
+    choice = _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr,
+                            codebook_key, V)  # fmt: skip
     tl.store(out_ptr + row, choice.to(tl.int64))
 
 

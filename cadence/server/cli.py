@@ -133,6 +133,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"launch on Hopper and newer GPUs; 0: off (default {defaults['pdl_max_rows']}: on an H200 the batch-1 "
         "decode step 14%% faster, batches of 128 and more slower with it)",
     )
+    g.add_argument(
+        "--persistent-max-rows",
+        type=int,
+        metavar="N",
+        help="decode batches of at most N streams run the code predictor as one persistent Triton kernel "
+        f"instead of ~1,000 layer kernels; 0: off (default {defaults['persistent_max_rows']}; docs/perf-notes.md #35)",
+    )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")
     g.add_argument("--voice-map", help="OpenAI voice aliases: 'alloy=ryan,nova=serena' or a JSON file (docs/api.md)")
@@ -262,6 +269,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
             codec_dtype=args.codec_dtype,
             codec_tf32=args.codec_tf32,
             pdl_max_rows=args.pdl_max_rows,
+            persistent_max_rows=args.persistent_max_rows,
         )
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:

@@ -147,6 +147,7 @@ class FastDecoder:
         buckets: tuple[int, ...] = DEFAULT_BUCKETS,
         prefill_token_budget: int = 2048,
         pdl_max_rows: int = 0,
+        persistent_max_rows: int = 0,
     ):
         self.p = partition
         model = partition.model
@@ -172,6 +173,7 @@ class FastDecoder:
         self.cp_k = torch.zeros(shape, dtype=model.dtype, device=self.dev)
         self.cp_v = torch.zeros(shape, dtype=model.dtype, device=self.dev)
         self.buckets = tuple(b for b in buckets if b < partition.max_slots) + (partition.max_slots,)
+        self.persistent = self._persistent_code_predictor(persistent_max_rows)
         self.graphs: dict[int, DecodeGraph] = {}
         self.pdl_max_rows = pdl_max_rows
         self._pending_advance: Callable[[], None] | None = None  # the last walk's second half, not yet run
@@ -228,11 +230,31 @@ class FastDecoder:
         st.position.narrow(0, self.dummy, 1).zero_()
         st.step.narrow(0, self.dummy, 1).zero_()
 
+    def _persistent_code_predictor(self, max_rows: int):
+        """The code predictor as one persistent kernel for batches of up to `max_rows` streams
+        (Triton only; perf-notes #35), or None: off, or a talker wider than its code predictor
+        (the 1.7B's small_to_mtp_projection is not in the kernel)."""
+        cp = self.talker.code_predictor
+        if max_rows <= 0:
+            return None
+        if not isinstance(cp.small_to_mtp_projection, torch.nn.Identity):
+            log.info("persistent code predictor off: the talker is wider than the code predictor")
+            return None
+        from ...kernels.triton_code_predictor import PersistentCodePredictor
+
+        heads = [h.weight for h in cp.lm_head]
+        tables = [e.weight for e in cp.model.codec_embedding][: self.groups - 2]
+        rows = min(max_rows, self.buckets[-1])
+        return PersistentCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
+
     def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:
         talker, ops = self.talker, self.ops
         cp = talker.code_predictor
         b, dev = hidden.shape[0], hidden.device
         params = _gather(self.state.codes, slots)
+        if self.persistent is not None and b <= self.persistent.max_streams:
+            first = torch.stack([hidden, talker.embed_codec(code0)], dim=1).flatten(0, 1)
+            return self.persistent(first, params, seed, step)
         rows = torch.arange(b, device=dev)
         table = rows[:, None]  # row b's one page is cp cache row b
         # Positions 0 and 1 (talker hidden, code0 embedding) as 2B query rows sharing their page.
