@@ -56,6 +56,7 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         codec_dtype=args.codec_dtype,
         codec_tf32=args.codec_tf32,
         pdl_max_rows=args.pdl_max_rows,
+        persistent_max_rows=args.persistent_max_rows,
     )
     start = time.perf_counter()
     core = build_core(model, cfg)
@@ -248,6 +249,13 @@ def main() -> None:
         help="graphs of at most this many rows launch their Triton kernels with programmatic dependent launch "
         "(Hopper; perf-notes #27; 0: off, 256: every bucket; default %(default)s, the engine's)",
     )
+    p.add_argument(
+        "--persistent-max-rows",
+        type=int,
+        default=EngineConfig.persistent_max_rows,
+        help="decode batches of at most this many streams run the code predictor as one persistent kernel "
+        "(perf-notes #35; 0: off; default %(default)s, the engine's)",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # capture times
 
@@ -257,10 +265,12 @@ def main() -> None:
     graphs = "off" if args.enforce_eager else "on"
     print(
         f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} codec tf32={args.codec_tf32} "
-        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows"
+        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows "
+        f"persistent<={args.persistent_max_rows} rows"
     )
     results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,
-                     "backend": args.attention_backend, "pdl_max_rows": args.pdl_max_rows, "decode": []}  # fmt: skip
+                     "backend": args.attention_backend, "pdl_max_rows": args.pdl_max_rows,
+                     "persistent_max_rows": args.persistent_max_rows, "decode": []}  # fmt: skip
     core, build_s = make_core(model, args, max(max(args.batches), max(args.codec_streams)))
     results["engine_build_seconds"] = build_s
     print(f"engine build (KV cache, graphs) {build_s:.1f} s")

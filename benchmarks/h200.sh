@@ -52,6 +52,22 @@ for phase in "$@"; do
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)
       python3 benchmarks/grid_barrier.py --json "$OUT/grid_barrier.json" 2>&1 | tee "$OUT/barrier.log" | tail -6 ;;
+    codepredictor)  # issue 4: the code predictor as layer kernels against one persistent kernel (perf-notes #35)
+      need_full
+      timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "persistent or sampling" 2>&1 | tail -4
+      timeout 420 python3 benchmarks/code_predictor.py --model $full --batches 1 8 16 --sweep \
+        --json "$OUT/code_predictor.json" 2>&1 | quiet | tee "$OUT/code_predictor.log" | tail -30 ;;
+    cpcheck)  # issue 4: the persistent code predictor's codes against the layer kernels', fp32 and bf16
+      need_full
+      for dt in bf16 fp32; do timeout 200 python3 benchmarks/code_predictor.py --model $full --dtype $dt --batches 8 --check \
+        2>&1 | quiet | tail -4; done ;;
+    persistent)  # issue 4: decode walks of 1-16 streams with the persistent code predictor and without
+      need_full
+      for rows in 16 0; do
+        timeout 400 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
+          --batches 1,8,16 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
+          --kv-gb 20 --persistent-max-rows $rows --json "$OUT/engine_steps_persistent_$rows.json" 2>&1 | quiet | tail -14
+      done ;;
     profile64)  # issue 4: kernel breakdown of one decode walk at batch 64 (issue 4's 4 ms target)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \

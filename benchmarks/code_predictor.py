@@ -1,0 +1,116 @@
+"""The code predictor's 15 steps (one frame's codebooks 1..15) as layer kernels against the
+persistent kernel (cadence/kernels/triton_code_predictor.py, perf-notes #35), each captured in a
+CUDA graph and replayed: ms per frame by batch, a sweep of the persistent kernel's launch choices
+(tiles, warps, grid size), and whether the two give the same codes.
+
+    python benchmarks/code_predictor.py --model CKPT [--batches 1 8 16] [--json out.json]
+
+The checkpoint is a full-size one (`cadence checkpoint random --preset full`); bf16 as served.
+Greedy rows, so "same codes" compares the argmax of both (bf16 accumulation order may part them
+at a near-tie: the count of differing codes is printed, not asserted). GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+from graph_timing import replay_ms
+
+from cadence.kernels.triton_code_predictor import CodePredictorTiles
+from cadence.models.qwen3_tts import Qwen3TTS
+from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker
+
+# Session 9's sweeps (docs/data/h200/code_predictor*.json): 32 weight rows per tile beat 16 at
+# every batch; K steps of 128 or 512, 8 warps, half the grid, and an L2 prefetch of the next
+# phase's weights before each barrier (since removed) were all slower.
+SWEEP = [
+    CodePredictorTiles(),
+    CodePredictorTiles(block_n=16),
+    CodePredictorTiles(block_k=512),
+    CodePredictorTiles(warps=8),
+]
+
+
+def check(args) -> None:
+    """Codes of both paths from the same inputs, per codebook (codebook 1 depends on one step only;
+    a near-tie flipped there changes every later input), and each path's batch against its rows
+    run one at a time (both are meant to be batch-invariant up to 16 rows)."""
+    model = Qwen3TTS.from_pretrained(args.model, "cuda", args.dtype)
+    b = max(args.batches)
+    paths = {
+        name: Qwen3TTSTalker(model, b, 2**26, 16, 64, 256, "triton", True, None, 64, 0, rows)
+        for name, rows in (("layers", 0), ("persistent", b))
+    }
+    g = torch.Generator(device="cuda").manual_seed(0)
+    hidden = torch.randn(b, model.config.talker.hidden_size, device="cuda", generator=g).to(model.dtype)
+    code0 = torch.randint(0, 2048, (b,), device="cuda", generator=g)
+    step, seed = torch.zeros(b, dtype=torch.long, device="cuda"), torch.arange(b, device="cuda")
+    out = {}
+    for name, talker in paths.items():
+        out[name] = talker.fast._predict_codes(hidden, code0, step, seed, torch.arange(b, device="cuda")).clone()
+        alone = torch.cat([
+            talker.fast._predict_codes(hidden[i : i + 1], code0[i : i + 1], step[:1], seed[i : i + 1],
+                                       torch.zeros(1, dtype=torch.long, device="cuda")).clone()
+            for i in range(b)
+        ])  # fmt: skip
+        print(f"{args.dtype} {name}: batch of {b} against its rows alone: {int((alone == out[name]).sum())}/{b * 15}")
+    same = (out["layers"] == out["persistent"]).sum(0).tolist()
+    print(f"{args.dtype} batch {b}: same codes per codebook (of {b} rows): {same}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16])
+    p.add_argument("--sweep", action="store_true", help="also the launch choices of SWEEP and half the grid")
+    p.add_argument("--check", action="store_true", help="compare codes only")
+    p.add_argument("--json")
+    args = p.parse_args()
+    if args.check:
+        check(args)
+        return
+    model = Qwen3TTS.from_pretrained(args.model, "cuda", args.dtype)
+    rows = max(args.batches)
+    # Eager partitions (no engine graphs): this script captures the code predictor alone.
+    layered = Qwen3TTSTalker(model, rows, 2**26, 16, 64, 256, "triton", True, None, 64, 0, 0)
+    persistent = Qwen3TTSTalker(model, rows, 2**26, 16, 64, 256, "triton", True, None, 64, 0, rows)
+    kernel = persistent.fast.persistent
+    sms = kernel.programs
+    g = torch.Generator(device="cuda").manual_seed(0)
+    results = []
+    for b in args.batches:
+        hidden = torch.randn(b, model.config.talker.hidden_size, device="cuda", generator=g).to(model.dtype)
+        code0 = torch.randint(0, 2048, (b,), device="cuda", generator=g)
+        slots = torch.arange(b, device="cuda")
+        step, seed = torch.zeros(b, dtype=torch.long, device="cuda"), torch.arange(b, device="cuda")
+
+        def codes(talker):
+            return talker.fast._predict_codes(hidden, code0, step, seed, slots)  # noqa: B023
+
+        same = int((codes(layered) == codes(persistent)).sum())
+        row = {"batch": b, "layers_ms": replay_ms(lambda: codes(layered)), "same_codes": same, "codes": b * 15}  # noqa: B023
+        configs = [(CodePredictorTiles(), sms)]
+        if args.sweep:
+            configs += [(t, sms) for t in SWEEP[1:]] + [(CodePredictorTiles(), sms // 2)]
+        row["persistent"] = []
+        for tiles, programs in configs:
+            kernel.tiles, kernel.programs = tiles, programs
+            ms = replay_ms(lambda: codes(persistent))  # noqa: B023
+            row["persistent"].append({**dataclasses.asdict(tiles), "programs": programs, "ms": ms})
+            print(f"batch {b:>3}: persistent {ms:.3f} ms ({tiles}, {programs} programs)")
+        kernel.tiles, kernel.programs = CodePredictorTiles(), sms
+        best = min(r["ms"] for r in row["persistent"])
+        print(f"batch {b:>3}: layer kernels {row['layers_ms']:.3f} ms, persistent {row['persistent'][0]['ms']:.3f} "
+              f"(best {best:.3f}); same codes {same}/{b * 15}")  # fmt: skip
+        results.append(row)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
