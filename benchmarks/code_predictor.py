@@ -24,16 +24,16 @@ from cadence.kernels.triton_code_predictor import CodePredictorTiles
 from cadence.models.qwen3_tts import Qwen3TTS
 from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker
 
-# Session 9's first sweeps (docs/data/h200/code_predictor_first_sweep.json, code_predictor_35.json,
-# before split-K): 32 weight rows per tile beat 16 at every batch; K steps of 128 or 512, 8 warps,
-# half the grid, and an L2 prefetch of the next phase's weights before each barrier (since removed)
-# were all slower. The first entry is the default.
+# Session 9's sweeps (docs/data/h200/code_predictor_first_sweep.json, code_predictor_35.json,
+# code_predictor_36.json): 32 weight rows per tile beat 16 at every batch; K steps of 128 or 512,
+# 8 warps, half the grid, an L2 prefetch of the next phase's weights before each barrier, and split-K
+# in the narrow phases with the consumer adding the partials (perf-notes #36) were all slower, and
+# the last two were removed from the kernel.
 SWEEP = [
     CodePredictorTiles(),
-    CodePredictorTiles(split_o=1, split_down=1, split_head=1),
-    CodePredictorTiles(split_o=8, split_down=8, split_head=4),
-    CodePredictorTiles(block_n=16, split_o=2, split_down=2, split_head=1),
-    CodePredictorTiles(block_k=128),
+    CodePredictorTiles(block_n=16),
+    CodePredictorTiles(block_k=512),
+    CodePredictorTiles(warps=8),
 ]
 
 
