@@ -1,0 +1,121 @@
+"""What one phase of a persistent kernel costs, and how much of it loading the next phase's weights
+before the grid-wide barrier would save (perf-notes #37; the lead left by #35 and #36).
+
+One launch, one program per SM, runs PHASES phases of a code-predictor-shaped GEMM: out[16, N] =
+x[16, K] @ W_p^T, each phase with its own weight (cycled over enough copies that they come from
+HBM, not L2), each program owning BLOCK_N rows of W_p. Three orders:
+
+    after    barrier, then the weight tile and the input rows, then the dot (#35's phases)
+    before   the next phase's weight tile loaded into registers before the barrier, so only the
+             input rows and the dot follow it
+    nobarrier  as `after` without barriers: the floor set by streaming the weights alone
+
+us per phase = (ms of the launch - ms of a 1-phase launch) / (PHASES - 1), in a CUDA graph.
+
+    python benchmarks/phase_latency.py [--n 4096 --k 1024] [--phases 200] [--json out.json]
+    python benchmarks/phase_latency.py --check   # the loop under TRITON_INTERPRET=1, one program
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+ORDERS = ("after", "before", "nobarrier")
+
+
+@triton.jit
+def _barrier(counter_ptr, target):
+    tl.debug_barrier()
+    tl.atomic_add(counter_ptr, 1, sem="release")
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    while seen < target:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.constexpr, K: tl.constexpr,
+                   BLOCK_N: tl.constexpr, ORDER: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    P = tl.num_programs(0)
+    rm = tl.arange(0, 16)
+    rk = tl.arange(0, K)
+    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # one tile per program: the grid covers N, all resident
+    w_tile = rn[:, None] * K + rk[None, :]
+    w = tl.load(w_ptr + w_tile, mask=rn[:, None] < N, other=0.0)
+    for phase in range(PHASES):
+        if ORDER == 0:  # after: wait, then load this phase's weights
+            _barrier(counter_ptr, (phase + 1) * P)
+            w = tl.load(w_ptr + (phase % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
+        elif ORDER == 1:  # before: this phase's weights were loaded before the barrier
+            w_next = tl.load(w_ptr + ((phase + 1) % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
+            _barrier(counter_ptr, (phase + 1) * P)
+        else:
+            w = tl.load(w_ptr + (phase % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
+        x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], cache_modifier=".cg")
+        acc = tl.dot(x, tl.trans(w))
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=rn[None, :] < N)
+        if ORDER == 1:
+            w = w_next
+
+
+def launch(x, w, out, counter, phases: int, order: str, block_n: int, warps: int) -> None:
+    n, k = w.shape[1], w.shape[2]
+    counter.zero_()
+    _phases_kernel[(triton.cdiv(n, block_n),)](
+        x, w, out, counter, n, w.shape[0], PHASES=phases, K=k, BLOCK_N=block_n, ORDER=ORDERS.index(order),
+        num_warps=warps,
+    )  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=4096, help="weight rows (the code predictor's QKV: 4096)")
+    p.add_argument("--k", type=int, default=1024)
+    p.add_argument("--phases", type=int, default=200)
+    p.add_argument("--tiles", nargs="+", default=["16x4", "16x8", "32x8"],
+                   help="weight rows per program x warps (16 rows: two programs per SM)")  # fmt: skip
+    p.add_argument("--check", action="store_true", help="one program, 3 phases, every order (TRITON_INTERPRET=1)")
+    p.add_argument("--json")
+    args = p.parse_args()
+    if args.check:
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(2, 32, 64, generator=g)
+        x = torch.randn(16, 64, generator=g)
+        for order in ORDERS:
+            out, counter = torch.zeros(16, 32), torch.zeros(1, dtype=torch.int32)
+            launch(x, w, out, counter, 3, order, 32, 4)
+            expect = x @ w[2 % 2].T  # the last phase's weights
+            assert torch.allclose(out, expect, atol=1e-3), order
+        print("phase loop ok: 1 program, 3 phases, every order")
+        return
+    from graph_timing import replay_ms
+
+    copies = max(2, (120 << 20) // (args.n * args.k * 2))  # > 2x the L2, so weights stream from HBM
+    w = (torch.randn(copies, args.n, args.k, device="cuda") / 32).to(torch.bfloat16)
+    x = torch.randn(16, args.k, device="cuda").to(torch.bfloat16)
+    out = torch.empty(16, args.n, device="cuda", dtype=torch.bfloat16)
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    results = []
+    for tile in args.tiles:
+        block_n, warps = (int(v) for v in tile.split("x"))
+        for order in ORDERS:
+            one = replay_ms(lambda: launch(x, w, out, counter, 1, order, block_n, warps))  # noqa: B023
+            full = replay_ms(lambda: launch(x, w, out, counter, args.phases, order, block_n, warps))  # noqa: B023
+            us = (full - one) / (args.phases - 1) * 1e3
+            floor = args.n * args.k * 2 / 4.8e12 * 1e6
+            results.append({"order": order, "warps": warps, "block_n": block_n, "us_per_phase": us})
+            print(f"{order:>10} {warps} warps, {triton.cdiv(args.n, block_n)} programs x {block_n} rows: "
+                  f"{us:.2f} us per phase (weights alone at 4.8 TB/s: {floor:.2f} us)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
