@@ -23,17 +23,17 @@ import triton
 import triton.language as tl
 from graph_timing import replay_ms
 
+from cadence.kernels.triton_code_predictor import grid_arrive, grid_wait
+
 
 @triton.jit
 def barrier_rounds(counter_ptr, out_ptr, ROUNDS: tl.constexpr):
+    """ROUNDS barriers of the persistent code predictor's kind (grid_arrive, grid_wait)."""
     programs = tl.num_programs(0)
-    seen = 0
     for r in range(ROUNDS):
-        tl.atomic_add(counter_ptr, 1, sem="release")
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-        while seen < (r + 1) * programs:
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-    tl.store(out_ptr + tl.program_id(0), seen)
+        grid_arrive(counter_ptr)
+        grid_wait(counter_ptr, (r + 1) * programs)
+    tl.store(out_ptr + tl.program_id(0), tl.atomic_add(counter_ptr, 0, sem="acquire"))
 
 
 def run(counter: torch.Tensor, out: torch.Tensor, programs: int, rounds: int, warps: int) -> None:

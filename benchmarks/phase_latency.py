@@ -30,27 +30,9 @@ import torch
 import triton
 import triton.language as tl
 
+from cadence.kernels.triton_code_predictor import grid_arrive, grid_barrier, grid_wait
+
 ORDERS = ("after", "before", "nobarrier", "split")
-
-
-@triton.jit
-def _arrive(counter_ptr):
-    tl.debug_barrier()  # every thread's stores issued before the release
-    tl.atomic_add(counter_ptr, 1, sem="release")
-
-
-@triton.jit
-def _wait(counter_ptr, target):
-    seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-    while seen < target:
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-    tl.debug_barrier()
-
-
-@triton.jit
-def _barrier(counter_ptr, target):
-    _arrive(counter_ptr)
-    _wait(counter_ptr, target)
 
 
 @triton.jit
@@ -65,11 +47,11 @@ def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.con
     w = tl.load(w_ptr + w_tile, mask=rn[:, None] < N, other=0.0)
     for phase in range(PHASES):
         if ORDER == 0:  # after: wait, then load this phase's weights
-            _barrier(counter_ptr, (phase + 1) * P)
+            grid_barrier(counter_ptr, (phase + 1) * P)
             w = tl.load(w_ptr + (phase % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
         elif ORDER == 1:  # before: this phase's weights were loaded before the barrier
             w_next = tl.load(w_ptr + ((phase + 1) % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
-            _barrier(counter_ptr, (phase + 1) * P)
+            grid_barrier(counter_ptr, (phase + 1) * P)
         elif ORDER == 2:
             w = tl.load(w_ptr + (phase % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
         x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], cache_modifier=".cg")
@@ -78,9 +60,9 @@ def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.con
         if ORDER == 1:
             w = w_next
         if ORDER == 3:  # split: arrive, load the next phase's weights, then wait
-            _arrive(counter_ptr)
+            grid_arrive(counter_ptr)
             w = tl.load(w_ptr + ((phase + 1) % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
-            _wait(counter_ptr, (phase + 1) * P)
+            grid_wait(counter_ptr, (phase + 1) * P)
 
 
 def launch(x, w, out, counter, phases: int, order: str, block_n: int, warps: int) -> None:

@@ -47,10 +47,17 @@ from .triton_ops import _sample_choice
 
 
 @triton.jit
-def _grid_barrier(counter_ptr, target):
-    """Wait until every program has arrived: the counter reaches `target` (barriers so far x grid)."""
+def grid_arrive(counter_ptr):
+    """A program's arrival at a grid-wide barrier: its threads' stores, then one release add. The
+    release waits until every memory operation the program issued before it is performed (loads
+    too: perf-notes #37)."""
     tl.debug_barrier()  # every thread's stores issued before this program's release
     tl.atomic_add(counter_ptr, 1, sem="release")
+
+
+@triton.jit
+def grid_wait(counter_ptr, target):
+    """Spin until the counter reaches `target` (barriers so far x grid), then let every thread on."""
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
     while seen < target:
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
@@ -58,9 +65,15 @@ def _grid_barrier(counter_ptr, target):
 
 
 @triton.jit
+def grid_barrier(counter_ptr, target):
+    grid_arrive(counter_ptr)
+    grid_wait(counter_ptr, target)
+
+
+@triton.jit
 def _sync(counter_ptr, passed, P):
     """The next grid-wide barrier; returns the count of barriers passed."""
-    _grid_barrier(counter_ptr, (passed + 1) * P)
+    grid_barrier(counter_ptr, (passed + 1) * P)
     return passed + 1
 
 
