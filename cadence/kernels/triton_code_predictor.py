@@ -4,9 +4,10 @@ Layer by layer, a batch-1 frame's code predictor is ~1,000 short kernels (15 ste
 ~9, plus heads and samplers), each too short to reach memory bandwidth: ~2.4 ms for 2.4 GB of
 weights that take 0.5 ms to read. Here one launch runs all of it. Its programs, one per SM, stay
 resident and share every phase's work; a grid-wide barrier (an atomic counter every program adds
-to and then spins on: ~0.9 us on an H200, perf-notes #34) separates the phases that depend on each
-other's results. One code-predictor step over R rows (2 per stream at the first step: the talker's
-hidden state and code0's embedding at positions 0 and 1; then 1 per stream):
+to and then spins on: 0.9 us on an H200 alone, perf-notes #34, ~3.6 us among phases that move
+memory, #37) separates the phases that depend on each other's results. One code-predictor step
+over R rows (2 per stream at the first step: the talker's hidden state and code0's embedding at
+positions 0 and 1; then 1 per stream):
 
     per layer  qkv     RMSNorm(d + r) @ Wqkv (each program normalises the rows itself, so no
                        phase of its own; the first tile's program stores the residual sum)
@@ -25,9 +26,9 @@ rounding follow the layered kernels (triton_ops), so results match them to accum
 
 Not faster than the layer kernels yet on an H200 (2.63-2.80 against 2.78-2.81 ms alone at batch 1,
 slower inside the engine), so EngineConfig.persistent_max_rows is 0 by default. A phase costs ~6 us,
-a chain of dependent memory round trips per program (barrier, input rows, weights, store); more SMs
-per phase (split-K) and an L2 prefetch were both slower (perf-notes #35, #36). Loading the next
-phase's weights while waiting at the barrier is what is left to try.
+2.6 of them without the barrier: the barrier's release waits for every memory operation the
+program has in flight. More SMs per phase (split-K) and an L2 prefetch were both slower (perf-notes
+#35-#37); loading the next phase's weights between a split barrier's arrive and wait is next.
 
 The spinning barrier needs every program resident at once: the grid is at most one program per
 SM. Under TRITON_INTERPRET=1 programs run one after another, so only a grid of one can finish
