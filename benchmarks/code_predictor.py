@@ -37,26 +37,31 @@ SWEEP = [
 ]
 
 
+def talker(model: Qwen3TTS, streams: int, persistent_rows: int) -> Qwen3TTSTalker:
+    """An eager partition (no engine graphs): this script captures the code predictor alone."""
+    return Qwen3TTSTalker(model, streams, 2**26, 16, 64, 256, "triton", True, None, 64, 0, persistent_rows)
+
+
+def inputs(model: Qwen3TTS, b: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """_predict_codes' inputs for `b` greedy rows: talker hidden states, code0s, steps, seeds."""
+    hidden = torch.randn(b, model.config.talker.hidden_size, device="cuda", generator=g).to(model.dtype)
+    code0 = torch.randint(0, 2048, (b,), device="cuda", generator=g)
+    return hidden, code0, torch.zeros(b, dtype=torch.long, device="cuda"), torch.arange(b, device="cuda")
+
+
 def check(args) -> None:
     """Codes of both paths from the same inputs, per codebook (codebook 1 depends on one step only;
     a near-tie flipped there changes every later input), and each path's batch against its rows
     run one at a time (both are meant to be batch-invariant up to 16 rows)."""
     model = Qwen3TTS.from_pretrained(args.model, "cuda", args.dtype)
     b = max(args.batches)
-    paths = {
-        name: Qwen3TTSTalker(model, b, 2**26, 16, 64, 256, "triton", True, None, 64, 0, rows)
-        for name, rows in (("layers", 0), ("persistent", b))
-    }
-    g = torch.Generator(device="cuda").manual_seed(0)
-    hidden = torch.randn(b, model.config.talker.hidden_size, device="cuda", generator=g).to(model.dtype)
-    code0 = torch.randint(0, 2048, (b,), device="cuda", generator=g)
-    step, seed = torch.zeros(b, dtype=torch.long, device="cuda"), torch.arange(b, device="cuda")
+    paths = {"layers": talker(model, b, 0), "persistent": talker(model, b, b)}
+    hidden, code0, step, seed = inputs(model, b, torch.Generator(device="cuda").manual_seed(0))
     out = {}
-    for name, talker in paths.items():
-        out[name] = talker.fast._predict_codes(hidden, code0, step, seed, torch.arange(b, device="cuda")).clone()
+    for name, path in paths.items():
+        out[name] = path.fast._predict_codes(hidden, code0, step, seed, torch.arange(b, device="cuda")).clone()
         alone = torch.cat([
-            talker.fast._predict_codes(hidden[i : i + 1], code0[i : i + 1], step[:1], seed[i : i + 1],
-                                       torch.zeros(1, dtype=torch.long, device="cuda")).clone()
+            path.fast._predict_codes(hidden[i : i + 1], code0[i : i + 1], step[:1], seed[i : i + 1], step[:1]).clone()
             for i in range(b)
         ])  # fmt: skip
         print(f"{args.dtype} {name}: batch of {b} against its rows alone: {int((alone == out[name]).sum())}/{b * 15}")
@@ -78,21 +83,17 @@ def main() -> None:
         return
     model = Qwen3TTS.from_pretrained(args.model, "cuda", args.dtype)
     rows = max(args.batches)
-    # Eager partitions (no engine graphs): this script captures the code predictor alone.
-    layered = Qwen3TTSTalker(model, rows, 2**26, 16, 64, 256, "triton", True, None, 64, 0, 0)
-    persistent = Qwen3TTSTalker(model, rows, 2**26, 16, 64, 256, "triton", True, None, 64, 0, rows)
+    layered, persistent = talker(model, rows, 0), talker(model, rows, rows)
     kernel = persistent.fast.persistent
     sms = kernel.programs
     g = torch.Generator(device="cuda").manual_seed(0)
     results = []
     for b in args.batches:
-        hidden = torch.randn(b, model.config.talker.hidden_size, device="cuda", generator=g).to(model.dtype)
-        code0 = torch.randint(0, 2048, (b,), device="cuda", generator=g)
+        hidden, code0, step, seed = inputs(model, b, g)
         slots = torch.arange(b, device="cuda")
-        step, seed = torch.zeros(b, dtype=torch.long, device="cuda"), torch.arange(b, device="cuda")
 
-        def codes(talker):
-            return talker.fast._predict_codes(hidden, code0, step, seed, slots)  # noqa: B023
+        def codes(path):
+            return path.fast._predict_codes(hidden, code0, step, seed, slots)  # noqa: B023
 
         same = int((codes(layered) == codes(persistent)).sum())
         row = {"batch": b, "layers_ms": replay_ms(lambda: codes(layered)), "same_codes": same, "codes": b * 15}  # noqa: B023

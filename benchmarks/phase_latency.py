@@ -3,7 +3,7 @@ before the grid-wide barrier would save (perf-notes #37; the lead left by #35 an
 
 One launch, one program per SM, runs PHASES phases of a code-predictor-shaped GEMM: out[16, N] =
 x[16, K] @ W_p^T, each phase with its own weight (cycled over enough copies that they come from
-HBM, not L2), each program owning BLOCK_N rows of W_p. Three orders:
+HBM, not L2), each program owning BLOCK_N rows of W_p. Four orders:
 
     after    barrier, then the weight tile and the input rows, then the dot (#35's phases)
     before   the next phase's weight tile loaded into registers before the barrier, so only the

@@ -329,9 +329,8 @@ class PersistentCodePredictor:
         self.act = torch.zeros(rows, self.inter, dtype=dtype, device=dev)
         self.logits = torch.zeros(max_streams, self.vocab, dtype=dtype, device=dev)
         self.codes = torch.zeros(max_streams, self.steps, dtype=torch.long, device=dev)
-        if programs is None:
-            interpreted = not dev.type == "cuda"
-            programs = 1 if interpreted else torch.cuda.get_device_properties(dev).multi_processor_count
+        if programs is None:  # one per SM; one under the interpreter (CPU tensors)
+            programs = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
         self.programs = programs
 
     def __call__(self, first: torch.Tensor, params: RowParams, seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:

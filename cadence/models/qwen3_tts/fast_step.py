@@ -252,13 +252,12 @@ class FastDecoder:
         cp = talker.code_predictor
         b, dev = hidden.shape[0], hidden.device
         params = _gather(self.state.codes, slots)
+        # Positions 0 and 1 (talker hidden, code0 embedding) as 2B query rows sharing their page.
+        first = cp.small_to_mtp_projection(torch.stack([hidden, talker.embed_codec(code0)], dim=1)).flatten(0, 1)
         if self.persistent is not None and b <= self.persistent.max_streams:
-            first = torch.stack([hidden, talker.embed_codec(code0)], dim=1).flatten(0, 1)
             return self.persistent(first, params, seed, step)
         rows = torch.arange(b, device=dev)
         table = rows[:, None]  # row b's one page is cp cache row b
-        # Positions 0 and 1 (talker hidden, code0 embedding) as 2B query rows sharing their page.
-        first = cp.small_to_mtp_projection(torch.stack([hidden, talker.embed_codec(code0)], dim=1)).flatten(0, 1)
         pos2 = torch.arange(2, device=dev).repeat(b)
         h = self.cp_stack(
             first, pos2, table.repeat_interleave(2, dim=0), pos2 + 1, rows.repeat_interleave(2) * self.groups + pos2,
