@@ -34,7 +34,6 @@ SWEEP = [
     CodePredictorTiles(block_n=16),
     CodePredictorTiles(block_k=512),
     CodePredictorTiles(warps=8),
-    CodePredictorTiles(one_thread_barrier=True),
 ]
 
 

@@ -27,18 +27,18 @@ from cadence.kernels.triton_code_predictor import grid_arrive, grid_wait
 
 
 @triton.jit
-def barrier_rounds(counter_ptr, out_ptr, ROUNDS: tl.constexpr, ONE_THREAD: tl.constexpr):
+def barrier_rounds(counter_ptr, out_ptr, ROUNDS: tl.constexpr):
     """ROUNDS barriers of the persistent code predictor's kind (grid_arrive, grid_wait)."""
     programs = tl.num_programs(0)
     for r in range(ROUNDS):
-        grid_arrive(counter_ptr, ONE_THREAD)
-        grid_wait(counter_ptr, (r + 1) * programs, ONE_THREAD)
+        grid_arrive(counter_ptr)
+        grid_wait(counter_ptr, (r + 1) * programs)
     tl.store(out_ptr + tl.program_id(0), tl.atomic_add(counter_ptr, 0, sem="acquire"))
 
 
-def run(counter: torch.Tensor, out: torch.Tensor, programs: int, rounds: int, warps: int, one_thread: bool = False):
+def run(counter: torch.Tensor, out: torch.Tensor, programs: int, rounds: int, warps: int) -> None:
     counter.zero_()
-    barrier_rounds[(programs,)](counter, out, ROUNDS=rounds, ONE_THREAD=one_thread, num_warps=warps)
+    barrier_rounds[(programs,)](counter, out, ROUNDS=rounds, num_warps=warps)
 
 
 def main() -> None:
@@ -46,8 +46,6 @@ def main() -> None:
     p.add_argument("--programs", type=int, nargs="+", default=None, help="grid sizes (default: 1 and 2 per SM)")
     p.add_argument("--rounds", type=int, default=1000)
     p.add_argument("--warps", type=int, nargs="+", default=[4, 8])
-    p.add_argument("--barriers", nargs="+", default=["atomic", "one_thread"], choices=["atomic", "one_thread"],
-                   help="grid_wait's polls: atomics from every program, or plain loads by thread 0")  # fmt: skip
     p.add_argument("--check", action="store_true", help="one program, 3 rounds (runs under TRITON_INTERPRET=1)")
     p.add_argument("--json")
     args = p.parse_args()
@@ -63,16 +61,13 @@ def main() -> None:
     results = []
     for programs in args.programs or [sms, 2 * sms]:
         out = torch.zeros(programs, dtype=torch.int32, device=device)
-        for warps, barrier in [(w, b) for w in args.warps for b in args.barriers]:
-            one = barrier == "one_thread"
-            base = replay_ms(lambda: run(counter, out, programs, 0, warps, one))  # noqa: B023
-            full = replay_ms(lambda: run(counter, out, programs, args.rounds, warps, one))  # noqa: B023
+        for warps in args.warps:
+            base = replay_ms(lambda: run(counter, out, programs, 0, warps))  # noqa: B023
+            full = replay_ms(lambda: run(counter, out, programs, args.rounds, warps))  # noqa: B023
             assert int(counter[0]) == args.rounds * programs
             us = (full - base) / args.rounds * 1e3
-            results.append({"programs": programs, "warps": warps, "barrier": barrier, "rounds": args.rounds,
-                            "us_per_barrier": us})  # fmt: skip
-            print(f"{programs:>5} programs x {warps} warps, {barrier:>10}: {us:.2f} us per barrier "
-                  f"({args.rounds} rounds, {sms} SMs)")  # fmt: skip
+            results.append({"programs": programs, "warps": warps, "rounds": args.rounds, "us_per_barrier": us})
+            print(f"{programs:>5} programs x {warps} warps: {us:.2f} us per barrier ({args.rounds} rounds, {sms} SMs)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -57,8 +57,11 @@ for phase in "$@"; do
       timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "persistent or sampling" 2>&1 | tail -4
       timeout 420 python3 benchmarks/code_predictor.py --model $full --batches 1 8 16 --sweep \
         --json "$OUT/code_predictor.json" 2>&1 | quiet | tee "$OUT/code_predictor.log" | tail -30 ;;
-    phases)  # issue 4: one persistent-kernel phase, weights loaded after or before its barrier (perf-notes #37)
-      timeout 540 python3 benchmarks/phase_latency.py --orders after nobarrier split --barriers atomic one_thread --tiles 16x4 32x4 --json "$OUT/phase_latency.json" 2>&1 | tee "$OUT/phases.log" | tail -14 ;;
+    phases)  # issue 4: one persistent-kernel phase: barrier orders, prefetching, L2-resident weights (perf-notes #37-#40)
+      timeout 300 python3 benchmarks/phase_latency.py --orders after nobarrier split ahead bulk_ahead --tiles 32x4 16x4 \
+        --json "$OUT/phase_latency.json" 2>&1 | tee "$OUT/phases.log" | tail -14
+      timeout 200 python3 benchmarks/phase_latency.py --copies 2 --orders after nobarrier split --tiles 32x4 16x4 \
+        --json "$OUT/phase_latency_l2.json" 2>&1 | tee -a "$OUT/phases.log" | tail -6 ;;
     cpcheck)  # issue 4: the persistent code predictor's codes against the layer kernels', fp32 and bf16
       need_full
       for dt in bf16 fp32; do timeout 200 python3 benchmarks/code_predictor.py --model $full --dtype $dt --batches 8 --check \

@@ -58,7 +58,7 @@ def _bulk_prefetch_l2(ptr, nbytes):
 @triton.jit
 def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.constexpr, K: tl.constexpr,
                    BLOCK_N: tl.constexpr, ORDER: tl.constexpr, HINT: tl.constexpr,
-                   AHEAD: tl.constexpr, ONE_THREAD: tl.constexpr):  # fmt: skip
+                   AHEAD: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     rm = tl.arange(0, 16)
@@ -73,11 +73,11 @@ def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.con
         if ORDER == 7 and HINT:
             _bulk_prefetch_l2(w_ptr + ((phase + AHEAD) % copies) * N * K + pid * BLOCK_N * K, BLOCK_N * K * 2)
         if ORDER == 0 or ORDER == 5 or ORDER == 7:  # after: wait, then load this phase's weights
-            grid_barrier(counter_ptr, (phase + 1) * P, ONE_THREAD)
+            grid_barrier(counter_ptr, (phase + 1) * P)
             w = tl.load(w_ptr + (phase % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
         elif ORDER == 1:  # before: this phase's weights were loaded before the barrier
             w_next = tl.load(w_ptr + ((phase + 1) % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
-            grid_barrier(counter_ptr, (phase + 1) * P, ONE_THREAD)
+            grid_barrier(counter_ptr, (phase + 1) * P)
         elif ORDER == 2 or ORDER == 4:  # nobarrier; split_l2 (its lines were prefetched into L2)
             w = tl.load(w_ptr + (phase % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
         x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], cache_modifier=".cg")
@@ -86,24 +86,22 @@ def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.con
         if ORDER == 1:
             w = w_next
         if ORDER == 3 or ORDER == 6:  # split: arrive, load the next phase's weights, then wait
-            grid_arrive(counter_ptr, ONE_THREAD)
+            grid_arrive(counter_ptr)
             w = tl.load(w_ptr + ((phase + 1) % copies) * N * K + w_tile, mask=rn[:, None] < N, other=0.0)
-            grid_wait(counter_ptr, (phase + 1) * P, ONE_THREAD)
+            grid_wait(counter_ptr, (phase + 1) * P)
         if ORDER == 4:  # split_l2: arrive, prefetch the next phase's 128-byte lines into L2, then wait
-            grid_arrive(counter_ptr, ONE_THREAD)
+            grid_arrive(counter_ptr)
             if HINT:  # inline assembly: not under the interpreter
                 prefetch_l2(w_ptr + ((phase + 1) % copies) * N * K + rn[:, None] * K + lines[None, :])
-            grid_wait(counter_ptr, (phase + 1) * P, ONE_THREAD)
+            grid_wait(counter_ptr, (phase + 1) * P)
 
 
-def launch(
-    x, w, out, counter, phases: int, order: str, block_n: int, warps: int, ahead: int = 2, one_thread: bool = False
-) -> None:
+def launch(x, w, out, counter, phases: int, order: str, block_n: int, warps: int, ahead: int = 2) -> None:
     n, k = w.shape[1], w.shape[2]
     counter.zero_()
     _phases_kernel[(triton.cdiv(n, block_n),)](
         x, w, out, counter, n, w.shape[0], PHASES=phases, K=k, BLOCK_N=block_n, ORDER=ORDERS.index(order),
-        HINT=x.is_cuda, AHEAD=ahead, ONE_THREAD=one_thread, num_warps=warps,
+        HINT=x.is_cuda, AHEAD=ahead, num_warps=warps,
     )  # fmt: skip
 
 
@@ -118,8 +116,6 @@ def main() -> None:
                    help="rows per program x warps, e.g. 16x4 16x8 32x8 (16 rows: two programs per SM)")  # fmt: skip
     p.add_argument("--orders", nargs="+", default=list(ORDERS), choices=ORDERS)
     p.add_argument("--ahead", type=int, nargs="+", default=[2], help="phases ahead that ahead orders prefetch")
-    p.add_argument("--barriers", nargs="+", default=["atomic"], choices=["atomic", "one_thread"],
-                   help="grid_wait's polls: atomics from every program, or plain loads by thread 0")  # fmt: skip
     p.add_argument("--check", action="store_true", help="one program, 3 phases, every order (TRITON_INTERPRET=1)")
     p.add_argument("--json")
     args = p.parse_args()
@@ -144,16 +140,14 @@ def main() -> None:
     results = []
     for tile in args.tiles:
         block_n, warps = (int(v) for v in tile.split("x"))
-        runs = [(o, a, b) for b in args.barriers for o in args.orders for a in (args.ahead if "ahead" in o else [0])]
-        for order, ahead, barrier in runs:
-            one = barrier == "one_thread"
-            run = lambda phases: launch(x, w, out, counter, phases, order, block_n, warps, ahead, one)  # noqa: B023, E731
+        for order, ahead in [(o, a) for o in args.orders for a in (args.ahead if "ahead" in o else [0])]:
+            run = lambda phases: launch(x, w, out, counter, phases, order, block_n, warps, ahead)  # noqa: B023, E731
             us = (replay_ms(lambda: run(args.phases)) - replay_ms(lambda: run(1))) / (args.phases - 1) * 1e3  # noqa: B023
             floor = args.n * args.k * 2 / 4.8e12 * 1e6
             name = f"{order} {ahead}" if ahead else order
-            results.append({"order": order, "ahead": ahead, "barrier": barrier, "copies": copies, "warps": warps,
+            results.append({"order": order, "ahead": ahead, "copies": copies, "warps": warps,
                             "block_n": block_n, "us_per_phase": us})  # fmt: skip
-            print(f"{name:>13} {barrier:>10} {warps} warps, {triton.cdiv(args.n, block_n)} programs x {block_n} rows: "
+            print(f"{name:>13} {warps} warps, {triton.cdiv(args.n, block_n)} programs x {block_n} rows: "
                   f"{us:.2f} us per phase (weights alone at 4.8 TB/s: {floor:.2f} us)")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

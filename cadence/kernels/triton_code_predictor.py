@@ -26,9 +26,11 @@ rounding follow the layered kernels (triton_ops), so results match them to accum
 
 Not faster than the layer kernels yet on an H200 (2.63-2.80 against 2.78-2.81 ms alone at batch 1,
 slower inside the engine), so EngineConfig.persistent_max_rows is 0 by default. A phase costs ~6 us,
-2.6 of them without the barrier: the barrier's release waits for every memory operation the
-program has in flight. More SMs per phase (split-K) and an L2 prefetch were both slower (perf-notes
-#35-#37); loading the next phase's weights between a split barrier's arrive and wait is next.
+2.6 of them without the barrier. More SMs per phase (split-K), prefetching weights into L2 (1-4
+phases ahead), a split barrier (arrive, next weights, wait) and a one-thread barrier did not
+shorten it enough: with its weights already in L2 a phase still costs ~4 us (perf-notes #35-#40).
+Closing the gap needs weights streamed into shared memory by the copy engine (TMA) outside the
+barrier's release, which tl.load does not offer.
 
 The spinning barrier needs every program resident at once: the grid is at most one program per
 SM. Under TRITON_INTERPRET=1 programs run one after another, so only a grid of one can finish
@@ -48,67 +50,33 @@ from .triton_ops import _sample_choice
 
 
 @triton.jit
-def _red_release_add(counter_ptr):
-    """Thread 0 of the program adds 1 to the counter: a release reduction, which returns nothing, so
-    no thread waits for the add's round trip to L2."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-        "@p red.release.gpu.global.add.u32 [$1], 1; mov.u32 $0, 0; }",
-        "=r,l", [counter_ptr], dtype=tl.int32, is_pure=False, pack=1,
-    )  # fmt: skip
-
-
-@triton.jit
-def _spin_acquire(counter_ptr, target):
-    """Thread 0 of the program polls the counter with plain acquire loads until it reaches `target`
-    (the other threads skip the loop and wait at the barrier after it). PTX scopes the labels to
-    the braces, so the block can be inlined many times."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .b32 t, v; mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; @p bra DONE; "
-        "SPIN: ld.acquire.gpu.global.u32 v, [$1]; setp.lt.s32 p, v, $2; @p bra SPIN; "
-        "DONE: mov.u32 $0, 0; }",
-        "=r,l,r", [counter_ptr, target], dtype=tl.int32, is_pure=False, pack=1,
-    )  # fmt: skip
-
-
-@triton.jit
-def grid_arrive(counter_ptr, ONE_THREAD: tl.constexpr = False):
+def grid_arrive(counter_ptr):
     """A program's arrival at a grid-wide barrier: its threads' stores, then one release add. The
     release waits until every memory operation the program issued before it is performed (loads
-    too: perf-notes #37). ONE_THREAD (inline PTX: not under the interpreter): thread 0 arrives with
-    a reduction instead of an atomic that returns its value, as cooperative groups' grid sync does."""
+    too: perf-notes #37)."""
     tl.debug_barrier()  # every thread's stores issued before this program's release
-    if ONE_THREAD:
-        _red_release_add(counter_ptr)
-    else:
-        tl.atomic_add(counter_ptr, 1, sem="release")
+    tl.atomic_add(counter_ptr, 1, sem="release")
 
 
 @triton.jit
-def grid_wait(counter_ptr, target, ONE_THREAD: tl.constexpr = False):
-    """Spin until the counter reaches `target` (barriers so far x grid), then let every thread on.
-    Without ONE_THREAD every poll is an atomic read-modify-write (the only acquire read Triton
-    offers), so the grid's polls queue on the counter's L2 line behind each other and the arrivals;
-    with it, thread 0 polls with plain acquire loads and the block's barrier releases the rest."""
-    if ONE_THREAD:
-        _spin_acquire(counter_ptr, target)
-    else:
+def grid_wait(counter_ptr, target):
+    """Spin until the counter reaches `target` (barriers so far x grid), then let every thread on."""
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    while seen < target:
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-        while seen < target:
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
     tl.debug_barrier()
 
 
 @triton.jit
-def grid_barrier(counter_ptr, target, ONE_THREAD: tl.constexpr = False):
-    grid_arrive(counter_ptr, ONE_THREAD)
-    grid_wait(counter_ptr, target, ONE_THREAD)
+def grid_barrier(counter_ptr, target):
+    grid_arrive(counter_ptr)
+    grid_wait(counter_ptr, target)
 
 
 @triton.jit
-def _sync(counter_ptr, passed, P, ONE_THREAD: tl.constexpr):
+def _sync(counter_ptr, passed, P):
     """The next grid-wide barrier; returns the count of barriers passed."""
-    grid_barrier(counter_ptr, (passed + 1) * P, ONE_THREAD)
+    grid_barrier(counter_ptr, (passed + 1) * P)
     return passed + 1
 
 
@@ -260,7 +228,6 @@ def _code_predictor_kernel(
     H: tl.constexpr, I: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, V: tl.constexpr,
     LAYERS: tl.constexpr, STEPS: tl.constexpr, CTX: tl.constexpr, G_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, IEEE: tl.constexpr,
-    ONE_THREAD: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     P = tl.num_programs(0)
@@ -276,30 +243,30 @@ def _code_predictor_kernel(
             _linear_phase(d_ptr, ra_ptr, ln1_ptr + layer * H, rb_ptr, wqkv_ptr + layer * QKV * H, qkv_ptr, rows, 0, 1,
                           QKV, eps, layer > 0, pid, P, K=H, NORM=True, STORE_SUM=True, SWIGLU=False,
                           BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=IEEE)  # fmt: skip
-            passed = _sync(counter_ptr, passed, P, ONE_THREAD)
+            passed = _sync(counter_ptr, passed, P)
             cache = layer * cache_stride
             _attend_phase(qkv_ptr, qn_ptr + layer * D, kn_ptr + layer * D, cos_ptr, sin_ptr, kc_ptr + cache,
                           vc_ptr + cache, attn_ptr, streams, rows_per, pos0, eps, scale, pid, P, HQ=HQ, HKV=HKV, D=D,
                           G_PAD=G_PAD, CTX=CTX)  # fmt: skip
-            passed = _sync(counter_ptr, passed, P, ONE_THREAD)
+            passed = _sync(counter_ptr, passed, P)
             _linear_phase(attn_ptr, attn_ptr, ln2_ptr, rb_ptr, wo_ptr + layer * H * HQ * D, o_ptr, rows, 0, 1, H, eps,
                           False, pid, P, K=HQ * D, NORM=False, STORE_SUM=False, SWIGLU=False,
                           BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=IEEE)  # fmt: skip
-            passed = _sync(counter_ptr, passed, P, ONE_THREAD)
+            passed = _sync(counter_ptr, passed, P)
             # o + rb -> ra; RMSNorm -> gate/up -> SwiGLU.
             _linear_phase(o_ptr, rb_ptr, ln2_ptr + layer * H, ra_ptr, wgu_ptr + layer * 2 * I * H, act_ptr, rows, 0, 1,
                           I, eps, True, pid, P, K=H, NORM=True, STORE_SUM=True, SWIGLU=True,
                           BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=IEEE)  # fmt: skip
-            passed = _sync(counter_ptr, passed, P, ONE_THREAD)
+            passed = _sync(counter_ptr, passed, P)
             _linear_phase(act_ptr, act_ptr, ln2_ptr, ra_ptr, wdown_ptr + layer * H * I, d_ptr, rows, 0, 1, H, eps,
                           False, pid, P, K=I, NORM=False, STORE_SUM=False, SWIGLU=False,
                           BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=IEEE)  # fmt: skip
-            passed = _sync(counter_ptr, passed, P, ONE_THREAD)
+            passed = _sync(counter_ptr, passed, P)
         # Final norm of each stream's last row (row 2n + 1 at the first step), then head j.
         _linear_phase(d_ptr, ra_ptr, norm_ptr, rb_ptr, head_ptr + j * V * H, logits_ptr, streams, rows_per - 1,
                       rows_per, V, eps, True, pid, P, K=H, NORM=True, STORE_SUM=False, SWIGLU=False,
                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=IEEE)  # fmt: skip
-        passed = _sync(counter_ptr, passed, P, ONE_THREAD)
+        passed = _sync(counter_ptr, passed, P)
         col = tl.arange(0, BLOCK_V)
         valid = col < V
         key = ((j + 1).to(tl.uint32) * 0x1E3779B9).to(tl.uint32)  # sample_tokens' codebook key
@@ -312,7 +279,7 @@ def _code_predictor_kernel(
                 h = tl.arange(0, H)
                 row = tl.load(emb_ptr + (j * V + code).to(tl.int64) * H + h)
                 tl.store(d_ptr + n * H + h, row)
-        passed = _sync(counter_ptr, passed, P, ONE_THREAD)
+        passed = _sync(counter_ptr, passed, P)
 
 
 @dataclass(frozen=True)
@@ -325,7 +292,6 @@ class CodePredictorTiles:
     block_n: int = 32
     block_k: int = 256
     warps: int = 4
-    one_thread_barrier: bool = False  # grid_wait's ONE_THREAD (on the GPU only)
 
 
 class PersistentCodePredictor:
@@ -387,7 +353,6 @@ class PersistentCodePredictor:
             LAYERS=len(s.layers), STEPS=self.steps, CTX=self.steps + 1,
             G_PAD=max(1, triton.next_power_of_2(s.heads // s.kv_heads)),
             BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=min(t.block_k, triton.next_power_of_2(self.hidden)),
-            BLOCK_V=triton.next_power_of_2(self.vocab), IEEE=self.d.dtype == torch.float32,
-            ONE_THREAD=t.one_thread_barrier and self.d.is_cuda, num_warps=t.warps,
+            BLOCK_V=triton.next_power_of_2(self.vocab), IEEE=self.d.dtype == torch.float32, num_warps=t.warps,
         )  # fmt: skip
         return self.codes[:b]
