@@ -62,6 +62,11 @@ for phase in "$@"; do
         --json "$OUT/phase_latency.json" 2>&1 | tee "$OUT/phases.log" | tail -14
       timeout 200 python3 benchmarks/phase_latency.py --copies 2 --orders after nobarrier split --tiles 32x4 16x4 \
         --json "$OUT/phase_latency_l2.json" 2>&1 | tee -a "$OUT/phases.log" | tail -6 ;;
+    walks)  # issue 4: decode walks (layer kernels) at 1-256 streams and prefill + first frame: the issue's table
+      need_full
+      timeout 500 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
+        --batches 1,8,16,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 \
+        --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
     cpcheck)  # issue 4: the persistent code predictor's codes against the layer kernels', fp32 and bf16
       need_full
       for dt in bf16 fp32; do timeout 200 python3 benchmarks/code_predictor.py --model $full --dtype $dt --batches 8 --check \

@@ -268,6 +268,37 @@ def test_programmatic_dependent_launch_gives_the_same_bits(ops):
     assert torch.equal(early[0], plain[0]) and torch.equal(early[1], plain[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m,inter", [(1, 3072), (5, 1500), (16, 3072)])
+def test_linear_swiglu(ops, dtype, m, inter):
+    """The weight-streaming GEMM with SwiGLU in its epilogue (the MLP's gate/up projection, one
+    kernel instead of two) against the GEMM then silu_mul with the tiles `linear` picks: the same
+    bits on a GPU, where both run the same tensor-core dots and round at the same points (under
+    the interpreter numpy's matmul may order the fp32 sums differently); against the PyTorch
+    definition within rounding. `linear_swiglu` takes the fused kernel for bf16 rows with tiles."""
+    import dataclasses
+
+    from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear, skinny_tiles
+
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(12)
+    x = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(2 * inter, 1024, device=DEV, generator=g) / 32).to(dtype)
+    tiles = skinny_tiles(2 * inter, 1024, m)
+    unfused = tri.silu_mul(skinny_linear(x, w, tiles))
+    fused = skinny_linear(x, w, dataclasses.replace(tiles, block_n=tiles.block_n // 2), swiglu=True)
+    assert fused.shape == (m, inter)
+    if INTERPRET:
+        assert (fused - unfused).abs().max() <= 1e-5 * unfused.abs().max()
+    else:
+        assert torch.equal(fused, unfused)
+        assert torch.equal(tri.linear_swiglu(x, w), fused)
+    expected = ref.linear_swiglu(x.float(), w.float())
+    assert (fused.float() - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
+    with pytest.raises(ValueError, match="split_k=1"):
+        skinny_linear(x, w, SkinnyTiles(split_k=2), swiglu=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul(ops, dtype):
     tri, ref = ops

@@ -2,7 +2,8 @@
 PyTorch definitions elsewhere.
 
 `load_ops("triton" | "torch")` returns a module with the same functions: linear, rms_norm,
-qk_norm_rope_store, rope_qk, paged_attention, silu_mul, sample_tokens, snake_beta.
+qk_norm_rope_store, rope_qk, paged_attention, silu_mul, linear_swiglu (the GEMM with SwiGLU after it),
+sample_tokens, snake_beta.
 """
 
 from __future__ import annotations

@@ -106,6 +106,11 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
+    """The MLP's first half: SwiGLU of x's concatenated [gate | up] projections."""
+    return silu_mul(linear(x, gate_up))
+
+
 def sample_tokens(
     logits: torch.Tensor,
     params: RowParams,
@@ -119,7 +124,9 @@ def sample_tokens(
     suppress_start: int = -1,
 ) -> torch.Tensor:
     """Logits processing (repetition penalty, control-token masks when given) then greedy or
-    Gumbel-max sampling per row: the engine's sampler in one call."""
+    Gumbel-max sampling per row: the engine's sampler in one call. Logits of any float dtype are
+    processed in fp32 (the Triton kernel converts them as it loads them: no copy kernel)."""
+    logits = logits.float()
     if seen is not None:
         logits = repetition_penalty(logits, seen, penalty)
     if ban_eos is not None:

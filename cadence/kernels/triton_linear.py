@@ -1,4 +1,5 @@
-"""The weight-streaming GEMM for decode batches of a few rows (Triton), with split-K."""
+"""The weight-streaming GEMM for decode batches of a few rows (Triton), with split-K, and the same
+GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ from .triton_launch import pdl_entry, pdl_launch, prefetch_l2
 @triton.jit
 def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                          K_PER_SPLIT: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
+
+    SWIGLU (no split): w is [gate; up], 2N rows, and out[M, N] = silu(x @ gate^T) * (x @ up^T); a
+    program streams the gate slab and the matching up slab, and rounds where the unfused GEMM and
+    `silu_mul` round (the projections, then silu), so the result is theirs without the [M, 2N]
+    intermediate and its kernel.
 
     Split over K, each program stores its fp32 partial and takes a ticket from the slab's counter;
     the last to arrive adds the partials in split order (deterministic, whatever order the programs
@@ -37,16 +43,29 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
         for i in range(0, K_PER_SPLIT, BLOCK_K):
             kk = tl.minimum(split * K_PER_SPLIT + i + lines, K - 1)
             prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
+            if SWIGLU:
+                prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
     pdl_entry(USE_PDL)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
         kk = split * K_PER_SPLIT + i + rk
         x_mask = (rm[:, None] < M) & (kk[None, :] < K)
         x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
-        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+        w_mask = (rn[:, None] < N) & (kk[None, :] < K)
+        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=w_mask, other=0.0)
         acc += tl.dot(x, tl.trans(w))
+        if SWIGLU:
+            w_up = tl.load(w_ptr + (N + rn[:, None]) * K + kk[None, :], mask=w_mask, other=0.0)
+            acc_up += tl.dot(x, tl.trans(w_up))
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
-    if SPLIT_K == 1:
+    dtype = out_ptr.dtype.element_ty
+    if SWIGLU:
+        g = acc.to(dtype).to(tl.float32)
+        silu = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], (silu * acc_up.to(dtype).to(tl.float32)).to(dtype),
+                 mask=out_mask)  # fmt: skip
+    elif SPLIT_K == 1:
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=out_mask)
     else:
         parts = part_ptr + rm[:, None] * N + rn[None, :]  # partials laid out [SPLIT_K, BLOCK_M, N]
@@ -114,9 +133,16 @@ def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tupl
     return _split_k_buffers[key]
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None):
-    """The weight-streaming kernel with the given tiles (the sweep calls this directly)."""
+def skinny_linear(
+    x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None, swiglu: bool = False
+) -> torch.Tensor:
+    """The weight-streaming kernel with the given tiles (the sweep calls this directly). swiglu:
+    `weight` is [gate; up] and the result silu(x @ gate^T) * (x @ up^T), without split-K."""
     (m, k), n = x.shape, weight.shape[0]
+    if swiglu:
+        if tiles.split_k > 1:
+            raise ValueError("the SwiGLU epilogue needs whole K per program (split_k=1)")
+        n //= 2
     if x.stride(1) != 1:
         x = x.contiguous()
     if m > tiles.block_m:
@@ -129,7 +155,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
         x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
-        K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k,
+        K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
         num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
     return out

@@ -6,6 +6,8 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -18,7 +20,7 @@ from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
     "AttentionTiles", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits", "attention_tiles", "linear",
-    "paged_attention", "pdl_launch", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens",
+    "linear_swiglu", "paged_attention", "pdl_launch", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens",
     "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "use_pdl",
 ]  # fmt: skip
 
@@ -172,6 +174,18 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     block = 1024
     _silu_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, BLOCK=block, **pdl_launch(gate_up))
     return out
+
+
+def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(x @ gate^T) * (x @ up^T) for the concatenated [gate; up] weight: one weight-streaming
+    kernel where `linear` would stream it (each program a gate slab and its up slab, as many
+    weight rows as the unfused GEMM's tiles), else the GEMM then `silu_mul`. The fused kernel runs
+    the same dots and rounds at the same points as the two (test_linear_swiglu compares the bits)."""
+    m, k = x.shape
+    tiles = skinny_tiles(gate_up.shape[0], k, m)
+    if tiles is None or tiles.split_k > 1 or x.dtype not in (torch.bfloat16, torch.float16):
+        return silu_mul(linear(x, gate_up))
+    return skinny_linear(x, gate_up, dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2)), swiglu=True)
 
 
 # -- sampling: processing + greedy / Gumbel-max in one kernel --------------------------------------

@@ -128,8 +128,38 @@ class FusedStack:
             )  # fmt: skip
             h = ops.linear(attn, L.wo)
             h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
-            h = ops.linear(ops.silu_mul(ops.linear(h, L.wgu)), L.wdown)
+            h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
         return ops.rms_norm(h, self.norm, self.eps, residual)[0]
+
+
+@dataclass(frozen=True)
+class CodePredictorIndex:
+    """Where each code-predictor query row sits, made once for up to `rows` batch rows: positions,
+    context lengths, cache pages (row r's one 16-token page is cache row r) and flat cache slots.
+    A walk takes prefixes of them, which costs no kernel, instead of building them per step.
+
+    first_*: the first step's 2R rows (talker hidden, code0 embedding) at positions 0, 1 of each
+    row; step_*[j]: step j's R rows at position j + 2."""
+
+    first_pos: torch.Tensor  # [2R]
+    first_ctx: torch.Tensor  # [2R]
+    first_page: torch.Tensor  # [2R, 1]
+    first_slot: torch.Tensor  # [2R]
+    page: torch.Tensor  # [R, 1]
+    step_pos: torch.Tensor  # [groups - 2, R]
+    step_ctx: torch.Tensor  # [groups - 2, R]
+    step_slot: torch.Tensor  # [groups - 2, R]
+
+    @classmethod
+    def build(cls, rows: int, groups: int, device: torch.device) -> CodePredictorIndex:
+        r = torch.arange(rows, device=device)
+        pos2 = torch.arange(2, device=device).repeat(rows)
+        pos = torch.arange(2, groups, device=device)[:, None].expand(-1, rows).contiguous()
+        return cls(
+            first_pos=pos2, first_ctx=pos2 + 1, first_page=r.repeat_interleave(2)[:, None],
+            first_slot=r.repeat_interleave(2) * groups + pos2, page=r[:, None],
+            step_pos=pos, step_ctx=pos + 1, step_slot=r[None, :] * groups + pos,
+        )  # fmt: skip
 
 
 def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
@@ -172,6 +202,7 @@ class FastDecoder:
         # The code predictor's 16-position cache: one "page" of 16 tokens per batch row.
         self.cp_k = torch.zeros(shape, dtype=model.dtype, device=self.dev)
         self.cp_v = torch.zeros(shape, dtype=model.dtype, device=self.dev)
+        self.cp_index = CodePredictorIndex.build(rows, self.groups, self.dev)
         self.buckets = tuple(b for b in buckets if b < partition.max_slots) + (partition.max_slots,)
         self.persistent = self._persistent_code_predictor(persistent_max_rows)
         self.graphs: dict[int, DecodeGraph] = {}
@@ -201,7 +232,7 @@ class FastDecoder:
         st, ops, talker = self.state, self.ops, self.talker
         hidden, step, seed = st.hidden[slots], st.step[slots], st.seed[slots]
 
-        logits = ops.linear(hidden, talker.codec_head.weight).float()
+        logits = ops.linear(hidden, talker.codec_head.weight)  # the sampler computes in fp32
         ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[slots]
         code0 = ops.sample_tokens(
             logits, _gather(st.code0, slots), seed, step, 0, seen=st.seen[slots], penalty=st.rep_penalty[slots],
@@ -250,27 +281,25 @@ class FastDecoder:
     def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:
         talker, ops = self.talker, self.ops
         cp = talker.code_predictor
-        b, dev = hidden.shape[0], hidden.device
+        b = hidden.shape[0]
         params = _gather(self.state.codes, slots)
         # Positions 0 and 1 (talker hidden, code0 embedding) as 2B query rows sharing their page.
         first = cp.small_to_mtp_projection(torch.stack([hidden, talker.embed_codec(code0)], dim=1)).flatten(0, 1)
         if self.persistent is not None and b <= self.persistent.max_streams:
             return self.persistent(first, params, seed, step)
-        rows = torch.arange(b, device=dev)
-        table = rows[:, None]  # row b's one page is cp cache row b
-        pos2 = torch.arange(2, device=dev).repeat(b)
+        ix, n = self.cp_index, 2 * b
         h = self.cp_stack(
-            first, pos2, table.repeat_interleave(2, dim=0), pos2 + 1, rows.repeat_interleave(2) * self.groups + pos2,
-            self.cp_k, self.cp_v,
+            first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v
         )[1::2]  # fmt: skip
         codes = []
         for j in range(self.groups - 1):
-            code = ops.sample_tokens(ops.linear(h, cp.lm_head[j].weight).float(), params, seed, step, j + 1)
+            code = ops.sample_tokens(ops.linear(h, cp.lm_head[j].weight), params, seed, step, j + 1)
             codes.append(code)
             if j + 2 < self.groups:
                 x = cp.small_to_mtp_projection(cp.model.codec_embedding[j](code))
-                pos = torch.full((b,), j + 2, device=dev)
-                h = self.cp_stack(x, pos, table, pos + 1, rows * self.groups + pos, self.cp_k, self.cp_v)
+                h = self.cp_stack(
+                    x, ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b], ix.step_slot[j, :b], self.cp_k, self.cp_v
+                )  # fmt: skip
         return torch.stack(codes, dim=1)
 
     @torch.no_grad()
