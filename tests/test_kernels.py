@@ -188,7 +188,7 @@ def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
     the result is the same bits on every call, and each slab's counter is back at 0 afterwards
     (a graph replays the same counters). K not a multiple of the split's step leaves some
     programs a short or empty range."""
-    from cadence.kernels.triton_linear import SkinnyTiles, _workspace, skinny_linear
+    from cadence.kernels.triton_linear import SkinnyTiles, _split_k_workspace, skinny_linear
 
     g = torch.Generator(device=DEV).manual_seed(6)
     x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
@@ -197,7 +197,7 @@ def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
     tiles = SkinnyTiles(block_n=32, block_k=256, split_k=split_k)
     first = skinny_linear(x, w, tiles)
     assert (first.float() - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
-    _, counters = _workspace(x.device, n, tiles)
+    _, counters = _split_k_workspace(x.device, n, tiles)
     assert int(counters.abs().sum()) == 0
     assert torch.equal(skinny_linear(x, w, tiles), first)
 
@@ -266,41 +266,6 @@ def test_programmatic_dependent_launch_gives_the_same_bits(ops):
     finally:
         tri.use_pdl(previous)
     assert torch.equal(early[0], plain[0]) and torch.equal(early[1], plain[1])
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize(
-    "m,k,residual", [(1, 2048, True), (5, 3072, True), (16, 2048, False), (24, 2048, True), (24, 3072, True)]
-)
-def test_linear_rms_norm(ops, dtype, m, k, residual):
-    """The o and down projections with the residual add and RMSNorm after them run by the GEMM's
-    last program to finish (split-K or not, 1-32 rows: the tiles `linear` picks): the same bits
-    as the GEMM then `rms_norm`, the GEMM's own output untouched, the tickets back at 0 for the
-    next call or replay; against the PyTorch definition within rounding."""
-    from cadence.kernels.triton_linear import NormAfter, _workspace, skinny_linear, skinny_tiles
-
-    tri, ref = ops
-    g = torch.Generator(device=DEV).manual_seed(13)
-    n, eps = 1024, 1e-6
-    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
-    nw = (1 + 0.1 * torch.randn(n, device=DEV, generator=g)).to(dtype)
-    res = torch.randn(m, n, device=DEV, generator=g).to(dtype) if residual else None
-    tiles = skinny_tiles(n, k, m)
-    normed, total = torch.empty(m, n, device=DEV, dtype=dtype), torch.empty(m, n, device=DEV, dtype=dtype)
-    out = skinny_linear(x, w, tiles, norm=NormAfter(nw, eps, res, normed, total))
-    plain = skinny_linear(x, w, tiles)
-    assert torch.equal(out, plain)
-    expected_normed, expected_total = tri.rms_norm(plain, nw, eps, res)
-    assert torch.equal(normed, expected_normed)
-    if residual:
-        assert torch.equal(total, expected_total)
-    assert int(_workspace(x.device, n, tiles)[1].abs().sum()) == 0
-    definition = ref.linear_rms_norm(x.float(), w.float(), nw.float(), eps, None if res is None else res.float())[0]
-    assert (normed.float() - definition).abs().max() <= tol(dtype) * 4 * definition.abs().max()
-    if dtype != torch.float32:  # the routing: fp32 goes to cuBLAS and the norm kernel
-        fused = tri.linear_rms_norm(x, w, nw, eps, res)
-        assert torch.equal(fused[0], normed) and (not residual or torch.equal(fused[1], total))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])

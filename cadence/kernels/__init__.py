@@ -3,7 +3,7 @@ PyTorch definitions elsewhere.
 
 `load_ops("triton" | "torch")` returns a module with the same functions: linear, rms_norm,
 qk_norm_rope_store, rope_qk, paged_attention, silu_mul, linear_swiglu (the GEMM with SwiGLU after it),
-linear_rms_norm (the GEMM with the residual add and RMSNorm after it), sample_tokens, snake_beta.
+sample_tokens, snake_beta.
 """
 
 from __future__ import annotations

@@ -106,13 +106,6 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def linear_rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A projection then the RMSNorm (+ residual) after it: rms_norm(linear(x, weight), ...)."""
-    return rms_norm(linear(x, weight), norm_weight, eps, residual)
-
-
 def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
     """The MLP's first half: SwiGLU of x's concatenated [gate | up] projections."""
     return silu_mul(linear(x, gate_up))

@@ -1,6 +1,5 @@
-"""The weight-streaming GEMM for decode batches of a few rows (Triton), with split-K; the same GEMM
-with SwiGLU in its epilogue for the MLP's concatenated gate/up projection, and with the residual
-add and RMSNorm that follow the o and down projections run by its last program to finish."""
+"""The weight-streaming GEMM for decode batches of a few rows (Triton), with split-K, and the same
+GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."""
 
 from __future__ import annotations
 
@@ -11,29 +10,12 @@ import triton
 import triton.language as tl
 
 from .triton_launch import pdl_entry, pdl_launch, prefetch_l2
-from .triton_norm import NORM_ROWS, rms_norm, rms_norm_rows
 
 
 @triton.jit
-def _norm_when_last(out_ptr, count_ptr, res_ptr, nw_ptr, normed_ptr, sum_ptr, M, N, eps, HAS_RES: tl.constexpr,
-                    ROWS: tl.constexpr, NORM_BLOCK: tl.constexpr):  # fmt: skip
-    """Called by each slab's finishing program once the slab's output is stored: the last slab to
-    finish (a ticket on the counter after the per-slab ones) normalises the whole rows, then resets
-    the counter for the next call or graph replay."""
-    slabs = tl.num_programs(0)
-    tl.debug_barrier()  # every thread's output stored before the ticket releases it
-    if tl.atomic_add(count_ptr + slabs, 1, sem="acq_rel") == slabs - 1:
-        for r0 in range(0, M, ROWS):
-            rms_norm_rows(out_ptr, res_ptr, nw_ptr, normed_ptr, sum_ptr, r0, M, N, eps, HAS_RES, ROWS, NORM_BLOCK)
-        tl.atomic_xchg(count_ptr + slabs, 0)
-
-
-@triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm,
-                          res_ptr, nw_ptr, normed_ptr, sum_ptr, eps, K: tl.constexpr,
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr,
-                          NORM_ROWS: tl.constexpr, NORM_BLOCK: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -42,9 +24,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     program streams the gate slab and the matching up slab, and rounds where the unfused GEMM and
     `silu_mul` round (the projections, then silu), so the result is theirs without the [M, 2N]
     intermediate and its kernel.
-
-    NORM: then (normed, sum) = (nw * RMSNorm(out + res), out + res), as `rms_norm` computes them
-    (the same device function), by the program that finishes last: one kernel fewer per norm.
 
     Split over K, each program stores its fp32 partial and takes a ticket from the slab's counter;
     the last to arrive adds the partials in split order (deterministic, whatever order the programs
@@ -88,9 +67,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                  mask=out_mask)  # fmt: skip
     elif SPLIT_K == 1:
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=out_mask)
-        if NORM:
-            _norm_when_last(out_ptr, count_ptr, res_ptr, nw_ptr, normed_ptr, sum_ptr, M, N, eps, HAS_RES, NORM_ROWS,
-                            NORM_BLOCK)  # fmt: skip
     else:
         parts = part_ptr + rm[:, None] * N + rn[None, :]  # partials laid out [SPLIT_K, BLOCK_M, N]
         tl.store(parts + split * BLOCK_M * N, acc, mask=out_mask)
@@ -102,9 +78,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                 total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
             tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(out_ptr.dtype.element_ty), mask=out_mask)
             tl.atomic_xchg(count_ptr + pid, 0)
-            if NORM:
-                _norm_when_last(out_ptr, count_ptr, res_ptr, nw_ptr, normed_ptr, sum_ptr, M, N, eps, HAS_RES,
-                                NORM_ROWS, NORM_BLOCK)  # fmt: skip
 
 
 SKINNY_MAX_ROWS = 16
@@ -145,45 +118,26 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     return None
 
 
-_workspaces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_split_k_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 split-K partials and the tickets (one per slab, then the norm's), one pair per (device,
-    N, tiles), kept for the process: a CUDA graph captures their addresses, and the counters reset
-    themselves. Calls on one stream (the decode walk) run one after another, so one pair per shape
-    is enough."""
+def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 partials and per-slab tickets for split-K, one pair per (device, N, tiles), kept for
+    the process: a CUDA graph captures their addresses, and the counters reset themselves. Calls on
+    one stream (the decode walk) run one after another, so one pair per shape is enough."""
     key = (device, n, tiles)
-    if key not in _workspaces:
-        parts = torch.empty(max(tiles.split_k, 1) * tiles.block_m * n, dtype=torch.float32, device=device)
-        counters = torch.zeros(triton.cdiv(n, tiles.block_n) + 1, dtype=torch.int32, device=device)
-        _workspaces[key] = (parts, counters)
-    return _workspaces[key]
-
-
-@dataclass
-class NormAfter:
-    """What `skinny_linear` normalises after the GEMM: (normed, sum) = (weight * RMSNorm(out +
-    residual), out + residual), written to `normed` and `total`."""
-
-    weight: torch.Tensor
-    eps: float
-    residual: torch.Tensor | None
-    normed: torch.Tensor
-    total: torch.Tensor
+    if key not in _split_k_buffers:
+        parts = torch.empty(tiles.split_k * tiles.block_m * n, dtype=torch.float32, device=device)
+        counters = torch.zeros(triton.cdiv(n, tiles.block_n), dtype=torch.int32, device=device)
+        _split_k_buffers[key] = (parts, counters)
+    return _split_k_buffers[key]
 
 
 def skinny_linear(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    tiles: SkinnyTiles,
-    out: torch.Tensor | None = None,
-    swiglu: bool = False,
-    norm: NormAfter | None = None,
+    x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None, swiglu: bool = False
 ) -> torch.Tensor:
     """The weight-streaming kernel with the given tiles (the sweep calls this directly). swiglu:
-    `weight` is [gate; up] and the result silu(x @ gate^T) * (x @ up^T), without split-K. norm:
-    also the RMSNorm after it (see NormAfter), by the last program to finish."""
+    `weight` is [gate; up] and the result silu(x @ gate^T) * (x @ up^T), without split-K."""
     (m, k), n = x.shape, weight.shape[0]
     if swiglu:
         if tiles.split_k > 1:
@@ -195,21 +149,14 @@ def skinny_linear(
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    parts = counters = out  # unused placeholders when the K loop is not split and nothing follows
-    if tiles.split_k > 1 or norm is not None:
-        parts, counters = _workspace(x.device, n, tiles)
-    res = nw = normed = total = out
-    eps = 0.0
-    if norm is not None:
-        nw, eps, normed, total = norm.weight, norm.eps, norm.normed, norm.total
-        res = norm.residual if norm.residual is not None else out
+    parts = counters = out  # unused placeholders when the K loop is not split
+    if tiles.split_k > 1:
+        parts, counters = _split_k_workspace(x.device, n, tiles)
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, m, n, x.stride(0), res, nw, normed, total, eps, k, BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
+        x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        NORM=norm is not None, HAS_RES=norm is not None and norm.residual is not None,
-        NORM_ROWS=NORM_ROWS, NORM_BLOCK=triton.next_power_of_2(n), num_warps=tiles.warps, num_stages=tiles.stages,
-        **pdl_launch(x),
+        num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
     return out
 
@@ -225,22 +172,3 @@ def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.
     if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):
         return torch.nn.functional.linear(x, weight)
     return skinny_linear(x, weight, tiles)
-
-
-def linear_rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """rms_norm(x @ weight^T, norm_weight, eps, residual): one weight-streaming kernel where `linear`
-    would stream the GEMM (its last program to finish runs rms_norm's rows: the same bits), else
-    the GEMM then `rms_norm`."""
-    m, k = x.shape
-    n = weight.shape[0]
-    tiles = skinny_tiles(n, k, m)
-    # The norm's rows are laid out by the launch's warps: as rms_norm's kernel (4) to give its bits.
-    if tiles is None or x.dtype not in (torch.bfloat16, torch.float16) or tiles.warps != 4:
-        return rms_norm(linear(x, weight), norm_weight, eps, residual)
-    normed = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    total = torch.empty_like(out) if residual is not None else out
-    skinny_linear(x, weight, tiles, out, norm=NormAfter(norm_weight, eps, residual, normed, total))
-    return normed, total

@@ -113,9 +113,11 @@ class FusedStack:
     def __call__(self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache) -> torch.Tensor:
         """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
         first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D]."""
-        ops, layers = self.ops, self.layers
-        h, residual = ops.rms_norm(x, layers[0].ln1, self.eps)
-        for i, L in enumerate(layers):
+        ops = self.ops
+        residual = None
+        h = x
+        for i, L in enumerate(self.layers):
+            h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
             q = ops.qk_norm_rope_store(
                 ops.linear(h, L.wqkv), L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions,
                 k_cache[i], v_cache[i], slot_index, self.heads, self.kv_heads,
@@ -124,12 +126,10 @@ class FusedStack:
                 q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
                 max_context=self.max_positions,
             )  # fmt: skip
-            # Each projection back to the residual stream carries the norm that follows it: the next
-            # layer's input norm, or the stack's final one.
-            h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual)
-            after = layers[i + 1].ln1 if i + 1 < len(layers) else self.norm
-            h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, after, self.eps, residual)
-        return h
+            h = ops.linear(attn, L.wo)
+            h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
+            h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
+        return ops.rms_norm(h, self.norm, self.eps, residual)[0]
 
 
 @dataclass(frozen=True)
