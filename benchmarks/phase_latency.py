@@ -3,7 +3,7 @@ before the grid-wide barrier would save (perf-notes #37; the lead left by #35 an
 
 One launch, one program per SM, runs PHASES phases of a code-predictor-shaped GEMM: out[16, N] =
 x[16, K] @ W_p^T, each phase with its own weight (cycled over enough copies that they come from
-HBM, not L2), each program owning BLOCK_N rows of W_p. Four orders:
+HBM, not L2), each program owning BLOCK_N rows of W_p. The orders:
 
     after    barrier, then the weight tile and the input rows, then the dot (#35's phases)
     before   the next phase's weight tile loaded into registers before the barrier, so only the
@@ -66,10 +66,10 @@ def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.con
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # one tile per program: the grid covers N, all resident
     w_tile = rn[:, None] * K + rk[None, :]
     w = tl.load(w_ptr + w_tile, mask=rn[:, None] < N, other=0.0)
-    lines = tl.arange(0, K // 64) * 64  # 64 bf16 per 128-byte line
+    line_tile = rn[:, None] * K + (tl.arange(0, K // 64) * 64)[None, :]  # one address per 128-byte line (bf16)
     for phase in range(PHASES):
         if (ORDER == 5 or ORDER == 6) and HINT:  # ahead, split_ahead: phase + AHEAD's lines into L2
-            prefetch_l2(w_ptr + ((phase + AHEAD) % copies) * N * K + rn[:, None] * K + lines[None, :])
+            prefetch_l2(w_ptr + ((phase + AHEAD) % copies) * N * K + line_tile)
         if ORDER == 7 and HINT:
             _bulk_prefetch_l2(w_ptr + ((phase + AHEAD) % copies) * N * K + pid * BLOCK_N * K, BLOCK_N * K * 2)
         if ORDER == 0 or ORDER == 5 or ORDER == 7:  # after: wait, then load this phase's weights
@@ -92,7 +92,7 @@ def _phases_kernel(x_ptr, w_ptr, out_ptr, counter_ptr, N, copies, PHASES: tl.con
         if ORDER == 4:  # split_l2: arrive, prefetch the next phase's 128-byte lines into L2, then wait
             grid_arrive(counter_ptr)
             if HINT:  # inline assembly: not under the interpreter
-                prefetch_l2(w_ptr + ((phase + 1) % copies) * N * K + rn[:, None] * K + lines[None, :])
+                prefetch_l2(w_ptr + ((phase + 1) % copies) * N * K + line_tile)
             grid_wait(counter_ptr, (phase + 1) * P)
 
 

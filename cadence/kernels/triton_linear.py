@@ -3,6 +3,7 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -66,7 +67,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], (silu * acc_up.to(dtype).to(tl.float32)).to(dtype),
                  mask=out_mask)  # fmt: skip
     elif SPLIT_K == 1:
-        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(dtype), mask=out_mask)
     else:
         parts = part_ptr + rm[:, None] * N + rn[None, :]  # partials laid out [SPLIT_K, BLOCK_M, N]
         tl.store(parts + split * BLOCK_M * N, acc, mask=out_mask)
@@ -76,7 +77,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
             total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for s in range(SPLIT_K):  # .cg: read through L2, where the other programs' stores are
                 total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-            tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
             tl.atomic_xchg(count_ptr + pid, 0)
 
 
@@ -116,6 +117,16 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
         if n <= 2048:
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
     return None
+
+
+def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
+    """Tiles of the SwiGLU GEMM for a [gate; up] weight of n rows, or None where it does not apply
+    (cuBLAS shapes, split-K): a program streams a gate slab and its up slab, as many weight rows
+    as the plain GEMM's tile for the same weight."""
+    tiles = skinny_tiles(n, k, rows)
+    if tiles is None or tiles.split_k > 1:
+        return None
+    return dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
 
 
 _split_k_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -6,8 +6,6 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import triton
 import triton.language as tl
@@ -15,13 +13,13 @@ import triton.language as tl
 from ..engine.sampler import RowParams
 from .triton_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention
 from .triton_launch import pdl_entry, pdl_launch, use_pdl
-from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles
+from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles, swiglu_tiles
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
     "AttentionTiles", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits", "attention_tiles", "linear",
     "linear_swiglu", "paged_attention", "pdl_launch", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens",
-    "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "use_pdl",
+    "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
@@ -182,10 +180,10 @@ def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
     weight rows as the unfused GEMM's tiles), else the GEMM then `silu_mul`. The fused kernel runs
     the same dots and rounds at the same points as the two (test_linear_swiglu compares the bits)."""
     m, k = x.shape
-    tiles = skinny_tiles(gate_up.shape[0], k, m)
-    if tiles is None or tiles.split_k > 1 or x.dtype not in (torch.bfloat16, torch.float16):
+    tiles = swiglu_tiles(gate_up.shape[0], k, m)
+    if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):
         return silu_mul(linear(x, gate_up))
-    return skinny_linear(x, gate_up, dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2)), swiglu=True)
+    return skinny_linear(x, gate_up, tiles, swiglu=True)
 
 
 # -- sampling: processing + greedy / Gumbel-max in one kernel --------------------------------------
