@@ -57,6 +57,10 @@ for phase in "$@"; do
       timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "persistent or sampling" 2>&1 | tail -4
       timeout 420 python3 benchmarks/code_predictor.py --model $full --batches 1 8 16 --sweep \
         --json "$OUT/code_predictor.json" 2>&1 | quiet | tee "$OUT/code_predictor.log" | tail -30 ;;
+    megaphase)  # issue 4: the phase chain as one CUDA kernel, weights streamed by the copy engine (perf-notes #43)
+      nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -o /tmp/phase_chain \
+        benchmarks/cuda/phase_chain.cu 2>&1 | grep -E "registers|spill" | head -4
+      timeout 120 /tmp/phase_chain reps=20 json="$OUT/phase_chain.json" 2>&1 | tee "$OUT/phase_chain.log" ;;
     phases)  # issue 4: one persistent-kernel phase: barrier orders, prefetching, L2-resident weights (perf-notes #37-#40)
       timeout 300 python3 benchmarks/phase_latency.py --orders after nobarrier split ahead bulk_ahead --tiles 32x4 16x4 \
         --json "$OUT/phase_latency.json" 2>&1 | tee "$OUT/phases.log" | tail -14
@@ -103,7 +107,7 @@ for phase in "$@"; do
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 20 \
         --kv-gb 40 --json "$OUT/engine_load.json" 2>&1 | tee "$OUT/load.log" | quiet ;;
-    baselines)
+    baselines)  # issue 4: official qwen-tts and faster-qwen3-tts against cadence (wheels: benchmarks/baseline_wheels.sh)
       need_full
       python3 -m pip install -q --no-index --no-deps --target /tmp/official .whl/official/*.whl
       python3 -m pip install -q --no-index --no-deps --target /tmp/faster .whl/faster/*.whl
