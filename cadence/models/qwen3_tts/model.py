@@ -8,9 +8,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from ...engine.transfer import to_device
+from ...engine.transfer import to_device, to_device_packed
 from ...errors import InvalidRequestError
 from ...weights import load_weights, resolve_checkpoint, safetensors_files
 from .codec import SpeechTokenizer
@@ -163,17 +164,18 @@ class Qwen3TTS:
         crosses to the device in one copy and each embedding runs once over all rows: a prefill's
         host cost does not grow with the number of prompts in it."""
         dev = self.device
-        rows = [
-            (t if t is not None else 0, c if c is not None else 0, t is not None, c is not None)
-            for p in prompts
-            for t, c in zip(p.text_track, p.codec_track, strict=True)
-        ]
-        ids = to_device(rows, dev)  # [T, 4]: text id, codec id, has text, has codec
-        text = self.talker.embed_text(ids[:, 0])
-        codec = self.talker.embed_codec(ids[:, 1])
-        zero = torch.zeros((), dtype=text.dtype, device=dev)
-        text = torch.where(ids[:, 2:3].bool(), text, zero)
-        out = text + torch.where(ids[:, 3:4].bool(), codec, zero)
+        rows = [(t, c) for p in prompts for t, c in zip(p.text_track, p.codec_track, strict=True)]
+        # Track-major ([text/codec, row]), so that each track's ids are contiguous: no copy before a lookup.
+        ids = np.array([[0 if t is None else t for t, _ in rows], [0 if c is None else c for _, c in rows]], np.int64)
+        absent = np.array([[[t is None] for t, _ in rows], [[c is None] for _, c in rows]], np.bool_)
+        no_text = absent[0].any()
+        ids, absent = to_device_packed([ids, absent], dev)
+        # An absent track adds +0.0: masked_fill is exactly the `where` it replaces (`x * has_track`
+        # would make -0.0 of negative x, NaN of inf).
+        text = self.talker.embed_text(ids[0])
+        if no_text:  # a row without text: Prompt allows one, though no layout makes one
+            text.masked_fill_(absent[0], 0)
+        out = text + self.talker.embed_codec(ids[1]).masked_fill_(absent[1], 0)
         offset = 0
         for prompt in prompts:
             if prompt.speaker_row is not None:

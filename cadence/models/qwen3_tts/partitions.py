@@ -20,7 +20,7 @@ from ...engine.kv_cache import PagedKVCache
 from ...engine.partition import Admission, DecodeOutput, HostAudio
 from ...engine.request import EngineRequest
 from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
-from ...engine.transfer import to_device
+from ...engine.transfer import to_device, to_device_packed
 from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
 from .model import Qwen3TTS
@@ -30,56 +30,85 @@ log = logging.getLogger(__name__)
 
 
 class SlotState:
-    """Per-request decode state, one row per slot, preallocated on the device."""
+    """Per-request decode state, one row per slot, preallocated on the device.
+
+    The scalar fields are rows of three packed tensors, one per dtype, laid out field-major
+    ([fields, slots]): each field (`step`, `code0.top_k`, ...) is a contiguous [slots] view that the
+    walks read like any tensor, and an admission writes all the fields of a pack in one indexed copy.
+    """
 
     def __init__(self, model: Qwen3TTS, slots: int, max_trailing: int, max_pages: int):
         cfg, dev = model.config.talker, model.device
+        self.pad_text = model.config.tts_pad_token_id
         self.hidden = torch.zeros(slots, cfg.hidden_size, dtype=model.dtype, device=dev)
-        self.step = torch.zeros(slots, dtype=torch.long, device=dev)  # frames generated
-        self.position = torch.zeros(slots, dtype=torch.long, device=dev)  # next talker position
-        self.trailing = torch.full((slots, max_trailing), model.config.tts_pad_token_id, dtype=torch.long, device=dev)
-        self.trailing_len = torch.zeros(slots, dtype=torch.long, device=dev)
+        # Fields in the order of _scalar_fields. step: frames generated; position: the next talker
+        # position; top_k 0, temperature 1 and top_p 1: off.
+        self.longs = torch.zeros(6, slots, dtype=torch.long, device=dev)
+        self.floats = torch.ones(5, slots, dtype=torch.float32, device=dev)
+        self.bools = torch.zeros(3, slots, dtype=torch.bool, device=dev)
+        self.step, self.position, self.trailing_len, self.seed, top_k0, top_k = self.longs
+        self.rep_penalty, temperature0, top_p0, temperature, top_p = self.floats
+        self.ignore_eos, do_sample0, do_sample = self.bools
+        self.code0 = RowParams(do_sample0, temperature0, top_k0, top_p0)
+        self.codes = RowParams(do_sample, temperature, top_k, top_p)
+        self.trailing = torch.full((slots, max_trailing), self.pad_text, dtype=torch.long, device=dev)
         self.seen = torch.zeros(slots, cfg.vocab_size, dtype=torch.bool, device=dev)  # code0s generated
-        self.seed = torch.zeros(slots, dtype=torch.long, device=dev)
-        self.ignore_eos = torch.zeros(slots, dtype=torch.bool, device=dev)
-        self.rep_penalty = torch.ones(slots, dtype=torch.float32, device=dev)
-        self.code0 = _row_params(slots, dev)
-        self.codes = _row_params(slots, dev)
         self.block_table = torch.zeros(slots, max_pages, dtype=torch.long, device=dev)
 
-    def assign(self, slot: int, request: EngineRequest, pages: list[int], prompt_len: int) -> None:
-        p, dev = request.params, self.step.device
-        trailing = request.prompt.trailing_text
-        # fill_ with a Python number is a kernel argument; `tensor[slot] = number` copies a CPU
-        # scalar from pageable memory, which waits for the walk in flight.
-        self.hidden[slot].zero_()
-        self.step[slot].fill_(0)
-        self.position[slot].fill_(prompt_len)
-        self.trailing[slot, : len(trailing)] = to_device(trailing, dev)
-        self.trailing_len[slot].fill_(len(trailing))
-        self.seen[slot].fill_(False)
-        self.seed[slot].fill_(p.seed if p.seed is not None else 0)
-        self.ignore_eos[slot].fill_(request.ignore_eos)
-        self.rep_penalty[slot].fill_(p.repetition_penalty)
-        _set_row(self.code0, slot, p.do_sample, p.temperature, p.top_k, p.top_p)
-        _set_row(self.codes, slot, p.subtalker_dosample, p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p)
-        self.block_table[slot, : len(pages)] = to_device(pages, dev)
+    def assign_batch(
+        self, slots: list[int], requests: list[EngineRequest], pages: list[list[int]], prompt_lens: list[int]
+    ) -> None:
+        """Fresh state for the requests of one prefill entering `slots` (never the dummy slot): one
+        host->device copy and at most six indexed writes, however many requests. On CUDA the copy is
+        from pinned memory and does not wait: a copy from pageable memory, or a `tensor[slot] =
+        number`, would wait for the walk in flight. `hidden` is left as it is: the prefill that
+        follows writes it for every slot, on the eager and the fused path alike.
+
+        Trailing text and block-table rows are written up to the batch's longest (padded with tts_pad
+        and 0, as the constructor fills them); further on a row keeps what an earlier request left,
+        as it always has, and no result depends on it: trailing text is read below trailing_len only,
+        the fused walk reads pages up to the slot's position and the eager walk masks those it
+        gathers past it."""
+        trailing = [r.prompt.trailing_text for r in requests]
+        text = np.full((len(slots), max(map(len, trailing))), self.pad_text, dtype=np.int64)
+        table = np.zeros((len(slots), max(map(len, pages))), dtype=np.int64)
+        for i, (t, p) in enumerate(zip(trailing, pages, strict=True)):
+            text[i, : len(t)] = t
+            table[i, : len(p)] = p
+        longs, floats, bools = _scalar_fields(requests, prompt_lens)
+        idx, longs, floats, bools, text, table = to_device_packed(
+            [np.asarray(slots, dtype=np.int64), longs, floats, bools, text, table], self.step.device
+        )
+        self.longs.index_copy_(1, idx, longs)
+        self.floats.index_copy_(1, idx, floats)
+        self.bools.index_copy_(1, idx, bools)
+        self.seen.index_fill_(0, idx, False)
+        if text.shape[1]:  # streaming layouts only
+            self.trailing[:, : text.shape[1]].index_copy_(0, idx, text)
+        self.block_table[:, : table.shape[1]].index_copy_(0, idx, table)
 
 
-def _row_params(slots: int, dev: torch.device) -> RowParams:
-    return RowParams(
-        do_sample=torch.zeros(slots, dtype=torch.bool, device=dev),
-        temperature=torch.ones(slots, dtype=torch.float32, device=dev),
-        top_k=torch.zeros(slots, dtype=torch.long, device=dev),
-        top_p=torch.ones(slots, dtype=torch.float32, device=dev),
-    )
-
-
-def _set_row(rows: RowParams, slot: int, do_sample: bool, temperature: float, top_k: int, top_p: float) -> None:
-    rows.do_sample[slot].fill_(do_sample)
-    rows.temperature[slot].fill_(temperature)
-    rows.top_k[slot].fill_(top_k)
-    rows.top_p[slot].fill_(top_p)
+def _scalar_fields(requests: list[EngineRequest], prompt_lens: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The columns of SlotState's packed fields for `requests` ([fields, requests] each), in the
+    order SlotState.__init__ unpacks them."""
+    ps = [r.params for r in requests]
+    longs = [
+        [0] * len(ps),
+        prompt_lens,
+        [len(r.prompt.trailing_text) for r in requests],
+        [p.seed if p.seed is not None else 0 for p in ps],
+        [p.top_k for p in ps],
+        [p.subtalker_top_k for p in ps],
+    ]
+    floats = [
+        [p.repetition_penalty for p in ps],
+        [p.temperature for p in ps],
+        [p.top_p for p in ps],
+        [p.subtalker_temperature for p in ps],
+        [p.subtalker_top_p for p in ps],
+    ]
+    bools = [[r.ignore_eos for r in requests], [p.do_sample for p in ps], [p.subtalker_dosample for p in ps]]
+    return np.array(longs, dtype=np.int64), np.array(floats, dtype=np.float32), np.array(bools, dtype=np.bool_)
 
 
 def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
@@ -161,11 +190,12 @@ class Qwen3TTSTalker:
         self.advance()  # the last walk's rest first: slots are reassigned below
         flat = model.prefill_embeddings_batch([a.request.prompt for a in admissions])
         lengths = [len(a.request.prompt) for a in admissions]
-        for a, n in zip(admissions, lengths, strict=True):
-            self.state.assign(a.slot, a.request, a.pages, n)
-            self._positions[a.slot] = n
+        slot_ids = [a.slot for a in admissions]
+        self.state.assign_batch(slot_ids, [a.request for a in admissions], [a.pages for a in admissions], lengths)
+        for slot, n in zip(slot_ids, lengths, strict=True):
+            self._positions[slot] = n
         if self.fast is not None:
-            self.fast.prefill([a.slot for a in admissions], flat, lengths)
+            self.fast.prefill(slot_ids, flat, lengths)
             return
         embeds = flat.split(lengths)
         longest = max(lengths)
@@ -174,7 +204,7 @@ class Qwen3TTSTalker:
         for i, e in enumerate(embeds):
             x[i, : e.shape[0]] = e
             valid[i, : e.shape[0]] = True
-        slots = torch.tensor([a.slot for a in admissions], device=dev)
+        slots = torch.tensor(slot_ids, device=dev)
         positions = torch.arange(longest, device=dev).expand(len(embeds), -1)
         pages = self.kv.pages_for(longest)
         attend = PagedAttention(self.kv, self.state.block_table[slots, :pages], positions, valid)
