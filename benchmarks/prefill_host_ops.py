@@ -2,10 +2,11 @@
 
 With the GPU idle before a prefill, each of those launches (~5-10 us of host time) is on the
 critical path of time-to-first-audio. Ops are counted per part, the function that issued them:
-embeddings (Qwen3TTS.prefill_embeddings_batch), slot state (SlotState's assign methods), graph
-inputs (FastDecoder.prefill, the replay aside). `aten` counts every top-level aten op, views
-included; `work` only those that copy or compute; on CUDA `launches` the kernel launches and copies
-the runtime saw. `--repeats N` also times each part's host time and the whole prefill's (until
+embeddings (Qwen3TTS.prefill_embeddings_batch on the eager walk; on the fused walk only a cloned
+voice's codec_overrides: the rest runs inside the prefill graph), slot state (SlotState's assign
+methods), graph inputs (FastDecoder.prefill, the replay aside). `aten` counts every top-level
+aten op, views included; `work` only those that copy or compute; on CUDA `launches` the kernel
+launches and copies the runtime saw. `--repeats N` also times each part's host time and the whole prefill's (until
 `prefill` returns, the graph replay queued, not run), median of N. On the CPU the prefill graphs
 are stand-ins that replay nothing.
 
@@ -36,7 +37,8 @@ from cadence.models.qwen3_tts.fast_step import FastDecoder, PrefillGraph  # noqa
 from cadence.models.qwen3_tts.partitions import SlotState  # noqa: E402
 
 PARTS = (
-    (Qwen3TTS, "prefill_embeddings_batch", "embeddings"),
+    (Qwen3TTS, "prefill_embeddings_batch", "embeddings"),  # the eager walk's; the fused one's are in its graph
+    (Qwen3TTS, "codec_overrides", "embeddings"),
     (SlotState, "assign_batch", "slot state"),
     (SlotState, "assign", "slot state"),  # before assign_batch
     (FastDecoder, "prefill", "graph inputs"),
@@ -160,8 +162,8 @@ def main() -> None:
     if not cuda:
         width = model.config.talker.hidden_size
         for rows in fast.prefill_buckets:
-            x = torch.zeros(rows, width, dtype=model.dtype)
-            fast.prefill_graphs[rows] = PrefillGraph(NoReplay(), x, fast._prefill_index([], [], rows))
+            extra = torch.zeros(rows, width, dtype=model.dtype)
+            fast.prefill_graphs[rows] = PrefillGraph(NoReplay(), fast._prefill_inputs([], [], rows, []), extra)
     print(f"{'prompts':>7}  {'part':<12} {'aten':>5} {'work':>5} {'launches':>8}")
     for n in args.prompts:
         asks = [SynthesisRequest(f"Request {i}, a sentence.", layout=args.layout, seed=i) for i in range(n)]

@@ -14,6 +14,7 @@ import torch
 from cadence.engine.engine import build_core
 from cadence.engine.request import FinishReason
 from cadence.models.qwen3_tts import Qwen3TTS
+from cadence.models.qwen3_tts.prompt import Prompt
 from cadence.models.qwen3_tts.reference import generate
 
 from test_engine import codes_of, config, force_code0, request, run
@@ -190,14 +191,22 @@ def test_a_walks_second_half_waits_for_advance_and_runs_before_slot_state_change
         assert torch.equal(lazy[rid], stepwise[rid]), rid
 
 
-def test_prefill_index_layout(model):
-    """Row positions restart per prompt; padding rows and prompt entries point at the dummy slot."""
+def test_prefill_inputs_layout(model):
+    """The tracks of both prompts then padding (both tracks absent), the rows whose codec embedding
+    comes from `extra`, row positions restarting per prompt, padding rows and prompt entries
+    pointing at the dummy slot."""
     core = build_core(model, config(attention_backend="torch"))
     fast = core.talker.fast
-    index = fast._prefill_index([5, 2], [3, 2], 8)
+    prompts = [Prompt((7, 8, None), (None, 5, 6), (), 2), Prompt((9, 10), (11, None), (), 2)]
+    inputs = fast._prefill_inputs([5, 2], prompts, 8, [2])
     dummy = fast.dummy
-    assert index[0].tolist() == [0, 1, 2, 0, 1, 0, 0, 0]
-    assert index[1].tolist() == [5, 5, 5, 2, 2, dummy, dummy, dummy]
-    assert index[2].tolist() == [2, 4, 0, 0, 0, 0, 0, 0]
-    assert index[3].tolist() == [5, 2, dummy, dummy, dummy, dummy, dummy, dummy]
+    assert inputs[0].tolist() == [7, 8, 0, 9, 10, 0, 0, 0]
+    assert inputs[1].tolist() == [0, 5, 6, 11, 0, 0, 0, 0]
+    assert inputs[2].tolist() == [0, 0, 1, 0, 0, 1, 1, 1]
+    assert inputs[3].tolist() == [1, 0, 0, 0, 1, 1, 1, 1]
+    assert inputs[4].tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
+    assert inputs[5].tolist() == [0, 1, 2, 0, 1, 0, 0, 0]
+    assert inputs[6].tolist() == [5, 5, 5, 2, 2, dummy, dummy, dummy]
+    assert inputs[7].tolist() == [2, 4, 0, 0, 0, 0, 0, 0]
+    assert inputs[8].tolist() == [5, 2, dummy, dummy, dummy, dummy, dummy, dummy]
     assert fast.prefill_buckets[-1] == core.config.prefill_token_budget

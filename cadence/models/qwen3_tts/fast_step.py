@@ -35,6 +35,8 @@ from ...engine.graphs import capture
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
+from .model import prefill_tracks
+from .prompt import Prompt
 from .sampling import MIN_NEW_TOKENS
 
 log = logging.getLogger(__name__)
@@ -46,11 +48,12 @@ PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 
 @dataclass
 class PrefillGraph:
-    """A captured prefill of `x.shape[0]` token rows and its input buffers."""
+    """A captured prefill of `inputs.shape[1]` token rows (the prompt embeddings included) and its
+    input buffers: one host->device copy of `inputs` a prefill, `extra` only for cloned voices."""
 
     graph: torch.cuda.CUDAGraph
-    x: torch.Tensor  # [rows, H] prompt embeddings
-    index: torch.Tensor  # [4, rows] (see FastDecoder._prefill_index)
+    inputs: torch.Tensor  # [9, rows] int64 (see FastDecoder._prefill_inputs)
+    extra: torch.Tensor  # [rows, H]: codec-track embeddings replaced where inputs[4] is 1
 
 
 @dataclass
@@ -303,28 +306,47 @@ class FastDecoder:
         return torch.stack(codes, dim=1)
 
     @torch.no_grad()
-    def prefill(self, slots: list[int], embeds: torch.Tensor, lengths: list[int]) -> None:
-        """talker_prefill through the fused stack: all prompts (`embeds`, [sum of lengths, H]) as one
-        flat batch of token rows, each row attending over its own prompt prefix through its request's
-        page table. Under graphs the rows pad up to a token bucket (padding rows belong to the dummy
-        slot and write its scratch page); prompts longer than the largest bucket run eagerly."""
+    def prefill(self, slots: list[int], prompts: list[Prompt]) -> None:
+        """talker_prefill through the fused stack: all prompts as one flat batch of token rows, each
+        row attending over its own prompt prefix through its request's page table. Under graphs the
+        rows pad up to a token bucket (padding rows belong to the dummy slot and write its scratch
+        page) and the prompt embeddings are computed inside the graph: the host makes one copy of
+        ids and indices before the replay (a cloned voice's x-vector or reference frames one more).
+        Prompts longer than the largest bucket run eagerly."""
+        lengths = [len(p) for p in prompts]
         total = sum(lengths)
         bucket = next((b for b in self.prefill_buckets if b >= total), None)
         pad = bucket is not None and (bool(self.prefill_graphs) or self.pad_prefill)
-        index = self._prefill_index(slots, lengths, bucket if pad else total)
+        rows = bucket if pad else total
+        overrides = self.p.model.codec_overrides(prompts)  # none but for cloned voices
+        extra_rows = [row + i for row, value in overrides for i in range(len(value))]
+        inputs = self._prefill_inputs(slots, prompts, rows, extra_rows)
         graph = self.prefill_graphs.get(bucket) if pad else None
+        norm = self.talker_stack.norm
+        if graph is not None:
+            extra = graph.extra  # rows not flagged keep whatever an earlier prefill left: unread
+        else:
+            extra = norm.new_zeros((rows, norm.shape[0]) if overrides else (1, 1))
+        for row, value in overrides:
+            extra[row : row + len(value)] = value
         if graph is None:
-            x = embeds if not pad else torch.cat([embeds, embeds.new_zeros(bucket - total, embeds.shape[1])])
-            self._prefill_rows(x, index.to(self.dev, non_blocking=True))
+            self._prefill_rows(inputs.to(self.dev, non_blocking=True), extra)
             return
-        graph.x[:total].copy_(embeds)
-        graph.index.copy_(index, non_blocking=True)
+        graph.inputs.copy_(inputs, non_blocking=True)
         graph.graph.replay()
 
-    def _prefill_index(self, slots: list[int], lengths: list[int], rows: int) -> torch.Tensor:
-        """[4, rows] on the host: each row's position and owning slot, then each prompt's last row and
-        its slot (entries past the prompts point at row 0 and the dummy slot)."""
-        index = np.zeros((4, rows), dtype=np.int64)
+    def _prefill_inputs(
+        self, slots: list[int], prompts: list[Prompt], rows: int, extra_rows: list[int]
+    ) -> torch.Tensor:
+        """[9, rows] int64 on the host (pinned on CUDA): the prompts' tracks (model.prefill_tracks, 4
+        rows), 1 where the codec track's embedding comes from `extra` (rows `extra_rows`), then each
+        row's position and owning slot, then each prompt's last row and its slot (entries past the
+        prompts point at row 0 and the dummy slot)."""
+        lengths = [len(p) for p in prompts]
+        inputs = np.zeros((9, rows), dtype=np.int64)
+        inputs[:4] = prefill_tracks(prompts, rows)
+        inputs[4, extra_rows] = 1
+        index = inputs[5:]
         index[[1, 3]] = self.dummy
         total = sum(lengths)
         starts = np.cumsum(lengths, dtype=np.int64) - lengths
@@ -332,13 +354,16 @@ class FastDecoder:
         index[1, :total] = np.repeat(slots, lengths)
         index[2, : len(slots)] = starts + np.asarray(lengths) - 1
         index[3, : len(slots)] = slots
-        out = torch.from_numpy(index)
+        out = torch.from_numpy(inputs)
         return out.pin_memory() if self.dev.type == "cuda" else out
 
-    def _prefill_rows(self, x: torch.Tensor, index: torch.Tensor) -> None:
-        """The prefill body (captured per token bucket): x [rows, H], index [4, rows] (see _prefill_index)."""
+    def _prefill_rows(self, inputs: torch.Tensor, extra: torch.Tensor) -> None:
+        """The prefill body (captured per token bucket): inputs [9, rows] (see _prefill_inputs), extra
+        [rows, H] (or [1, 1] zeros where no row takes its codec embedding from it)."""
         st, kv = self.state, self.p.kv
-        positions, owner, last, out_slots = index
+        text, codec = self.p.model.embed_tracks(inputs[:4])
+        x = text + torch.where(inputs[4, :, None].bool(), extra, codec)
+        positions, owner, last, out_slots = inputs[5:]
         block_table = st.block_table[owner]
         page = block_table.gather(1, (positions // self.ps)[:, None])[:, 0]
         slot_index = page * self.ps + positions % self.ps
@@ -367,11 +392,11 @@ class FastDecoder:
         prefill_pool = torch.cuda.graph_pool_handle()
         hidden = self.talker_stack.norm.shape[0]
         for rows in sorted(self.prefill_buckets, reverse=True):
-            x = torch.zeros(rows, hidden, dtype=self.talker_stack.norm.dtype, device=self.dev)
-            index = self._prefill_index([], [], rows).to(self.dev)
+            inputs = self._prefill_inputs([], [], rows, []).to(self.dev)
+            extra = torch.zeros(rows, hidden, dtype=self.talker_stack.norm.dtype, device=self.dev)
             with self._pdl(rows):
-                graph, _ = capture(lambda: self._prefill_rows(x, index), self.dev, prefill_pool)  # noqa: B023
-            self.prefill_graphs[rows] = PrefillGraph(graph, x, index)
+                graph, _ = capture(lambda: self._prefill_rows(inputs, extra), self.dev, prefill_pool)  # noqa: B023
+            self.prefill_graphs[rows] = PrefillGraph(graph, inputs, extra)
         torch.cuda.synchronize(self.dev)
         used = (free_before - torch.cuda.mem_get_info(self.dev)[0]) / 2**20
         log.info(

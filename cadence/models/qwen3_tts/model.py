@@ -103,6 +103,22 @@ class Qwen3TTSFrontend:
         return self.config.sample_rate
 
 
+def prefill_tracks(prompts: list[Prompt], rows: int | None = None) -> np.ndarray:
+    """[4, rows] int64 on the host: the prompts' text ids and codec ids (0 where a track is absent),
+    then 1 where the text / codec track is absent; rows past the prompts (padding up to `rows`) have
+    both tracks absent. Track-major, so each track's ids are contiguous for its lookup."""
+    text = [t for p in prompts for t in p.text_track]
+    codec = [c for p in prompts for c in p.codec_track]
+    n = len(text)
+    out = np.zeros((4, rows if rows is not None else n), dtype=np.int64)
+    out[0, :n] = [0 if t is None else t for t in text]
+    out[1, :n] = [0 if c is None else c for c in codec]
+    out[2, :n] = [t is None for t in text]
+    out[3, :n] = [c is None for c in codec]
+    out[2:, n:] = 1
+    return out
+
+
 @dataclass
 class Qwen3TTS:
     config: Qwen3TTSConfig
@@ -162,30 +178,33 @@ class Qwen3TTS:
     def prefill_embeddings_batch(self, prompts: list[Prompt]) -> torch.Tensor:
         """The prefill embeddings of several prompts, concatenated [sum of lengths, hidden]. Every id
         crosses to the device in one copy and each embedding runs once over all rows: a prefill's
-        host cost does not grow with the number of prompts in it."""
-        dev = self.device
-        rows = [(t, c) for p in prompts for t, c in zip(p.text_track, p.codec_track, strict=True)]
-        # Track-major ([text/codec, row]), so that each track's ids are contiguous: no copy before a lookup.
-        ids = np.array([[0 if t is None else t for t, _ in rows], [0 if c is None else c for _, c in rows]], np.int64)
-        absent = np.array([[[t is None] for t, _ in rows], [[c is None] for _, c in rows]], np.bool_)
-        no_text = absent[0].any()
-        ids, absent = to_device_packed([ids, absent], dev)
-        # An absent track adds +0.0: masked_fill is exactly the `where` it replaces (`x * has_track`
-        # would make -0.0 of negative x, NaN of inf).
-        text = self.talker.embed_text(ids[0])
-        if no_text:  # a row without text: Prompt allows one, though no layout makes one
-            text.masked_fill_(absent[0], 0)
-        out = text + self.talker.embed_codec(ids[1]).masked_fill_(absent[1], 0)
-        offset = 0
+        host cost does not grow with the number of prompts in it. (The fused walk computes the same
+        inside its prefill graphs: FastDecoder.prefill.)"""
+        (tracks,) = to_device_packed([prefill_tracks(prompts)], self.device)
+        text, codec = self.embed_tracks(tracks)
+        out = text + codec
+        for row, value in self.codec_overrides(prompts):
+            out[row : row + len(value)] = text[row : row + len(value)] + value
+        return out
+
+    def embed_tracks(self, tracks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The text and codec embeddings [T, hidden] of `tracks` (prefill_tracks, on the device). An
+        absent track is +0.0: masked_fill is exactly a `where` (`x * has_track` would make -0.0 of
+        negative x, NaN of inf)."""
+        text = self.talker.embed_text(tracks[0]).masked_fill_(tracks[2, :, None].bool(), 0)
+        return text, self.talker.embed_codec(tracks[1]).masked_fill_(tracks[3, :, None].bool(), 0)
+
+    def codec_overrides(self, prompts: list[Prompt]) -> list[tuple[int, torch.Tensor]]:
+        """Rows whose codec-track embedding is something else, as (first row in the concatenated
+        prompts, [n, hidden] on the device): a cloned voice's x-vector, a reference's frames (their
+        16 code embeddings summed). None for the CustomVoice models."""
+        dev, out, offset = self.device, [], 0
         for prompt in prompts:
             if prompt.speaker_row is not None:
-                row = offset + prompt.speaker_row
-                x_vector = to_device(prompt.speaker_embedding, dev, torch.float32).to(text.dtype)
-                out[row] = text[row] + x_vector
+                x_vector = to_device(prompt.speaker_embedding, dev, torch.float32).to(self.dtype)
+                out.append((offset + prompt.speaker_row, x_vector[None]))
             if prompt.ref_row is not None and prompt.ref_codes:
-                ref_rows = slice(offset + prompt.ref_row, offset + prompt.ref_row + len(prompt.ref_codes))
-                frames = self.talker.embed_frame(to_device(prompt.ref_codes, dev))
-                out[ref_rows] = text[ref_rows] + frames
+                out.append((offset + prompt.ref_row, self.talker.embed_frame(to_device(prompt.ref_codes, dev))))
             offset += len(prompt)
         return out
 

@@ -188,16 +188,16 @@ class Qwen3TTSTalker:
     def prefill(self, admissions: list[Admission]) -> None:
         model, dev = self.model, self.model.device
         self.advance()  # the last walk's rest first: slots are reassigned below
-        flat = model.prefill_embeddings_batch([a.request.prompt for a in admissions])
-        lengths = [len(a.request.prompt) for a in admissions]
+        prompts = [a.request.prompt for a in admissions]
+        lengths = [len(p) for p in prompts]
         slot_ids = [a.slot for a in admissions]
         self.state.assign_batch(slot_ids, [a.request for a in admissions], [a.pages for a in admissions], lengths)
         for slot, n in zip(slot_ids, lengths, strict=True):
             self._positions[slot] = n
         if self.fast is not None:
-            self.fast.prefill(slot_ids, flat, lengths)
+            self.fast.prefill(slot_ids, prompts)
             return
-        embeds = flat.split(lengths)
+        embeds = model.prefill_embeddings_batch(prompts).split(lengths)
         longest = max(lengths)
         x = torch.zeros(len(embeds), longest, embeds[0].shape[1], dtype=model.dtype, device=dev)
         valid = torch.zeros(len(embeds), longest, dtype=torch.bool, device=dev)
