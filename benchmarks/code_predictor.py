@@ -1,9 +1,10 @@
 """The code predictor's 15 steps (one frame's codebooks 1..15) as layer kernels against the
 persistent kernel (cadence/kernels/triton_code_predictor.py, perf-notes #35), each captured in a
 CUDA graph and replayed: ms per frame by batch, a sweep of the persistent kernel's launch choices
-(tiles, warps, grid size), and whether the two give the same codes.
+(tiles, warps, grid size), and whether the two give the same codes. `--kernel cuda` measures the
+CUDA persistent kernel instead (cuda_code_predictor.py, perf-notes #45: up to 4 streams).
 
-    python benchmarks/code_predictor.py --model CKPT [--batches 1 8 16] [--json out.json]
+    python benchmarks/code_predictor.py --model CKPT [--batches 1 8 16] [--kernel cuda] [--json out.json]
 
 The checkpoint is a full-size one (`cadence checkpoint random --preset full`); bf16 as served.
 Greedy rows, so "same codes" compares the argmax of both (bf16 accumulation order may part them
@@ -37,9 +38,9 @@ SWEEP = [
 ]
 
 
-def talker(model: Qwen3TTS, streams: int, persistent_rows: int) -> Qwen3TTSTalker:
+def talker(model: Qwen3TTS, streams: int, persistent_rows: int, kernel: str = "triton") -> Qwen3TTSTalker:
     """An eager partition (no engine graphs): this script captures the code predictor alone."""
-    return Qwen3TTSTalker(model, streams, 2**26, 16, 64, 256, "triton", True, None, 64, 0, persistent_rows)
+    return Qwen3TTSTalker(model, streams, 2**26, 16, 64, 256, "triton", True, None, 64, 0, persistent_rows, kernel)
 
 
 def inputs(model: Qwen3TTS, b: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -55,7 +56,7 @@ def check(args) -> None:
     run one at a time (both are meant to be batch-invariant up to 16 rows)."""
     model = Qwen3TTS.from_pretrained(args.model, "cuda", args.dtype)
     b = max(args.batches)
-    paths = {"layers": talker(model, b, 0), "persistent": talker(model, b, b)}
+    paths = {"layers": talker(model, b, 0), "persistent": talker(model, b, b, args.kernel)}
     hidden, code0, step, seed = inputs(model, b, torch.Generator(device="cuda").manual_seed(0))
     out = {}
     for name, path in paths.items():
@@ -76,6 +77,7 @@ def main() -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16])
     p.add_argument("--sweep", action="store_true", help="also the launch choices of SWEEP and half the grid")
     p.add_argument("--check", action="store_true", help="compare codes only")
+    p.add_argument("--kernel", choices=["triton", "cuda"], default="triton", help="the persistent kernel measured")
     p.add_argument("--json")
     args = p.parse_args()
     if args.check:
@@ -83,7 +85,7 @@ def main() -> None:
         return
     model = Qwen3TTS.from_pretrained(args.model, "cuda", args.dtype)
     rows = max(args.batches)
-    layered, persistent = talker(model, rows, 0), talker(model, rows, rows)
+    layered, persistent = talker(model, rows, 0), talker(model, rows, rows, args.kernel)
     kernel = persistent.fast.persistent
     sms = kernel.programs
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -98,7 +100,7 @@ def main() -> None:
         same = int((codes(layered) == codes(persistent)).sum())
         row = {"batch": b, "layers_ms": replay_ms(lambda: codes(layered)), "same_codes": same, "codes": b * 15}  # noqa: B023
         configs = [(CodePredictorTiles(), sms)]
-        if args.sweep:
+        if args.sweep and args.kernel == "triton":  # the CUDA kernel has no tiles to choose
             configs += [(t, sms) for t in SWEEP[1:]] + [(CodePredictorTiles(), sms // 2)]
         row["persistent"] = []
         for tiles, programs in configs:

@@ -57,6 +57,7 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         codec_tf32=args.codec_tf32,
         pdl_max_rows=args.pdl_max_rows,
         persistent_max_rows=args.persistent_max_rows,
+        persistent_kernel=args.persistent_kernel,
     )
     start = time.perf_counter()
     core = build_core(model, cfg)
@@ -255,6 +256,12 @@ def main() -> None:
         default=EngineConfig.persistent_max_rows,
         help="decode batches of at most this many streams run the code predictor as one persistent kernel "
         "(perf-notes #35; 0: off; default %(default)s, the engine's)",
+    )
+    p.add_argument(
+        "--persistent-kernel",
+        choices=["triton", "cuda"],
+        default=EngineConfig.persistent_kernel,
+        help="which persistent kernel (perf-notes #45; default %(default)s)",
     )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # capture times

@@ -85,6 +85,8 @@ class RunawayGuard:
 
 # The Codec partition's precisions (EngineConfig.codec_dtype), named as torch names its dtypes.
 CODEC_DTYPES = ("float32", "bfloat16", "float16")
+# The persistent code predictor's implementations (EngineConfig.persistent_kernel).
+PERSISTENT_KERNELS = ("triton", "cuda")
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ class EngineConfig:
     # (1.7B) keeps the layer kernels. Off (0) by default: on an H200 it is not faster yet (batch-1
     # walk 3.60 -> 4.00 ms in the engine; perf-notes #35).
     persistent_max_rows: int = 0
+    # Which persistent kernel: "triton" (kernels/triton_code_predictor.py), or "cuda"
+    # (kernels/cuda_code_predictor.py: weights streamed into shared memory by the copy engine, Hopper
+    # and newer, up to 4 streams, compiled at first use by NVRTC; experimental, perf-notes #45).
+    persistent_kernel: str = "triton"
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
@@ -145,5 +151,9 @@ class EngineConfig:
             raise ValueError("pdl_max_rows must be >= 0 (0: off)")
         if self.persistent_max_rows < 0:
             raise ValueError("persistent_max_rows must be >= 0 (0: off)")
+        if self.persistent_kernel not in PERSISTENT_KERNELS:
+            raise ValueError(
+                f"unknown persistent kernel '{self.persistent_kernel}'; allowed: {', '.join(PERSISTENT_KERNELS)}"
+            )
         if self.codec_dtype not in CODEC_DTYPES:
             raise ValueError(f"unknown codec dtype '{self.codec_dtype}'; allowed: {', '.join(CODEC_DTYPES)}")

@@ -136,7 +136,7 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
     talker = Qwen3TTSTalker(
         model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
         backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget, config.pdl_max_rows,
-        config.persistent_max_rows,
+        config.persistent_max_rows, config.persistent_kernel,
     )  # fmt: skip
     use_graphs = codec_on.type == "cuda" and not config.enforce_eager
     own_stream = bool(config.pipeline_codec) and codec_on == model.device  # overlap on one GPU

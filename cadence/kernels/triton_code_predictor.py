@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from ..engine.sampler import RowParams
+from .code_predictor_buffers import CodePredictorBuffers
 from .triton_ops import _sample_choice
 
 
@@ -294,46 +295,16 @@ class CodePredictorTiles:
     warps: int = 4
 
 
-class PersistentCodePredictor:
-    """The code predictor of a FusedStack-ready model as one kernel launch per frame.
-
-    Stacks the layers' weights (one tensor per kind, indexed by layer), the 15 heads and the 14
-    input tables, and owns the activation buffers for up to `max_streams` streams (a CUDA graph
-    captures their addresses). `__call__(first, params, seed, step)` returns the codes [B, 15]."""
+class PersistentCodePredictor(CodePredictorBuffers):
+    """The code predictor of a FusedStack-ready model as one Triton kernel launch per frame, over
+    CodePredictorBuffers' weights and activations. `__call__(first, params, seed, step)` returns
+    the codes [B, 15]."""
 
     def __init__(self, stack, heads: list[torch.Tensor], embeddings: list[torch.Tensor], max_streams: int,
                  k_cache: torch.Tensor, v_cache: torch.Tensor, programs: int | None = None,
                  tiles: CodePredictorTiles = CodePredictorTiles()):  # fmt: skip
-        layers = stack.layers
-        self.stack = stack
-        self.ln1 = torch.stack([L.ln1 for L in layers])
-        self.wqkv = torch.stack([L.wqkv for L in layers])
-        self.q_norm = torch.stack([L.q_norm for L in layers])
-        self.k_norm = torch.stack([L.k_norm for L in layers])
-        self.wo = torch.stack([L.wo for L in layers])
-        self.ln2 = torch.stack([L.ln2 for L in layers])
-        self.wgu = torch.stack([L.wgu for L in layers])
-        self.wdown = torch.stack([L.wdown for L in layers])
-        self.heads = torch.stack(heads)
-        self.embeddings = torch.stack(embeddings)
-        self.k_cache, self.v_cache = k_cache, v_cache
-        hidden, dev, dtype = stack.norm.shape[0], stack.norm.device, stack.norm.dtype
-        self.hidden, self.inter = hidden, self.wgu.shape[1] // 2
-        self.vocab, self.steps = self.heads.shape[1], self.heads.shape[0]
-        self.max_streams = max_streams
+        super().__init__(stack, heads, embeddings, max_streams, k_cache, v_cache, programs)
         self.tiles = tiles
-        rows = 2 * max_streams
-        self.counter = torch.zeros(1, dtype=torch.int32, device=dev)
-        self.d = torch.zeros(rows, hidden, dtype=dtype, device=dev)
-        self.ra, self.rb, self.o = (torch.zeros_like(self.d) for _ in range(3))
-        self.qkv = torch.zeros(rows, self.wqkv.shape[1], dtype=dtype, device=dev)
-        self.attn = torch.zeros(rows, stack.heads * stack.head_dim, dtype=dtype, device=dev)
-        self.act = torch.zeros(rows, self.inter, dtype=dtype, device=dev)
-        self.logits = torch.zeros(max_streams, self.vocab, dtype=dtype, device=dev)
-        self.codes = torch.zeros(max_streams, self.steps, dtype=torch.long, device=dev)
-        if programs is None:  # one per SM; one under the interpreter (CPU tensors)
-            programs = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
-        self.programs = programs
 
     def __call__(self, first: torch.Tensor, params: RowParams, seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
         """first [2B, H]: each stream's projected talker hidden state and code0 embedding, interleaved."""

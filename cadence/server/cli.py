@@ -140,6 +140,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="decode batches of at most N streams run the code predictor as one persistent Triton kernel "
         f"instead of ~1,000 layer kernels; 0: off (default {defaults['persistent_max_rows']}; docs/perf-notes.md #35)",
     )
+    g.add_argument(
+        "--persistent-kernel",
+        choices=["triton", "cuda"],
+        help="the persistent code predictor's implementation: triton, or cuda (weights streamed into shared "
+        "memory by the copy engine; Hopper and newer, up to 4 streams, compiled at first use; experimental, "
+        f"docs/perf-notes.md #45) (default {defaults['persistent_kernel']})",
+    )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")
     g.add_argument("--voice-map", help="OpenAI voice aliases: 'alloy=ryan,nova=serena' or a JSON file (docs/api.md)")
@@ -270,6 +277,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
             codec_tf32=args.codec_tf32,
             pdl_max_rows=args.pdl_max_rows,
             persistent_max_rows=args.persistent_max_rows,
+            persistent_kernel=args.persistent_kernel,
         )
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:

@@ -181,6 +181,7 @@ class FastDecoder:
         prefill_token_budget: int = 2048,
         pdl_max_rows: int = 0,
         persistent_max_rows: int = 0,
+        persistent_kernel: str = "triton",
     ):
         self.p = partition
         model = partition.model
@@ -207,7 +208,7 @@ class FastDecoder:
         self.cp_v = torch.zeros(shape, dtype=model.dtype, device=self.dev)
         self.cp_index = CodePredictorIndex.build(rows, self.groups, self.dev)
         self.buckets = tuple(b for b in buckets if b < partition.max_slots) + (partition.max_slots,)
-        self.persistent = self._persistent_code_predictor(persistent_max_rows)
+        self.persistent = self._persistent_code_predictor(persistent_max_rows, persistent_kernel)
         self.graphs: dict[int, DecodeGraph] = {}
         self.pdl_max_rows = pdl_max_rows
         self._pending_advance: Callable[[], None] | None = None  # the last walk's second half, not yet run
@@ -264,21 +265,25 @@ class FastDecoder:
         st.position.narrow(0, self.dummy, 1).zero_()
         st.step.narrow(0, self.dummy, 1).zero_()
 
-    def _persistent_code_predictor(self, max_rows: int):
+    def _persistent_code_predictor(self, max_rows: int, kernel: str = "triton"):
         """The code predictor as one persistent kernel for batches of up to `max_rows` streams
-        (Triton only; perf-notes #35), or None: off, or a talker wider than its code predictor
-        (the 1.7B's small_to_mtp_projection is not in the kernel)."""
+        (Triton backend only; `kernel` "triton", perf-notes #35, or "cuda", #45), or None: off, or a
+        talker wider than its code predictor (the 1.7B's small_to_mtp_projection is not in it)."""
         cp = self.talker.code_predictor
         if max_rows <= 0:
             return None
         if not isinstance(cp.small_to_mtp_projection, torch.nn.Identity):
             log.info("persistent code predictor off: the talker is wider than the code predictor")
             return None
-        from ...kernels.triton_code_predictor import PersistentCodePredictor
-
         heads = [h.weight for h in cp.lm_head]
         tables = [e.weight for e in cp.model.codec_embedding][: self.groups - 2]
         rows = min(max_rows, self.buckets[-1])
+        if kernel == "cuda":
+            from ...kernels.cuda_code_predictor import CudaCodePredictor
+
+            return CudaCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
+        from ...kernels.triton_code_predictor import PersistentCodePredictor
+
         return PersistentCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
 
     def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:

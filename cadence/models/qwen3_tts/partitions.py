@@ -141,6 +141,7 @@ class Qwen3TTSTalker:
         prefill_token_budget: int = 2048,
         pdl_max_rows: int = 0,
         persistent_max_rows: int = 0,
+        persistent_kernel: str = "triton",
     ):
         if attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(
@@ -174,7 +175,7 @@ class Qwen3TTSTalker:
             use_graphs = model.device.type == "cuda" and not enforce_eager
             self.fast = FastDecoder(
                 self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS, prefill_token_budget,
-                pdl_max_rows, persistent_max_rows if attention_backend == "triton" else 0,
+                pdl_max_rows, persistent_max_rows if attention_backend == "triton" else 0, persistent_kernel,
             )  # fmt: skip
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:

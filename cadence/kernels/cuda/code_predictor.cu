@@ -1,0 +1,571 @@
+// The code predictor's 15 steps as one persistent CUDA kernel (issue 4, perf-notes #43, #45).
+//
+// The same phases as kernels/triton_code_predictor.py (read that file's docstring first): per step
+// and layer qkv (the residual sum and RMSNorm done by every CTA for its rows), attend, o, gate/up
+// with SwiGLU, down; then head and sample. A grid barrier separates dependent phases. What differs
+// is how weights arrive: a producer warp in every CTA streams the CTA's weight rows of every phase,
+// in order, into a shared-memory ring with the copy engine (cp.async.bulk completing on mbarriers).
+// It runs ahead of the barriers, whose releases do not wait for it (the wall the Triton kernel hit,
+// perf-notes #37-#40). `benchmarks/cuda/phase_chain.cu` measured this skeleton (#43).
+//
+// Compiled at run time by NVRTC (cuda_code_predictor.py prepends the macros below), so no include:
+//   ACT_BF16        1: weights and activations bf16; 0: fp32
+//   CONSUMER_WARPS  warps that compute (one more streams the weights)
+//   MAX_ROWS        activation rows at most (2 per stream at the first step)
+//   HIDDEN INTER HEADS KV_HEADS HEAD_DIM VOCAB LAYERS STEPS CTX K_MAX (the widest GEMM input)
+// Rounding follows the layer kernels (triton_ops): every stored activation is rounded to the
+// activation dtype where they store one, products accumulate in fp32.
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+constexpr int CONSUMERS = CONSUMER_WARPS * 32;
+constexpr int QKV_WIDTH = (HEADS + 2 * KV_HEADS) * HEAD_DIM;
+constexpr int GROUP = HEADS / KV_HEADS;
+
+#if ACT_BF16
+typedef u16 act_t;
+__device__ __forceinline__ float to_f(act_t v) { return __uint_as_float((u32)v << 16); }
+__device__ __forceinline__ act_t from_f(float f) {  // round to nearest even, as PyTorch's and Triton's casts
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (act_t)((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (act_t)(u >> 16);
+}
+__device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: written by other CTAs
+  act_t v;
+  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+#else
+typedef float act_t;
+__device__ __forceinline__ float to_f(act_t v) { return v; }
+__device__ __forceinline__ act_t from_f(float f) { return f; }
+__device__ __forceinline__ act_t load_cg(const act_t* p) {
+  act_t v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+#endif
+__device__ __forceinline__ float round_act(float f) { return to_f(from_f(f)); }
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+constexpr i64 I64_MAX = 0x7fffffffffffffffLL, I64_MIN = -0x7fffffffffffffffLL - 1;
+__device__ __forceinline__ float load_f(const act_t* p) { return to_f(load_cg(p)); }
+
+// ---- PTX: mbarriers, bulk copies, the grid barrier -----------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS) : "memory"); }
+
+// Every CTA arrives (one release add after the CTA's stores) and waits for the others.
+__device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
+  consumers_sync();
+  passed += gridDim.x;
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    u32 seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < passed);
+  }
+  consumers_sync();
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- the GEMM phases: which weight rows each CTA streams, and how ----------------------------------
+
+enum Gemm { QKV = 0, OUT = 1, GATE_UP = 2, DOWN = 3, HEAD = 4 };
+
+struct Weights {
+  const act_t *wqkv, *wo, *wgu, *wdown, *heads;
+};
+
+struct GemmShape {
+  const act_t* w;  // [n (x2: gate rows then up rows for SWIGLU), k]
+  int n, k;        // outputs, inputs
+  bool swiglu;
+};
+
+__device__ __forceinline__ GemmShape gemm_shape(const Weights& W, int kind, int layer, int step) {
+  switch (kind) {
+    case QKV: return {W.wqkv + (size_t)layer * QKV_WIDTH * HIDDEN, QKV_WIDTH, HIDDEN, false};
+    case OUT: return {W.wo + (size_t)layer * HIDDEN * HEADS * HEAD_DIM, HIDDEN, HEADS * HEAD_DIM, false};
+    case GATE_UP: return {W.wgu + (size_t)layer * 2 * INTER * HIDDEN, INTER, HIDDEN, true};
+    case DOWN: return {W.wdown + (size_t)layer * HIDDEN * INTER, HIDDEN, INTER, false};
+    default: return {W.heads + (size_t)step * VOCAB * HIDDEN, VOCAB, HIDDEN, false};
+  }
+}
+
+// This CTA's outputs [first, last) of a GEMM and how many go in one ring stage.
+struct Slab {
+  int first, last, per_chunk;
+};
+__device__ __forceinline__ Slab slab_of(const GemmShape& g, int stage_bytes) {
+  const int per_cta = (g.n + gridDim.x - 1) / gridDim.x;
+  const int first = min((int)blockIdx.x * per_cta, g.n);
+  const int row_bytes = g.k * (int)sizeof(act_t) * (g.swiglu ? 2 : 1);
+  return {first, min(first + per_cta, g.n), max(1, stage_bytes / row_bytes)};
+}
+
+// The ring's producer: this CTA's rows of every GEMM of the frame, in the consumers' order.
+__device__ void produce(const Weights& W, unsigned char* ring, u64* full, u64* empty, int stages, int stage_bytes) {
+  int it = 0;
+  for (int step = 0; step < STEPS; ++step) {
+    for (int layer = 0; layer <= LAYERS; ++layer) {
+      for (int kind = QKV; kind <= DOWN; ++kind) {
+        if (layer == LAYERS && kind != QKV) break;  // after the layers: the head alone
+        const GemmShape g = gemm_shape(W, layer == LAYERS ? HEAD : kind, layer, step);
+        const Slab s = slab_of(g, stage_bytes);
+        for (int o = s.first; o < s.last; o += s.per_chunk, ++it) {
+          const int stage = it % stages, outs = min(s.per_chunk, s.last - o);
+          mbar_wait(&empty[stage], ((it / stages) & 1) ^ 1);  // a fresh barrier passes parity 1 at once
+          const u32 part = (u32)outs * g.k * sizeof(act_t);
+          unsigned char* dst = ring + (size_t)stage * stage_bytes;
+          mbar_expect_tx(&full[stage], g.swiglu ? 2 * part : part);
+          bulk_load(dst, g.w + (size_t)o * g.k, part, &full[stage]);
+          if (g.swiglu) bulk_load(dst + part, g.w + (size_t)(g.n + o) * g.k, part, &full[stage]);
+        }
+      }
+    }
+  }
+}
+
+// The dot products of one weight row (two for SWIGLU: gate, up) with `rows` activation rows in
+// shared memory (floats, row stride K_MAX), summed over the warp; acc[u][r] on every lane.
+template <bool SWIGLU>
+__device__ __forceinline__ void unit_dots(const act_t* w0, const act_t* w1, const float* xs, int rows, int k, int lane,
+                                          float (&acc)[2][MAX_ROWS]) {
+  constexpr int VEC = 16 / sizeof(act_t);  // weights per 16-byte load
+#pragma unroll
+  for (int r = 0; r < MAX_ROWS; ++r) acc[0][r] = acc[1][r] = 0.f;
+  for (int i = lane * VEC; i < k; i += 32 * VEC) {
+    float wa[VEC], wb[VEC];
+    const uint4 va = *reinterpret_cast<const uint4*>(w0 + i);
+    const act_t* ha = reinterpret_cast<const act_t*>(&va);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) wa[e] = to_f(ha[e]);
+    if (SWIGLU) {
+      const uint4 vb = *reinterpret_cast<const uint4*>(w1 + i);
+      const act_t* hb = reinterpret_cast<const act_t*>(&vb);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) wb[e] = to_f(hb[e]);
+    }
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) {
+      if (r < rows) {
+        const float* x = xs + r * K_MAX + i;
+#pragma unroll
+        for (int e = 0; e < VEC; e += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(x + e);
+          acc[0][r] += wa[e] * xv.x + wa[e + 1] * xv.y + wa[e + 2] * xv.z + wa[e + 3] * xv.w;
+          if (SWIGLU) acc[1][r] += wb[e] * xv.x + wb[e + 1] * xv.y + wb[e + 2] * xv.z + wb[e + 3] * xv.w;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < MAX_ROWS; ++r) {
+    if (r < rows) {
+      acc[0][r] = warp_sum(acc[0][r]);
+      if (SWIGLU) acc[1][r] = warp_sum(acc[1][r]);
+    }
+  }
+}
+
+struct Scratch {
+  float* xs;       // [MAX_ROWS, K_MAX]: the phase's input rows
+  float* partial;  // [CONSUMER_WARPS, MAX_ROWS]
+  float* inv;      // [MAX_ROWS]
+};
+
+// The activation rows of a GEMM into shared memory: rows `first + i * stride` of x (+ r, rounded as
+// the unfused add is), their residual sum stored by CTA 0 where `sum_out`, RMS-normalised with
+// weight `norm_w` where given (rounded as the rms_norm kernel does).
+__device__ void load_rows(const Scratch& s, const act_t* x, const act_t* r, act_t* sum_out, const act_t* norm_w, int rows,
+                          int first, int stride, int k, float eps) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int i = 0; i < rows; ++i) {
+    const size_t row = (size_t)(first + i * stride) * k;
+    float sq = 0.f;
+    for (int c = tid; c < k; c += CONSUMERS) {
+      float v = load_f(x + row + c);
+      if (r) v = round_act(v + load_f(r + row + c));
+      if (sum_out && blockIdx.x == 0) sum_out[row + c] = from_f(v);
+      s.xs[i * K_MAX + c] = v;
+      sq += v * v;
+    }
+    if (norm_w) {
+      sq = warp_sum(sq);
+      if (lane == 0) s.partial[warp * MAX_ROWS + i] = sq;
+    }
+  }
+  consumers_sync();
+  if (!norm_w) return;
+  if (tid < rows) {
+    float total = 0.f;
+    for (int w = 0; w < CONSUMER_WARPS; ++w) total += s.partial[w * MAX_ROWS + tid];
+    s.inv[tid] = 1.f / sqrtf(total / k + eps);
+  }
+  consumers_sync();
+  for (int i = 0; i < rows; ++i)
+    for (int c = tid; c < k; c += CONSUMERS) {
+      const float normed = round_act(s.xs[i * K_MAX + c] * s.inv[i]);
+      s.xs[i * K_MAX + c] = round_act(to_f(norm_w[c]) * normed);
+    }
+  consumers_sync();
+}
+
+// One GEMM phase's dots for this CTA: out[i, n] for its outputs, the weights from the ring.
+__device__ void gemm(const GemmShape& g, const Scratch& s, act_t* out, int rows, unsigned char* ring, u64* full,
+                     u64* empty, int stages, int stage_bytes, int& it) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Slab sl = slab_of(g, stage_bytes);
+  for (int o = sl.first; o < sl.last; o += sl.per_chunk, ++it) {
+    const int stage = it % stages, outs = min(sl.per_chunk, sl.last - o);
+    const act_t* chunk = reinterpret_cast<const act_t*>(ring + (size_t)stage * stage_bytes);
+    mbar_wait(&full[stage], (it / stages) & 1);
+    for (int u = warp; u < outs; u += CONSUMER_WARPS) {
+      float acc[2][MAX_ROWS];
+      if (g.swiglu) {
+        unit_dots<true>(chunk + (size_t)u * g.k, chunk + (size_t)(outs + u) * g.k, s.xs, rows, g.k, lane, acc);
+        if (lane == 0)
+          for (int r = 0; r < rows; ++r) {  // rounded where linear_swiglu rounds: gate, up, silu
+            const float gate = round_act(acc[0][r]), up = round_act(acc[1][r]);
+            const float silu = round_act(gate / (1.f + __expf(-gate)));
+            out[(size_t)r * g.n + o + u] = from_f(silu * up);
+          }
+      } else {
+        unit_dots<false>(chunk + (size_t)u * g.k, nullptr, s.xs, rows, g.k, lane, acc);
+        if (lane == 0)
+          for (int r = 0; r < rows; ++r) out[(size_t)r * g.n + o + u] = from_f(acc[0][r]);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[stage]);
+  }
+}
+
+// ---- attention: per (stream, kv head), QK-norm + RoPE, the cache write, GROUP query heads ----------
+
+// QK-norm then RoPE of element d of one head, computed by a team of HEAD_DIM consecutive threads
+// (a power of two), rounded as the qk_norm_rope_store kernel rounds. `red` [CONSUMER_WARPS] is
+// scratch for the norm's sum. Every consumer thread calls it (it holds two CTA barriers).
+__device__ float norm_rope(const act_t* head, const act_t* w, const act_t* cos_t, const act_t* sin_t, int pos, int d,
+                           float* red, float eps) {
+  constexpr int HALF = HEAD_DIM / 2;
+  const float x = load_f(head + d);
+  const int pd = d < HALF ? d + HALF : d - HALF;
+  const float xp = load_f(head + pd);
+  float sq = x * x;
+  if (HEAD_DIM <= 32) {  // a team within a warp: xor offsets below HEAD_DIM stay inside it
+    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    consumers_sync();
+  } else {  // a team of whole warps
+    sq = warp_sum(sq);
+    const int warp = threadIdx.x / 32, team_warp0 = (threadIdx.x / HEAD_DIM) * (HEAD_DIM / 32);
+    if (threadIdx.x % 32 == 0) red[warp] = sq;
+    consumers_sync();
+    sq = 0.f;
+    for (int i = 0; i < HEAD_DIM / 32; ++i) sq += red[team_warp0 + i];
+  }
+  consumers_sync();  // `red` is free again
+  const float inv = 1.f / sqrtf(sq / HEAD_DIM + eps);
+  const float normed = round_act(to_f(w[d]) * round_act(x * inv));
+  const float partner = round_act(to_f(w[pd]) * round_act(xp * inv));
+  const float rotated = d < HALF ? -partner : partner;
+  const float a = round_act(normed * to_f(cos_t[pos * HEAD_DIM + d]));
+  const float b = round_act(round_act(rotated) * to_f(sin_t[pos * HEAD_DIM + d]));
+  return round_act(a + b);
+}
+
+__device__ void attend(const act_t* qkv, act_t* attn, act_t* kc, act_t* vc, const act_t* q_norm, const act_t* k_norm,
+                       const act_t* cos_t, const act_t* sin_t, int streams, int rows_per, int pos0, float eps,
+                       float scale, float* scratch) {
+  float* q = scratch;                        // [GROUP, HEAD_DIM]
+  float* prob = q + GROUP * HEAD_DIM;        // [GROUP, CTX]
+  float* red = prob + GROUP * CTX;           // [CONSUMER_WARPS]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = tid / HEAD_DIM, d = tid % HEAD_DIM;  // GROUP * HEAD_DIM <= CONSUMERS (checked by the host)
+  for (int item = blockIdx.x; item < streams * KV_HEADS; item += gridDim.x) {
+    const int n = item / KV_HEADS, kvh = item % KV_HEADS;
+    for (int i = 0; i < rows_per; ++i) {
+      const int pos = pos0 + i;
+      const act_t* row = qkv + (size_t)(n * rows_per + i) * QKV_WIDTH;
+      const size_t slot = ((size_t)(n * CTX + pos) * KV_HEADS + kvh) * HEAD_DIM;
+      // this row's key (the first HEAD_DIM threads) and value into the cache, every query head normalised
+      const float key = norm_rope(row + (HEADS + kvh) * HEAD_DIM, k_norm, cos_t, sin_t, pos, d, red, eps);
+      if (g == 0) {
+        kc[slot + d] = from_f(key);
+        vc[slot + d] = load_cg(row + (HEADS + KV_HEADS + kvh) * HEAD_DIM + d);
+      }
+      if (g < GROUP) q[g * HEAD_DIM + d] = norm_rope(row + (kvh * GROUP + g) * HEAD_DIM, q_norm, cos_t, sin_t, pos,
+                                                     d, red, eps);
+      else norm_rope(row, q_norm, cos_t, sin_t, pos, d, red, eps);  // idle teams still meet the barriers
+      consumers_sync();  // the cache and q written (global stores by this CTA: visible to it after the barrier)
+      // scores: one (query head, position) pair per warp at a time
+      for (int p = warp; p < GROUP * CTX; p += CONSUMER_WARPS) {
+        const int qg = p / CTX, t = p % CTX;
+        float s = neg_inf();
+        if (t <= pos) {
+          const act_t* kt = kc + ((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM;
+          float dot = 0.f;
+          for (int e = lane; e < HEAD_DIM; e += 32) dot += q[qg * HEAD_DIM + e] * load_f(kt + e);
+          s = warp_sum(dot) * scale;
+        }
+        if (lane == 0) prob[p] = s;
+      }
+      consumers_sync();
+      if (tid < GROUP) {  // softmax over positions 0..pos; probabilities rounded to the cache's dtype
+        float m = neg_inf(), total = 0.f;
+        for (int t = 0; t <= pos; ++t) m = fmaxf(m, prob[tid * CTX + t]);
+        for (int t = 0; t < CTX; ++t) {
+          const float e = t <= pos ? __expf(prob[tid * CTX + t] - m) : 0.f;
+          total += e;
+          prob[tid * CTX + t] = round_act(e);
+        }
+        red[tid] = total;
+      }
+      consumers_sync();
+      if (g < GROUP) {
+        float acc = 0.f;
+        for (int t = 0; t <= pos; ++t)
+          acc += prob[g * CTX + t] * load_f(vc + ((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM + d);
+        attn[(size_t)(n * rows_per + i) * HEADS * HEAD_DIM + (kvh * GROUP + g) * HEAD_DIM + d] = from_f(acc / red[g]);
+      }
+      consumers_sync();
+    }
+  }
+}
+
+// ---- sampling: sample_tokens' arithmetic (triton_ops._sample_choice) --------------------------------
+
+__device__ __forceinline__ u32 mix32(u32 x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x2C1B3C6Du;
+  x ^= x >> 16;
+  return x;
+}
+__device__ __forceinline__ i64 sortable(float x) {
+  const i64 bits = (i64)(int)__float_as_uint(x);
+  return bits >= 0 ? bits : bits ^ 0x7FFFFFFF;
+}
+
+constexpr int PER_THREAD = (VOCAB + CONSUMERS - 1) / CONSUMERS;
+
+// Block-wide reductions over the consumers (`red` holds CONSUMER_WARPS values of 8 bytes).
+__device__ float block_sum(float v, double* red) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  consumers_sync();
+  float t = 0.f;
+  for (int w = 0; w < CONSUMER_WARPS; ++w) t += (float)red[w];
+  consumers_sync();
+  return t;
+}
+__device__ i64 block_min_max(i64 v, bool want_max, double* red) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const i64 other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = want_max ? max(v, other) : min(v, other);
+  }
+  i64* r = reinterpret_cast<i64*>(red);
+  if (threadIdx.x % 32 == 0) r[threadIdx.x / 32] = v;
+  consumers_sync();
+  i64 t = r[0];
+  for (int w = 1; w < CONSUMER_WARPS; ++w) t = want_max ? max(t, r[w]) : min(t, r[w]);
+  consumers_sync();
+  return t;
+}
+// The first index of the largest value over the block (values[j] is column threadIdx.x + j * CONSUMERS).
+__device__ int block_argmax(const float (&values)[PER_THREAD], double* red) {
+  float best = neg_inf();
+  int at = VOCAB;
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const int c = threadIdx.x + j * CONSUMERS;
+    if (c < VOCAB && (values[j] > best || at == VOCAB)) best = values[j], at = c;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oa = __shfl_xor_sync(0xffffffffu, at, o);
+    if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+  }
+  float* rb = reinterpret_cast<float*>(red);
+  int* ra = reinterpret_cast<int*>(rb + CONSUMER_WARPS);
+  if (threadIdx.x % 32 == 0) rb[threadIdx.x / 32] = best, ra[threadIdx.x / 32] = at;
+  consumers_sync();
+  best = rb[0], at = ra[0];
+  for (int w = 1; w < CONSUMER_WARPS; ++w)
+    if (rb[w] > best || (rb[w] == best && ra[w] < at)) best = rb[w], at = ra[w];
+  consumers_sync();
+  return at;
+}
+
+__device__ int sample_row(const act_t* logits, int n, const bool* do_sample, const float* temperature,
+                          const i64* top_k, const float* top_p, const i64* seed, const i64* frame, u32 codebook_key,
+                          double* red) {
+  float y[PER_THREAD];
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const int c = threadIdx.x + j * CONSUMERS;
+    y[j] = c < VOCAB ? load_f(logits + (size_t)n * VOCAB + c) : neg_inf();
+  }
+  if (!do_sample[n]) return block_argmax(y, red);
+  i64 key[PER_THREAD];
+  const float temp = temperature[n];
+  for (int j = 0; j < PER_THREAD; ++j) y[j] = y[j] / temp, key[j] = sortable(y[j]);
+  const i64 k = top_k[n];
+  if (k > 0 && k < VOCAB) {  // the k-th largest key by bisection; ties at it kept
+    i64 lo = I64_MAX, hi = I64_MIN;
+    for (int j = 0; j < PER_THREAD; ++j)
+      if (threadIdx.x + j * CONSUMERS < VOCAB) lo = min(lo, key[j]), hi = max(hi, key[j]);
+    lo = block_min_max(lo, false, red);
+    hi = block_min_max(hi, true, red) + 1;
+    for (int it = 0; it < 33; ++it) {
+      const i64 mid = lo + (hi - lo) / 2;
+      float count = 0.f;
+      for (int j = 0; j < PER_THREAD; ++j) count += (threadIdx.x + j * CONSUMERS < VOCAB && key[j] >= mid) ? 1.f : 0.f;
+      const bool ok = block_sum(count, red) >= (float)k;
+      lo = ok ? mid : lo;
+      hi = ok ? hi : mid;
+    }
+    for (int j = 0; j < PER_THREAD; ++j) y[j] = key[j] >= lo ? y[j] : neg_inf(), key[j] = sortable(y[j]);
+  }
+  const float p = top_p[n];
+  if (p < 1.f) {  // the smallest key whose cumulative mass from below exceeds 1 - top_p
+    i64 lo = I64_MAX, hi = I64_MIN;
+    for (int j = 0; j < PER_THREAD; ++j)
+      if (threadIdx.x + j * CONSUMERS < VOCAB) lo = min(lo, key[j]), hi = max(hi, key[j]);
+    lo = block_min_max(lo, false, red) - 1;
+    hi = block_min_max(hi, true, red);
+    const float m = __int_as_float((int)(hi >= 0 ? hi : hi ^ 0x7FFFFFFF));  // the largest y: its key undone
+    float probs[PER_THREAD], part = 0.f;
+    for (int j = 0; j < PER_THREAD; ++j) probs[j] = threadIdx.x + j * CONSUMERS < VOCAB ? __expf(y[j] - m) : 0.f;
+    for (int j = 0; j < PER_THREAD; ++j) part += probs[j];
+    const float total = block_sum(part, red);
+    for (int j = 0; j < PER_THREAD; ++j) probs[j] = probs[j] / total;
+    for (int it = 0; it < 33; ++it) {
+      const i64 mid = lo + (hi - lo) / 2;
+      float mass = 0.f;
+      for (int j = 0; j < PER_THREAD; ++j) mass += key[j] <= mid ? probs[j] : 0.f;
+      const bool ok = block_sum(mass, red) > 1.f - p;
+      hi = ok ? mid : hi;
+      lo = ok ? lo : mid;
+    }
+    for (int j = 0; j < PER_THREAD; ++j) y[j] = key[j] >= hi ? y[j] : neg_inf();
+  }
+  const u64 s = (u64)seed[n], f = (u64)frame[n];
+  u32 hkey = mix32((u32)s ^ 0x1E3779B9u);
+  hkey = mix32(hkey ^ (u32)(s >> 32));
+  hkey = mix32(hkey ^ (u32)f);
+  hkey = mix32(hkey ^ codebook_key);
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const u32 c = threadIdx.x + j * CONSUMERS;
+    u32 h = mix32(hkey ^ (c * 0x1E3779B9u + 0x5BD1E995u));
+    h = mix32(h ^ hkey);
+    const float u = ((float)(h >> 8) + 0.5f) / 16777216.f;
+    y[j] = c < VOCAB ? y[j] - __logf(-__logf(u)) : neg_inf();
+  }
+  return block_argmax(y, red);
+}
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
+    code_predictor_kernel(act_t* d, act_t* ra, act_t* rb, act_t* qkv, act_t* attn, act_t* o, act_t* act,
+                          act_t* logits, i64* codes, u32* counter, const act_t* ln1, const act_t* wqkv,
+                          const act_t* q_norm, const act_t* k_norm, const act_t* wo, const act_t* ln2,
+                          const act_t* wgu, const act_t* wdown, const act_t* final_norm, const act_t* heads,
+                          const act_t* emb, const act_t* cos_t, const act_t* sin_t, act_t* k_cache,
+                          act_t* v_cache, const bool* do_sample, const float* temperature, const i64* top_k,
+                          const float* top_p, const i64* seed, const i64* frame, int streams, int cache_stride,
+                          double eps_in, double scale_in, int stages, int stage_bytes) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem;
+  Scratch s;
+  s.xs = reinterpret_cast<float*>(smem + (size_t)stages * stage_bytes);
+  s.partial = s.xs + MAX_ROWS * K_MAX;
+  s.inv = s.partial + CONSUMER_WARPS * MAX_ROWS;
+  double* red = reinterpret_cast<double*>(s.inv + MAX_ROWS + (MAX_ROWS % 2));  // 8-byte aligned
+  u64* full = reinterpret_cast<u64*>(red + 2 * CONSUMER_WARPS);
+  u64* empty = full + stages;
+  const Weights W{wqkv, wo, wgu, wdown, heads};
+  const float eps = (float)eps_in, scale = (float)scale_in;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < stages; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], CONSUMER_WARPS);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x / 32 == CONSUMER_WARPS) {
+    if (threadIdx.x % 32 == 0) produce(W, ring, full, empty, stages, stage_bytes);
+    return;
+  }
+
+  u32 passed = 0;  // barrier arrivals expected so far
+  int it = 0;      // ring chunks consumed
+  for (int step = 0; step < STEPS; ++step) {
+    const int rows_per = step == 0 ? 2 : 1, rows = streams * rows_per, pos0 = step == 0 ? 0 : step + 1;
+    for (int layer = 0; layer < LAYERS; ++layer) {
+      // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
+      load_rows(s, d, layer > 0 ? ra : nullptr, rb, ln1 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
+      gemm(gemm_shape(W, QKV, layer, step), s, qkv, rows, ring, full, empty, stages, stage_bytes, it);
+      grid_sync(counter, passed);
+      attend(qkv, attn, k_cache + (size_t)layer * cache_stride, v_cache + (size_t)layer * cache_stride,
+             q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
+             s.xs);
+      grid_sync(counter, passed);
+      load_rows(s, attn, nullptr, nullptr, nullptr, rows, 0, 1, HEADS * HEAD_DIM, eps);
+      gemm(gemm_shape(W, OUT, layer, step), s, o, rows, ring, full, empty, stages, stage_bytes, it);
+      grid_sync(counter, passed);
+      // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
+      load_rows(s, o, rb, ra, ln2 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
+      gemm(gemm_shape(W, GATE_UP, layer, step), s, act, rows, ring, full, empty, stages, stage_bytes, it);
+      grid_sync(counter, passed);
+      load_rows(s, act, nullptr, nullptr, nullptr, rows, 0, 1, INTER, eps);
+      gemm(gemm_shape(W, DOWN, layer, step), s, d, rows, ring, full, empty, stages, stage_bytes, it);
+      grid_sync(counter, passed);
+    }
+    // The final norm of each stream's last row (d + ra), then head `step`.
+    load_rows(s, d, ra, nullptr, final_norm, streams, rows_per - 1, rows_per, HIDDEN, eps);
+    gemm(gemm_shape(W, HEAD, 0, step), s, logits, streams, ring, full, empty, stages, stage_bytes, it);
+    grid_sync(counter, passed);
+    const u32 codebook_key = (u32)(step + 1) * 0x1E3779B9u;  // sample_tokens' key of codebook step + 1
+    for (int n = blockIdx.x; n < streams; n += gridDim.x) {
+      const int code = sample_row(logits, n, do_sample, temperature, top_k, top_p, seed, frame, codebook_key, red);
+      if (threadIdx.x == 0) codes[n * STEPS + step] = code;
+      if (step + 1 < STEPS)  // the next step's input: codebook step + 1's embedding of the code
+        for (int h = threadIdx.x; h < HIDDEN; h += CONSUMERS)
+          d[(size_t)n * HIDDEN + h] = emb[((size_t)step * VOCAB + code) * HIDDEN + h];
+    }
+    grid_sync(counter, passed);
+  }
+}
