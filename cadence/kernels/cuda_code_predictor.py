@@ -10,12 +10,14 @@ measured 3.7 us a phase with weights and no more than the ring's 0.55 ms when st
 Compiled at first use by NVRTC through `torch.cuda._compile_kernel` (no compiler to install:
 PyTorch's CUDA wheels carry NVRTC), with the model's dimensions as compile-time constants; up to
 MAX_STREAMS streams (each stream's rows of every phase sit in shared memory beside the ring).
+tests/test_cuda_code_predictor_emulated.py runs the same source on the CPU.
 Experimental (perf-notes #45): EngineConfig.persistent_kernel = "cuda" selects it.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,11 +32,81 @@ STAGE_BYTES = 32 * 1024  # one ring stage; #43 found 32 KB stages at least as go
 MAX_STAGES = 8
 
 
+@dataclass(frozen=True)
+class KernelPlan:
+    """The kernel's compile-time constants and its shared memory: the weight ring (as many 32 KB
+    stages as the rest leaves, at most MAX_STAGES), then its scratch (input rows as fp32, norm
+    partials, reductions, the mbarriers), laid out as the kernel expects."""
+
+    defines: tuple[tuple[str, int], ...]
+    stages: int
+    smem: int
+    consumer_warps: int
+
+    @classmethod
+    def of(cls, cp: CodePredictorBuffers, shared_memory: int, consumer_warps: int = CONSUMER_WARPS) -> KernelPlan:
+        s = cp.stack
+        head_dim, group = s.head_dim, s.heads // s.kv_heads
+        if cp.d.dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"the CUDA code predictor runs bf16 or fp32 weights, not {cp.d.dtype}")
+        if head_dim & (head_dim - 1) or group * head_dim > consumer_warps * 32:
+            raise ValueError(f"head_dim {head_dim} x group {group}: the attention phase needs a power of two "
+                             f"and at most {consumer_warps * 32} threads")  # fmt: skip
+        rows = 2 * cp.max_streams
+        k_max = max(cp.hidden, s.heads * head_dim, cp.inter)
+        defines = (
+            ("ACT_BF16", int(cp.d.dtype == torch.bfloat16)), ("CONSUMER_WARPS", consumer_warps),
+            ("MAX_ROWS", rows), ("HIDDEN", cp.hidden), ("INTER", cp.inter), ("HEADS", s.heads),
+            ("KV_HEADS", s.kv_heads), ("HEAD_DIM", head_dim), ("VOCAB", cp.vocab), ("LAYERS", len(s.layers)),
+            ("STEPS", cp.steps), ("CTX", cp.steps + 1), ("K_MAX", k_max),
+        )  # fmt: skip
+        scratch = 4 * (rows * k_max + consumer_warps * rows + rows + rows % 2) + 16 * consumer_warps
+        stages = min(MAX_STAGES, (shared_memory - scratch) // (STAGE_BYTES + 16))
+        if stages < 2:
+            raise ValueError(f"{cp.max_streams} streams leave no room for the weight ring in shared memory")
+        return cls(defines, stages, stages * STAGE_BYTES + scratch + 16 * stages, consumer_warps)
+
+
+def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Tensor, params: RowParams,
+                     seed: torch.Tensor, step: torch.Tensor) -> list:  # fmt: skip
+    """The kernel's arguments, in its signature's order, for the streams of `first` (copied into the
+    input rows; the barrier counter zeroed)."""
+    b = first.shape[0] // 2
+    if b > cp.max_streams:
+        raise ValueError(f"the CUDA code predictor holds at most {cp.max_streams} streams, got {b}")
+    s = cp.stack
+    cp.d[: 2 * b].copy_(first)
+    cp.counter.zero_()
+    return [
+        cp.d, cp.ra, cp.rb, cp.qkv, cp.attn, cp.o, cp.act, cp.logits, cp.codes, cp.counter,
+        cp.ln1, cp.wqkv, cp.q_norm, cp.k_norm, cp.wo, cp.ln2, cp.wgu, cp.wdown, s.norm,
+        cp.heads, cp.embeddings, s.cos, s.sin, cp.k_cache, cp.v_cache,
+        params.do_sample, params.temperature, params.top_k, params.top_p, seed, step,
+        b, cp.k_cache.stride(0), float(s.eps), float(s.scale), plan.stages, STAGE_BYTES,
+    ]  # fmt: skip
+
+
 @functools.cache
 def compile_kernel(defines: tuple[tuple[str, int], ...]):
     """The kernel for these compile-time constants (NVRTC, for compute capability 9.0)."""
     source = "".join(f"#define {name} {value}\n" for name, value in defines) + SOURCE.read_text()
     return torch.cuda._compile_kernel(source, "code_predictor_kernel", compute_capability="90")
+
+
+def allow_shared_memory(kernel, nbytes: int) -> None:
+    """Lets `kernel` take `nbytes` (> 48 KB) of dynamic shared memory: through the kernel's own
+    method where this PyTorch has it, else the driver's cuFuncSetAttribute."""
+    if hasattr(kernel, "set_shared_memory_config"):
+        kernel.set_shared_memory_config(nbytes)
+        return
+    import ctypes
+
+    max_dynamic_shared_size_bytes = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    status = torch.cuda._utils._get_gpu_runtime_library().cuFuncSetAttribute(
+        kernel.func, max_dynamic_shared_size_bytes, ctypes.c_int(nbytes)
+    )
+    if status != 0:
+        raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared memory {nbytes}) failed: CUresult {status}")
 
 
 class CudaCodePredictor(CodePredictorBuffers):
@@ -46,51 +118,14 @@ class CudaCodePredictor(CodePredictorBuffers):
         dev = stack.norm.device
         if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (9, 0):
             raise RuntimeError("the CUDA code predictor needs a GPU of compute capability 9.0 or newer")
-        max_streams = min(max_streams, MAX_STREAMS)
-        super().__init__(stack, heads, embeddings, max_streams, k_cache, v_cache)
-        dtype = stack.norm.dtype
-        if dtype not in (torch.bfloat16, torch.float32):
-            raise ValueError(f"the CUDA code predictor runs bf16 or fp32 weights, not {dtype}")
-        head_dim, group = stack.head_dim, stack.heads // stack.kv_heads
-        if head_dim & (head_dim - 1) or group * head_dim > CONSUMER_WARPS * 32:
-            raise ValueError(f"head_dim {head_dim} x group {group}: the attention phase needs a power of two "
-                             f"and at most {CONSUMER_WARPS * 32} threads")  # fmt: skip
-        self.max_rows = 2 * max_streams
-        k_max = max(self.hidden, stack.heads * head_dim, self.inter)
-        defines = (
-            ("ACT_BF16", int(dtype == torch.bfloat16)), ("CONSUMER_WARPS", CONSUMER_WARPS),
-            ("MAX_ROWS", self.max_rows), ("HIDDEN", self.hidden), ("INTER", self.inter), ("HEADS", stack.heads),
-            ("KV_HEADS", stack.kv_heads), ("HEAD_DIM", head_dim), ("VOCAB", self.vocab),
-            ("LAYERS", len(stack.layers)), ("STEPS", self.steps), ("CTX", self.steps + 1), ("K_MAX", k_max),
-        )  # fmt: skip
-        # Shared memory: the ring, then the kernel's scratch (input rows as fp32, norm partials,
-        # reductions, the mbarriers); as many 32 KB stages as the rest leaves, at most MAX_STAGES.
-        rows = self.max_rows
-        scratch = 4 * (rows * k_max + CONSUMER_WARPS * rows + rows + rows % 2) + 16 * CONSUMER_WARPS
-        available = torch.cuda.get_device_properties(dev).shared_memory_per_block_optin
-        self.stages = min(MAX_STAGES, (available - scratch) // (STAGE_BYTES + 16))
-        if self.stages < 2:
-            raise ValueError(f"{max_streams} streams leave no room for the weight ring in shared memory")
-        self.smem = self.stages * STAGE_BYTES + scratch + 16 * self.stages
-        self.kernel = compile_kernel(defines)
-        self.kernel.set_shared_memory_config(self.smem)
+        super().__init__(stack, heads, embeddings, min(max_streams, MAX_STREAMS), k_cache, v_cache)
+        self.plan = KernelPlan.of(self, torch.cuda.get_device_properties(dev).shared_memory_per_block_optin)
+        self.kernel = compile_kernel(self.plan.defines)
+        allow_shared_memory(self.kernel, self.plan.smem)
 
     def __call__(self, first: torch.Tensor, params: RowParams, seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
         """first [2B, H]: each stream's projected talker hidden state and code0 embedding, interleaved."""
-        b = first.shape[0] // 2
-        if b > self.max_streams:
-            raise ValueError(f"the CUDA code predictor holds at most {self.max_streams} streams, got {b}")
-        s = self.stack
-        self.d[: 2 * b].copy_(first)
-        self.counter.zero_()
-        self.kernel(
-            grid=(self.programs, 1, 1), block=((CONSUMER_WARPS + 1) * 32, 1, 1), shared_mem=self.smem,
-            args=[
-                self.d, self.ra, self.rb, self.qkv, self.attn, self.o, self.act, self.logits, self.codes, self.counter,
-                self.ln1, self.wqkv, self.q_norm, self.k_norm, self.wo, self.ln2, self.wgu, self.wdown, s.norm,
-                self.heads, self.embeddings, s.cos, s.sin, self.k_cache, self.v_cache,
-                params.do_sample, params.temperature, params.top_k, params.top_p, seed, step,
-                b, self.k_cache.stride(0), float(s.eps), float(s.scale), self.stages, STAGE_BYTES,
-            ],
-        )  # fmt: skip
-        return self.codes[:b]
+        args = kernel_arguments(self, self.plan, first, params, seed, step)
+        threads = (self.plan.consumer_warps + 1) * 32
+        self.kernel(grid=(self.programs, 1, 1), block=(threads, 1, 1), shared_mem=self.plan.smem, args=args)
+        return self.codes[: first.shape[0] // 2]

@@ -34,27 +34,29 @@ __device__ __forceinline__ act_t from_f(float f) {  // round to nearest even, as
   u += 0x7fffu + ((u >> 16) & 1u);
   return (act_t)(u >> 16);
 }
-__device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: written by other CTAs
-  act_t v;
-  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return v;
-}
 #else
 typedef float act_t;
 __device__ __forceinline__ float to_f(act_t v) { return v; }
 __device__ __forceinline__ act_t from_f(float f) { return f; }
-__device__ __forceinline__ act_t load_cg(const act_t* p) {
-  act_t v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
 #endif
 __device__ __forceinline__ float round_act(float f) { return to_f(from_f(f)); }
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 constexpr i64 I64_MAX = 0x7fffffffffffffffLL, I64_MIN = -0x7fffffffffffffffLL - 1;
-__device__ __forceinline__ float load_f(const act_t* p) { return to_f(load_cg(p)); }
 
-// ---- PTX: mbarriers, bulk copies, the grid barrier -----------------------------------------------
+// ---- PTX: loads through L2, mbarriers, bulk copies, the grid barrier -------------------------------
+// (tests/cuda_emulation/emulate.h has CPU stand-ins for this section: the CPU test runs the kernel)
+#ifndef CADENCE_EMULATE
+#define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+
+__device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: written by other CTAs
+  act_t v;
+#if ACT_BF16
+  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
+#else
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+#endif
+  return v;
+}
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
@@ -80,6 +82,9 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes,
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS) : "memory"); }
 
 // Every CTA arrives (one release add after the CTA's stores) and waits for the others.
@@ -95,6 +100,9 @@ __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
   }
   consumers_sync();
 }
+#endif  // CADENCE_EMULATE
+
+__device__ __forceinline__ float load_f(const act_t* p) { return to_f(load_cg(p)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -508,7 +516,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
                           act_t* v_cache, const bool* do_sample, const float* temperature, const i64* top_k,
                           const float* top_p, const i64* seed, const i64* frame, int streams, int cache_stride,
                           double eps_in, double scale_in, int stages, int stage_bytes) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  DYNAMIC_SHARED(smem);
   unsigned char* ring = smem;
   Scratch s;
   s.xs = reinterpret_cast<float*>(smem + (size_t)stages * stage_bytes);
@@ -522,7 +530,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], CONSUMER_WARPS);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   if (threadIdx.x / 32 == CONSUMER_WARPS) {

@@ -1,0 +1,223 @@
+// Runs CUDA kernel source on the CPU, for tests: every CUDA thread a cooperative fiber (ucontext)
+// in one OS thread, switching at each barrier, shuffle and spin. Enough of CUDA for
+// cadence/kernels/cuda/code_predictor.cu (its PTX section is replaced below): thread and block
+// indices, __syncthreads, a named barrier over the consumer warps, warp shuffles, mbarriers with
+// transaction counts, bulk copies (done at once), the grid barrier's counter.
+//
+// One OS thread, so memory is sequentially consistent: this checks the kernel's logic (indexing,
+// phase order, the ring's protocol, arithmetic), not its memory ordering on a GPU.
+//
+// Included before the kernel source (g++ -include emulate.h -DCADENCE_EMULATE ...), after the
+// kernel's own macros (CONSUMER_WARPS ...) given as -D flags.
+
+#pragma once
+#include <ucontext.h>
+
+#include <algorithm>
+#include <map>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+
+template <class To, class From>
+inline To bit_cast_(From v) {
+  To out;
+  std::memcpy(&out, &v, sizeof out);
+  return out;
+}
+inline float __uint_as_float(unsigned v) { return bit_cast_<float>(v); }
+inline float __int_as_float(int v) { return bit_cast_<float>(v); }
+inline unsigned __float_as_uint(float v) { return bit_cast_<unsigned>(v); }
+inline int __float_as_int(float v) { return bit_cast_<int>(v); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+template <class T>
+inline T min(T a, T b) { return b < a ? b : a; }
+template <class T>
+inline T max(T a, T b) { return a < b ? b : a; }
+
+namespace emu {
+
+struct Barrier {
+  int count = 0, arrived = 0;
+  unsigned generation = 0;
+};
+
+struct Fiber;
+struct Cta {
+  std::vector<unsigned char> smem;
+  Barrier all, consumers;
+  std::vector<Barrier> warps;
+  std::vector<unsigned long long> exchange;  // a slot per thread for shuffles
+};
+
+struct Fiber {
+  ucontext_t context;
+  std::vector<char> stack;
+  dim3 thread_idx, block_idx;
+  Cta* cta = nullptr;
+  bool done = false;
+};
+
+inline ucontext_t scheduler;
+inline Fiber* current = nullptr;
+inline dim3 grid_dim, block_dim;
+inline long long switches = 0;
+
+inline void yield() {
+  ++switches;
+  swapcontext(&current->context, &scheduler);
+}
+
+inline void wait(Barrier& b) {
+  const unsigned gen = b.generation;
+  if (++b.arrived == b.count) {
+    b.arrived = 0;
+    ++b.generation;
+    return;
+  }
+  while (b.generation == gen) yield();
+}
+
+}  // namespace emu
+
+#define threadIdx (emu::current->thread_idx)
+#define blockIdx (emu::current->block_idx)
+#define gridDim (emu::grid_dim)
+#define blockDim (emu::block_dim)
+
+inline void __syncthreads() { emu::wait(emu::current->cta->all); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::wait(emu::current->cta->warps[threadIdx.x / 32]); }
+
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int offset) {
+  static_assert(sizeof(T) <= 8, "shuffles of up to 8 bytes");
+  emu::Cta* cta = emu::current->cta;
+  const unsigned tid = threadIdx.x, partner = (tid & ~31u) | ((tid & 31u) ^ (unsigned)offset);
+  unsigned long long raw = 0;
+  std::memcpy(&raw, &v, sizeof v);
+  cta->exchange[tid] = raw;
+  __syncwarp();
+  raw = cta->exchange[partner];
+  __syncwarp();  // every lane has read before any lane writes its next value
+  T out;
+  std::memcpy(&out, &raw, sizeof out);
+  return out;
+}
+
+// ---- the kernel's PTX section, on the CPU -------------------------------------------------------
+
+#define DYNAMIC_SHARED(name) unsigned char* name = emu::current->cta->smem.data()
+
+template <class T>
+inline T load_cg(const T* p) { return *p; }
+
+// An mbarrier as the kernel uses one: a phase completes when its expected arrivals have arrived
+// and its transaction bytes have landed; try_wait.parity(p) passes once the phase of parity p is over.
+struct MbarState {
+  unsigned expected, pending, phase;
+  long long tx;
+};
+
+// Kept beside the kernel's 8-byte mbarrier words, by address (a GPU keeps it in the word itself).
+inline std::map<const void*, MbarState> mbarriers;
+inline MbarState* mbar(unsigned long long* bar) { return &mbarriers[bar]; }
+inline void mbar_complete_if_done(MbarState* m) {
+  if (m->pending == 0 && m->tx == 0) m->pending = m->expected, ++m->phase;
+}
+inline void mbar_init(unsigned long long* bar, unsigned count) { *mbar(bar) = {count, count, 0, 0}; }
+inline void mbar_init_fence() {}
+inline void mbar_arrive(unsigned long long* bar) {
+  MbarState* m = mbar(bar);
+  --m->pending;
+  mbar_complete_if_done(m);
+}
+inline void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+  mbar(bar)->tx += bytes;
+  mbar_arrive(bar);
+}
+inline void mbar_wait(unsigned long long* bar, unsigned parity) {
+  while ((mbar(bar)->phase & 1u) == parity) emu::yield();
+}
+inline void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  std::memcpy(dst, src, bytes);
+  mbar(bar)->tx -= bytes;
+  mbar_complete_if_done(mbar(bar));
+}
+inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
+inline void grid_sync(unsigned* counter, unsigned& passed) {
+  consumers_sync();
+  passed += gridDim.x;
+  if (threadIdx.x == 0) {
+    ++*counter;
+    while (*counter < passed) emu::yield();
+  }
+  consumers_sync();
+}
+
+namespace emu {
+
+// Runs `body` as a grid of `grid` CTAs of `threads` threads with `smem` bytes of shared memory each.
+template <class Body>
+inline void launch(unsigned grid, unsigned threads, unsigned consumer_threads, size_t smem, Body body) {
+  static Body* entry;
+  entry = &body;
+  grid_dim.x = grid;
+  block_dim.x = threads;
+  std::vector<Cta> ctas(grid);
+  std::vector<Fiber> fibers(grid * threads);
+  for (unsigned c = 0; c < grid; ++c) {
+    ctas[c].smem.assign(smem, 0);
+    ctas[c].all.count = threads;
+    ctas[c].consumers.count = consumer_threads;
+    ctas[c].warps.resize((threads + 31) / 32);
+    for (auto& w : ctas[c].warps) w.count = 32;
+    ctas[c].exchange.assign(threads, 0);
+  }
+  for (unsigned i = 0; i < fibers.size(); ++i) {
+    Fiber& f = fibers[i];
+    f.block_idx.x = i / threads;
+    f.thread_idx.x = i % threads;
+    f.cta = &ctas[i / threads];
+    f.stack.resize(256 * 1024);
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.data();
+    f.context.uc_stack.ss_size = f.stack.size();
+    f.context.uc_link = &scheduler;
+    makecontext(&f.context, +[] {
+      (*entry)();
+      current->done = true;
+    }, 0);
+  }
+  size_t alive = fibers.size();
+  long long rounds = 0;
+  while (alive) {
+    alive = 0;
+    for (Fiber& f : fibers) {
+      if (f.done) continue;
+      current = &f;
+      swapcontext(&scheduler, &f.context);
+      alive += !f.done;
+    }
+    if (++rounds > 2000000000LL) {
+      std::fprintf(stderr, "emulation: no end after %lld rounds (a deadlock?)\n", rounds);
+      std::exit(3);
+    }
+  }
+}
+
+}  // namespace emu

@@ -1,0 +1,125 @@
+"""The CUDA code predictor (cadence/kernels/cuda/code_predictor.cu) run on the CPU through
+tests/cuda_emulation (every CUDA thread a cooperative fiber), against the fused walk's layer path
+(PyTorch ops), from the same talker hidden states and code0s: the same codes, greedy and sampled.
+
+This checks the kernel's logic without a GPU: indexing, the order of its phases, the weight ring's
+protocol between producer and consumers, the arithmetic and rounding. One OS thread runs every
+fiber, so memory ordering on a GPU is not checked here; test_kernels.py's gpu tests run the kernel
+on the device.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cadence.engine.engine import build_core
+from cadence.engine.sampler import RowParams
+from cadence.kernels.code_predictor_buffers import CodePredictorBuffers
+from cadence.kernels.cuda_code_predictor import SOURCE, KernelPlan, kernel_arguments
+from cadence.models.qwen3_tts import Qwen3TTS
+
+from test_engine import config
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
+EMULATION = Path(__file__).parent / "cuda_emulation"
+SHARED_MEMORY = 227 * 1024  # an H200's per-block limit, so the ring has the GPU's stage count
+
+
+@pytest.fixture(scope="module")
+def model(tiny_checkpoint) -> Qwen3TTS:
+    return Qwen3TTS.from_pretrained(tiny_checkpoint, "cpu", "fp32")
+
+
+@pytest.fixture(scope="module")
+def model_bf16(tiny_checkpoint) -> Qwen3TTS:
+    return Qwen3TTS.from_pretrained(tiny_checkpoint, "cpu", "bf16")
+
+
+BUILT: dict[tuple, Path] = {}  # one build per set of compile-time constants
+
+
+def build(plan: KernelPlan, out: Path) -> Path:
+    if plan.defines in BUILT:
+        return BUILT[plan.defines]
+    exe = out / "driver"
+    flags = [f"-D{name}={value}" for name, value in plan.defines]
+    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
+           f"-I{EMULATION}", str(EMULATION / "driver.cpp"), "-o", str(exe)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    BUILT[plan.defines] = exe
+    return exe
+
+
+def write_arguments(args: list, plan: KernelPlan, path: Path) -> None:
+    """The driver's format: buffers as (byte count, bytes), ints as i64, floats as f64, then smem."""
+    with open(path, "wb") as f:
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                t = a.detach().contiguous().cpu()
+                data = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+                f.write(struct.pack("<Q", len(data)) + data)
+            elif isinstance(a, int):
+                f.write(struct.pack("<q", a))
+            else:
+                f.write(struct.pack("<d", a))
+        f.write(struct.pack("<q", plan.smem))
+
+
+@pytest.mark.parametrize("batch,sampled,grid", [(1, False, 3), (3, True, 5)], ids=["greedy-1", "sampled-3"])
+def test_emulated_cuda_code_predictor_matches_the_layer_path(model, tmp_path, batch, sampled, grid):
+    """fp32: the same codes (the kernel sums in another order; a near-tie could part them, none here)."""
+    codes, expected = run_both(model, tmp_path, batch, sampled, grid)
+    assert np.array_equal(codes, expected), f"kernel {codes.tolist()} layer path {expected.tolist()}"
+
+
+def test_emulated_cuda_code_predictor_in_bf16_agrees_with_the_layer_path(model_bf16, tmp_path):
+    """bf16, greedy, 4 streams: rounded at the layer path's points, summed in another order, so a
+    near-tie parts a stream now and then, and every later code of that stream follows (each code is
+    the next input; 46/60 equal when written). Every stream's first code equal and most codes equal;
+    a wrong rounding or index agrees on ~none. (Sampled bf16 agreed on 48/60 when written; left out
+    for CI time: the fp32 sampled test covers the sampler's logic.)"""
+    codes, expected = run_both(model_bf16, tmp_path, 4, False, 3)
+    same = codes == expected
+    assert same[:, 0].all() and same.mean() >= 0.5, f"kernel {codes.tolist()} layer path {expected.tolist()}"
+
+
+def run_both(model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: int) -> tuple[np.ndarray, np.ndarray]:
+    """The codes [batch, 15] of the emulated kernel on a grid of `grid` CTAs, and of the layer path."""
+    core = build_core(model, config(attention_backend="torch"))
+    fast = core.talker.fast
+    cp = fast.talker.code_predictor
+    g = torch.Generator().manual_seed(batch)
+    hidden = torch.randn(batch, model.config.talker.hidden_size, generator=g).to(model.dtype)
+    code0 = torch.randint(0, 2048, (batch,), generator=g)
+    slots = torch.arange(batch)
+    step, seed = torch.full((batch,), 5), torch.arange(batch) + 7
+    codes_state = fast.state.codes
+    if sampled:
+        codes_state.do_sample[:batch], codes_state.temperature[:batch] = True, 0.9
+        codes_state.top_k[:batch], codes_state.top_p[:batch] = 50, 0.8
+    expected = fast._predict_codes(hidden, code0, step, seed, slots)  # the layer path: FusedStack, torch ops
+
+    heads = [h.weight for h in cp.lm_head]
+    tables = [e.weight for e in cp.model.codec_embedding][: fast.groups - 2]
+    buffers = CodePredictorBuffers(fast.cp_stack, heads, tables, 4, fast.cp_k, fast.cp_v)
+    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2)  # fewer fibers; the same code paths
+    first = cp.small_to_mtp_projection(torch.stack([hidden, fast.talker.embed_codec(code0)], dim=1)).flatten(0, 1)
+    c = codes_state
+    params = RowParams(c.do_sample[slots], c.temperature[slots], c.top_k[slots], c.top_p[slots])
+    args = kernel_arguments(buffers, plan, first, params, seed, step)
+    write_arguments(args, plan, tmp_path / "args.bin")
+    exe = build(plan, tmp_path)
+    done = subprocess.run([str(exe), str(tmp_path / "args.bin"), str(tmp_path / "codes.bin"), str(grid)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    codes = np.frombuffer((tmp_path / "codes.bin").read_bytes(), dtype=np.int64).reshape(4, -1)[:batch]
+    assert codes.shape == (batch, 15)
+    return codes, expected.numpy()
