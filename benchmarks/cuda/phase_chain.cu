@@ -66,36 +66,11 @@ struct Phase {
   int chunk_rows;          // weight rows per ring stage
 };
 
-// ---- PTX helpers (sm_90) --------------------------------------------------------------------
+// ---- PTX helpers (sm_90): mbarriers and bulk copies shared with the code predictor -----------
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n WAIT:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// One contiguous global -> shared copy by the copy engine; completes `bytes` on `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
+#include "../../cadence/kernels/cuda/sm90.cuh"
+
+
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -176,8 +151,8 @@ __global__ void __launch_bounds__((CW + 1) * 32, 1)
   float* xs = reinterpret_cast<float*>(smem + (size_t)stages * stage_bytes);
   float* partial = xs + MAX_K;  // [CW] for the norm's sum of squares
   float2* split_sums = reinterpret_cast<float2*>(partial + 32);  // [2][CW]: SPLITK's partial dots, by chunk parity
-  uint64_t* full = reinterpret_cast<uint64_t*>(split_sums + 2 * 32);
-  uint64_t* empty = full + stages;
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(split_sums + 2 * 32);
+  unsigned long long* empty = full + stages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, grid = gridDim.x, cta = blockIdx.x;
   constexpr int consumers = CW * 32;
   // LL: the word of activation `a` (a pointer into `acts`) in `ll`, at the same offset
@@ -188,7 +163,7 @@ __global__ void __launch_bounds__((CW + 1) * 32, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], CW);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
 

@@ -90,7 +90,9 @@ def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Te
 def compile_kernel(defines: tuple[tuple[str, int], ...]):
     """The kernel for these compile-time constants (NVRTC, for compute capability 9.0)."""
     source = "".join(f"#define {name} {value}\n" for name, value in defines) + SOURCE.read_text()
-    return torch.cuda._compile_kernel(source, "code_predictor_kernel", compute_capability="90")
+    return torch.cuda._compile_kernel(
+        source, "code_predictor_kernel", compute_capability="90", cuda_include_dirs=[str(SOURCE.parent)]
+    )
 
 
 def allow_shared_memory(kernel, nbytes: int) -> None:

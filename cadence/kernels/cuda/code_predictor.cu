@@ -8,7 +8,8 @@
 // It runs ahead of the barriers, whose releases do not wait for it (the wall the Triton kernel hit,
 // perf-notes #37-#40). `benchmarks/cuda/phase_chain.cu` measured this skeleton (#43).
 //
-// Compiled at run time by NVRTC (cuda_code_predictor.py prepends the macros below), so no include:
+// Compiled at run time by NVRTC (cuda_code_predictor.py prepends the macros below; this folder is the
+// include path, for sm90.cuh; no CUDA header needed):
 //   ACT_BF16        1: weights and activations bf16; 0: fp32
 //   CONSUMER_WARPS  warps that compute (one more streams the weights)
 //   MAX_ROWS        activation rows at most (2 per stream at the first step)
@@ -58,33 +59,8 @@ __device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: writt
   return v;
 }
 
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u64* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n WAIT:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
+#include "sm90.cuh"  // mbarriers and bulk copies
+
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS) : "memory"); }
 
 // Every CTA arrives (one release add after the CTA's stores) and waits for the others.
