@@ -1,0 +1,134 @@
+// The code predictor's sampler (code_predictor.cu includes this after its own definitions: act_t,
+// load_f, neg_inf, warp_sum, consumers_sync, CONSUMERS, VOCAB): sample_tokens' arithmetic, as
+// triton_ops._sample_choice computes it, by one CTA per stream with block-wide reductions.
+#pragma once
+
+__device__ __forceinline__ u32 mix32(u32 x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x2C1B3C6Du;
+  x ^= x >> 16;
+  return x;
+}
+__device__ __forceinline__ i64 sortable(float x) {
+  const i64 bits = (i64)(int)__float_as_uint(x);
+  return bits >= 0 ? bits : bits ^ 0x7FFFFFFF;
+}
+
+constexpr int PER_THREAD = (VOCAB + CONSUMERS - 1) / CONSUMERS;
+
+// Block-wide reductions over the consumers (`red` holds CONSUMER_WARPS values of 8 bytes).
+__device__ float block_sum(float v, double* red) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  consumers_sync();
+  float t = 0.f;
+  for (int w = 0; w < CONSUMER_WARPS; ++w) t += (float)red[w];
+  consumers_sync();
+  return t;
+}
+__device__ i64 block_min_max(i64 v, bool want_max, double* red) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const i64 other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = want_max ? max(v, other) : min(v, other);
+  }
+  i64* r = reinterpret_cast<i64*>(red);
+  if (threadIdx.x % 32 == 0) r[threadIdx.x / 32] = v;
+  consumers_sync();
+  i64 t = r[0];
+  for (int w = 1; w < CONSUMER_WARPS; ++w) t = want_max ? max(t, r[w]) : min(t, r[w]);
+  consumers_sync();
+  return t;
+}
+// The first index of the largest value over the block (values[j] is column threadIdx.x + j * CONSUMERS).
+__device__ int block_argmax(const float (&values)[PER_THREAD], double* red) {
+  float best = neg_inf();
+  int at = VOCAB;
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const int c = threadIdx.x + j * CONSUMERS;
+    if (c < VOCAB && (values[j] > best || at == VOCAB)) best = values[j], at = c;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oa = __shfl_xor_sync(0xffffffffu, at, o);
+    if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+  }
+  float* rb = reinterpret_cast<float*>(red);
+  int* ra = reinterpret_cast<int*>(rb + CONSUMER_WARPS);
+  if (threadIdx.x % 32 == 0) rb[threadIdx.x / 32] = best, ra[threadIdx.x / 32] = at;
+  consumers_sync();
+  best = rb[0], at = ra[0];
+  for (int w = 1; w < CONSUMER_WARPS; ++w)
+    if (rb[w] > best || (rb[w] == best && ra[w] < at)) best = rb[w], at = ra[w];
+  consumers_sync();
+  return at;
+}
+
+__device__ int sample_row(const act_t* logits, int n, const bool* do_sample, const float* temperature,
+                          const i64* top_k, const float* top_p, const i64* seed, const i64* frame, u32 codebook_key,
+                          double* red) {
+  float y[PER_THREAD];
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const int c = threadIdx.x + j * CONSUMERS;
+    y[j] = c < VOCAB ? load_f(logits + (size_t)n * VOCAB + c) : neg_inf();
+  }
+  if (!do_sample[n]) return block_argmax(y, red);
+  i64 key[PER_THREAD];
+  const float temp = temperature[n];
+  for (int j = 0; j < PER_THREAD; ++j) y[j] = y[j] / temp, key[j] = sortable(y[j]);
+  const i64 k = top_k[n];
+  if (k > 0 && k < VOCAB) {  // the k-th largest key by bisection; ties at it kept
+    i64 lo = I64_MAX, hi = I64_MIN;
+    for (int j = 0; j < PER_THREAD; ++j)
+      if (threadIdx.x + j * CONSUMERS < VOCAB) lo = min(lo, key[j]), hi = max(hi, key[j]);
+    lo = block_min_max(lo, false, red);
+    hi = block_min_max(hi, true, red) + 1;
+    for (int it = 0; it < 33; ++it) {
+      const i64 mid = lo + (hi - lo) / 2;
+      float count = 0.f;
+      for (int j = 0; j < PER_THREAD; ++j) count += (threadIdx.x + j * CONSUMERS < VOCAB && key[j] >= mid) ? 1.f : 0.f;
+      const bool ok = block_sum(count, red) >= (float)k;
+      lo = ok ? mid : lo;
+      hi = ok ? hi : mid;
+    }
+    for (int j = 0; j < PER_THREAD; ++j) y[j] = key[j] >= lo ? y[j] : neg_inf(), key[j] = sortable(y[j]);
+  }
+  const float p = top_p[n];
+  if (p < 1.f) {  // the smallest key whose cumulative mass from below exceeds 1 - top_p
+    i64 lo = I64_MAX, hi = I64_MIN;
+    for (int j = 0; j < PER_THREAD; ++j)
+      if (threadIdx.x + j * CONSUMERS < VOCAB) lo = min(lo, key[j]), hi = max(hi, key[j]);
+    lo = block_min_max(lo, false, red) - 1;
+    hi = block_min_max(hi, true, red);
+    const float m = __int_as_float((int)(hi >= 0 ? hi : hi ^ 0x7FFFFFFF));  // the largest y: its key undone
+    float probs[PER_THREAD], part = 0.f;
+    for (int j = 0; j < PER_THREAD; ++j) probs[j] = threadIdx.x + j * CONSUMERS < VOCAB ? __expf(y[j] - m) : 0.f;
+    for (int j = 0; j < PER_THREAD; ++j) part += probs[j];
+    const float total = block_sum(part, red);
+    for (int j = 0; j < PER_THREAD; ++j) probs[j] = probs[j] / total;
+    for (int it = 0; it < 33; ++it) {
+      const i64 mid = lo + (hi - lo) / 2;
+      float mass = 0.f;
+      for (int j = 0; j < PER_THREAD; ++j) mass += key[j] <= mid ? probs[j] : 0.f;
+      const bool ok = block_sum(mass, red) > 1.f - p;
+      hi = ok ? mid : hi;
+      lo = ok ? lo : mid;
+    }
+    for (int j = 0; j < PER_THREAD; ++j) y[j] = key[j] >= hi ? y[j] : neg_inf();
+  }
+  const u64 s = (u64)seed[n], f = (u64)frame[n];
+  u32 hkey = mix32((u32)s ^ 0x1E3779B9u);
+  hkey = mix32(hkey ^ (u32)(s >> 32));
+  hkey = mix32(hkey ^ (u32)f);
+  hkey = mix32(hkey ^ codebook_key);
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const u32 c = threadIdx.x + j * CONSUMERS;
+    u32 h = mix32(hkey ^ (c * 0x1E3779B9u + 0x5BD1E995u));
+    h = mix32(h ^ hkey);
+    const float u = ((float)(h >> 8) + 0.5f) / 16777216.f;
+    y[j] = c < VOCAB ? y[j] - __logf(-__logf(u)) : neg_inf();
+  }
+  return block_argmax(y, red);
+}
+
