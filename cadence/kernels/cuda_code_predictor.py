@@ -122,7 +122,13 @@ class CudaCodePredictor(CodePredictorBuffers):
             raise RuntimeError("the CUDA code predictor needs a GPU of compute capability 9.0 or newer")
         super().__init__(stack, heads, embeddings, min(max_streams, MAX_STREAMS), k_cache, v_cache)
         self.plan = KernelPlan.of(self, torch.cuda.get_device_properties(dev).shared_memory_per_block_optin)
-        self.kernel = compile_kernel(self.plan.defines)
+        try:
+            self.kernel = compile_kernel(self.plan.defines)
+        except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
+            raise RuntimeError(
+                f"the CUDA code predictor could not be compiled with NVRTC ({e}); "
+                "use persistent_kernel 'triton' or persistent_max_rows 0"
+            ) from e
         allow_shared_memory(self.kernel, self.plan.smem)
 
     def __call__(self, first: torch.Tensor, params: RowParams, seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
