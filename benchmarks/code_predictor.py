@@ -77,7 +77,7 @@ def main() -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16])
     p.add_argument("--sweep", action="store_true", help="also the launch choices of SWEEP and half the grid")
     p.add_argument("--check", action="store_true", help="compare codes only")
-    p.add_argument("--kernel", choices=["triton", "cuda"], default="triton", help="the persistent kernel measured")
+    p.add_argument("--kernel", choices=["triton", "cuda", "cuda-ll"], default="triton", help="the persistent kernel")
     p.add_argument("--json")
     args = p.parse_args()
     if args.check:

@@ -259,7 +259,7 @@ def main() -> None:
     )
     p.add_argument(
         "--persistent-kernel",
-        choices=["triton", "cuda"],
+        choices=["triton", "cuda", "cuda-ll"],
         default=EngineConfig.persistent_kernel,
         help="which persistent kernel (perf-notes #45; default %(default)s)",
     )

@@ -60,9 +60,11 @@ for phase in "$@"; do
     cudacp)  # issue 4: the CUDA persistent code predictor (perf-notes #45): its tests, codes, time, the walk with it
       need_full
       timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "persistent or rows_do_not" 2>&1 | tail -6
-      timeout 200 python3 benchmarks/code_predictor.py --model $full --kernel cuda --batches 4 --check 2>&1 | quiet | tail -3
-      timeout 200 python3 benchmarks/code_predictor.py --model $full --kernel cuda --batches 1 4 \
-        --json "$OUT/code_predictor_cuda.json" 2>&1 | quiet | tail -4
+      for k in cuda cuda-ll; do
+        timeout 200 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 4 --check 2>&1 | quiet | tail -3
+        timeout 200 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 1 4 \
+          --json "$OUT/code_predictor_$k.json" 2>&1 | quiet | tail -4
+      done
       timeout 300 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,4 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
         --kv-gb 20 --persistent-max-rows 4 --persistent-kernel cuda --json "$OUT/engine_steps_cuda_cp.json" 2>&1 \

@@ -22,7 +22,7 @@ import torch
 from cadence.engine.engine import build_core
 from cadence.engine.sampler import RowParams
 from cadence.kernels.code_predictor_buffers import CodePredictorBuffers
-from cadence.kernels.cuda_code_predictor import SOURCE, KernelPlan, kernel_arguments
+from cadence.kernels.cuda_code_predictor import SOURCE, KernelPlan, kernel_arguments, use_words
 from cadence.models.qwen3_tts import Qwen3TTS
 
 from test_engine import config
@@ -73,10 +73,13 @@ def write_arguments(args: list, plan: KernelPlan, path: Path) -> None:
         f.write(struct.pack("<q", plan.smem))
 
 
+@pytest.mark.parametrize("sync", ["barrier", "ll"])
 @pytest.mark.parametrize("batch,sampled,grid", [(1, False, 3), (3, True, 5)], ids=["greedy-1", "sampled-3"])
-def test_emulated_cuda_code_predictor_matches_the_layer_path(model, tmp_path, batch, sampled, grid):
-    """fp32: the same codes (the kernel sums in another order; a near-tie could part them, none here)."""
-    codes, expected = run_both(model, tmp_path, batch, sampled, grid)
+def test_emulated_cuda_code_predictor_matches_the_layer_path(model, tmp_path, batch, sampled, grid, sync):
+    """fp32: the same codes (the kernel sums in another order; a near-tie could part them, none here),
+    with grid barriers and with SYNC_LL's polled {value, tag} words instead (LL: two frames in a row
+    on the same buffers, the first on other inputs, so the second runs over the first's words)."""
+    codes, expected = run_both(model, tmp_path, batch, sampled, grid, ll=sync == "ll")
     assert np.array_equal(codes, expected), f"kernel {codes.tolist()} layer path {expected.tolist()}"
 
 
@@ -91,8 +94,11 @@ def test_emulated_cuda_code_predictor_in_bf16_agrees_with_the_layer_path(model_b
     assert same[:, 0].all() and same.mean() >= 0.5, f"kernel {codes.tolist()} layer path {expected.tolist()}"
 
 
-def run_both(model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: int) -> tuple[np.ndarray, np.ndarray]:
-    """The codes [batch, 15] of the emulated kernel on a grid of `grid` CTAs, and of the layer path."""
+def run_both(
+    model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: int, ll: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """The codes [batch, 15] of the emulated kernel on a grid of `grid` CTAs, and of the layer path.
+    With `ll` the kernel runs two frames on the same buffers, the epoch advanced between them."""
     core = build_core(model, config(attention_backend="torch"))
     fast = core.talker.fast
     cp = fast.talker.code_predictor
@@ -110,16 +116,43 @@ def run_both(model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: i
     heads = [h.weight for h in cp.lm_head]
     tables = [e.weight for e in cp.model.codec_embedding][: fast.groups - 2]
     buffers = CodePredictorBuffers(fast.cp_stack, heads, tables, 4, fast.cp_k, fast.cp_v)
-    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2)  # fewer fibers; the same code paths
+    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=ll)  # fewer fibers; the same code paths
+    if ll:
+        use_words(buffers)
     first = cp.small_to_mtp_projection(torch.stack([hidden, fast.talker.embed_codec(code0)], dim=1)).flatten(0, 1)
     c = codes_state
     params = RowParams(c.do_sample[slots], c.temperature[slots], c.top_k[slots], c.top_p[slots])
+    exe = build(plan, tmp_path)
     args = kernel_arguments(buffers, plan, first, params, seed, step)
     write_arguments(args, plan, tmp_path / "args.bin")
-    exe = build(plan, tmp_path)
-    done = subprocess.run([str(exe), str(tmp_path / "args.bin"), str(tmp_path / "codes.bin"), str(grid)],
+    frames = "2" if ll else "1"
+    done = subprocess.run([str(exe), str(tmp_path / "args.bin"), str(tmp_path / "codes.bin"), str(grid), frames],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     codes = np.frombuffer((tmp_path / "codes.bin").read_bytes(), dtype=np.int64).reshape(4, -1)[:batch]
     assert codes.shape == (batch, 15)
     return codes, expected.numpy()
+
+
+def test_each_ll_frame_gets_tags_of_its_own(model):
+    """SYNC_LL's guard against a word of an earlier frame passing for this one's: every call advances
+    the epoch, and the input rows carry the new epoch's first tag above the values' own bits."""
+    core = build_core(model, config(attention_backend="torch"))
+    fast = core.talker.fast
+    cp = fast.talker.code_predictor
+    heads = [h.weight for h in cp.lm_head]
+    tables = [e.weight for e in cp.model.codec_embedding][: fast.groups - 2]
+    buffers = CodePredictorBuffers(fast.cp_stack, heads, tables, 4, fast.cp_k, fast.cp_v)
+    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=True)
+    use_words(buffers)
+    first = torch.randn(2, model.config.talker.hidden_size)
+    c = fast.state.codes
+    params = RowParams(c.do_sample[:1], c.temperature[:1], c.top_k[:1], c.top_p[:1])
+    bits = first.view(torch.int32).long() & 0xFFFFFFFF
+    zero = torch.zeros(1, dtype=torch.long)
+    for epoch in (1, 2):
+        kernel_arguments(buffers, plan, first, params, zero, zero)
+        assert int(buffers.epoch) == epoch
+        assert torch.equal(buffers.d[:2] & 0xFFFFFFFF, bits)
+        assert torch.equal(buffers.d[:2] >> 32, torch.full_like(bits, epoch * 1024))
+    assert (buffers.qkv == -1).all()  # untouched words: a tag no phase writes

@@ -67,7 +67,7 @@ voice_map: {alloy: ryan}
         ),
         (
             "engine:\n  persistent_kernel: cutlass\n",
-            "deploy.yaml:2: engine.persistent_kernel: 'cutlass' is not allowed; allowed: triton, cuda",
+            "deploy.yaml:2: engine.persistent_kernel: 'cutlass' is not allowed; allowed: triton, cuda, cuda-ll",
         ),
         ("placement:\n  device: gpu0\n", "deploy.yaml:2: placement.device: 'gpu0' is not a device; allowed: auto, cpu"),
         ("dummy_weights: 1\n", "deploy.yaml:1: dummy_weights: expected true or false, got '1'"),

@@ -215,7 +215,7 @@ def test_prefill_inputs_layout(model):
 def test_persistent_kernel_choice_is_validated(model):
     """EngineConfig.persistent_kernel names an implementation; the CUDA one refuses a device without
     compute capability 9.0 with a clear error instead of failing inside NVRTC or the launch."""
-    with pytest.raises(ValueError, match="unknown persistent kernel 'cutlass'; allowed: triton, cuda"):
+    with pytest.raises(ValueError, match="unknown persistent kernel 'cutlass'; allowed: triton, cuda, cuda-ll"):
         config(persistent_kernel="cutlass")
     fast = build_core(model, config(attention_backend="torch")).talker.fast
     if not torch.cuda.is_available():

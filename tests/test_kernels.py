@@ -389,10 +389,8 @@ def test_snake_beta_with_fused_adds(ops, dtype, fused, layout):
 
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
-PERSISTENT_KERNELS = [
-    "triton",
-    pytest.param("cuda", marks=pytest.mark.skipif(not HOPPER, reason="the CUDA kernel needs compute capability 9.0")),
-]
+NEEDS_HOPPER = pytest.mark.skipif(not HOPPER, reason="the CUDA kernel needs compute capability 9.0")
+PERSISTENT_KERNELS = ["triton", pytest.param("cuda", marks=NEEDS_HOPPER), pytest.param("cuda-ll", marks=NEEDS_HOPPER)]
 
 
 @pytest.mark.parametrize("kernel", PERSISTENT_KERNELS)
@@ -427,8 +425,13 @@ def test_persistent_code_predictor_matches_the_layer_kernels(tiny_checkpoint, ba
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 GEMMs go through the Triton kernels on a GPU only")
 @pytest.mark.parametrize(
     "persistent_rows,kernel",
-    [(0, "triton"), (16, "triton"), pytest.param(4, "cuda", marks=pytest.mark.skipif(not HOPPER, reason="sm_90"))],
-    ids=["layer-kernels", "persistent", "persistent-cuda"],
+    [
+        (0, "triton"),
+        (16, "triton"),
+        pytest.param(4, "cuda", marks=NEEDS_HOPPER),
+        pytest.param(4, "cuda-ll", marks=NEEDS_HOPPER),
+    ],
+    ids=["layer-kernels", "persistent", "persistent-cuda", "persistent-cuda-ll"],
 )
 def test_code_predictor_rows_do_not_depend_on_the_batch(tiny_checkpoint, persistent_rows, kernel):
     """In bf16 each stream's codes are the same in a batch of 5 as alone: both code-predictor paths

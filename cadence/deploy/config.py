@@ -75,7 +75,7 @@ class EngineSection:
     codec_tf32: bool | None = None  # null: as torch.backends.cudnn.allow_tf32 (PyTorch's default: TF32)
     pdl_max_rows: int = field(default=_ENGINE.pdl_max_rows, metadata=_min(0))
     persistent_max_rows: int = field(default=_ENGINE.persistent_max_rows, metadata=_min(0))
-    persistent_kernel: Literal["triton", "cuda"] = _ENGINE.persistent_kernel  # engine.config.PERSISTENT_KERNELS
+    persistent_kernel: Literal["triton", "cuda", "cuda-ll"] = _ENGINE.persistent_kernel  # config.PERSISTENT_KERNELS
     cpu_threads: int | None = field(default=None, metadata=_min(1))
     warmup_frames: int = field(default=8, metadata=_min(0))
 

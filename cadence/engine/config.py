@@ -86,7 +86,7 @@ class RunawayGuard:
 # The Codec partition's precisions (EngineConfig.codec_dtype), named as torch names its dtypes.
 CODEC_DTYPES = ("float32", "bfloat16", "float16")
 # The persistent code predictor's implementations (EngineConfig.persistent_kernel).
-PERSISTENT_KERNELS = ("triton", "cuda")
+PERSISTENT_KERNELS = ("triton", "cuda", "cuda-ll")
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,8 @@ class EngineConfig:
     persistent_max_rows: int = 0
     # Which persistent kernel: "triton" (kernels/triton_code_predictor.py), or "cuda"
     # (kernels/cuda_code_predictor.py: weights streamed into shared memory by the copy engine, Hopper
-    # and newer, up to 4 streams, compiled at first use by NVRTC; experimental, perf-notes #45).
+    # and newer, up to 4 streams, compiled at first use by NVRTC; experimental, perf-notes #45), or
+    # "cuda-ll" (the same without grid barriers: activations as polled {value, tag} words, #46).
     persistent_kernel: str = "triton"
 
     def __post_init__(self):

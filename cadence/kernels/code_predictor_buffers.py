@@ -32,6 +32,7 @@ class CodePredictorBuffers:
         self.max_streams = max_streams
         rows = 2 * max_streams
         self.counter = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.epoch = torch.zeros(1, dtype=torch.int32, device=dev)  # frames run (the CUDA kernel's LL tags)
         self.d = torch.zeros(rows, hidden, dtype=dtype, device=dev)
         self.ra, self.rb, self.o = (torch.zeros_like(self.d) for _ in range(3))
         self.qkv = torch.zeros(rows, self.wqkv.shape[1], dtype=dtype, device=dev)

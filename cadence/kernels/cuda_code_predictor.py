@@ -42,9 +42,11 @@ class KernelPlan:
     stages: int
     smem: int
     consumer_warps: int
+    ll: bool  # SYNC_LL: activations as {value, tag} words, no grid barrier (use_words)
 
     @classmethod
-    def of(cls, cp: CodePredictorBuffers, shared_memory: int, consumer_warps: int = CONSUMER_WARPS) -> KernelPlan:
+    def of(cls, cp: CodePredictorBuffers, shared_memory: int, consumer_warps: int = CONSUMER_WARPS,
+           ll: bool = False) -> KernelPlan:  # fmt: skip
         s = cp.stack
         head_dim, group = s.head_dim, s.heads // s.kv_heads
         if cp.d.dtype not in (torch.bfloat16, torch.float32):
@@ -58,13 +60,32 @@ class KernelPlan:
             ("ACT_BF16", int(cp.d.dtype == torch.bfloat16)), ("CONSUMER_WARPS", consumer_warps),
             ("MAX_ROWS", rows), ("HIDDEN", cp.hidden), ("INTER", cp.inter), ("HEADS", s.heads),
             ("KV_HEADS", s.kv_heads), ("HEAD_DIM", head_dim), ("VOCAB", cp.vocab), ("LAYERS", len(s.layers)),
-            ("STEPS", cp.steps), ("CTX", cp.steps + 1), ("K_MAX", k_max),
+            ("STEPS", cp.steps), ("CTX", cp.steps + 1), ("K_MAX", k_max), ("SYNC_LL", int(ll)),
         )  # fmt: skip
         scratch = 4 * (rows * k_max + consumer_warps * rows + rows + rows % 2) + 16 * consumer_warps
         stages = min(MAX_STAGES, (shared_memory - scratch) // (STAGE_BYTES + 16))
         if stages < 2:
             raise ValueError(f"{cp.max_streams} streams leave no room for the weight ring in shared memory")
-        return cls(defines, stages, stages * STAGE_BYTES + scratch + 16 * stages, consumer_warps)
+        return cls(defines, stages, stages * STAGE_BYTES + scratch + 16 * stages, consumer_warps, ll)
+
+
+ACTIVATIONS = ("d", "ra", "rb", "qkv", "attn", "o", "act", "logits")  # the buffers that cross CTAs
+
+
+def use_words(cp: CodePredictorBuffers) -> None:
+    """The cross-CTA activation buffers as SYNC_LL's 64-bit words (same shapes), every tag all ones:
+    a tag no phase writes (a frame's tags are epoch * 1024 + at most 405)."""
+    for name in ACTIVATIONS:
+        setattr(cp, name, torch.full(getattr(cp, name).shape, -1, dtype=torch.long, device=cp.d.device))
+
+
+def as_words(values: torch.Tensor, tag: torch.Tensor) -> torch.Tensor:
+    """bf16 / fp32 values as SYNC_LL words: their bits below `tag` (a device tensor; no host sync)."""
+    if values.dtype == torch.bfloat16:
+        bits = values.view(torch.int16).to(torch.long) & 0xFFFF
+    else:
+        bits = values.view(torch.int32).to(torch.long) & 0xFFFFFFFF
+    return bits | (tag.to(torch.long) << 32)
 
 
 def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Tensor, params: RowParams,
@@ -75,10 +96,14 @@ def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Te
     if b > cp.max_streams:
         raise ValueError(f"the CUDA code predictor holds at most {cp.max_streams} streams, got {b}")
     s = cp.stack
-    cp.d[: 2 * b].copy_(first)
+    if plan.ll:  # a new epoch: no word of an earlier frame carries one of this frame's tags
+        cp.epoch.add_(1)
+        cp.d[: 2 * b].copy_(as_words(first, cp.epoch * 1024))
+    else:
+        cp.d[: 2 * b].copy_(first)
     cp.counter.zero_()
     return [
-        cp.d, cp.ra, cp.rb, cp.qkv, cp.attn, cp.o, cp.act, cp.logits, cp.codes, cp.counter,
+        cp.d, cp.ra, cp.rb, cp.qkv, cp.attn, cp.o, cp.act, cp.logits, cp.codes, cp.counter, cp.epoch,
         cp.ln1, cp.wqkv, cp.q_norm, cp.k_norm, cp.wo, cp.ln2, cp.wgu, cp.wdown, s.norm,
         cp.heads, cp.embeddings, s.cos, s.sin, cp.k_cache, cp.v_cache,
         params.do_sample, params.temperature, params.top_k, params.top_p, seed, step,
@@ -116,12 +141,17 @@ class CudaCodePredictor(CodePredictorBuffers):
     params, seed, step)` returns the codes [B, 15] for up to `max_streams` (<= MAX_STREAMS) streams."""
 
     def __init__(self, stack, heads: list[torch.Tensor], embeddings: list[torch.Tensor], max_streams: int,
-                 k_cache: torch.Tensor, v_cache: torch.Tensor):  # fmt: skip
+                 k_cache: torch.Tensor, v_cache: torch.Tensor, sync: str = "barrier"):  # fmt: skip
         dev = stack.norm.device
         if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (9, 0):
             raise RuntimeError("the CUDA code predictor needs a GPU of compute capability 9.0 or newer")
+        if sync not in ("barrier", "ll"):
+            raise ValueError(f"unknown sync '{sync}'; allowed: barrier, ll")
         super().__init__(stack, heads, embeddings, min(max_streams, MAX_STREAMS), k_cache, v_cache)
-        self.plan = KernelPlan.of(self, torch.cuda.get_device_properties(dev).shared_memory_per_block_optin)
+        optin = torch.cuda.get_device_properties(dev).shared_memory_per_block_optin
+        self.plan = KernelPlan.of(self, optin, ll=sync == "ll")
+        if self.plan.ll:
+            use_words(self)
         try:
             self.kernel = compile_kernel(self.plan.defines)
         except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel

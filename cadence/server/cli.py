@@ -142,10 +142,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g.add_argument(
         "--persistent-kernel",
-        choices=["triton", "cuda"],
+        choices=["triton", "cuda", "cuda-ll"],
         help="the persistent code predictor's implementation: triton, or cuda (weights streamed into shared "
         "memory by the copy engine; Hopper and newer, up to 4 streams, compiled at first use; experimental, "
-        f"docs/perf-notes.md #45) (default {defaults['persistent_kernel']})",
+        "docs/perf-notes.md #45), or cuda-ll (the same with polled {value, tag} activations instead of grid "
+        f"barriers, #46) (default {defaults['persistent_kernel']})",
     )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")

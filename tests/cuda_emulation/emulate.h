@@ -5,7 +5,9 @@
 // transaction counts, bulk copies (done at once), the grid barrier's counter.
 //
 // One OS thread, so memory is sequentially consistent: this checks the kernel's logic (indexing,
-// phase order, the ring's protocol, arithmetic), not its memory ordering on a GPU.
+// phase order, the ring's protocol, arithmetic), not its memory ordering on a GPU. Fibers run round
+// robin, so CTAs keep nearly in step: a read racing ahead of its writer (as SYNC_LL's tags must
+// rule out) is unlikely to show here.
 //
 // Included before the kernel source (g++ -include emulate.h -DCADENCE_EMULATE ...), after the
 // kernel's own macros (CONSUMER_WARPS ...) given as -D flags.
@@ -77,6 +79,7 @@ inline ucontext_t scheduler;
 inline Fiber* current = nullptr;
 inline dim3 grid_dim, block_dim;
 inline long long switches = 0;
+inline long long progress = 0;  // barriers passed, words and counters written, copies landed
 
 inline void yield() {
   ++switches;
@@ -88,6 +91,7 @@ inline void wait(Barrier& b) {
   if (++b.arrived == b.count) {
     b.arrived = 0;
     ++b.generation;
+    ++progress;
     return;
   }
   while (b.generation == gen) yield();
@@ -137,7 +141,7 @@ struct MbarState {
 inline std::map<const void*, MbarState> mbarriers;
 inline MbarState* mbar(unsigned long long* bar) { return &mbarriers[bar]; }
 inline void mbar_complete_if_done(MbarState* m) {
-  if (m->pending == 0 && m->tx == 0) m->pending = m->expected, ++m->phase;
+  if (m->pending == 0 && m->tx == 0) m->pending = m->expected, ++m->phase, ++emu::progress;
 }
 inline void mbar_init(unsigned long long* bar, unsigned count) { *mbar(bar) = {count, count, 0, 0}; }
 inline void mbar_init_fence() {}
@@ -159,11 +163,14 @@ inline void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long 
   mbar_complete_if_done(mbar(bar));
 }
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
+inline unsigned long long load_word(const unsigned long long* p) { return *p; }
+inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }
+inline void poll_pause() { emu::yield(); }  // a poll must let the fiber that writes the word run
 inline void grid_sync(unsigned* counter, unsigned& passed) {
   consumers_sync();
   passed += gridDim.x;
   if (threadIdx.x == 0) {
-    ++*counter;
+    ++*counter, ++emu::progress;
     while (*counter < passed) emu::yield();
   }
   consumers_sync();
@@ -204,7 +211,7 @@ inline void launch(unsigned grid, unsigned threads, unsigned consumer_threads, s
     }, 0);
   }
   size_t alive = fibers.size();
-  long long rounds = 0;
+  long long idle_rounds = 0, seen = progress;
   while (alive) {
     alive = 0;
     for (Fiber& f : fibers) {
@@ -213,8 +220,12 @@ inline void launch(unsigned grid, unsigned threads, unsigned consumer_threads, s
       swapcontext(&scheduler, &f.context);
       alive += !f.done;
     }
-    if (++rounds > 2000000000LL) {
-      std::fprintf(stderr, "emulation: no end after %lld rounds (a deadlock?)\n", rounds);
+    // every fiber ran once: if none got anywhere for this many rounds, all of them are waiting
+    idle_rounds = progress == seen ? idle_rounds + 1 : 0;
+    seen = progress;
+    if (alive && idle_rounds > 100000) {
+      std::fprintf(stderr, "emulation: deadlock (%zu threads waiting, nothing moved for %lld rounds)\n", alive,
+                   idle_rounds);
       std::exit(3);
     }
   }

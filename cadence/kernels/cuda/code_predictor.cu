@@ -14,6 +14,8 @@
 //   CONSUMER_WARPS  warps that compute (one more streams the weights)
 //   MAX_ROWS        activation rows at most (2 per stream at the first step)
 //   HIDDEN INTER HEADS KV_HEADS HEAD_DIM VOCAB LAYERS STEPS CTX K_MAX (the widest GEMM input)
+//   SYNC_LL         0: a grid barrier between dependent phases; 1: none, every activation that
+//                   crosses CTAs a 64-bit {value, tag} word its readers poll (see "activations")
 // Rounding follows the layer kernels (triton_ops): every stored activation is rounded to the
 // activation dtype where they store one, products accumulate in fp32.
 
@@ -62,6 +64,15 @@ __device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: writt
 #include "sm90.cuh"  // mbarriers and bulk copies
 
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS) : "memory"); }
+__device__ __forceinline__ u64 load_word(const u64* p) {
+  u64 v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_word(u64* p, u64 v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void poll_pause() {}
 
 // Every CTA arrives (one release add after the CTA's stores) and waits for the others.
 __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
@@ -79,6 +90,56 @@ __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
 #endif  // CADENCE_EMULATE
 
 __device__ __forceinline__ float load_f(const act_t* p) { return to_f(load_cg(p)); }
+
+// ---- activations that cross CTAs ----------------------------------------------------------------
+// SYNC_LL 0: act_t arrays, ordered by the grid barrier between phases. SYNC_LL 1 (NCCL's LL
+// protocol, perf-notes #43): each element one 64-bit word, the act_t's bits below the tag of the
+// phase that wrote it (the frame's epoch * 1024 + the phase's index), written and read relaxed as
+// one access (single-copy atomic). A reader polls a word until it carries the tag it expects: the
+// data and its readiness in one round trip, and no barrier at all. Reuse is safe without one: every
+// phase reads all of the previous phase's outputs (attention: its heads', and the next phase all
+// of attention's), so whoever rewrites a buffer has waited, through that chain, for its last readers;
+// a CTA with nothing to compute in a phase reads nothing in it.
+#if SYNC_LL
+typedef u64 slot_t;
+__device__ __forceinline__ slot_t load_slot(const slot_t* p) { return load_word(p); }
+__device__ __forceinline__ act_t act_of(slot_t w) {
+#if ACT_BF16
+  return (act_t)(w & 0xffffu);
+#else
+  return __uint_as_float((u32)w);
+#endif
+}
+__device__ __forceinline__ act_t wait_slot(const slot_t* p, slot_t w, u32 tag) {
+  while ((u32)(w >> 32) != tag) poll_pause(), w = load_word(p);
+  return act_of(w);
+}
+__device__ __forceinline__ void put_raw(slot_t* p, act_t v, u32 tag) {
+#if ACT_BF16
+  store_word(p, (u64)tag << 32 | (u64)v);
+#else
+  store_word(p, (u64)tag << 32 | (u64)__float_as_uint(v));
+#endif
+}
+#else
+typedef act_t slot_t;
+__device__ __forceinline__ slot_t load_slot(const slot_t* p) { return load_cg(p); }
+__device__ __forceinline__ act_t wait_slot(const slot_t*, slot_t w, u32) { return w; }
+__device__ __forceinline__ void put_raw(slot_t* p, act_t v, u32) { *p = v; }
+#endif
+__device__ __forceinline__ act_t get_raw(const slot_t* p, u32 tag) { return wait_slot(p, load_slot(p), tag); }
+__device__ __forceinline__ float get(const slot_t* p, u32 tag) { return to_f(get_raw(p, tag)); }
+__device__ __forceinline__ void put(slot_t* p, float v, u32 tag) { put_raw(p, from_f(v), tag); }
+
+// The end of a phase: every CTA's outputs written before any CTA reads them (the grid barrier), or
+// with SYNC_LL only this CTA's warps done with its shared memory.
+__device__ __forceinline__ void phase_end(u32* counter, u32& passed) {
+#if SYNC_LL
+  consumers_sync();
+#else
+  grid_sync(counter, passed);
+#endif
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -191,21 +252,46 @@ struct Scratch {
   float* inv;      // [MAX_ROWS]
 };
 
+constexpr int PER_ROW = (K_MAX + CONSUMERS - 1) / CONSUMERS;
+
+// Elements threadIdx.x + j * CONSUMERS (< k) of one row: every load in flight before the first
+// wait (with SYNC_LL the waits are polls for `tag`).
+__device__ __forceinline__ void get_row(const slot_t* row, int k, u32 tag, float (&out)[PER_ROW]) {
+  slot_t raw[PER_ROW];
+#pragma unroll
+  for (int j = 0; j < PER_ROW; ++j) {
+    const int c = threadIdx.x + j * CONSUMERS;
+    if (c < k) raw[j] = load_slot(row + c);
+  }
+#pragma unroll
+  for (int j = 0; j < PER_ROW; ++j) {
+    const int c = threadIdx.x + j * CONSUMERS;
+    if (c < k) out[j] = to_f(wait_slot(row + c, raw[j], tag));
+  }
+}
+
 // The activation rows of a GEMM into shared memory: rows `first + i * stride` of x (+ r, rounded as
-// the unfused add is), their residual sum stored by CTA 0 where `sum_out`, RMS-normalised with
-// weight `norm_w` where given (rounded as the rms_norm kernel does).
-__device__ void load_rows(const Scratch& s, const act_t* x, const act_t* r, act_t* sum_out, const act_t* norm_w, int rows,
-                          int first, int stride, int k, float eps) {
+// the unfused add is; each written by the phase tagged x_tag / r_tag), their residual sum stored by
+// CTA 0 (tagged `tag`) where `sum_out`, RMS-normalised with weight `norm_w` where given (rounded as
+// the rms_norm kernel does).
+__device__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag, slot_t* sum_out,
+                          u32 tag, const act_t* norm_w, int rows, int first, int stride, int k, float eps) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int i = 0; i < rows; ++i) {
     const size_t row = (size_t)(first + i * stride) * k;
+    float xv[PER_ROW], rv[PER_ROW];
+    get_row(x + row, k, x_tag, xv);
+    if (r) get_row(r + row, k, r_tag, rv);
     float sq = 0.f;
-    for (int c = tid; c < k; c += CONSUMERS) {
-      float v = load_f(x + row + c);
-      if (r) v = round_act(v + load_f(r + row + c));
-      if (sum_out && blockIdx.x == 0) sum_out[row + c] = from_f(v);
-      s.xs[i * K_MAX + c] = v;
-      sq += v * v;
+#pragma unroll
+    for (int j = 0; j < PER_ROW; ++j) {
+      const int c = tid + j * CONSUMERS;
+      if (c < k) {
+        const float v = r ? round_act(xv[j] + rv[j]) : xv[j];
+        if (sum_out && blockIdx.x == 0) put(sum_out + row + c, v, tag);
+        s.xs[i * K_MAX + c] = v;
+        sq += v * v;
+      }
     }
     if (norm_w) {
       sq = warp_sum(sq);
@@ -228,9 +314,15 @@ __device__ void load_rows(const Scratch& s, const act_t* x, const act_t* r, act_
   consumers_sync();
 }
 
-// One GEMM phase's dots for this CTA: out[i, n] for its outputs, the weights from the ring.
-__device__ void gemm(const GemmShape& g, const Scratch& s, act_t* out, int rows, unsigned char* ring, u64* full,
-                     u64* empty, int stages, int stage_bytes, int& it) {
+// Whether this CTA has outputs in a GEMM (one without reads nothing: see "activations").
+__device__ __forceinline__ bool owns(const GemmShape& g, int stage_bytes) {
+  const Slab sl = slab_of(g, stage_bytes);
+  return sl.first < sl.last;
+}
+
+// One GEMM phase's dots for this CTA: out[i, n] for its outputs (tagged `tag`), the weights from the ring.
+__device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, int rows, unsigned char* ring,
+                     u64* full, u64* empty, int stages, int stage_bytes, int& it) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Slab sl = slab_of(g, stage_bytes);
   for (int o = sl.first; o < sl.last; o += sl.per_chunk, ++it) {
@@ -245,12 +337,12 @@ __device__ void gemm(const GemmShape& g, const Scratch& s, act_t* out, int rows,
           for (int r = 0; r < rows; ++r) {  // rounded where linear_swiglu rounds: gate, up, silu
             const float gate = round_act(acc[0][r]), up = round_act(acc[1][r]);
             const float silu = round_act(gate / (1.f + __expf(-gate)));
-            out[(size_t)r * g.n + o + u] = from_f(silu * up);
+            put(out + (size_t)r * g.n + o + u, silu * up, tag);
           }
       } else {
         unit_dots<false>(chunk + (size_t)u * g.k, nullptr, s.xs, rows, g.k, lane, acc);
         if (lane == 0)
-          for (int r = 0; r < rows; ++r) out[(size_t)r * g.n + o + u] = from_f(acc[0][r]);
+          for (int r = 0; r < rows; ++r) put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
       }
     }
     __syncwarp();
@@ -263,12 +355,12 @@ __device__ void gemm(const GemmShape& g, const Scratch& s, act_t* out, int rows,
 // QK-norm then RoPE of element d of one head, computed by a team of HEAD_DIM consecutive threads
 // (a power of two), rounded as the qk_norm_rope_store kernel rounds. `red` [CONSUMER_WARPS] is
 // scratch for the norm's sum. Every consumer thread calls it (it holds two CTA barriers).
-__device__ float norm_rope(const act_t* head, const act_t* w, const act_t* cos_t, const act_t* sin_t, int pos, int d,
-                           float* red, float eps) {
+__device__ float norm_rope(const slot_t* head, u32 tag, const act_t* w, const act_t* cos_t, const act_t* sin_t, int pos,
+                           int d, float* red, float eps) {
   constexpr int HALF = HEAD_DIM / 2;
-  const float x = load_f(head + d);
   const int pd = d < HALF ? d + HALF : d - HALF;
-  const float xp = load_f(head + pd);
+  const slot_t raw = load_slot(head + d), raw_partner = load_slot(head + pd);  // both in flight
+  const float x = to_f(wait_slot(head + d, raw, tag)), xp = to_f(wait_slot(head + pd, raw_partner, tag));
   float sq = x * x;
   if (HEAD_DIM <= 32) {  // a team within a warp: xor offsets below HEAD_DIM stay inside it
     for (int o = HEAD_DIM / 2; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
@@ -291,9 +383,9 @@ __device__ float norm_rope(const act_t* head, const act_t* w, const act_t* cos_t
   return round_act(a + b);
 }
 
-__device__ void attend(const act_t* qkv, act_t* attn, act_t* kc, act_t* vc, const act_t* q_norm, const act_t* k_norm,
-                       const act_t* cos_t, const act_t* sin_t, int streams, int rows_per, int pos0, float eps,
-                       float scale, float* scratch) {
+__device__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, act_t* kc, act_t* vc, const act_t* q_norm,
+                       const act_t* k_norm, const act_t* cos_t, const act_t* sin_t, int streams, int rows_per, int pos0,
+                       float eps, float scale, float* scratch) {
   float* q = scratch;                        // [GROUP, HEAD_DIM]
   float* prob = q + GROUP * HEAD_DIM;        // [GROUP, CTX]
   float* red = prob + GROUP * CTX;           // [CONSUMER_WARPS]
@@ -303,17 +395,17 @@ __device__ void attend(const act_t* qkv, act_t* attn, act_t* kc, act_t* vc, cons
     const int n = item / KV_HEADS, kvh = item % KV_HEADS;
     for (int i = 0; i < rows_per; ++i) {
       const int pos = pos0 + i;
-      const act_t* row = qkv + (size_t)(n * rows_per + i) * QKV_WIDTH;
+      const slot_t* row = qkv + (size_t)(n * rows_per + i) * QKV_WIDTH;
       const size_t slot = ((size_t)(n * CTX + pos) * KV_HEADS + kvh) * HEAD_DIM;
       // this row's key (the first HEAD_DIM threads) and value into the cache, every query head normalised
-      const float key = norm_rope(row + (HEADS + kvh) * HEAD_DIM, k_norm, cos_t, sin_t, pos, d, red, eps);
+      const float key = norm_rope(row + (HEADS + kvh) * HEAD_DIM, qkv_tag, k_norm, cos_t, sin_t, pos, d, red, eps);
       if (g == 0) {
         kc[slot + d] = from_f(key);
-        vc[slot + d] = load_cg(row + (HEADS + KV_HEADS + kvh) * HEAD_DIM + d);
+        vc[slot + d] = get_raw(row + (HEADS + KV_HEADS + kvh) * HEAD_DIM + d, qkv_tag);
       }
-      if (g < GROUP) q[g * HEAD_DIM + d] = norm_rope(row + (kvh * GROUP + g) * HEAD_DIM, q_norm, cos_t, sin_t, pos,
-                                                     d, red, eps);
-      else norm_rope(row, q_norm, cos_t, sin_t, pos, d, red, eps);  // idle teams still meet the barriers
+      if (g < GROUP)
+        q[g * HEAD_DIM + d] = norm_rope(row + (kvh * GROUP + g) * HEAD_DIM, qkv_tag, q_norm, cos_t, sin_t, pos, d, red, eps);
+      else norm_rope(row, qkv_tag, q_norm, cos_t, sin_t, pos, d, red, eps);  // idle teams still meet the barriers
       consumers_sync();  // the cache and q written (global stores by this CTA: visible to it after the barrier)
       // scores: one (query head, position) pair per warp at a time
       for (int p = warp; p < GROUP * CTX; p += CONSUMER_WARPS) {
@@ -343,7 +435,7 @@ __device__ void attend(const act_t* qkv, act_t* attn, act_t* kc, act_t* vc, cons
         float acc = 0.f;
         for (int t = 0; t <= pos; ++t)
           acc += prob[g * CTX + t] * load_f(vc + ((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM + d);
-        attn[(size_t)(n * rows_per + i) * HEADS * HEAD_DIM + (kvh * GROUP + g) * HEAD_DIM + d] = from_f(acc / red[g]);
+        put(attn + (size_t)(n * rows_per + i) * HEADS * HEAD_DIM + (kvh * GROUP + g) * HEAD_DIM + d, acc / red[g], tag);
       }
       consumers_sync();
     }
@@ -355,11 +447,11 @@ __device__ void attend(const act_t* qkv, act_t* attn, act_t* kc, act_t* vc, cons
 // ---- the kernel ---------------------------------------------------------------------------------
 
 extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
-    code_predictor_kernel(act_t* d, act_t* ra, act_t* rb, act_t* qkv, act_t* attn, act_t* o, act_t* act,
-                          act_t* logits, i64* codes, u32* counter, const act_t* ln1, const act_t* wqkv,
-                          const act_t* q_norm, const act_t* k_norm, const act_t* wo, const act_t* ln2,
-                          const act_t* wgu, const act_t* wdown, const act_t* final_norm, const act_t* heads,
-                          const act_t* emb, const act_t* cos_t, const act_t* sin_t, act_t* k_cache,
+    code_predictor_kernel(slot_t* d, slot_t* ra, slot_t* rb, slot_t* qkv, slot_t* attn, slot_t* o, slot_t* act,
+                          slot_t* logits, i64* codes, u32* counter, const u32* epoch, const act_t* ln1,
+                          const act_t* wqkv, const act_t* q_norm, const act_t* k_norm, const act_t* wo,
+                          const act_t* ln2, const act_t* wgu, const act_t* wdown, const act_t* final_norm,
+                          const act_t* heads, const act_t* emb, const act_t* cos_t, const act_t* sin_t, act_t* k_cache,
                           act_t* v_cache, const bool* do_sample, const float* temperature, const i64* top_k,
                           const float* top_p, const i64* seed, const i64* frame, int streams, int cache_stride,
                           double eps_in, double scale_in, int stages, int stage_bytes) {
@@ -387,40 +479,74 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
 
   u32 passed = 0;  // barrier arrivals expected so far
   int it = 0;      // ring chunks consumed
+  // Each phase's outputs carry its tag (SYNC_LL; unused otherwise): the frame's epoch * 1024 plus
+  // the phase's index (405 phases a frame at most); the host wrote the first input rows with `tag`.
+  u32 tag = *epoch * 1024u;
+  u32 d_tag = tag, ra_tag = 0, rb_tag = 0, qkv_tag = 0, attn_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
   for (int step = 0; step < STEPS; ++step) {
     const int rows_per = step == 0 ? 2 : 1, rows = streams * rows_per, pos0 = step == 0 ? 0 : step + 1;
     for (int layer = 0; layer < LAYERS; ++layer) {
       // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
-      load_rows(s, d, layer > 0 ? ra : nullptr, rb, ln1 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
-      gemm(gemm_shape(W, QKV, layer, step), s, qkv, rows, ring, full, empty, stages, stage_bytes, it);
-      grid_sync(counter, passed);
-      attend(qkv, attn, k_cache + (size_t)layer * cache_stride, v_cache + (size_t)layer * cache_stride,
+      GemmShape g = gemm_shape(W, QKV, layer, step);
+      ++tag;
+      if (owns(g, stage_bytes)) {
+        load_rows(s, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb, tag, ln1 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
+        gemm(g, s, qkv, tag, rows, ring, full, empty, stages, stage_bytes, it);
+      }
+      qkv_tag = rb_tag = tag;
+      phase_end(counter, passed);
+      ++tag;
+      attend(qkv, qkv_tag, attn, tag, k_cache + (size_t)layer * cache_stride, v_cache + (size_t)layer * cache_stride,
              q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
              s.xs);
-      grid_sync(counter, passed);
-      load_rows(s, attn, nullptr, nullptr, nullptr, rows, 0, 1, HEADS * HEAD_DIM, eps);
-      gemm(gemm_shape(W, OUT, layer, step), s, o, rows, ring, full, empty, stages, stage_bytes, it);
-      grid_sync(counter, passed);
+      attn_tag = tag;
+      phase_end(counter, passed);
+      g = gemm_shape(W, OUT, layer, step);
+      ++tag;
+      if (owns(g, stage_bytes)) {
+        load_rows(s, attn, attn_tag, nullptr, 0, nullptr, tag, nullptr, rows, 0, 1, HEADS * HEAD_DIM, eps);
+        gemm(g, s, o, tag, rows, ring, full, empty, stages, stage_bytes, it);
+      }
+      o_tag = tag;
+      phase_end(counter, passed);
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
-      load_rows(s, o, rb, ra, ln2 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
-      gemm(gemm_shape(W, GATE_UP, layer, step), s, act, rows, ring, full, empty, stages, stage_bytes, it);
-      grid_sync(counter, passed);
-      load_rows(s, act, nullptr, nullptr, nullptr, rows, 0, 1, INTER, eps);
-      gemm(gemm_shape(W, DOWN, layer, step), s, d, rows, ring, full, empty, stages, stage_bytes, it);
-      grid_sync(counter, passed);
+      g = gemm_shape(W, GATE_UP, layer, step);
+      ++tag;
+      if (owns(g, stage_bytes)) {
+        load_rows(s, o, o_tag, rb, rb_tag, ra, tag, ln2 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
+        gemm(g, s, act, tag, rows, ring, full, empty, stages, stage_bytes, it);
+      }
+      act_tag = ra_tag = tag;
+      phase_end(counter, passed);
+      g = gemm_shape(W, DOWN, layer, step);
+      ++tag;
+      if (owns(g, stage_bytes)) {
+        load_rows(s, act, act_tag, nullptr, 0, nullptr, tag, nullptr, rows, 0, 1, INTER, eps);
+        gemm(g, s, d, tag, rows, ring, full, empty, stages, stage_bytes, it);
+      }
+      d_tag = tag;
+      phase_end(counter, passed);
     }
     // The final norm of each stream's last row (d + ra), then head `step`.
-    load_rows(s, d, ra, nullptr, final_norm, streams, rows_per - 1, rows_per, HIDDEN, eps);
-    gemm(gemm_shape(W, HEAD, 0, step), s, logits, streams, ring, full, empty, stages, stage_bytes, it);
-    grid_sync(counter, passed);
+    const GemmShape g = gemm_shape(W, HEAD, 0, step);
+    ++tag;
+    if (owns(g, stage_bytes)) {
+      load_rows(s, d, d_tag, ra, ra_tag, nullptr, tag, final_norm, streams, rows_per - 1, rows_per, HIDDEN, eps);
+      gemm(g, s, logits, tag, streams, ring, full, empty, stages, stage_bytes, it);
+    }
+    logits_tag = tag;
+    phase_end(counter, passed);
     const u32 codebook_key = (u32)(step + 1) * 0x1E3779B9u;  // sample_tokens' key of codebook step + 1
+    ++tag;
     for (int n = blockIdx.x; n < streams; n += gridDim.x) {
-      const int code = sample_row(logits, n, do_sample, temperature, top_k, top_p, seed, frame, codebook_key, red);
+      const int code = sample_row(logits, logits_tag, n, do_sample, temperature, top_k, top_p, seed, frame,
+                                  codebook_key, red);
       if (threadIdx.x == 0) codes[n * STEPS + step] = code;
       if (step + 1 < STEPS)  // the next step's input: codebook step + 1's embedding of the code
         for (int h = threadIdx.x; h < HIDDEN; h += CONSUMERS)
-          d[(size_t)n * HIDDEN + h] = emb[((size_t)step * VOCAB + code) * HIDDEN + h];
+          put_raw(d + (size_t)n * HIDDEN + h, emb[((size_t)step * VOCAB + code) * HIDDEN + h], tag);
     }
-    grid_sync(counter, passed);
+    d_tag = tag;
+    phase_end(counter, passed);
   }
 }

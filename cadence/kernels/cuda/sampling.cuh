@@ -1,6 +1,6 @@
-// The code predictor's sampler (code_predictor.cu includes this after its own definitions: act_t,
-// load_f, neg_inf, warp_sum, consumers_sync, CONSUMERS, VOCAB): sample_tokens' arithmetic, as
-// triton_ops._sample_choice computes it, by one CTA per stream with block-wide reductions.
+// The code predictor's sampler: sample_tokens' arithmetic, as triton_ops._sample_choice computes
+// it, by one CTA per stream with block-wide reductions. code_predictor.cu includes it after its own
+// definitions (act_t, slot_t, load_slot, wait_slot, to_f, neg_inf, warp_sum, consumers_sync, ...).
 #pragma once
 
 __device__ __forceinline__ u32 mix32(u32 x) {
@@ -65,13 +65,18 @@ __device__ int block_argmax(const float (&values)[PER_THREAD], double* red) {
   return at;
 }
 
-__device__ int sample_row(const act_t* logits, int n, const bool* do_sample, const float* temperature,
+__device__ int sample_row(const slot_t* logits, u32 logits_tag, int n, const bool* do_sample, const float* temperature,
                           const i64* top_k, const float* top_p, const i64* seed, const i64* frame, u32 codebook_key,
                           double* red) {
+  slot_t raw[PER_THREAD];
   float y[PER_THREAD];
+  for (int j = 0; j < PER_THREAD; ++j) {  // every load in flight before the first wait
+    const int c = threadIdx.x + j * CONSUMERS;
+    if (c < VOCAB) raw[j] = load_slot(logits + (size_t)n * VOCAB + c);
+  }
   for (int j = 0; j < PER_THREAD; ++j) {
     const int c = threadIdx.x + j * CONSUMERS;
-    y[j] = c < VOCAB ? load_f(logits + (size_t)n * VOCAB + c) : neg_inf();
+    y[j] = c < VOCAB ? to_f(wait_slot(logits + (size_t)n * VOCAB + c, raw[j], logits_tag)) : neg_inf();
   }
   if (!do_sample[n]) return block_argmax(y, red);
   i64 key[PER_THREAD];

@@ -267,7 +267,7 @@ class FastDecoder:
 
     def _persistent_code_predictor(self, max_rows: int, kernel: str = "triton"):
         """The code predictor as one persistent kernel for batches of up to `max_rows` streams
-        (Triton backend only; `kernel` "triton", perf-notes #35, or "cuda", #45), or None: off, or a
+        (Triton backend only; `kernel` "triton", perf-notes #35, "cuda", #45, or "cuda-ll"), or None: off, or a
         talker wider than its code predictor (the 1.7B's small_to_mtp_projection is not in it)."""
         cp = self.talker.code_predictor
         if max_rows <= 0:
@@ -278,10 +278,11 @@ class FastDecoder:
         heads = [h.weight for h in cp.lm_head]
         tables = [e.weight for e in cp.model.codec_embedding][: self.groups - 2]
         rows = min(max_rows, self.buckets[-1])
-        if kernel == "cuda":
+        if kernel in ("cuda", "cuda-ll"):
             from ...kernels.cuda_code_predictor import CudaCodePredictor
 
-            return CudaCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
+            sync = "ll" if kernel == "cuda-ll" else "barrier"
+            return CudaCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v, sync)
         from ...kernels.triton_code_predictor import PersistentCodePredictor
 
         return PersistentCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
