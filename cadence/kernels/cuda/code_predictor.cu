@@ -91,55 +91,7 @@ __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
 
 __device__ __forceinline__ float load_f(const act_t* p) { return to_f(load_cg(p)); }
 
-// ---- activations that cross CTAs ----------------------------------------------------------------
-// SYNC_LL 0: act_t arrays, ordered by the grid barrier between phases. SYNC_LL 1 (NCCL's LL
-// protocol, perf-notes #43): each element one 64-bit word, the act_t's bits below the tag of the
-// phase that wrote it (the frame's epoch * 1024 + the phase's index), written and read relaxed as
-// one access (single-copy atomic). A reader polls a word until it carries the tag it expects: the
-// data and its readiness in one round trip, and no barrier at all. Reuse is safe without one: every
-// phase reads all of the previous phase's outputs (attention: its heads', and the next phase all
-// of attention's), so whoever rewrites a buffer has waited, through that chain, for its last readers;
-// a CTA with nothing to compute in a phase reads nothing in it.
-#if SYNC_LL
-typedef u64 slot_t;
-__device__ __forceinline__ slot_t load_slot(const slot_t* p) { return load_word(p); }
-__device__ __forceinline__ act_t act_of(slot_t w) {
-#if ACT_BF16
-  return (act_t)(w & 0xffffu);
-#else
-  return __uint_as_float((u32)w);
-#endif
-}
-__device__ __forceinline__ act_t wait_slot(const slot_t* p, slot_t w, u32 tag) {
-  while ((u32)(w >> 32) != tag) poll_pause(), w = load_word(p);
-  return act_of(w);
-}
-__device__ __forceinline__ void put_raw(slot_t* p, act_t v, u32 tag) {
-#if ACT_BF16
-  store_word(p, (u64)tag << 32 | (u64)v);
-#else
-  store_word(p, (u64)tag << 32 | (u64)__float_as_uint(v));
-#endif
-}
-#else
-typedef act_t slot_t;
-__device__ __forceinline__ slot_t load_slot(const slot_t* p) { return load_cg(p); }
-__device__ __forceinline__ act_t wait_slot(const slot_t*, slot_t w, u32) { return w; }
-__device__ __forceinline__ void put_raw(slot_t* p, act_t v, u32) { *p = v; }
-#endif
-__device__ __forceinline__ act_t get_raw(const slot_t* p, u32 tag) { return wait_slot(p, load_slot(p), tag); }
-__device__ __forceinline__ float get(const slot_t* p, u32 tag) { return to_f(get_raw(p, tag)); }
-__device__ __forceinline__ void put(slot_t* p, float v, u32 tag) { put_raw(p, from_f(v), tag); }
-
-// The end of a phase: every CTA's outputs written before any CTA reads them (the grid barrier), or
-// with SYNC_LL only this CTA's warps done with its shared memory.
-__device__ __forceinline__ void phase_end(u32* counter, u32& passed) {
-#if SYNC_LL
-  consumers_sync();
-#else
-  grid_sync(counter, passed);
-#endif
-}
+#include "activations.cuh"  // slot_t, get / put, phase_end: plain arrays or SYNC_LL's tagged words
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
