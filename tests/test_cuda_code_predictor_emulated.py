@@ -73,8 +73,11 @@ def write_arguments(args: list, plan: KernelPlan, path: Path) -> None:
         f.write(struct.pack("<q", plan.smem))
 
 
-@pytest.mark.parametrize("sync", ["barrier", "ll"])
-@pytest.mark.parametrize("batch,sampled,grid", [(1, False, 3), (3, True, 5)], ids=["greedy-1", "sampled-3"])
+@pytest.mark.parametrize(
+    "batch,sampled,grid,sync",
+    [(1, False, 3, "barrier"), (3, True, 5, "barrier"), (1, False, 3, "ll")],  # LL's sampler reads as greedy's does
+    ids=["greedy-1", "sampled-3", "greedy-1-ll"],
+)
 def test_emulated_cuda_code_predictor_matches_the_layer_path(model, tmp_path, batch, sampled, grid, sync):
     """fp32: the same codes (the kernel sums in another order; a near-tie could part them, none here),
     with grid barriers and with SYNC_LL's polled {value, tag} words instead (LL: two frames in a row
