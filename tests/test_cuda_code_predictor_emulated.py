@@ -97,6 +97,16 @@ def test_emulated_cuda_code_predictor_in_bf16_agrees_with_the_layer_path(model_b
     assert same[:, 0].all() and same.mean() >= 0.5, f"kernel {codes.tolist()} layer path {expected.tolist()}"
 
 
+def kernel_setup(fast, ll: bool) -> tuple[CodePredictorBuffers, KernelPlan]:
+    """The kernel's buffers for 4 streams over the fused walk's code predictor, and its plan with 2
+    consumer warps (fewer fibers than a GPU's 8; the same code paths)."""
+    buffers = CodePredictorBuffers(fast.cp_stack, *fast.code_predictor_weights(), 4, fast.cp_k, fast.cp_v)
+    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=ll)
+    if ll:
+        use_words(buffers)
+    return buffers, plan
+
+
 def run_both(
     model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: int, ll: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -116,12 +126,7 @@ def run_both(
         codes_state.top_k[:batch], codes_state.top_p[:batch] = 50, 0.8
     expected = fast._predict_codes(hidden, code0, step, seed, slots)  # the layer path: FusedStack, torch ops
 
-    heads = [h.weight for h in cp.lm_head]
-    tables = [e.weight for e in cp.model.codec_embedding][: fast.groups - 2]
-    buffers = CodePredictorBuffers(fast.cp_stack, heads, tables, 4, fast.cp_k, fast.cp_v)
-    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=ll)  # fewer fibers; the same code paths
-    if ll:
-        use_words(buffers)
+    buffers, plan = kernel_setup(fast, ll)
     first = cp.small_to_mtp_projection(torch.stack([hidden, fast.talker.embed_codec(code0)], dim=1)).flatten(0, 1)
     c = codes_state
     params = RowParams(c.do_sample[slots], c.temperature[slots], c.top_k[slots], c.top_p[slots])
@@ -140,14 +145,8 @@ def run_both(
 def test_each_ll_frame_gets_tags_of_its_own(model):
     """SYNC_LL's guard against a word of an earlier frame passing for this one's: every call advances
     the epoch, and the input rows carry the new epoch's first tag above the values' own bits."""
-    core = build_core(model, config(attention_backend="torch"))
-    fast = core.talker.fast
-    cp = fast.talker.code_predictor
-    heads = [h.weight for h in cp.lm_head]
-    tables = [e.weight for e in cp.model.codec_embedding][: fast.groups - 2]
-    buffers = CodePredictorBuffers(fast.cp_stack, heads, tables, 4, fast.cp_k, fast.cp_v)
-    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=True)
-    use_words(buffers)
+    fast = build_core(model, config(attention_backend="torch")).talker.fast
+    buffers, plan = kernel_setup(fast, ll=True)
     first = torch.randn(2, model.config.talker.hidden_size)
     c = fast.state.codes
     params = RowParams(c.do_sample[:1], c.temperature[:1], c.top_k[:1], c.top_p[:1])

@@ -356,7 +356,8 @@ __device__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, ac
         vc[slot + d] = get_raw(row + (HEADS + KV_HEADS + kvh) * HEAD_DIM + d, qkv_tag);
       }
       if (g < GROUP)
-        q[g * HEAD_DIM + d] = norm_rope(row + (kvh * GROUP + g) * HEAD_DIM, qkv_tag, q_norm, cos_t, sin_t, pos, d, red, eps);
+        q[g * HEAD_DIM + d] =
+            norm_rope(row + (kvh * GROUP + g) * HEAD_DIM, qkv_tag, q_norm, cos_t, sin_t, pos, d, red, eps);
       else norm_rope(row, qkv_tag, q_norm, cos_t, sin_t, pos, d, red, eps);  // idle teams still meet the barriers
       consumers_sync();  // the cache and q written (global stores by this CTA: visible to it after the barrier)
       // scores: one (query head, position) pair per warp at a time
@@ -435,59 +436,40 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   // the phase's index (405 phases a frame at most); the host wrote the first input rows with `tag`.
   u32 tag = *epoch * 1024u;
   u32 d_tag = tag, ra_tag = 0, rb_tag = 0, qkv_tag = 0, attn_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
+  // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
+  // stored to sum_out by CTA 0), its outputs to `out`, then the phase's end. Returns its tag.
+  auto gemm_phase = [&](int kind, int layer, int step, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
+                        slot_t* sum_out, const act_t* norm_w, int rows, int first, int stride, slot_t* out) {
+    const GemmShape g = gemm_shape(W, kind, layer, step);
+    ++tag;
+    if (owns(g, stage_bytes)) {
+      load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps);
+      gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it);
+    }
+    phase_end(counter, passed);
+    return tag;
+  };
   for (int step = 0; step < STEPS; ++step) {
     const int rows_per = step == 0 ? 2 : 1, rows = streams * rows_per, pos0 = step == 0 ? 0 : step + 1;
     for (int layer = 0; layer < LAYERS; ++layer) {
       // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
-      GemmShape g = gemm_shape(W, QKV, layer, step);
-      ++tag;
-      if (owns(g, stage_bytes)) {
-        load_rows(s, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb, tag, ln1 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
-        gemm(g, s, qkv, tag, rows, ring, full, empty, stages, stage_bytes, it);
-      }
-      qkv_tag = rb_tag = tag;
-      phase_end(counter, passed);
+      qkv_tag = rb_tag = gemm_phase(QKV, layer, step, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb,
+                                    ln1 + layer * HIDDEN, rows, 0, 1, qkv);
       ++tag;
       attend(qkv, qkv_tag, attn, tag, k_cache + (size_t)layer * cache_stride, v_cache + (size_t)layer * cache_stride,
              q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
              s.xs);
       attn_tag = tag;
       phase_end(counter, passed);
-      g = gemm_shape(W, OUT, layer, step);
-      ++tag;
-      if (owns(g, stage_bytes)) {
-        load_rows(s, attn, attn_tag, nullptr, 0, nullptr, tag, nullptr, rows, 0, 1, HEADS * HEAD_DIM, eps);
-        gemm(g, s, o, tag, rows, ring, full, empty, stages, stage_bytes, it);
-      }
-      o_tag = tag;
-      phase_end(counter, passed);
+      o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
-      g = gemm_shape(W, GATE_UP, layer, step);
-      ++tag;
-      if (owns(g, stage_bytes)) {
-        load_rows(s, o, o_tag, rb, rb_tag, ra, tag, ln2 + layer * HIDDEN, rows, 0, 1, HIDDEN, eps);
-        gemm(g, s, act, tag, rows, ring, full, empty, stages, stage_bytes, it);
-      }
-      act_tag = ra_tag = tag;
-      phase_end(counter, passed);
-      g = gemm_shape(W, DOWN, layer, step);
-      ++tag;
-      if (owns(g, stage_bytes)) {
-        load_rows(s, act, act_tag, nullptr, 0, nullptr, tag, nullptr, rows, 0, 1, INTER, eps);
-        gemm(g, s, d, tag, rows, ring, full, empty, stages, stage_bytes, it);
-      }
-      d_tag = tag;
-      phase_end(counter, passed);
+      act_tag = ra_tag =
+          gemm_phase(GATE_UP, layer, step, o, o_tag, rb, rb_tag, ra, ln2 + layer * HIDDEN, rows, 0, 1, act);
+      d_tag = gemm_phase(DOWN, layer, step, act, act_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, d);
     }
     // The final norm of each stream's last row (d + ra), then head `step`.
-    const GemmShape g = gemm_shape(W, HEAD, 0, step);
-    ++tag;
-    if (owns(g, stage_bytes)) {
-      load_rows(s, d, d_tag, ra, ra_tag, nullptr, tag, final_norm, streams, rows_per - 1, rows_per, HIDDEN, eps);
-      gemm(g, s, logits, tag, streams, ring, full, empty, stages, stage_bytes, it);
-    }
-    logits_tag = tag;
-    phase_end(counter, passed);
+    logits_tag = gemm_phase(HEAD, 0, step, d, d_tag, ra, ra_tag, nullptr, final_norm, streams, rows_per - 1, rows_per,
+                            logits);
     const u32 codebook_key = (u32)(step + 1) * 0x1E3779B9u;  // sample_tokens' key of codebook step + 1
     ++tag;
     for (int n = blockIdx.x; n < streams; n += gridDim.x) {

@@ -265,6 +265,12 @@ class FastDecoder:
         st.position.narrow(0, self.dummy, 1).zero_()
         st.step.narrow(0, self.dummy, 1).zero_()
 
+    def code_predictor_weights(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The code predictor's 15 heads and the 14 input tables (codebooks 1..14) that a persistent
+        kernel stacks beside its layers."""
+        cp = self.talker.code_predictor
+        return [h.weight for h in cp.lm_head], [e.weight for e in cp.model.codec_embedding][: self.groups - 2]
+
     def _persistent_code_predictor(self, max_rows: int, kernel: str = "triton"):
         """The code predictor as one persistent kernel for batches of up to `max_rows` streams
         (Triton backend only; `kernel` "triton", perf-notes #35, "cuda", #45, or "cuda-ll"), or None: off, or a
@@ -275,8 +281,7 @@ class FastDecoder:
         if not isinstance(cp.small_to_mtp_projection, torch.nn.Identity):
             log.info("persistent code predictor off: the talker is wider than the code predictor")
             return None
-        heads = [h.weight for h in cp.lm_head]
-        tables = [e.weight for e in cp.model.codec_embedding][: self.groups - 2]
+        heads, tables = self.code_predictor_weights()
         rows = min(max_rows, self.buckets[-1])
         if kernel in ("cuda", "cuda-ll"):
             from ...kernels.cuda_code_predictor import CudaCodePredictor

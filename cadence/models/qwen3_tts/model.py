@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...engine.transfer import to_device, to_device_packed
+from ...engine.transfer import to_device
 from ...errors import InvalidRequestError
 from ...weights import load_weights, resolve_checkpoint, safetensors_files
 from .codec import SpeechTokenizer
@@ -180,7 +180,7 @@ class Qwen3TTS:
         crosses to the device in one copy and each embedding runs once over all rows: a prefill's
         host cost does not grow with the number of prompts in it. (The fused walk computes the same
         inside its prefill graphs: FastDecoder.prefill.)"""
-        (tracks,) = to_device_packed([prefill_tracks(prompts)], self.device)
+        tracks = to_device(prefill_tracks(prompts), self.device)
         text, codec = self.embed_tracks(tracks)
         out = text + codec
         for row, value in self.codec_overrides(prompts):
