@@ -70,6 +70,30 @@ def check(args) -> None:
     print(f"{args.dtype} batch {b}: same codes per codebook (of {b} rows): {same}")
 
 
+LAYER_PHASES = ("qkv", "attend", "o", "gate_up", "down")
+
+
+def phase_breakdown(trace: list[int], layers: int) -> dict[str, float]:
+    """The CUDA kernel's timestamps (code_predictor.cu: trace) as µs per phase kind, summed over a
+    frame's layers and steps, step 0 (two rows a stream) apart from steps 1-14."""
+    cycles = trace[2:]
+    ns_per_cycle = (trace[1] - trace[0]) / (cycles[-1] - cycles[0])
+    names = [f"{k}" for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
+    out: dict[str, float] = {}
+    for i, (a, b) in enumerate(zip(cycles, cycles[1:], strict=False)):
+        step, name = divmod(i, len(names))
+        key = f"{'step0' if step == 0 else 'steps1-14'} {names[name]}"
+        out[key] = out.get(key, 0.0) + (b - a) * ns_per_cycle / 1e3
+    return out
+
+
+def print_breakdown(b: int, breakdown: dict[str, float]) -> None:
+    print(f"batch {b:>3}: CTA 0's time per phase kind, µs a frame (all layers and steps):")
+    for key, us in sorted(breakdown.items(), key=lambda kv: -kv[1]):
+        print(f"    {key:<20} {us:8.1f}")
+    print(f"    {'total':<20} {sum(breakdown.values()):8.1f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True)
@@ -109,6 +133,10 @@ def main() -> None:
             row["persistent"].append({**dataclasses.asdict(tiles), "programs": programs, "ms": ms})
             print(f"batch {b:>3}: persistent {ms:.3f} ms ({tiles}, {programs} programs)")
         kernel.tiles, kernel.programs = CodePredictorTiles(), sms
+        if args.kernel != "triton":  # the last replay's timestamps
+            torch.cuda.synchronize()
+            row["phases_us"] = phase_breakdown(kernel.trace.tolist(), len(kernel.stack.layers))
+            print_breakdown(b, row["phases_us"])
         best = min(r["ms"] for r in row["persistent"])
         print(f"batch {b:>3}: layer kernels {row['layers_ms']:.3f} ms, persistent {row['persistent'][0]['ms']:.3f} "
               f"(best {best:.3f}); same codes {same}/{b * 15}")  # fmt: skip

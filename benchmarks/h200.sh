@@ -58,14 +58,17 @@ for phase in "$@"; do
       timeout 420 python3 benchmarks/code_predictor.py --model $full --batches 1 8 16 --sweep \
         --json "$OUT/code_predictor.json" 2>&1 | quiet | tee "$OUT/code_predictor.log" | tail -30 ;;
     cudacp)  # issue 4: the CUDA persistent code predictor (perf-notes #45): its tests, codes, time, the walk with it
+      # The CUDA kernels' gpu tests first (tiny checkpoint, seconds): a kernel that fails or hangs there
+      # would waste the timings' time, so they run only when these pass.
+      timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py \
+        -k "cuda and (persistent or rows_do_not)" 2>&1 | tee "$OUT/cudacp_tests.log" | tail -30 || continue
       need_full
-      timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "persistent or rows_do_not" 2>&1 | tail -6
       for k in cuda cuda-ll; do
-        timeout 200 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 4 --check 2>&1 | quiet | tail -3
-        timeout 200 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 1 4 \
+        timeout 150 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 4 --check 2>&1 | quiet | tail -3
+        timeout 150 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 1 4 \
           --json "$OUT/code_predictor_$k.json" 2>&1 | quiet | tail -4
       done
-      timeout 300 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
+      timeout 200 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,4 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
         --kv-gb 20 --persistent-max-rows 4 --persistent-kernel cuda --json "$OUT/engine_steps_cuda_cp.json" 2>&1 \
         | quiet | tail -8 ;;

@@ -103,7 +103,7 @@ def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Te
         cp.d[: 2 * b].copy_(first)
     cp.counter.zero_()
     return [
-        cp.d, cp.ra, cp.rb, cp.qkv, cp.attn, cp.o, cp.act, cp.logits, cp.codes, cp.counter, cp.epoch,
+        cp.d, cp.ra, cp.rb, cp.qkv, cp.attn, cp.o, cp.act, cp.logits, cp.codes, cp.counter, cp.epoch, cp.trace,
         cp.ln1, cp.wqkv, cp.q_norm, cp.k_norm, cp.wo, cp.ln2, cp.wgu, cp.wdown, s.norm,
         cp.heads, cp.embeddings, s.cos, s.sin, cp.k_cache, cp.v_cache,
         params.do_sample, params.temperature, params.top_k, params.top_p, seed, step,

@@ -34,6 +34,8 @@ struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 template <class To, class From>
 inline To bit_cast_(From v) {
@@ -129,6 +131,12 @@ inline T __shfl_xor_sync(unsigned, T v, int offset) {
 
 template <class T>
 inline T load_cg(const T* p) { return *p; }
+inline uint4 load16_cg(const void* p) {
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+inline uint4 load16_volatile(const void* p) { return load16_cg(p); }
 
 // An mbarrier as the kernel uses one: a phase completes when its expected arrivals have arrived
 // and its transaction bytes have landed; try_wait.parity(p) passes once the phase of parity p is over.
@@ -165,6 +173,8 @@ inline void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long 
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
 inline unsigned long long load_word(const unsigned long long* p) { return *p; }
 inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }
+inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do
+inline unsigned long long global_ns() { return emu::switches; }
 inline void poll_pause() { emu::yield(); }  // a poll must let the fiber that writes the word run
 inline void grid_sync(unsigned* counter, unsigned& passed) {
   consumers_sync();

@@ -73,6 +73,16 @@ __device__ __forceinline__ void store_word(u64* p, u64 v) {
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ void poll_pause() {}
+__device__ __forceinline__ u64 sm_clock() {  // this SM's cycle counter
+  u64 t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ u64 global_ns() {  // the GPU's global timer, in ns (coarser)
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
 
 // Every CTA arrives (one release add after the CTA's stores) and waits for the others.
 __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
@@ -401,7 +411,7 @@ __device__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, ac
 
 extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     code_predictor_kernel(slot_t* d, slot_t* ra, slot_t* rb, slot_t* qkv, slot_t* attn, slot_t* o, slot_t* act,
-                          slot_t* logits, i64* codes, u32* counter, const u32* epoch, const act_t* ln1,
+                          slot_t* logits, i64* codes, u32* counter, const u32* epoch, u64* trace, const act_t* ln1,
                           const act_t* wqkv, const act_t* q_norm, const act_t* k_norm, const act_t* wo,
                           const act_t* ln2, const act_t* wgu, const act_t* wdown, const act_t* final_norm,
                           const act_t* heads, const act_t* emb, const act_t* cos_t, const act_t* sin_t, act_t* k_cache,
@@ -435,6 +445,16 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   // Each phase's outputs carry its tag (SYNC_LL; unused otherwise): the frame's epoch * 1024 plus
   // the phase's index (405 phases a frame at most); the host wrote the first input rows with `tag`.
   u32 tag = *epoch * 1024u;
+  const u32 tag0 = tag;
+  // Where the time goes (benchmarks/code_predictor.py prints it): CTA 0's cycle count as it leaves
+  // each phase, trace[2 + phase] (phase 0: the start), and the global timer at the start and the
+  // end (trace[0], trace[1]) to turn cycles into ns. One thread, a few stores a phase.
+  const bool stamps = blockIdx.x == 0 && threadIdx.x == 0;
+  if (stamps) trace[0] = global_ns(), trace[2] = sm_clock();
+  auto end_phase = [&] {
+    phase_end(counter, passed);
+    if (stamps) trace[2 + tag - tag0] = sm_clock();
+  };
   u32 d_tag = tag, ra_tag = 0, rb_tag = 0, qkv_tag = 0, attn_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
   // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
   // stored to sum_out by CTA 0), its outputs to `out`, then the phase's end. Returns its tag.
@@ -446,7 +466,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
       load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps);
       gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it);
     }
-    phase_end(counter, passed);
+    end_phase();
     return tag;
   };
   for (int step = 0; step < STEPS; ++step) {
@@ -460,7 +480,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
              q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
              s.xs);
       attn_tag = tag;
-      phase_end(counter, passed);
+      end_phase();
       o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
       act_tag = ra_tag =
@@ -481,6 +501,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
           put_raw(d + (size_t)n * HIDDEN + h, emb[((size_t)step * VOCAB + code) * HIDDEN + h], tag);
     }
     d_tag = tag;
-    phase_end(counter, passed);
+    end_phase();
   }
+  if (stamps) trace[1] = global_ns();
 }
