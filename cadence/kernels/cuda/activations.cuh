@@ -37,6 +37,31 @@ __device__ __forceinline__ slot_t load_slot(const slot_t* p) { return load_cg(p)
 __device__ __forceinline__ act_t wait_slot(const slot_t*, slot_t w, u32) { return w; }
 __device__ __forceinline__ void put_raw(slot_t* p, act_t v, u32) { *p = v; }
 #endif
+// 16 bytes of consecutive elements (a "pack": 8 bf16 or 4 fp32 values, or 2 SYNC_LL words), the
+// unit in which load_rows reads activation rows: load_pack issues the load, wait_pack waits for its
+// elements' tag (SYNC_LL) and returns them as floats.
+typedef uint4 Pack;
+constexpr int PACK = 16 / sizeof(slot_t);
+#if SYNC_LL
+__device__ __forceinline__ Pack load_pack(const slot_t* p) { return load16_volatile(p); }
+__device__ __forceinline__ void wait_pack(const slot_t* p, Pack w, u32 tag, float (&out)[PACK]) {
+  out[0] = to_f(wait_slot(p, (u64)w.y << 32 | w.x, tag));
+  out[1] = to_f(wait_slot(p + 1, (u64)w.w << 32 | w.z, tag));
+}
+#else
+__device__ __forceinline__ Pack load_pack(const slot_t* p) { return load16_cg(p); }
+__device__ __forceinline__ void wait_pack(const slot_t*, Pack w, u32, float (&out)[PACK]) {
+#if ACT_BF16
+  out[0] = __uint_as_float(w.x << 16), out[1] = __uint_as_float(w.x & 0xffff0000u);
+  out[2] = __uint_as_float(w.y << 16), out[3] = __uint_as_float(w.y & 0xffff0000u);
+  out[4] = __uint_as_float(w.z << 16), out[5] = __uint_as_float(w.z & 0xffff0000u);
+  out[6] = __uint_as_float(w.w << 16), out[7] = __uint_as_float(w.w & 0xffff0000u);
+#else
+  out[0] = __uint_as_float(w.x), out[1] = __uint_as_float(w.y);
+  out[2] = __uint_as_float(w.z), out[3] = __uint_as_float(w.w);
+#endif
+}
+#endif
 __device__ __forceinline__ act_t get_raw(const slot_t* p, u32 tag) { return wait_slot(p, load_slot(p), tag); }
 __device__ __forceinline__ float get(const slot_t* p, u32 tag) { return to_f(get_raw(p, tag)); }
 __device__ __forceinline__ void put(slot_t* p, float v, u32 tag) { put_raw(p, from_f(v), tag); }

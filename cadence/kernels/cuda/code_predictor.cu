@@ -61,6 +61,17 @@ __device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: writt
   return v;
 }
 
+__device__ __forceinline__ uint4 load16_cg(const void* p) {  // 16 bytes through L2
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 load16_volatile(const void* p) {  // two 64-bit words, each read whole
+  u64 a, b;
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+  return make_uint4((u32)a, (u32)(a >> 32), (u32)b, (u32)(b >> 32));
+}
+
 #include "sm90.cuh"  // mbarriers and bulk copies
 
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS) : "memory"); }
@@ -214,54 +225,59 @@ struct Scratch {
   float* inv;      // [MAX_ROWS]
 };
 
-constexpr int PER_ROW = (K_MAX + CONSUMERS - 1) / CONSUMERS;
-
-// Elements threadIdx.x + j * CONSUMERS (< k) of one row: every load in flight before the first
-// wait (with SYNC_LL the waits are polls for `tag`).
-__device__ __forceinline__ void get_row(const slot_t* row, int k, u32 tag, float (&out)[PER_ROW]) {
-  slot_t raw[PER_ROW];
-#pragma unroll
-  for (int j = 0; j < PER_ROW; ++j) {
-    const int c = threadIdx.x + j * CONSUMERS;
-    if (c < k) raw[j] = load_slot(row + c);
-  }
-#pragma unroll
-  for (int j = 0; j < PER_ROW; ++j) {
-    const int c = threadIdx.x + j * CONSUMERS;
-    if (c < k) out[j] = to_f(wait_slot(row + c, raw[j], tag));
-  }
-}
-
 // The activation rows of a GEMM into shared memory: rows `first + i * stride` of x (+ r, rounded as
 // the unfused add is; each written by the phase tagged x_tag / r_tag), their residual sum stored by
 // CTA 0 (tagged `tag`) where `sum_out`, RMS-normalised with weight `norm_w` where given (rounded as
-// the rms_norm kernel does).
+// the rms_norm kernel does). All rows at once in 16-byte packs, IN_FLIGHT of them per thread and
+// array issued before the first is used: one L2 round trip for a phase's rows, not one per row.
+constexpr int IN_FLIGHT = 4;
 __device__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag, slot_t* sum_out,
                           u32 tag, const act_t* norm_w, int rows, int first, int stride, int k, float eps) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  for (int i = 0; i < rows; ++i) {
-    const size_t row = (size_t)(first + i * stride) * k;
-    float xv[PER_ROW], rv[PER_ROW];
-    get_row(x + row, k, x_tag, xv);
-    if (r) get_row(r + row, k, r_tag, rv);
-    float sq = 0.f;
+  const int per_row = k / PACK, packs = rows * per_row;
+  for (int base = tid; base < packs; base += IN_FLIGHT * CONSUMERS) {
+    Pack xp[IN_FLIGHT], rp[IN_FLIGHT];
 #pragma unroll
-    for (int j = 0; j < PER_ROW; ++j) {
-      const int c = tid + j * CONSUMERS;
-      if (c < k) {
-        const float v = r ? round_act(xv[j] + rv[j]) : xv[j];
-        if (sum_out && blockIdx.x == 0) put(sum_out + row + c, v, tag);
-        s.xs[i * K_MAX + c] = v;
-        sq += v * v;
+    for (int j = 0; j < IN_FLIGHT; ++j) {
+      const int p = base + j * CONSUMERS;
+      if (p < packs) {
+        const size_t at = (size_t)(first + p / per_row * stride) * k + p % per_row * PACK;
+        xp[j] = load_pack(x + at);
+        if (r) rp[j] = load_pack(r + at);
       }
     }
-    if (norm_w) {
-      sq = warp_sum(sq);
-      if (lane == 0) s.partial[warp * MAX_ROWS + i] = sq;
+#pragma unroll
+    for (int j = 0; j < IN_FLIGHT; ++j) {
+      const int p = base + j * CONSUMERS;
+      if (p < packs) {
+        const int i = p / per_row, c = p % per_row * PACK;
+        const size_t at = (size_t)(first + i * stride) * k + c;
+        float v[PACK];
+        wait_pack(x + at, xp[j], x_tag, v);
+        if (r) {
+          float w[PACK];
+          wait_pack(r + at, rp[j], r_tag, w);
+#pragma unroll
+          for (int e = 0; e < PACK; ++e) v[e] = round_act(v[e] + w[e]);
+        }
+        if (sum_out && blockIdx.x == 0)
+#pragma unroll
+          for (int e = 0; e < PACK; ++e) put(sum_out + at + e, v[e], tag);
+        float2* dst = reinterpret_cast<float2*>(s.xs + i * K_MAX + c);  // PACK is even (2, 4 or 8)
+#pragma unroll
+        for (int e = 0; e < PACK; e += 2) dst[e / 2] = make_float2(v[e], v[e + 1]);
+      }
     }
   }
   consumers_sync();
   if (!norm_w) return;
+  for (int i = 0; i < rows; ++i) {  // each row's sum of squares: every thread a part of it
+    float sq = 0.f;
+    for (int c = tid; c < k; c += CONSUMERS) sq += s.xs[i * K_MAX + c] * s.xs[i * K_MAX + c];
+    sq = warp_sum(sq);
+    if (lane == 0) s.partial[warp * MAX_ROWS + i] = sq;
+  }
+  consumers_sync();
   if (tid < rows) {
     float total = 0.f;
     for (int w = 0; w < CONSUMER_WARPS; ++w) total += s.partial[w * MAX_ROWS + tid];
