@@ -66,7 +66,7 @@ for phase in "$@"; do
       for k in cuda cuda-ll; do
         timeout 150 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 4 --check 2>&1 | quiet | tail -3
         timeout 150 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 1 4 \
-          --json "$OUT/code_predictor_$k.json" 2>&1 | quiet | tail -4
+          --json "$OUT/code_predictor_$k.json" 2>&1 | quiet
       done
       timeout 200 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,4 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
