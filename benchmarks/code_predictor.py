@@ -73,25 +73,31 @@ def check(args) -> None:
 LAYER_PHASES = ("qkv", "attend", "o", "gate_up", "down")
 
 
-def phase_breakdown(trace: list[int], layers: int) -> dict[str, float]:
+def phase_breakdown(trace: list[int], layers: int) -> dict[str, list[float]]:
     """The CUDA kernel's timestamps (code_predictor.cu: trace) as µs per phase kind, summed over a
-    frame's layers and steps, step 0 (two rows a stream) apart from steps 1-14."""
-    cycles = trace[2:]
-    ns_per_cycle = (trace[1] - trace[0]) / (cycles[-1] - cycles[0])
+    frame's layers and steps, step 0 (two rows a stream) apart from steps 1-14: [inputs (loaded and
+    normalised), work (dots or attention or sampling, by CTA 0's first warp), end (the barrier)]."""
+    stamps = [trace[2 + 3 * i : 5 + 3 * i] for i in range((len(trace) - 2) // 3)]
+    ns_per_cycle = (trace[1] - trace[0]) / (stamps[-1][2] - stamps[0][2])
     names = [f"{k}" for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
-    out: dict[str, float] = {}
-    for i, (a, b) in enumerate(zip(cycles, cycles[1:], strict=False)):
-        step, name = divmod(i, len(names))
+    out: dict[str, list[float]] = {}
+    for i in range(1, len(stamps)):
+        step, name = divmod(i - 1, len(names))
         key = f"{'step0' if step == 0 else 'steps1-14'} {names[name]}"
-        out[key] = out.get(key, 0.0) + (b - a) * ns_per_cycle / 1e3
+        parts = (stamps[i][0] - stamps[i - 1][2], stamps[i][1] - stamps[i][0], stamps[i][2] - stamps[i][1])
+        sums = out.setdefault(key, [0.0, 0.0, 0.0])
+        for j, cycles in enumerate(parts):
+            sums[j] += cycles * ns_per_cycle / 1e3
     return out
 
 
-def print_breakdown(b: int, breakdown: dict[str, float]) -> None:
-    print(f"batch {b:>3}: CTA 0's time per phase kind, µs a frame (all layers and steps):")
-    for key, us in sorted(breakdown.items(), key=lambda kv: -kv[1]):
-        print(f"    {key:<20} {us:8.1f}")
-    print(f"    {'total':<20} {sum(breakdown.values()):8.1f}")
+def print_breakdown(b: int, breakdown: dict[str, list[float]]) -> None:
+    print(f"batch {b:>3}: CTA 0's time per phase kind, µs a frame (all layers and steps)")
+    print(f"    {'phase':<20} {'inputs':>8} {'work':>8} {'end':>8} {'total':>8}")
+    for key, parts in sorted(breakdown.items(), key=lambda kv: -sum(kv[1])):
+        print(f"    {key:<20} " + " ".join(f"{v:8.1f}" for v in [*parts, sum(parts)]))
+    totals = [sum(p[j] for p in breakdown.values()) for j in range(3)]
+    print(f"    {'total':<20} " + " ".join(f"{v:8.1f}" for v in [*totals, sum(totals)]))
 
 
 def main() -> None:

@@ -33,9 +33,9 @@ class CodePredictorBuffers:
         rows = 2 * max_streams
         self.counter = torch.zeros(1, dtype=torch.int32, device=dev)
         self.epoch = torch.zeros(1, dtype=torch.int32, device=dev)  # frames run (the CUDA kernel's LL tags)
-        # The CUDA kernel's timestamps (code_predictor.cu: trace): two global times, then a cycle
-        # count per phase (STEPS * (5 * LAYERS + 2) of them, and the start).
-        self.trace = torch.zeros(2 + 1 + self.steps * (5 * len(layers) + 2), dtype=torch.long, device=dev)
+        # The CUDA kernel's timestamps (code_predictor.cu: trace): two global times, then three
+        # cycle counts per phase (STEPS * (5 * LAYERS + 2) of them, and the start).
+        self.trace = torch.zeros(2 + 3 * (1 + self.steps * (5 * len(layers) + 2)), dtype=torch.long, device=dev)
         self.d = torch.zeros(rows, hidden, dtype=dtype, device=dev)
         self.ra, self.rb, self.o = (torch.zeros_like(self.d) for _ in range(3))
         self.qkv = torch.zeros(rows, self.wqkv.shape[1], dtype=dtype, device=dev)

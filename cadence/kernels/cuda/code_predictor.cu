@@ -311,8 +311,11 @@ __device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag,
       float acc[2][MAX_ROWS];
       if (g.swiglu) {
         unit_dots<true>(chunk + (size_t)u * g.k, chunk + (size_t)(outs + u) * g.k, s.xs, rows, g.k, lane, acc);
+        // (loops over MAX_ROWS, unrolled, so that acc stays in registers)
         if (lane == 0)
-          for (int r = 0; r < rows; ++r) {  // rounded where linear_swiglu rounds: gate, up, silu
+#pragma unroll
+          for (int r = 0; r < MAX_ROWS; ++r) {  // rounded where linear_swiglu rounds: gate, up, silu
+            if (r >= rows) break;
             const float gate = round_act(acc[0][r]), up = round_act(acc[1][r]);
             const float silu = round_act(gate / (1.f + __expf(-gate)));
             put(out + (size_t)r * g.n + o + u, silu * up, tag);
@@ -320,7 +323,9 @@ __device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag,
       } else {
         unit_dots<false>(chunk + (size_t)u * g.k, nullptr, s.xs, rows, g.k, lane, acc);
         if (lane == 0)
-          for (int r = 0; r < rows; ++r) put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
+#pragma unroll
+          for (int r = 0; r < MAX_ROWS; ++r)
+            if (r < rows) put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
       }
     }
     __syncwarp();
@@ -462,14 +467,20 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   // the phase's index (405 phases a frame at most); the host wrote the first input rows with `tag`.
   u32 tag = *epoch * 1024u;
   const u32 tag0 = tag;
-  // Where the time goes (benchmarks/code_predictor.py prints it): CTA 0's cycle count as it leaves
-  // each phase, trace[2 + phase] (phase 0: the start), and the global timer at the start and the
-  // end (trace[0], trace[1]) to turn cycles into ns. One thread, a few stores a phase.
+  // Where the time goes (benchmarks/code_predictor.py prints it): CTA 0's cycle count at three
+  // points of every phase, trace[2 + 3 * phase + j]: j = 0 its inputs loaded, 1 its work done,
+  // 2 past the phase's end (phase 0: the start); phases without a GEMM stamp 0 and 1 together.
+  // The global timer at the start and the end (trace[0], trace[1]) turns cycles into ns.
   const bool stamps = blockIdx.x == 0 && threadIdx.x == 0;
-  if (stamps) trace[0] = global_ns(), trace[2] = sm_clock();
+  auto stamp = [&](int j) {
+    if (stamps) trace[2 + 3 * (tag - tag0) + j] = sm_clock();
+  };
+  if (stamps) trace[0] = global_ns();
+  stamp(2);
   auto end_phase = [&] {
+    stamp(1);
     phase_end(counter, passed);
-    if (stamps) trace[2 + tag - tag0] = sm_clock();
+    stamp(2);
   };
   u32 d_tag = tag, ra_tag = 0, rb_tag = 0, qkv_tag = 0, attn_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
   // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
@@ -480,6 +491,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     ++tag;
     if (owns(g, stage_bytes)) {
       load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps);
+      stamp(0);
       gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it);
     }
     end_phase();
@@ -496,6 +508,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
              q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
              s.xs);
       attn_tag = tag;
+      stamp(0);
       end_phase();
       o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
@@ -517,6 +530,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
           put_raw(d + (size_t)n * HIDDEN + h, emb[((size_t)step * VOCAB + code) * HIDDEN + h], tag);
     }
     d_tag = tag;
+    stamp(0);
     end_phase();
   }
   if (stamps) trace[1] = global_ns();
