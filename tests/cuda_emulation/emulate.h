@@ -27,6 +27,7 @@
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 
 struct uint4 { unsigned x, y, z, w; };

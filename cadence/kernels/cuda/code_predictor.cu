@@ -177,14 +177,14 @@ __device__ void produce(const Weights& W, unsigned char* ring, u64* full, u64* e
   }
 }
 
-// The dot products of one weight row (two for SWIGLU: gate, up) with `rows` activation rows in
+// The dot products of one weight row (two for SWIGLU: gate, up) with ROWS activation rows in
 // shared memory (floats, row stride K_MAX), summed over the warp; acc[u][r] on every lane.
-template <bool SWIGLU>
-__device__ __forceinline__ void unit_dots(const act_t* w0, const act_t* w1, const float* xs, int rows, int k, int lane,
-                                          float (&acc)[2][MAX_ROWS]) {
+template <bool SWIGLU, int ROWS>
+__device__ __forceinline__ void unit_dots(const act_t* w0, const act_t* w1, const float* xs, int k, int lane,
+                                          float (&acc)[2][ROWS]) {
   constexpr int VEC = 16 / sizeof(act_t);  // weights per 16-byte load
 #pragma unroll
-  for (int r = 0; r < MAX_ROWS; ++r) acc[0][r] = acc[1][r] = 0.f;
+  for (int r = 0; r < ROWS; ++r) acc[0][r] = acc[1][r] = 0.f;
   for (int i = lane * VEC; i < k; i += 32 * VEC) {
     float wa[VEC], wb[VEC];
     const uint4 va = *reinterpret_cast<const uint4*>(w0 + i);
@@ -198,24 +198,20 @@ __device__ __forceinline__ void unit_dots(const act_t* w0, const act_t* w1, cons
       for (int e = 0; e < VEC; ++e) wb[e] = to_f(hb[e]);
     }
 #pragma unroll
-    for (int r = 0; r < MAX_ROWS; ++r) {
-      if (r < rows) {
-        const float* x = xs + r * K_MAX + i;
+    for (int r = 0; r < ROWS; ++r) {
+      const float* x = xs + r * K_MAX + i;
 #pragma unroll
-        for (int e = 0; e < VEC; e += 4) {
-          const float4 xv = *reinterpret_cast<const float4*>(x + e);
-          acc[0][r] += wa[e] * xv.x + wa[e + 1] * xv.y + wa[e + 2] * xv.z + wa[e + 3] * xv.w;
-          if (SWIGLU) acc[1][r] += wb[e] * xv.x + wb[e + 1] * xv.y + wb[e + 2] * xv.z + wb[e + 3] * xv.w;
-        }
+      for (int e = 0; e < VEC; e += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(x + e);
+        acc[0][r] += wa[e] * xv.x + wa[e + 1] * xv.y + wa[e + 2] * xv.z + wa[e + 3] * xv.w;
+        if (SWIGLU) acc[1][r] += wb[e] * xv.x + wb[e + 1] * xv.y + wb[e + 2] * xv.z + wb[e + 3] * xv.w;
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < MAX_ROWS; ++r) {
-    if (r < rows) {
-      acc[0][r] = warp_sum(acc[0][r]);
-      if (SWIGLU) acc[1][r] = warp_sum(acc[1][r]);
-    }
+  for (int r = 0; r < ROWS; ++r) {
+    acc[0][r] = warp_sum(acc[0][r]);
+    if (SWIGLU) acc[1][r] = warp_sum(acc[1][r]);
   }
 }
 
@@ -231,10 +227,17 @@ struct Scratch {
 // the rms_norm kernel does). All rows at once in 16-byte packs, IN_FLIGHT of them per thread and
 // array issued before the first is used: one L2 round trip for a phase's rows, not one per row.
 constexpr int IN_FLIGHT = 4;
-__device__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag, slot_t* sum_out,
+__device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag, slot_t* sum_out,
                           u32 tag, const act_t* norm_w, int rows, int first, int stride, int k, float eps) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int per_row = k / PACK, packs = rows * per_row;
+  // The norm's weights for this thread's columns (tid + j * CONSUMERS): loaded first, so that
+  // their round trip overlaps the rows' (the norms are all over HIDDEN columns).
+  constexpr int NORM_COLUMNS = (HIDDEN + CONSUMERS - 1) / CONSUMERS;
+  float nw[NORM_COLUMNS];
+  if (norm_w)
+#pragma unroll
+    for (int j = 0; j < NORM_COLUMNS; ++j) nw[j] = tid + j * CONSUMERS < k ? to_f(norm_w[tid + j * CONSUMERS]) : 0.f;
   for (int base = tid; base < packs; base += IN_FLIGHT * CONSUMERS) {
     Pack xp[IN_FLIGHT], rp[IN_FLIGHT];
 #pragma unroll
@@ -284,11 +287,15 @@ __device__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const sl
     s.inv[tid] = 1.f / sqrtf(total / k + eps);
   }
   consumers_sync();
-  for (int i = 0; i < rows; ++i)
-    for (int c = tid; c < k; c += CONSUMERS) {
-      const float normed = round_act(s.xs[i * K_MAX + c] * s.inv[i]);
-      s.xs[i * K_MAX + c] = round_act(to_f(norm_w[c]) * normed);
-    }
+#pragma unroll
+  for (int j = 0; j < NORM_COLUMNS; ++j) {
+    const int c = tid + j * CONSUMERS;
+    if (c < k)
+      for (int i = 0; i < rows; ++i) {
+        const float normed = round_act(s.xs[i * K_MAX + c] * s.inv[i]);
+        s.xs[i * K_MAX + c] = round_act(nw[j] * normed);
+      }
+  }
   consumers_sync();
 }
 
@@ -298,9 +305,11 @@ __device__ __forceinline__ bool owns(const GemmShape& g, int stage_bytes) {
   return sl.first < sl.last;
 }
 
-// One GEMM phase's dots for this CTA: out[i, n] for its outputs (tagged `tag`), the weights from the ring.
-__device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, int rows, unsigned char* ring,
-                     u64* full, u64* empty, int stages, int stage_bytes, int& it) {
+// One GEMM phase's dots for this CTA: out[i, n] for its ROWS rows and its outputs (tagged `tag`),
+// the weights from the ring.
+template <int ROWS>
+__device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, unsigned char* ring, u64* full,
+                          u64* empty, int stages, int stage_bytes, int& it) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Slab sl = slab_of(g, stage_bytes);
   for (int o = sl.first; o < sl.last; o += sl.per_chunk, ++it) {
@@ -308,29 +317,38 @@ __device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag,
     const act_t* chunk = reinterpret_cast<const act_t*>(ring + (size_t)stage * stage_bytes);
     mbar_wait(&full[stage], (it / stages) & 1);
     for (int u = warp; u < outs; u += CONSUMER_WARPS) {
-      float acc[2][MAX_ROWS];
+      float acc[2][ROWS];
       if (g.swiglu) {
-        unit_dots<true>(chunk + (size_t)u * g.k, chunk + (size_t)(outs + u) * g.k, s.xs, rows, g.k, lane, acc);
-        // (loops over MAX_ROWS, unrolled, so that acc stays in registers)
+        unit_dots<true, ROWS>(chunk + (size_t)u * g.k, chunk + (size_t)(outs + u) * g.k, s.xs, g.k, lane, acc);
         if (lane == 0)
 #pragma unroll
-          for (int r = 0; r < MAX_ROWS; ++r) {  // rounded where linear_swiglu rounds: gate, up, silu
-            if (r >= rows) break;
+          for (int r = 0; r < ROWS; ++r) {  // rounded where linear_swiglu rounds: gate, up, silu
             const float gate = round_act(acc[0][r]), up = round_act(acc[1][r]);
             const float silu = round_act(gate / (1.f + __expf(-gate)));
             put(out + (size_t)r * g.n + o + u, silu * up, tag);
           }
       } else {
-        unit_dots<false>(chunk + (size_t)u * g.k, nullptr, s.xs, rows, g.k, lane, acc);
+        unit_dots<false, ROWS>(chunk + (size_t)u * g.k, nullptr, s.xs, g.k, lane, acc);
         if (lane == 0)
 #pragma unroll
-          for (int r = 0; r < MAX_ROWS; ++r)
-            if (r < rows) put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
+          for (int r = 0; r < ROWS; ++r) put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
       }
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[stage]);
   }
+}
+
+// gemm_rows for a run-time row count (1..MAX_ROWS): an instance per count, so that every loop over
+// the rows is exact. A loop to MAX_ROWS under `r < rows` issued every row's instructions, predicated
+// off, and the dots are bound by instruction issue (perf-notes #48).
+template <int ROWS = MAX_ROWS>
+__device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, int rows, unsigned char* ring,
+                     u64* full, u64* empty, int stages, int stage_bytes, int& it) {
+  if constexpr (ROWS > 1) {
+    if (rows < ROWS) return gemm<ROWS - 1>(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it);
+  }
+  gemm_rows<ROWS>(g, s, out, tag, ring, full, empty, stages, stage_bytes, it);
 }
 
 // ---- attention: per (stream, kv head), QK-norm + RoPE, the cache write, GROUP query heads ----------
@@ -342,7 +360,9 @@ __device__ float norm_rope(const slot_t* head, u32 tag, const act_t* w, const ac
                            int d, float* red, float eps) {
   constexpr int HALF = HEAD_DIM / 2;
   const int pd = d < HALF ? d + HALF : d - HALF;
-  const slot_t raw = load_slot(head + d), raw_partner = load_slot(head + pd);  // both in flight
+  const slot_t raw = load_slot(head + d), raw_partner = load_slot(head + pd);  // both in flight,
+  const float wd = to_f(w[d]), wpd = to_f(w[pd]);                              // with the tables'
+  const float cs = to_f(cos_t[pos * HEAD_DIM + d]), sn = to_f(sin_t[pos * HEAD_DIM + d]);
   const float x = to_f(wait_slot(head + d, raw, tag)), xp = to_f(wait_slot(head + pd, raw_partner, tag));
   float sq = x * x;
   if (HEAD_DIM <= 32) {  // a team within a warp: xor offsets below HEAD_DIM stay inside it
@@ -358,15 +378,15 @@ __device__ float norm_rope(const slot_t* head, u32 tag, const act_t* w, const ac
   }
   consumers_sync();  // `red` is free again
   const float inv = 1.f / sqrtf(sq / HEAD_DIM + eps);
-  const float normed = round_act(to_f(w[d]) * round_act(x * inv));
-  const float partner = round_act(to_f(w[pd]) * round_act(xp * inv));
+  const float normed = round_act(wd * round_act(x * inv));
+  const float partner = round_act(wpd * round_act(xp * inv));
   const float rotated = d < HALF ? -partner : partner;
-  const float a = round_act(normed * to_f(cos_t[pos * HEAD_DIM + d]));
-  const float b = round_act(round_act(rotated) * to_f(sin_t[pos * HEAD_DIM + d]));
+  const float a = round_act(normed * cs);
+  const float b = round_act(round_act(rotated) * sn);
   return round_act(a + b);
 }
 
-__device__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, act_t* kc, act_t* vc, const act_t* q_norm,
+__device__ __noinline__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, act_t* kc, act_t* vc, const act_t* q_norm,
                        const act_t* k_norm, const act_t* cos_t, const act_t* sin_t, int streams, int rows_per, int pos0,
                        float eps, float scale, float* scratch) {
   float* q = scratch;                        // [GROUP, HEAD_DIM]
@@ -391,17 +411,22 @@ __device__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, ac
             norm_rope(row + (kvh * GROUP + g) * HEAD_DIM, qkv_tag, q_norm, cos_t, sin_t, pos, d, red, eps);
       else norm_rope(row, qkv_tag, q_norm, cos_t, sin_t, pos, d, red, eps);  // idle teams still meet the barriers
       consumers_sync();  // the cache and q written (global stores by this CTA: visible to it after the barrier)
-      // scores: one (query head, position) pair per warp at a time
-      for (int p = warp; p < GROUP * CTX; p += CONSUMER_WARPS) {
-        const int qg = p / CTX, t = p % CTX;
+      // scores: a warp's (query head, position) pairs unrolled, so that their cache loads issue
+      // together. The cache is read with plain loads (through L1): this CTA wrote every slot of
+      // its (stream, kv head) itself, before a CTA barrier.
+      constexpr int PAIRS = (GROUP * CTX + CONSUMER_WARPS - 1) / CONSUMER_WARPS;
+#pragma unroll
+      for (int j = 0; j < PAIRS; ++j) {
+        const int p = warp + j * CONSUMER_WARPS, qg = p / CTX, t = p % CTX;
         float s = neg_inf();
-        if (t <= pos) {
+        if (p < GROUP * CTX && t <= pos) {
           const act_t* kt = kc + ((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM;
           float dot = 0.f;
-          for (int e = lane; e < HEAD_DIM; e += 32) dot += q[qg * HEAD_DIM + e] * load_f(kt + e);
+#pragma unroll
+          for (int e = lane; e < HEAD_DIM; e += 32) dot += q[qg * HEAD_DIM + e] * to_f(kt[e]);
           s = warp_sum(dot) * scale;
         }
-        if (lane == 0) prob[p] = s;
+        if (lane == 0 && p < GROUP * CTX) prob[p] = s;
       }
       consumers_sync();
       if (tid < GROUP) {  // softmax over positions 0..pos; probabilities rounded to the cache's dtype
@@ -417,8 +442,9 @@ __device__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, ac
       consumers_sync();
       if (g < GROUP) {
         float acc = 0.f;
-        for (int t = 0; t <= pos; ++t)
-          acc += prob[g * CTX + t] * load_f(vc + ((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM + d);
+#pragma unroll
+        for (int t = 0; t < CTX; ++t)  // unrolled: the positions' loads issue together
+          if (t <= pos) acc += prob[g * CTX + t] * to_f(vc[((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM + d]);
         put(attn + (size_t)(n * rows_per + i) * HEADS * HEAD_DIM + (kvh * GROUP + g) * HEAD_DIM + d, acc / red[g], tag);
       }
       consumers_sync();
