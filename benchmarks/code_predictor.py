@@ -75,8 +75,10 @@ LAYER_PHASES = ("qkv", "attend", "o", "gate_up", "down")
 
 def phase_breakdown(trace: list[int], layers: int) -> dict[str, list[float]]:
     """The CUDA kernel's timestamps (code_predictor.cu: trace) as µs per phase kind, summed over a
-    frame's layers and steps, step 0 (two rows a stream) apart from steps 1-14: [inputs (loaded and
-    normalised), work (dots or attention or sampling, by CTA 0's first warp), end (the barrier)]."""
+    frame's layers and steps, step 0 (two rows a stream) apart from steps 1-14: [inputs, work, end].
+    GEMM phases: inputs loaded and normalised, the dots (CTA 0's first warp), the barrier. Attention:
+    the row loaded, QK-normed and roped, then scores, softmax and values. Sampling: the code picked,
+    then the next step's input embedding written."""
     stamps = [trace[2 + 3 * i : 5 + 3 * i] for i in range((len(trace) - 2) // 3)]
     ns_per_cycle = (trace[1] - trace[0]) / (stamps[-1][2] - stamps[0][2])
     names = [f"{k}" for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
@@ -141,8 +143,11 @@ def main() -> None:
         kernel.tiles, kernel.programs = CodePredictorTiles(), sms
         if args.kernel != "triton":  # the last replay's timestamps
             torch.cuda.synchronize()
-            row["phases_us"] = phase_breakdown(kernel.trace.tolist(), len(kernel.stack.layers))
+            trace = kernel.trace.tolist()
+            row["ns_per_cycle"] = (trace[1] - trace[0]) / (trace[-1] - trace[4])  # the SM clock's period
+            row["phases_us"] = phase_breakdown(trace, len(kernel.stack.layers))
             print_breakdown(b, row["phases_us"])
+            print(f"    SM clock {1 / row['ns_per_cycle']:.2f} GHz over the frame")
         best = min(r["ms"] for r in row["persistent"])
         print(f"batch {b:>3}: layer kernels {row['layers_ms']:.3f} ms, persistent {row['persistent'][0]['ms']:.3f} "
               f"(best {best:.3f}); same codes {same}/{b * 15}")  # fmt: skip

@@ -404,7 +404,8 @@ __device__ float rope_finish(const RopeLoads& l, const slot_t* head, u32 tag, in
 // row's key and value come from shared memory.
 __device__ __noinline__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn, u32 tag, act_t* kc, act_t* vc,
                                     const act_t* q_norm, const act_t* k_norm, const act_t* cos_t, const act_t* sin_t,
-                                    int streams, int rows_per, int pos0, float eps, float scale, float* scratch) {
+                                    int streams, int rows_per, int pos0, float eps, float scale, float* scratch,
+                                    u64* mark) {  // the trace's stamp once the last row's q is ready, or null
   constexpr int PAIRS = (GROUP * CTX + CONSUMER_WARPS - 1) / CONSUMER_WARPS;  // (query head, position) per warp
   constexpr int PER_LANE = (HEAD_DIM + 31) / 32;
   float* q = scratch;                   // [GROUP, HEAD_DIM]
@@ -447,6 +448,7 @@ __device__ __noinline__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn
       const float q_new = rope_finish(ql, q_head, qkv_tag, d, red, eps);  // every team meets its barriers
       if (g < GROUP) q[g * HEAD_DIM + d] = q_new;
       consumers_sync();
+      if (mark && i == rows_per - 1) *mark = sm_clock();
 #pragma unroll
       for (int j = 0; j < PAIRS; ++j) {  // scores
         const int p = warp + j * CONSUMER_WARPS, qg = p / CTX, t = p % CTX;
@@ -528,8 +530,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   u32 tag = *epoch * 1024u;
   const u32 tag0 = tag;
   // Where the time goes (benchmarks/code_predictor.py prints it): CTA 0's cycle count at three
-  // points of every phase, trace[2 + 3 * phase + j]: j = 0 its inputs loaded, 1 its work done,
-  // 2 past the phase's end (phase 0: the start); phases without a GEMM stamp 0 and 1 together.
+  // points of every phase, trace[2 + 3 * phase + j]: j = 0 its inputs loaded (attention: loaded and
+  // normalised; sampling: the code known), 1 its work done, 2 past the phase's end (phase 0: the start).
   // The global timer at the start and the end (trace[0], trace[1]) turns cycles into ns.
   const bool stamps = blockIdx.x == 0 && threadIdx.x == 0;
   auto stamp = [&](int j) {
@@ -566,9 +568,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
       ++tag;
       attend(qkv, qkv_tag, attn, tag, k_cache + (size_t)layer * cache_stride, v_cache + (size_t)layer * cache_stride,
              q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
-             s.xs);
+             s.xs, stamps ? &trace[2 + 3 * (tag - tag0)] : nullptr);  // stamp 0: loads and norms done
       attn_tag = tag;
-      stamp(0);
       end_phase();
       o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
@@ -584,13 +585,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     for (int n = blockIdx.x; n < streams; n += gridDim.x) {
       const int code = sample_row(logits, logits_tag, n, do_sample, temperature, top_k, top_p, seed, frame,
                                   codebook_key, red);
+      stamp(0);  // the code known (CTA 0 samples stream 0); then the next input's embedding
       if (threadIdx.x == 0) codes[n * STEPS + step] = code;
       if (step + 1 < STEPS)  // the next step's input: codebook step + 1's embedding of the code
         for (int h = threadIdx.x; h < HIDDEN; h += CONSUMERS)
           put_raw(d + (size_t)n * HIDDEN + h, emb[((size_t)step * VOCAB + code) * HIDDEN + h], tag);
     }
     d_tag = tag;
-    stamp(0);
     end_phase();
   }
   if (stamps) trace[1] = global_ns();
