@@ -171,6 +171,9 @@ inline void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long 
   mbar(bar)->tx -= bytes;
   mbar_complete_if_done(mbar(bar));
 }
+inline void bulk_load_once(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  bulk_load(dst, src, bytes, bar);  // the L2 hint means nothing here
+}
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
 inline unsigned long long load_word(const unsigned long long* p) { return *p; }
 inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }

@@ -169,8 +169,10 @@ __device__ void produce(const Weights& W, unsigned char* ring, u64* full, u64* e
           const u32 part = (u32)outs * g.k * sizeof(act_t);
           unsigned char* dst = ring + (size_t)stage * stage_bytes;
           mbar_expect_tx(&full[stage], g.swiglu ? 2 * part : part);
-          bulk_load(dst, g.w + (size_t)o * g.k, part, &full[stage]);
-          if (g.swiglu) bulk_load(dst + part, g.w + (size_t)(g.n + o) * g.k, part, &full[stage]);
+          // weights are read once a frame: evict-first, so that they do not push activations and
+          // the attention cache (read again within microseconds) out of L2
+          bulk_load_once(dst, g.w + (size_t)o * g.k, part, &full[stage]);
+          if (g.swiglu) bulk_load_once(dst + part, g.w + (size_t)(g.n + o) * g.k, part, &full[stage]);
         }
       }
     }
