@@ -229,8 +229,9 @@ struct Scratch {
 // the rms_norm kernel does). All rows at once in 16-byte packs, IN_FLIGHT of them per thread and
 // array issued before the first is used: one L2 round trip for a phase's rows, not one per row.
 constexpr int IN_FLIGHT = 4;
-__device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag, slot_t* sum_out,
-                          u32 tag, const act_t* norm_w, int rows, int first, int stride, int k, float eps) {
+__device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
+                                       slot_t* sum_out, u32 tag, const act_t* norm_w, int rows, int first, int stride,
+                                       int k, float eps) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int per_row = k / PACK, packs = rows * per_row;
   // The norm's weights for this thread's columns (tid + j * CONSUMERS): loaded first, so that
@@ -310,8 +311,8 @@ __device__ __forceinline__ bool owns(const GemmShape& g, int stage_bytes) {
 // One GEMM phase's dots for this CTA: out[i, n] for its ROWS rows and its outputs (tagged `tag`),
 // the weights from the ring.
 template <int ROWS>
-__device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, unsigned char* ring, u64* full,
-                          u64* empty, int stages, int stage_bytes, int& it) {
+__device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, unsigned char* ring,
+                                       u64* full, u64* empty, int stages, int stage_bytes, int& it) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Slab sl = slab_of(g, stage_bytes);
   for (int o = sl.first; o < sl.last; o += sl.per_chunk, ++it) {
@@ -369,9 +370,8 @@ __device__ __forceinline__ RopeLoads rope_loads(const slot_t* head, const act_t*
                                                 const act_t* sin_t, int pos, int d) {
   constexpr int HALF = HEAD_DIM / 2;
   const int pd = d < HALF ? d + HALF : d - HALF;
-  return {load_slot(head + d),       load_slot(head + pd),
-          to_f(w[d]),                to_f(w[pd]),
-          to_f(cos_t[pos * HEAD_DIM + d]), to_f(sin_t[pos * HEAD_DIM + d])};
+  return {load_slot(head + d), load_slot(head + pd), to_f(w[d]), to_f(w[pd]), to_f(cos_t[pos * HEAD_DIM + d]),
+          to_f(sin_t[pos * HEAD_DIM + d])};
 }
 __device__ float rope_finish(const RopeLoads& l, const slot_t* head, u32 tag, int d, float* red, float eps) {
   constexpr int HALF = HEAD_DIM / 2;

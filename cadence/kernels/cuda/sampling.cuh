@@ -65,9 +65,9 @@ __device__ int block_argmax(const float (&values)[PER_THREAD], double* red) {
   return at;
 }
 
-__device__ __noinline__ int sample_row(const slot_t* logits, u32 logits_tag, int n, const bool* do_sample, const float* temperature,
-                          const i64* top_k, const float* top_p, const i64* seed, const i64* frame, u32 codebook_key,
-                          double* red) {
+__device__ __noinline__ int sample_row(const slot_t* logits, u32 logits_tag, int n, const bool* do_sample,
+                                      const float* temperature, const i64* top_k, const float* top_p, const i64* seed,
+                                      const i64* frame, u32 codebook_key, double* red) {
   slot_t raw[PER_THREAD];
   float y[PER_THREAD];
   for (int j = 0; j < PER_THREAD; ++j) {  // every load in flight before the first wait
