@@ -73,6 +73,12 @@ def check(args) -> None:
 LAYER_PHASES = ("qkv", "attend", "o", "gate_up", "down")
 
 
+def cycle_ns(trace: list[int]) -> float:
+    """The SM clock's period over the frame: the global timer's span (trace[0], trace[1]) over the
+    cycle count's (the start's stamp, trace[4], to the last phase's, trace[-1])."""
+    return (trace[1] - trace[0]) / (trace[-1] - trace[4])
+
+
 def phase_breakdown(trace: list[int], layers: int) -> dict[str, list[float]]:
     """The CUDA kernel's timestamps (code_predictor.cu: trace) as µs per phase kind, summed over a
     frame's layers and steps, step 0 (two rows a stream) apart from steps 1-14: [inputs, work, end].
@@ -80,8 +86,8 @@ def phase_breakdown(trace: list[int], layers: int) -> dict[str, list[float]]:
     the row loaded, QK-normed and roped, then scores, softmax and values. Sampling: the code picked,
     then the next step's input embedding written."""
     stamps = [trace[2 + 3 * i : 5 + 3 * i] for i in range((len(trace) - 2) // 3)]
-    ns_per_cycle = (trace[1] - trace[0]) / (stamps[-1][2] - stamps[0][2])
-    names = [f"{k}" for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
+    ns_per_cycle = cycle_ns(trace)
+    names = [k for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
     out: dict[str, list[float]] = {}
     for i in range(1, len(stamps)):
         step, name = divmod(i - 1, len(names))
@@ -144,7 +150,7 @@ def main() -> None:
         if args.kernel != "triton":  # the last replay's timestamps
             torch.cuda.synchronize()
             trace = kernel.trace.tolist()
-            row["ns_per_cycle"] = (trace[1] - trace[0]) / (trace[-1] - trace[4])  # the SM clock's period
+            row["ns_per_cycle"] = cycle_ns(trace)
             row["phases_us"] = phase_breakdown(trace, len(kernel.stack.layers))
             print_breakdown(b, row["phases_us"])
             print(f"    SM clock {1 / row['ns_per_cycle']:.2f} GHz over the frame")

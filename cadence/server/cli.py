@@ -26,7 +26,7 @@ API_KEY_ENV = "CADENCE_API_KEY"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..deploy.config import DeployFile, option_dests
-    from ..engine.config import CODEC_DTYPES
+    from ..engine.config import CODEC_DTYPES, PERSISTENT_KERNELS
     from .cloning import add_arguments as add_cloning_arguments
 
     defaults = DeployFile().flat()  # shown in the help; the options themselves default to None (not given)
@@ -142,11 +142,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g.add_argument(
         "--persistent-kernel",
-        choices=["triton", "cuda", "cuda-ll"],
+        choices=PERSISTENT_KERNELS,
         help="the persistent code predictor's implementation: triton, or cuda (weights streamed into shared "
-        "memory by the copy engine; Hopper and newer, up to 4 streams, compiled at first use; experimental, "
-        "docs/perf-notes.md #45), or cuda-ll (the same with polled {value, tag} activations instead of grid "
-        f"barriers, #46) (default {defaults['persistent_kernel']})",
+        "memory by the copy engine; Hopper and newer, up to 4 streams, compiled at first use; experimental: "
+        "not faster than the layer kernels yet, docs/perf-notes.md #45-#50), or cuda-ll (the same with polled "
+        f"{{value, tag}} activations instead of grid barriers; slower, #46) (default {defaults['persistent_kernel']})",
     )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")

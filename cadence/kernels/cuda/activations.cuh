@@ -1,5 +1,6 @@
 // Activations that cross CTAs, for the code predictor (code_predictor.cu includes this after its
-// act_t, to_f, from_f, load_cg, load_word, store_word, poll_pause and grid_sync).
+// act_t, to_f, from_f, load_cg, load16_cg, load16_volatile, load_word, store_word, poll_pause and
+// grid_sync).
 #pragma once
 
 // SYNC_LL 0: act_t arrays, ordered by the grid barrier between phases. SYNC_LL 1 (NCCL's LL
@@ -62,8 +63,6 @@ __device__ __forceinline__ void wait_pack(const slot_t*, Pack w, u32, float (&ou
 #endif
 }
 #endif
-__device__ __forceinline__ act_t get_raw(const slot_t* p, u32 tag) { return wait_slot(p, load_slot(p), tag); }
-__device__ __forceinline__ float get(const slot_t* p, u32 tag) { return to_f(get_raw(p, tag)); }
 __device__ __forceinline__ void put(slot_t* p, float v, u32 tag) { put_raw(p, from_f(v), tag); }
 
 // The end of a phase: every CTA's outputs written before any CTA reads them (the grid barrier), or

@@ -110,8 +110,6 @@ __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
 }
 #endif  // CADENCE_EMULATE
 
-__device__ __forceinline__ float load_f(const act_t* p) { return to_f(load_cg(p)); }
-
 #include "activations.cuh"  // slot_t, get / put, phase_end: plain arrays or SYNC_LL's tagged words
 
 __device__ __forceinline__ float warp_sum(float v) {
