@@ -18,10 +18,14 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from graph_timing import replay_ms
 
+from cadence.engine.config import EngineConfig
+from cadence.kernels.code_predictor_buffers import STAMPS
 from cadence.kernels.triton_code_predictor import CodePredictorTiles
+from cadence.kernels.triton_launch import use_pdl
 from cadence.models.qwen3_tts import Qwen3TTS
 from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker
 
@@ -41,6 +45,14 @@ SWEEP = [
 def talker(model: Qwen3TTS, streams: int, persistent_rows: int, kernel: str = "triton") -> Qwen3TTSTalker:
     """An eager partition (no engine graphs): this script captures the code predictor alone."""
     return Qwen3TTSTalker(model, streams, 2**26, 16, 64, 256, "triton", True, None, 64, 0, persistent_rows, kernel)
+
+
+def sample_rows(*paths: Qwen3TTSTalker, rows: int) -> None:
+    """Every row sampled as a served request by default (temperature 0.9, top-k 50, top-p 1.0, the
+    model's subtalker defaults) instead of greedy: the sampler's own cost, which the walks pay."""
+    for path in paths:
+        c = path.fast.state.codes
+        c.do_sample[:rows], c.temperature[:rows], c.top_k[:rows], c.top_p[:rows] = True, 0.9, 50, 1.0
 
 
 def inputs(model: Qwen3TTS, b: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -71,41 +83,64 @@ def check(args) -> None:
 
 
 LAYER_PHASES = ("qkv", "attend", "o", "gate_up", "down")
+COLUMNS = ("inputs", "norm", "weights", "work", "end")  # CTA 0's five spans a phase
+MEANS = ("mean in", "mean nm", "mean wt", "mean wk", "last", "release")  # over the CTAs at work; the barrier
 
 
-def cycle_ns(trace: list[int]) -> float:
-    """The SM clock's period over the frame: the global timer's span (trace[0], trace[1]) over the
-    cycle count's (the start's stamp, trace[4], to the last phase's, trace[-1])."""
-    return (trace[1] - trace[0]) / (trace[-1] - trace[4])
+def cycle_ns(trace: np.ndarray) -> float:
+    """The SM clock's period over the frame, from CTA 0's stamps: the global timer's span (words 0, 1)
+    over the cycle count's (the start's end stamp to the last phase's)."""
+    return (trace[0, 1] - trace[0, 0]) / (trace[0, -1] - trace[0, 2 + STAMPS - 1])
 
 
-def phase_breakdown(trace: list[int], layers: int) -> dict[str, list[float]]:
-    """The CUDA kernel's timestamps (code_predictor.cu: trace) as µs per phase kind, summed over a
-    frame's layers and steps, step 0 (two rows a stream) apart from steps 1-14: [inputs, work, end].
-    GEMM phases: inputs loaded and normalised, the dots (CTA 0's first warp), the barrier. Attention:
-    the row loaded, QK-normed and roped, then scores, softmax and values. Sampling: the code picked,
-    then the next step's input embedding written."""
-    stamps = [trace[2 + 3 * i : 5 + 3 * i] for i in range((len(trace) - 2) // 3)]
+def phase_breakdown(trace: np.ndarray, layers: int) -> dict[str, dict[str, float]]:
+    """The CUDA kernel's trace (code_predictor.cu, TRACE: [CTAs, words], five stamps a phase) as µs
+    per phase kind, summed over a frame's layers and steps, step 0 (two rows a stream) apart from
+    steps 1-14. CTA 0's spans (COLUMNS): its input rows into shared memory (attention: rows loaded,
+    QK-normed, roped; sampling: the code picked), their norm, waiting for the first weight chunk,
+    the work (all warps), the barrier. Over all CTAs (MEANS): the mean of the first four over the
+    CTAs at work in the phase, `last`: the latest arrival at the barrier (each CTA from its own
+    release), and `release`: from that arrival to its release, the barrier's own cost."""
+    stamps = trace[:, 2:].reshape(trace.shape[0], -1, STAMPS).astype(np.int64)
     ns_per_cycle = cycle_ns(trace)
     names = [k for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
-    out: dict[str, list[float]] = {}
-    for i in range(1, len(stamps)):
+    out: dict[str, dict[str, float]] = {}
+    for i in range(1, stamps.shape[1]):
         step, name = divmod(i - 1, len(names))
         key = f"{'step0' if step == 0 else 'steps1-14'} {names[name]}"
-        parts = (stamps[i][0] - stamps[i - 1][2], stamps[i][1] - stamps[i][0], stamps[i][2] - stamps[i][1])
-        sums = out.setdefault(key, [0.0, 0.0, 0.0])
-        for j, cycles in enumerate(parts):
-            sums[j] += cycles * ns_per_cycle / 1e3
+        start, (rows_in, normed, weights, done, end) = stamps[:, i - 1, 4], stamps[:, i].T
+        worked = rows_in > 0
+        arrive = done - start
+        last = int(np.argmax(arrive))
+        spans = {
+            "inputs": rows_in[0] - start[0], "norm": normed[0] - rows_in[0], "weights": weights[0] - normed[0],
+            "work": done[0] - weights[0], "end": end[0] - done[0], "mean in": (rows_in - start)[worked].mean(),
+            "mean nm": (normed - rows_in)[worked].mean(), "mean wt": (weights - normed)[worked].mean(),
+            "mean wk": (done - weights)[worked].mean(), "last": arrive[last], "release": end[last] - done[last],
+        }  # fmt: skip
+        if not worked[0]:  # CTA 0 idle: its wait is all barrier
+            spans.update(inputs=0, norm=0, weights=0, work=done[0] - start[0], end=end[0] - done[0])
+        sums = out.setdefault(key, dict.fromkeys(COLUMNS + MEANS, 0.0))
+        for k, cycles in spans.items():
+            sums[k] += float(cycles) * ns_per_cycle / 1e3
     return out
 
 
-def print_breakdown(b: int, breakdown: dict[str, list[float]]) -> None:
-    print(f"batch {b:>3}: CTA 0's time per phase kind, µs a frame (all layers and steps)")
-    print(f"    {'phase':<20} {'inputs':>8} {'work':>8} {'end':>8} {'total':>8}")
-    for key, parts in sorted(breakdown.items(), key=lambda kv: -sum(kv[1])):
-        print(f"    {key:<20} " + " ".join(f"{v:8.1f}" for v in [*parts, sum(parts)]))
-    totals = [sum(p[j] for p in breakdown.values()) for j in range(3)]
-    print(f"    {'total':<20} " + " ".join(f"{v:8.1f}" for v in [*totals, sum(totals)]))
+def print_breakdown(b: int, breakdown: dict[str, dict[str, float]]) -> None:
+    print(f"batch {b:>3}: µs a frame per phase kind (all layers and steps); CTA 0, then over all CTAs")
+    cols = COLUMNS + ("total",) + MEANS
+    print(f"    {'phase':<18} " + " ".join(f"{c:>8}" for c in cols))
+    rows = sorted(breakdown.items(), key=lambda kv: -sum(kv[1][c] for c in COLUMNS))
+    for key, parts in rows + [("total", {c: sum(p[c] for p in breakdown.values()) for c in COLUMNS + MEANS})]:
+        values = [parts[c] for c in COLUMNS] + [sum(parts[c] for c in COLUMNS)] + [parts[c] for c in MEANS]
+        print(f"    {key:<18} " + " ".join(f"{v:8.1f}" for v in values))
+
+
+def parse_variant(spec: str) -> dict[str, int]:
+    """'base' or 'NAME=VALUE,NAME=VALUE': experiment switches of the CUDA kernel (code_predictor.cu)."""
+    if spec == "base":
+        return {}
+    return {name: int(value) for name, value in (item.split("=", 1) for item in spec.split(","))}
 
 
 def main() -> None:
@@ -116,6 +151,16 @@ def main() -> None:
     p.add_argument("--sweep", action="store_true", help="also the launch choices of SWEEP and half the grid")
     p.add_argument("--check", action="store_true", help="compare codes only")
     p.add_argument("--kernel", choices=["triton", "cuda", "cuda-ll"], default="triton", help="the persistent kernel")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=["base"],
+        metavar="SPEC",
+        help="CUDA kernels: builds to time in turn, each 'base' or NAME=VALUE[,NAME=VALUE] setting "
+        "extra macros for the kernel's experiment switches (`#ifdef NAME` in code_predictor.cu)",
+    )
+    p.add_argument("--sampled", action="store_true", help="rows sampled (top-k 50) instead of greedy")
+    p.add_argument("--stages", type=int, help="CUDA kernels: at most this many weight-ring stages (fewer than fit)")
     p.add_argument("--json")
     args = p.parse_args()
     if args.check:
@@ -125,10 +170,19 @@ def main() -> None:
     rows = max(args.batches)
     layered, persistent = talker(model, rows, 0), talker(model, rows, rows, args.kernel)
     kernel = persistent.fast.persistent
+    if args.sampled:
+        sample_rows(layered, persistent, rows=rows)
+    if args.stages and args.kernel != "triton":
+        kernel.plan = dataclasses.replace(kernel.plan, stages=min(args.stages, kernel.plan.stages))
+    if args.kernel != "triton":
+        print(f"CUDA kernel: {kernel.plan.stages} ring stages, MAX_ROWS {dict(kernel.plan.defines)['MAX_ROWS']}")
     sms = kernel.programs
     g = torch.Generator(device="cuda").manual_seed(0)
     results = []
     for b in args.batches:
+        # programmatic dependent launch as served (EngineConfig.pdl_max_rows): without it the layer
+        # kernels measured ~0.3 ms slower at batch 1 than in the engine's walk (perf-notes #51)
+        use_pdl(b <= EngineConfig.pdl_max_rows)
         hidden, code0, step, seed = inputs(model, b, g)
         slots = torch.arange(b, device="cuda")
 
@@ -147,19 +201,31 @@ def main() -> None:
             row["persistent"].append({**dataclasses.asdict(tiles), "programs": programs, "ms": ms})
             print(f"batch {b:>3}: persistent {ms:.3f} ms ({tiles}, {programs} programs)")
         kernel.tiles, kernel.programs = CodePredictorTiles(), sms
-        if args.kernel != "triton":  # the last replay's timestamps
-            torch.cuda.synchronize()
-            trace = kernel.trace.tolist()
-            row["ns_per_cycle"] = cycle_ns(trace)
-            row["phases_us"] = phase_breakdown(trace, len(kernel.stack.layers))
-            print_breakdown(b, row["phases_us"])
-            print(f"    SM clock {1 / row['ns_per_cycle']:.2f} GHz over the frame")
+        if args.kernel != "triton":
+            row["persistent"] = [cuda_variant(kernel, spec, b, lambda: codes(persistent)) for spec in args.variants]  # noqa: B023
         best = min(r["ms"] for r in row["persistent"])
         print(f"batch {b:>3}: layer kernels {row['layers_ms']:.3f} ms, persistent {row['persistent'][0]['ms']:.3f} "
               f"(best {best:.3f}); same codes {same}/{b * 15}")  # fmt: skip
         results.append(row)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+def cuda_variant(kernel, spec: str, b: int, run) -> dict:
+    """One build of the CUDA kernel: its time without the trace, then one traced replay's breakdown."""
+    defines = parse_variant(spec)
+    kernel.rebuild(trace=False, **defines)
+    ms = replay_ms(run)
+    kernel.rebuild(trace=True, **defines)
+    traced_ms = replay_ms(run)
+    torch.cuda.synchronize()
+    trace = kernel.trace.cpu().numpy()
+    breakdown = phase_breakdown(trace, len(kernel.stack.layers))
+    print(f"batch {b:>3}: CUDA kernel [{spec}] {ms:.3f} ms ({traced_ms:.3f} traced)")
+    print_breakdown(b, breakdown)
+    print(f"    SM clock {1 / cycle_ns(trace):.2f} GHz over the frame")
+    kernel.rebuild(trace=False)
+    return {"variant": spec, "ms": ms, "traced_ms": traced_ms, "ns_per_cycle": cycle_ns(trace), "phases_us": breakdown}
 
 
 if __name__ == "__main__":

@@ -57,21 +57,22 @@ for phase in "$@"; do
       timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "persistent or sampling" 2>&1 | tail -4
       timeout 420 python3 benchmarks/code_predictor.py --model $full --batches 1 8 16 --sweep \
         --json "$OUT/code_predictor.json" 2>&1 | quiet | tee "$OUT/code_predictor.log" | tail -30 ;;
-    cudacp)  # issue 4: the CUDA persistent code predictor (perf-notes #45): its tests, codes, time, the walk with it
+    cudacp)  # issue 4: the CUDA persistent code predictor (perf-notes #45): its tests, time and trace, the walk with it
       # The CUDA kernels' gpu tests first (tiny checkpoint, seconds): a kernel that fails or hangs there
-      # would waste the timings' time, so they run only when these pass.
+      # would waste the timings' time, so they run only when these pass. CP_VARIANTS: the kernel's
+      # experiment switches to A/B in the same process (code_predictor.py --variants; default: base).
       timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py \
         -k "cuda and (persistent or rows_do_not)" 2>&1 | tee "$OUT/cudacp_tests.log" | tail -30 || continue
       need_full
-      for k in cuda cuda-ll; do
-        timeout 150 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 4 --check 2>&1 | quiet | tail -3
-        timeout 150 python3 benchmarks/code_predictor.py --model $full --kernel $k --batches 1 4 \
-          --json "$OUT/code_predictor_$k.json" 2>&1 | quiet
-      done
-      timeout 200 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
-        --batches 1,4 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
-        --kv-gb 20 --persistent-max-rows 4 --persistent-kernel cuda --json "$OUT/engine_steps_cuda_cp.json" 2>&1 \
-        | quiet | tail -8 ;;
+      timeout 420 python3 benchmarks/code_predictor.py --model $full --kernel cuda --batches 1 4 \
+        --variants ${CP_VARIANTS:-base} --json "$OUT/code_predictor_cuda.json" 2>&1 | quiet
+      for kernel in cuda triton; do  # the walk with the CUDA kernel, then with the layer kernels (the default)
+        rows=$([ $kernel = cuda ] && echo 4 || echo 0)
+        timeout 200 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
+          --batches 1,4 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
+          --kv-gb 20 --persistent-max-rows $rows --persistent-kernel $kernel \
+          --json "$OUT/engine_steps_cp_$kernel.json" 2>&1 | quiet | tail -8
+      done ;;
     megaphase)  # issue 4: the phase chain as one CUDA kernel, weights streamed by the copy engine (perf-notes #43)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -o /tmp/phase_chain \
         benchmarks/cuda/phase_chain.cu 2>&1 | grep -E "registers|spill" | head -4

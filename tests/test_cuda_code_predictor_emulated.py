@@ -21,7 +21,7 @@ import torch
 
 from cadence.engine.engine import build_core
 from cadence.engine.sampler import RowParams
-from cadence.kernels.code_predictor_buffers import CodePredictorBuffers
+from cadence.kernels.code_predictor_buffers import STAMPS, CodePredictorBuffers, phases
 from cadence.kernels.cuda_code_predictor import SOURCE, KernelPlan, kernel_arguments, use_words
 from cadence.models.qwen3_tts import Qwen3TTS
 
@@ -82,8 +82,21 @@ def test_emulated_cuda_code_predictor_matches_the_layer_path(model, tmp_path, ba
     """fp32: the same codes (the kernel sums in another order; a near-tie could part them, none here),
     with grid barriers and with SYNC_LL's polled {value, tag} words instead (LL: two frames in a row
     on the same buffers, the first on other inputs, so the second runs over the first's words)."""
-    codes, expected = run_both(model, tmp_path, batch, sampled, grid, ll=sync == "ll")
+    codes, expected = run_both(model, tmp_path, batch, sampled, grid, ll=sync == "ll", trace=batch == 3)
     assert np.array_equal(codes, expected), f"kernel {codes.tolist()} layer path {expected.tolist()}"
+    if batch == 3:  # with TRACE: every CTA's five stamps a phase, in order (benchmarks read them)
+        stamps = np.fromfile(tmp_path / "codes.bin.trace", dtype=np.int64).reshape(grid, -1)[:, 2:]
+        layers = model.config.talker.code_predictor.num_hidden_layers
+        stamps = stamps.reshape(grid, phases(15, layers), STAMPS)
+        ends = stamps[:, :, 4]
+        assert (np.diff(ends, axis=1) > 0).all()  # every CTA passed every phase's end, one after another
+        worked = stamps[:, 1:, 0] > 0
+        assert worked.any(axis=0).all() and worked[0].all()  # each phase had a CTA at work; CTA 0 in all
+        starts = ends[:, :-1]
+        steps = [starts, *(stamps[:, 1:, j] for j in range(4))]  # rows in, normed, weights, work done
+        for before, after in zip(steps, steps[1:], strict=False):
+            assert (before <= after)[worked].all()
+        assert (stamps[:, 1:, 3] <= ends[:, 1:]).all()
 
 
 def test_emulated_cuda_code_predictor_in_bf16_agrees_with_the_layer_path(model_bf16, tmp_path):
@@ -97,21 +110,22 @@ def test_emulated_cuda_code_predictor_in_bf16_agrees_with_the_layer_path(model_b
     assert same[:, 0].all() and same.mean() >= 0.5, f"kernel {codes.tolist()} layer path {expected.tolist()}"
 
 
-def kernel_setup(fast, ll: bool) -> tuple[CodePredictorBuffers, KernelPlan]:
-    """The kernel's buffers for 4 streams over the fused walk's code predictor, and its plan with 2
-    consumer warps (fewer fibers than a GPU's 8; the same code paths)."""
-    buffers = CodePredictorBuffers(fast.cp_stack, *fast.code_predictor_weights(), 4, fast.cp_k, fast.cp_v)
-    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=ll)
+def kernel_setup(fast, ll: bool, grid: int = 1, trace: bool = False) -> tuple[CodePredictorBuffers, KernelPlan]:
+    """The kernel's buffers for 4 streams over the fused walk's code predictor (a grid of `grid`
+    CTAs), and its plan with 2 consumer warps (fewer fibers than a GPU's 8; the same code paths)."""
+    buffers = CodePredictorBuffers(fast.cp_stack, *fast.code_predictor_weights(), 4, fast.cp_k, fast.cp_v, grid)
+    plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=ll, trace=trace)
     if ll:
         use_words(buffers)
     return buffers, plan
 
 
 def run_both(
-    model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: int, ll: bool = False
+    model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: int, ll: bool = False, trace: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """The codes [batch, 15] of the emulated kernel on a grid of `grid` CTAs, and of the layer path.
-    With `ll` the kernel runs two frames on the same buffers, the epoch advanced between them."""
+    With `ll` the kernel runs two frames on the same buffers, the epoch advanced between them; with
+    `trace` it stamps (codes.bin.trace)."""
     core = build_core(model, config(attention_backend="torch"))
     fast = core.talker.fast
     cp = fast.talker.code_predictor
@@ -126,7 +140,7 @@ def run_both(
         codes_state.top_k[:batch], codes_state.top_p[:batch] = 50, 0.8
     expected = fast._predict_codes(hidden, code0, step, seed, slots)  # the layer path: FusedStack, torch ops
 
-    buffers, plan = kernel_setup(fast, ll)
+    buffers, plan = kernel_setup(fast, ll, grid, trace)
     first = cp.small_to_mtp_projection(torch.stack([hidden, fast.talker.embed_codec(code0)], dim=1)).flatten(0, 1)
     c = codes_state
     params = RowParams(c.do_sample[slots], c.temperature[slots], c.top_k[slots], c.top_p[slots])

@@ -33,9 +33,6 @@ class CodePredictorBuffers:
         rows = 2 * max_streams
         self.counter = torch.zeros(1, dtype=torch.int32, device=dev)
         self.epoch = torch.zeros(1, dtype=torch.int32, device=dev)  # frames run (the CUDA kernel's LL tags)
-        # The CUDA kernel's timestamps (code_predictor.cu: trace): two global times, then three
-        # cycle counts per phase (STEPS * (5 * LAYERS + 2) of them, and the start).
-        self.trace = torch.zeros(2 + 3 * (1 + self.steps * (5 * len(layers) + 2)), dtype=torch.long, device=dev)
         self.d = torch.zeros(rows, hidden, dtype=dtype, device=dev)
         self.ra, self.rb, self.o = (torch.zeros_like(self.d) for _ in range(3))
         self.qkv = torch.zeros(rows, self.wqkv.shape[1], dtype=dtype, device=dev)
@@ -46,3 +43,19 @@ class CodePredictorBuffers:
         if programs is None:  # one per SM; one under the Triton interpreter (CPU tensors)
             programs = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
         self.programs = programs
+        # The CUDA kernel's timestamps when compiled with TRACE (code_predictor.cu: trace), per CTA
+        self.trace = torch.zeros(programs, trace_words(self.steps, len(layers)), dtype=torch.long, device=dev)
+
+
+STAMPS = 5  # the CUDA kernel's stamps a phase (code_predictor.cu: STAMPS)
+
+
+def trace_words(steps: int, layers: int) -> int:
+    """A CTA's share of the CUDA kernel's trace (code_predictor.cu: TRACE_WORDS): two global times,
+    then STAMPS cycle counts per phase: the start, then 5 a layer and the head and sampling a step."""
+    return 2 + STAMPS * phases(steps, layers)
+
+
+def phases(steps: int, layers: int) -> int:
+    """The CUDA kernel's phases a frame, the start included (code_predictor.cu: PHASES)."""
+    return 1 + steps * (5 * layers + 2)

@@ -16,6 +16,7 @@ Experimental (perf-notes #45): EngineConfig.persistent_kernel = "cuda" selects i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,8 @@ class KernelPlan:
 
     @classmethod
     def of(cls, cp: CodePredictorBuffers, shared_memory: int, consumer_warps: int = CONSUMER_WARPS,
-           ll: bool = False) -> KernelPlan:  # fmt: skip
+           ll: bool = False, trace: bool = False) -> KernelPlan:  # fmt: skip
+        """trace: every CTA stamps its clock into `cp.trace` four times a phase (benchmarks)."""
         s = cp.stack
         head_dim, group = s.head_dim, s.heads // s.kv_heads
         if cp.d.dtype not in (torch.bfloat16, torch.float32):
@@ -61,6 +63,7 @@ class KernelPlan:
             ("MAX_ROWS", rows), ("HIDDEN", cp.hidden), ("INTER", cp.inter), ("HEADS", s.heads),
             ("KV_HEADS", s.kv_heads), ("HEAD_DIM", head_dim), ("VOCAB", cp.vocab), ("LAYERS", len(s.layers)),
             ("STEPS", cp.steps), ("CTX", cp.steps + 1), ("K_MAX", k_max), ("SYNC_LL", int(ll)),
+            ("TRACE", int(trace)),
         )  # fmt: skip
         scratch = 4 * (rows * k_max + consumer_warps * rows + rows + rows % 2) + 16 * consumer_warps
         stages = min(MAX_STAGES, (shared_memory - scratch) // (STAGE_BYTES + 16))
@@ -150,6 +153,7 @@ class CudaCodePredictor(CodePredictorBuffers):
         super().__init__(stack, heads, embeddings, min(max_streams, MAX_STREAMS), k_cache, v_cache)
         optin = torch.cuda.get_device_properties(dev).shared_memory_per_block_optin
         self.plan = KernelPlan.of(self, optin, ll=sync == "ll")
+        self.planned = self.plan  # as planned, before any rebuild
         if self.plan.ll:
             use_words(self)
         try:
@@ -159,6 +163,18 @@ class CudaCodePredictor(CodePredictorBuffers):
                 f"the CUDA code predictor could not be compiled with NVRTC ({e}); "
                 "use persistent_kernel 'triton' or persistent_max_rows 0"
             ) from e
+        allow_shared_memory(self.kernel, self.plan.smem)
+
+    def rebuild(self, trace: bool, **switches: int) -> None:
+        """The kernel compiled again with its trace on or off and experiment switches set (extra
+        macros the source tests, e.g. DOTS_UNROLL; benchmarks: `code_predictor.py --variants`); the
+        plan's own constants, which fix the launch and the shared memory, stay."""
+        values = dict(self.planned.defines) | {"TRACE": int(trace)}
+        fixed = set(switches) & (set(values) - {"TRACE"})
+        if fixed:
+            raise ValueError(f"{sorted(fixed)} are the plan's (launch, shared memory), not switches")
+        self.plan = dataclasses.replace(self.plan, defines=tuple((values | switches).items()))
+        self.kernel = compile_kernel(self.plan.defines)
         allow_shared_memory(self.kernel, self.plan.smem)
 
     def __call__(self, first: torch.Tensor, params: RowParams, seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,8 @@
 // frame taken for the last one's would change its codes.
 // ARGS_FILE holds the kernel's arguments in its order: each buffer as (u64 byte count, bytes), each
 // int as an i64, each double as 8 bytes (the order is the kernel's signature; see the test).
-// The codes buffer's bytes are written back to CODES_FILE after the run.
+// The codes buffer's bytes are written back to CODES_FILE after the run, the trace's (TRACE) to
+// CODES_FILE.trace.
 
 #include "emulate.h"
 #include KERNEL_SOURCE  // -DKERNEL_SOURCE='"path/to/code_predictor.cu"'
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   auto counter = buffer<u32>();
   auto epoch = buffer<u32>();
   auto trace = buffer<u64>();
+  const size_t trace_index = buffers.size() - 1;
   auto ln1 = buffer<act_t>(), wqkv = buffer<act_t>(), q_norm = buffer<act_t>(), k_norm = buffer<act_t>();
   auto wo = buffer<act_t>(), ln2 = buffer<act_t>(), wgu = buffer<act_t>(), wdown = buffer<act_t>();
   auto final_norm = buffer<act_t>(), heads = buffer<act_t>(), emb = buffer<act_t>();
@@ -91,6 +93,8 @@ int main(int argc, char** argv) {
   }
   std::ofstream out(argv[2], std::ios::binary);
   out.write(reinterpret_cast<const char*>(buffers[codes_index].data()), buffers[codes_index].size() - 16);
+  std::ofstream(std::string(argv[2]) + ".trace", std::ios::binary)
+      .write(reinterpret_cast<const char*>(buffers[trace_index].data()), buffers[trace_index].size() - 16);
   std::cerr << "emulation: " << emu::switches << " fiber switches\n";
   return 0;
 }

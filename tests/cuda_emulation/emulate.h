@@ -126,7 +126,34 @@ inline T __shfl_xor_sync(unsigned, T v, int offset) {
   return out;
 }
 
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, unsigned offset) {  // lanes below `offset` keep their own
+  static_assert(sizeof(T) <= 8, "shuffles of up to 8 bytes");
+  emu::Cta* cta = emu::current->cta;
+  const unsigned tid = threadIdx.x, lane = tid & 31u;
+  unsigned long long raw = 0;
+  std::memcpy(&raw, &v, sizeof v);
+  cta->exchange[tid] = raw;
+  __syncwarp();
+  if (lane >= offset) raw = cta->exchange[tid - offset];
+  __syncwarp();
+  T out;
+  std::memcpy(&out, &raw, sizeof out);
+  return out;
+}
+
 // ---- the kernel's PTX section, on the CPU -------------------------------------------------------
+
+#if ACT_BF16
+// cvt.rn.bf16.f32 / cvt.rn.bf16x2.f32: round to nearest even (a NaN stays a quiet NaN)
+inline unsigned short from_f(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+inline unsigned pack_bf16x2(float lo, float hi) { return (unsigned)from_f(hi) << 16 | from_f(lo); }
+#endif
 
 #define DYNAMIC_SHARED(name) unsigned char* name = emu::current->cta->smem.data()
 
@@ -175,6 +202,7 @@ inline void bulk_load_once(void* dst, const void* src, unsigned bytes, unsigned 
   bulk_load(dst, src, bytes, bar);  // the L2 hint means nothing here
 }
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
+inline void smem_add(unsigned* p, unsigned v) { *p += v; }  // one OS thread: atomic as it stands
 inline unsigned long long load_word(const unsigned long long* p) { return *p; }
 inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }
 inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do

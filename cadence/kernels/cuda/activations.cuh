@@ -64,6 +64,17 @@ __device__ __forceinline__ void wait_pack(const slot_t*, Pack w, u32, float (&ou
 }
 #endif
 __device__ __forceinline__ void put(slot_t* p, float v, u32 tag) { put_raw(p, from_f(v), tag); }
+// A pack's values (already rounded to act_t) stored at p (16-byte aligned): one 16-byte store.
+__device__ __forceinline__ void store_pack(slot_t* p, const float (&v)[PACK], u32 tag) {
+#if SYNC_LL
+  put(p, v[0], tag), put(p + 1, v[1], tag);
+#elif ACT_BF16
+  *reinterpret_cast<uint4*>(p) = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
+                                            pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+#else
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+#endif
+}
 
 // The end of a phase: every CTA's outputs written before any CTA reads them (the grid barrier), or
 // with SYNC_LL only this CTA's warps done with its shared memory.

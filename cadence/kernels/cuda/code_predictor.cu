@@ -16,6 +16,10 @@
 //   HIDDEN INTER HEADS KV_HEADS HEAD_DIM VOCAB LAYERS STEPS CTX K_MAX (the widest GEMM input)
 //   SYNC_LL         0: a grid barrier between dependent phases; 1: none, every activation that
 //                   crosses CTAs a 64-bit {value, tag} word its readers poll (see "activations")
+//   TRACE           1: every CTA stamps its clock five times a phase (see the kernel), for
+//                   benchmarks/code_predictor.py; 0 (served): no stamps
+// Experiments: benchmarks/code_predictor.py --variants NAME=VALUE builds with extra macros, so that
+// a switch (`#ifdef NAME`) can be A/B'd in one process; none is left in (perf-notes #51).
 // Rounding follows the layer kernels (triton_ops): every stored activation is rounded to the
 // activation dtype where they store one, products accumulate in fp32.
 
@@ -25,24 +29,20 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 constexpr int CONSUMERS = CONSUMER_WARPS * 32;
+constexpr int PHASES = 1 + STEPS * (5 * LAYERS + 2);  // the start, 5 a layer, head and sampling a step
+constexpr int STAMPS = 5;                              // a phase's stamps in the trace (TRACE)
+constexpr int TRACE_WORDS = 2 + STAMPS * PHASES;       // a CTA's share of the trace
 constexpr int QKV_WIDTH = (HEADS + 2 * KV_HEADS) * HEAD_DIM;
 constexpr int GROUP = HEADS / KV_HEADS;
 
 #if ACT_BF16
 typedef u16 act_t;
 __device__ __forceinline__ float to_f(act_t v) { return __uint_as_float((u32)v << 16); }
-__device__ __forceinline__ act_t from_f(float f) {  // round to nearest even, as PyTorch's and Triton's casts
-  u32 u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (act_t)((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (act_t)(u >> 16);
-}
 #else
 typedef float act_t;
 __device__ __forceinline__ float to_f(act_t v) { return v; }
 __device__ __forceinline__ act_t from_f(float f) { return f; }
 #endif
-__device__ __forceinline__ float round_act(float f) { return to_f(from_f(f)); }
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 constexpr i64 I64_MAX = 0x7fffffffffffffffLL, I64_MIN = -0x7fffffffffffffffLL - 1;
 
@@ -50,6 +50,21 @@ constexpr i64 I64_MAX = 0x7fffffffffffffffLL, I64_MIN = -0x7fffffffffffffffLL - 
 // (tests/cuda_emulation/emulate.h has CPU stand-ins for this section: the CPU test runs the kernel)
 #ifndef CADENCE_EMULATE
 #define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+
+#if ACT_BF16
+// Round to nearest even in one instruction, as PyTorch's and Triton's casts (the bit arithmetic
+// it replaced cost ~6 instructions a value: -0.05 ms a frame at batch 1, perf-notes #51).
+__device__ __forceinline__ act_t from_f(float f) {
+  act_t v;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v) : "f"(f));
+  return v;
+}
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {  // two roundings, one instruction
+  u32 v;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));
+  return v;
+}
+#endif
 
 __device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: written by other CTAs
   act_t v;
@@ -73,6 +88,10 @@ __device__ __forceinline__ uint4 load16_volatile(const void* p) {  // two 64-bit
 }
 
 #include "sm90.cuh"  // mbarriers and bulk copies
+
+__device__ __forceinline__ void smem_add(u32* p, u32 v) {  // an atomic add to shared memory
+  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(smem_addr(p)), "r"(v) : "memory");
+}
 
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS) : "memory"); }
 __device__ __forceinline__ u64 load_word(const u64* p) {
@@ -100,15 +119,16 @@ __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
   consumers_sync();
   passed += gridDim.x;
   if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    // the last to arrive learns it from its own add: no poll's round trip (perf-notes #51)
     u32 seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen < passed);
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(seen) : "l"(counter) : "memory");
+    ++seen;  // the count with this CTA's arrival
+    while (seen < passed) asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
   }
   consumers_sync();
 }
 #endif  // CADENCE_EMULATE
+__device__ __forceinline__ float round_act(float f) { return to_f(from_f(f)); }
 
 #include "activations.cuh"  // slot_t, get / put, phase_end: plain arrays or SYNC_LL's tagged words
 
@@ -177,21 +197,24 @@ __device__ void produce(const Weights& W, unsigned char* ring, u64* full, u64* e
   }
 }
 
-// The dot products of one weight row (two for SWIGLU: gate, up) with ROWS activation rows in
-// shared memory (floats, row stride K_MAX), summed over the warp; acc[u][r] on every lane.
-template <bool SWIGLU, int ROWS>
+// The dot products of UNITS weight rows (w0, and w1 where UNITS is 2: SwiGLU's gate and up, or two
+// output rows) with ROWS activation rows in shared memory (floats, row stride K_MAX), summed over
+// the warp; acc[u][r] on every lane. Two units share each activation load and give the warp two
+// independent chains of FMAs and shuffles: the dots are bound by issue and latency, not bandwidth.
+template <int UNITS, int ROWS>
 __device__ __forceinline__ void unit_dots(const act_t* w0, const act_t* w1, const float* xs, int k, int lane,
                                           float (&acc)[2][ROWS]) {
   constexpr int VEC = 16 / sizeof(act_t);  // weights per 16-byte load
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[0][r] = acc[1][r] = 0.f;
+#pragma unroll 1  // smaller code, and faster than nvcc's own unrolling or 4 (perf-notes #51)
   for (int i = lane * VEC; i < k; i += 32 * VEC) {
     float wa[VEC], wb[VEC];
     const uint4 va = *reinterpret_cast<const uint4*>(w0 + i);
     const act_t* ha = reinterpret_cast<const act_t*>(&va);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) wa[e] = to_f(ha[e]);
-    if (SWIGLU) {
+    if (UNITS == 2) {
       const uint4 vb = *reinterpret_cast<const uint4*>(w1 + i);
       const act_t* hb = reinterpret_cast<const act_t*>(&vb);
 #pragma unroll
@@ -204,14 +227,14 @@ __device__ __forceinline__ void unit_dots(const act_t* w0, const act_t* w1, cons
       for (int e = 0; e < VEC; e += 4) {
         const float4 xv = *reinterpret_cast<const float4*>(x + e);
         acc[0][r] += wa[e] * xv.x + wa[e + 1] * xv.y + wa[e + 2] * xv.z + wa[e + 3] * xv.w;
-        if (SWIGLU) acc[1][r] += wb[e] * xv.x + wb[e + 1] * xv.y + wb[e + 2] * xv.z + wb[e + 3] * xv.w;
+        if (UNITS == 2) acc[1][r] += wb[e] * xv.x + wb[e + 1] * xv.y + wb[e + 2] * xv.z + wb[e + 3] * xv.w;
       }
     }
   }
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     acc[0][r] = warp_sum(acc[0][r]);
-    if (SWIGLU) acc[1][r] = warp_sum(acc[1][r]);
+    if (UNITS == 2) acc[1][r] = warp_sum(acc[1][r]);
   }
 }
 
@@ -222,14 +245,16 @@ struct Scratch {
 };
 
 // The activation rows of a GEMM into shared memory: rows `first + i * stride` of x (+ r, rounded as
-// the unfused add is; each written by the phase tagged x_tag / r_tag), their residual sum stored by
-// CTA 0 (tagged `tag`) where `sum_out`, RMS-normalised with weight `norm_w` where given (rounded as
-// the rms_norm kernel does). All rows at once in 16-byte packs, IN_FLIGHT of them per thread and
+// the unfused add is; each written by the phase tagged x_tag / r_tag), their residual sum stored
+// (tagged `tag`) where `sum_out`, RMS-normalised with weight `norm_w` where given (rounded as the
+// rms_norm kernel does). Every CTA computes the whole sum; CTA 0 stores it, in 16-byte stores
+// (shared over all CTAs it was 0.04 ms a frame slower: every CTA's barrier release then waits for
+// stores of its own, perf-notes #51). All rows at once in 16-byte packs, IN_FLIGHT of them per thread and
 // array issued before the first is used: one L2 round trip for a phase's rows, not one per row.
 constexpr int IN_FLIGHT = 4;
 __device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
                                        slot_t* sum_out, u32 tag, const act_t* norm_w, int rows, int first, int stride,
-                                       int k, float eps) {
+                                       int k, float eps, u64* mark) {  // the trace's stamp: rows in, or null
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int per_row = k / PACK, packs = rows * per_row;
   // The norm's weights for this thread's columns (tid + j * CONSUMERS): loaded first, so that
@@ -264,9 +289,7 @@ __device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_
 #pragma unroll
           for (int e = 0; e < PACK; ++e) v[e] = round_act(v[e] + w[e]);
         }
-        if (sum_out && blockIdx.x == 0)
-#pragma unroll
-          for (int e = 0; e < PACK; ++e) put(sum_out + at + e, v[e], tag);
+        if (sum_out && blockIdx.x == 0) store_pack(sum_out + at, v, tag);
         float2* dst = reinterpret_cast<float2*>(s.xs + i * K_MAX + c);  // PACK is even (2, 4 or 8)
 #pragma unroll
         for (int e = 0; e < PACK; e += 2) dst[e / 2] = make_float2(v[e], v[e + 1]);
@@ -274,6 +297,7 @@ __device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_
     }
   }
   consumers_sync();
+  if (mark) *mark = sm_clock();
   if (!norm_w) return;
   for (int i = 0; i < rows; ++i) {  // each row's sum of squares: every thread a part of it
     float sq = 0.f;
@@ -282,7 +306,7 @@ __device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_
     if (lane == 0) s.partial[warp * MAX_ROWS + i] = sq;
   }
   consumers_sync();
-  if (tid < rows) {
+  if (tid < rows) {  // each row's inverse RMS
     float total = 0.f;
     for (int w = 0; w < CONSUMER_WARPS; ++w) total += s.partial[w * MAX_ROWS + tid];
     s.inv[tid] = 1.f / sqrtf(total / k + eps);
@@ -307,29 +331,40 @@ __device__ __forceinline__ bool owns(const GemmShape& g, int stage_bytes) {
 }
 
 // One GEMM phase's dots for this CTA: out[i, n] for its ROWS rows and its outputs (tagged `tag`),
-// the weights from the ring.
+// the weights from the ring. `mark` (the trace's, or null): the clock once the first chunk is in.
 template <int ROWS>
 __device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, unsigned char* ring,
-                                       u64* full, u64* empty, int stages, int stage_bytes, int& it) {
+                                       u64* full, u64* empty, int stages, int stage_bytes, int& it, u64* mark) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Slab sl = slab_of(g, stage_bytes);
   for (int o = sl.first; o < sl.last; o += sl.per_chunk, ++it) {
     const int stage = it % stages, outs = min(sl.per_chunk, sl.last - o);
     const act_t* chunk = reinterpret_cast<const act_t*>(ring + (size_t)stage * stage_bytes);
     mbar_wait(&full[stage], (it / stages) & 1);
+    if (mark && o == sl.first) *mark = sm_clock();
     for (int u = warp; u < outs; u += CONSUMER_WARPS) {
       float acc[2][ROWS];
-      if (g.swiglu) {
-        unit_dots<true, ROWS>(chunk + (size_t)u * g.k, chunk + (size_t)(outs + u) * g.k, s.xs, g.k, lane, acc);
+      // two output rows at once where the chunk has a second for this warp (qkv's and the heads'
+      // chunks hold 16 rows: two a warp; -0.06 ms a frame at batch 1, -0.21 at 4, perf-notes #51)
+      const int pair = !g.swiglu && u + CONSUMER_WARPS < outs ? u + CONSUMER_WARPS : -1;
+      if (g.swiglu || pair >= 0) {
+        const act_t* second = chunk + (size_t)(g.swiglu ? outs + u : pair) * g.k;
+        unit_dots<2, ROWS>(chunk + (size_t)u * g.k, second, s.xs, g.k, lane, acc);
         if (lane == 0)
 #pragma unroll
-          for (int r = 0; r < ROWS; ++r) {  // rounded where linear_swiglu rounds: gate, up, silu
-            const float gate = round_act(acc[0][r]), up = round_act(acc[1][r]);
-            const float silu = round_act(gate / (1.f + __expf(-gate)));
-            put(out + (size_t)r * g.n + o + u, silu * up, tag);
+          for (int r = 0; r < ROWS; ++r) {
+            if (g.swiglu) {  // rounded where linear_swiglu rounds: gate, up, silu
+              const float gate = round_act(acc[0][r]), up = round_act(acc[1][r]);
+              const float silu = round_act(gate / (1.f + __expf(-gate)));
+              put(out + (size_t)r * g.n + o + u, silu * up, tag);
+            } else {
+              put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
+              put(out + (size_t)r * g.n + o + pair, acc[1][r], tag);
+            }
           }
+        if (pair >= 0) u += CONSUMER_WARPS;
       } else {
-        unit_dots<false, ROWS>(chunk + (size_t)u * g.k, nullptr, s.xs, g.k, lane, acc);
+        unit_dots<1, ROWS>(chunk + (size_t)u * g.k, nullptr, s.xs, g.k, lane, acc);
         if (lane == 0)
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
@@ -345,11 +380,11 @@ __device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slo
 // off, and the dots are bound by instruction issue (perf-notes #48).
 template <int ROWS = MAX_ROWS>
 __device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, int rows, unsigned char* ring,
-                     u64* full, u64* empty, int stages, int stage_bytes, int& it) {
+                     u64* full, u64* empty, int stages, int stage_bytes, int& it, u64* mark) {
   if constexpr (ROWS > 1) {
-    if (rows < ROWS) return gemm<ROWS - 1>(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it);
+    if (rows < ROWS) return gemm<ROWS - 1>(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, mark);
   }
-  gemm_rows<ROWS>(g, s, out, tag, ring, full, empty, stages, stage_bytes, it);
+  gemm_rows<ROWS>(g, s, out, tag, ring, full, empty, stages, stage_bytes, it, mark);
 }
 
 // ---- attention: per (stream, kv head), QK-norm + RoPE, the cache write, GROUP query heads ----------
@@ -529,20 +564,33 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   // the phase's index (405 phases a frame at most); the host wrote the first input rows with `tag`.
   u32 tag = *epoch * 1024u;
   const u32 tag0 = tag;
-  // Where the time goes (benchmarks/code_predictor.py prints it): CTA 0's cycle count at three
-  // points of every phase, trace[2 + 3 * phase + j]: j = 0 its inputs loaded (attention: loaded and
-  // normalised; sampling: the code known), 1 its work done, 2 past the phase's end (phase 0: the start).
-  // The global timer at the start and the end (trace[0], trace[1]) turns cycles into ns.
-  const bool stamps = blockIdx.x == 0 && threadIdx.x == 0;
+  // Where the time goes (TRACE; benchmarks/code_predictor.py prints it): every CTA's cycle count
+  // at five points of every phase, trace[cta * TRACE_WORDS + 2 + STAMPS * phase + j]: j = 0 its
+  // input rows in shared memory (attention: its rows loaded, QK-normed and roped; sampling: the
+  // code known), 1 the rows normalised, 2 its first weight chunk in the ring (1 and 2 are 0's time
+  // where a phase has no norm or no weights), 3 every warp's work done, 4 past the phase's end
+  // (phase 0: the start). 0-2 are 0 in a phase where the CTA had nothing to do. The global timer
+  // at the start and the end (words 0, 1) turns cycles into ns.
+  const bool stamps = TRACE && threadIdx.x == 0;
+  u64* const mine = trace + (size_t)blockIdx.x * TRACE_WORDS;
+  auto at = [&](int j) { return &mine[2 + STAMPS * (tag - tag0) + j]; };
   auto stamp = [&](int j) {
-    if (stamps) trace[2 + 3 * (tag - tag0) + j] = sm_clock();
+    if (stamps) *at(j) = sm_clock();
   };
-  if (stamps) trace[0] = global_ns();
-  stamp(2);
+  auto begin_phase = [&] {  // a new tag: idle until stamped
+    ++tag;
+    if (stamps) *at(0) = *at(1) = *at(2) = 0;
+  };
+  auto inputs_done = [&] {  // phases without a norm or weights: 0, 1 and 2 alike
+    if (stamps) *at(0) = *at(1) = *at(2) = sm_clock();
+  };
+  if (stamps) mine[0] = global_ns();
+  stamp(4);
   auto end_phase = [&] {
-    stamp(1);
+    if (TRACE) consumers_sync();  // the CTA's work, not only the stamping warp's
+    stamp(3);
     phase_end(counter, passed);
-    stamp(2);
+    stamp(4);
   };
   u32 d_tag = tag, ra_tag = 0, rb_tag = 0, qkv_tag = 0, attn_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
   // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
@@ -550,11 +598,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   auto gemm_phase = [&](int kind, int layer, int step, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
                         slot_t* sum_out, const act_t* norm_w, int rows, int first, int stride, slot_t* out) {
     const GemmShape g = gemm_shape(W, kind, layer, step);
-    ++tag;
+    begin_phase();
     if (owns(g, stage_bytes)) {
-      load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps);
-      stamp(0);
-      gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it);
+      load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps, stamps ? at(0) : nullptr);
+      stamp(1);
+      gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr);
     }
     end_phase();
     return tag;
@@ -565,10 +613,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
       // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
       qkv_tag = rb_tag = gemm_phase(QKV, layer, step, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb,
                                     ln1 + layer * HIDDEN, rows, 0, 1, qkv);
-      ++tag;
+      begin_phase();
       attend(qkv, qkv_tag, attn, tag, k_cache + (size_t)layer * cache_stride, v_cache + (size_t)layer * cache_stride,
              q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
-             s.xs, stamps ? &trace[2 + 3 * (tag - tag0)] : nullptr);  // stamp 0: loads and norms done
+             s.xs, stamps ? at(0) : nullptr);  // stamp 0: loads and norms done
+      if (stamps) *at(1) = *at(2) = *at(0);
       attn_tag = tag;
       end_phase();
       o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
@@ -581,11 +630,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     logits_tag = gemm_phase(HEAD, 0, step, d, d_tag, ra, ra_tag, nullptr, final_norm, streams, rows_per - 1, rows_per,
                             logits);
     const u32 codebook_key = (u32)(step + 1) * 0x1E3779B9u;  // sample_tokens' key of codebook step + 1
-    ++tag;
+    begin_phase();
     for (int n = blockIdx.x; n < streams; n += gridDim.x) {
       const int code = sample_row(logits, logits_tag, n, do_sample, temperature, top_k, top_p, seed, frame,
-                                  codebook_key, red);
-      stamp(0);  // the code known (CTA 0 samples stream 0); then the next input's embedding
+                                  codebook_key, red, reinterpret_cast<u32*>(s.xs));  // xs: free until the next phase
+      inputs_done();  // the code known; then the next input's embedding
       if (threadIdx.x == 0) codes[n * STEPS + step] = code;
       if (step + 1 < STEPS)  // the next step's input: codebook step + 1's embedding of the code
         for (int h = threadIdx.x; h < HIDDEN; h += CONSUMERS)
@@ -594,5 +643,5 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     d_tag = tag;
     end_phase();
   }
-  if (stamps) trace[1] = global_ns();
+  if (stamps) mine[1] = global_ns();
 }

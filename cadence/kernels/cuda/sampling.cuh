@@ -65,9 +65,54 @@ __device__ int block_argmax(const float (&values)[PER_THREAD], double* red) {
   return at;
 }
 
+// The k-th largest of the block's keys (key[j]: column threadIdx.x + j * CONSUMERS, valid below
+// VOCAB), exactly, ties counted: a radix select, 8 bits a pass from the top, each pass counting
+// the keys that match the digits chosen so far into 256 bins (`bins`: 4 * 256 + 2 words of shared
+// memory). 9 CTA barriers, where a bisection over the keys' range took 66 (perf-notes #52).
+__device__ u32 block_kth_largest(const u32 (&key)[PER_THREAD], u32 k, u32* bins) {
+  u32* choice = bins + 4 * 256;  // the pass's digit and the k left within it
+  for (int i = threadIdx.x; i < 4 * 256; i += CONSUMERS) bins[i] = 0;
+  consumers_sync();
+  u32 prefix = 0, mask = 0;  // the digits chosen so far, and the bits they cover
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    u32* count = bins + pass * 256;
+    for (int j = 0; j < PER_THREAD; ++j)
+      if (threadIdx.x + j * CONSUMERS < VOCAB && (key[j] & mask) == prefix) smem_add(&count[(key[j] >> shift) & 255u], 1);
+    consumers_sync();
+    if (threadIdx.x < 32) {  // one warp finds the bin where the count from the top reaches k
+      const int lane = threadIdx.x;
+      u32 c[8], mine = 0;  // this lane's bins, from the top: 255 - 8 * lane down to 248 - 8 * lane
+      for (int e = 0; e < 8; ++e) c[e] = count[255 - 8 * lane - e], mine += c[e];
+      u32 through = mine;  // the count in the bins above this lane's, and its own
+      for (int o = 1; o < 32; o <<= 1) {
+        const u32 up = __shfl_up_sync(0xffffffffu, through, o);
+        if (lane >= o) through += up;
+      }
+      u32 run = through - mine;
+      if (run < k && k <= through)
+        for (int e = 0; e < 8; ++e) {
+          if (run + c[e] >= k) {
+            choice[0] = 255u - 8u * lane - e, choice[1] = k - run;
+            break;
+          }
+          run += c[e];
+        }
+    }
+    consumers_sync();  // (the next pass writes `choice` only after its own counting barrier)
+    prefix |= choice[0] << shift, mask |= 255u << shift, k = choice[1];
+  }
+  return prefix;
+}
+// Keys whose unsigned order is the floats' order (-0 below +0, as `sortable`).
+__device__ __forceinline__ u32 ordered(float x) {
+  const u32 u = __float_as_uint(x);
+  return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
 __device__ __noinline__ int sample_row(const slot_t* logits, u32 logits_tag, int n, const bool* do_sample,
                                       const float* temperature, const i64* top_k, const float* top_p, const i64* seed,
-                                      const i64* frame, u32 codebook_key, double* red) {
+                                      const i64* frame, u32 codebook_key, double* red, u32* bins) {
   slot_t raw[PER_THREAD];
   float y[PER_THREAD];
   for (int j = 0; j < PER_THREAD; ++j) {  // every load in flight before the first wait
@@ -83,21 +128,11 @@ __device__ __noinline__ int sample_row(const slot_t* logits, u32 logits_tag, int
   const float temp = temperature[n];
   for (int j = 0; j < PER_THREAD; ++j) y[j] = y[j] / temp, key[j] = sortable(y[j]);
   const i64 k = top_k[n];
-  if (k > 0 && k < VOCAB) {  // the k-th largest key by bisection; ties at it kept
-    i64 lo = I64_MAX, hi = I64_MIN;
-    for (int j = 0; j < PER_THREAD; ++j)
-      if (threadIdx.x + j * CONSUMERS < VOCAB) lo = min(lo, key[j]), hi = max(hi, key[j]);
-    lo = block_min_max(lo, false, red);
-    hi = block_min_max(hi, true, red) + 1;
-    for (int it = 0; it < 33; ++it) {
-      const i64 mid = lo + (hi - lo) / 2;
-      float count = 0.f;
-      for (int j = 0; j < PER_THREAD; ++j) count += (threadIdx.x + j * CONSUMERS < VOCAB && key[j] >= mid) ? 1.f : 0.f;
-      const bool ok = block_sum(count, red) >= (float)k;
-      lo = ok ? mid : lo;
-      hi = ok ? hi : mid;
-    }
-    for (int j = 0; j < PER_THREAD; ++j) y[j] = key[j] >= lo ? y[j] : neg_inf(), key[j] = sortable(y[j]);
+  if (k > 0 && k < VOCAB) {  // the k-th largest value; ties at it kept
+    u32 ukey[PER_THREAD];
+    for (int j = 0; j < PER_THREAD; ++j) ukey[j] = ordered(y[j]);
+    const u32 kth = block_kth_largest(ukey, (u32)k, bins);
+    for (int j = 0; j < PER_THREAD; ++j) y[j] = ukey[j] >= kth ? y[j] : neg_inf(), key[j] = sortable(y[j]);
   }
   const float p = top_p[n];
   if (p < 1.f) {  // the smallest key whose cumulative mass from below exceeds 1 - top_p
