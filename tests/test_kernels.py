@@ -327,6 +327,26 @@ def test_sampling_matches_definition(ops):
             assert torch.equal(a, b), (frame, kw.keys(), a, b)
 
 
+def test_top_k_keeps_ties_at_the_kth_value(ops):
+    """The radix select's threshold on the vocabularies served (2048 and 3072 codes) with logits on a
+    coarse grid, so that many values tie at the k-th: the same tokens as the definition (which keeps
+    every tie, as Hugging Face does), k from 1 to one short of the vocabulary."""
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(5)
+    for v in (2048, 3072):
+        logits = torch.randint(-40, 40, (6, v), device=DEV, generator=g).float() / 8  # 640 distinct values
+        logits[5] = 0.0  # one row of nothing but ties
+        top_k = torch.tensor([1, 7, 50, 333, v - 1, 50], device=DEV)
+        params = RowParams(torch.ones(6, dtype=torch.bool, device=DEV), torch.full((6,), 0.9, device=DEV), top_k,
+                           torch.ones(6, device=DEV))  # fmt: skip
+        seed = torch.arange(6, device=DEV) + 3
+        for frame in range(4):
+            fr = torch.full((6,), frame, device=DEV)
+            assert torch.equal(
+                tri.sample_tokens(logits, params, seed, fr, 2), ref.sample_tokens(logits, params, seed, fr, 2)
+            )
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("length", [1, 1920, 5000])
 def test_snake_beta(ops, dtype, length):
