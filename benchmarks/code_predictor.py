@@ -2,13 +2,16 @@
 persistent kernel (cadence/kernels/triton_code_predictor.py, perf-notes #35), each captured in a
 CUDA graph and replayed: ms per frame by batch, a sweep of the persistent kernel's launch choices
 (tiles, warps, grid size), and whether the two give the same codes. `--kernel cuda` measures the
-CUDA persistent kernel instead (cuda_code_predictor.py, perf-notes #45: up to 4 streams).
+CUDA persistent kernel instead (cuda_code_predictor.py, perf-notes #45: up to 4 streams), with
+the breakdown of its frame from every CTA's timestamps, for each build `--variants` asks for.
 
-    python benchmarks/code_predictor.py --model CKPT [--batches 1 8 16] [--kernel cuda] [--json out.json]
+    python benchmarks/code_predictor.py --model CKPT [--batches 1 8 16] [--kernel cuda]
+        [--variants base NAME=VALUE ...] [--sampled] [--json out.json]
 
-The checkpoint is a full-size one (`cadence checkpoint random --preset full`); bf16 as served.
-Greedy rows, so "same codes" compares the argmax of both (bf16 accumulation order may part them
-at a near-tie: the count of differing codes is printed, not asserted). GPU only.
+The checkpoint is a full-size one (`cadence checkpoint random --preset full`); bf16 as served, with
+programmatic dependent launch up to EngineConfig.pdl_max_rows rows as served. Greedy rows (or
+`--sampled`: top-k 50, as served), so "same codes" compares the argmax of both (bf16 accumulation
+order may part them at a near-tie: the count of differing codes is printed, not asserted). GPU only.
 """
 
 from __future__ import annotations
@@ -181,7 +184,7 @@ def main() -> None:
     results = []
     for b in args.batches:
         # programmatic dependent launch as served (EngineConfig.pdl_max_rows): without it the layer
-        # kernels measured ~0.3 ms slower at batch 1 than in the engine's walk (perf-notes #51)
+        # kernels measured 0.4 ms slower at batch 1 than the engine runs them (perf-notes #53)
         use_pdl(b <= EngineConfig.pdl_max_rows)
         hidden, code0, step, seed = inputs(model, b, g)
         slots = torch.arange(b, device="cuda")
