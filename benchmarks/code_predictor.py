@@ -26,7 +26,7 @@ import torch
 from graph_timing import replay_ms
 
 from cadence.engine.config import EngineConfig
-from cadence.kernels.code_predictor_buffers import STAMPS
+from cadence.kernels.code_predictor_buffers import STAMPS, phases
 from cadence.kernels.triton_code_predictor import CodePredictorTiles
 from cadence.kernels.triton_launch import use_pdl
 from cadence.models.qwen3_tts import Qwen3TTS
@@ -90,23 +90,26 @@ COLUMNS = ("inputs", "norm", "weights", "work", "end")  # CTA 0's five spans a p
 MEANS = ("mean in", "mean nm", "mean wt", "mean wk", "last", "release")  # over the CTAs at work; the barrier
 
 
-def cycle_ns(trace: np.ndarray) -> float:
+def cycle_ns(trace: np.ndarray, n_phases: int) -> float:
     """The SM clock's period over the frame, from CTA 0's stamps: the global timer's span (words 0, 1)
     over the cycle count's (the start's end stamp to the last phase's)."""
-    return (trace[0, 1] - trace[0, 0]) / (trace[0, -1] - trace[0, 2 + STAMPS - 1])
+    stamps = trace[0, 2 : 2 + STAMPS * n_phases].reshape(n_phases, STAMPS)
+    return (trace[0, 1] - trace[0, 0]) / (stamps[-1, 4] - stamps[0, 4])
 
 
-def phase_breakdown(trace: np.ndarray, layers: int) -> dict[str, dict[str, float]]:
+def phase_breakdown(trace: np.ndarray, layers: int, merged: bool = False) -> dict[str, dict[str, float]]:
     """The CUDA kernel's trace (code_predictor.cu, TRACE: [CTAs, words], five stamps a phase) as µs
     per phase kind, summed over a frame's layers and steps, step 0 (two rows a stream) apart from
     steps 1-14. CTA 0's spans (COLUMNS): its input rows into shared memory (attention: rows loaded,
     QK-normed, roped; sampling: the code picked), their norm, waiting for the first weight chunk,
     the work (all warps), the barrier. Over all CTAs (MEANS): the mean of the first four over the
     CTAs at work in the phase, `last`: the latest arrival at the barrier (each CTA from its own
-    release), and `release`: from that arrival to its release, the barrier's own cost."""
-    stamps = trace[:, 2:].reshape(trace.shape[0], -1, STAMPS).astype(np.int64)
-    ns_per_cycle = cycle_ns(trace)
-    names = [k for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
+    release), and `release`: from that arrival to its release, the barrier's own cost. `merged`: the
+    kernel built with MERGED_ATTENTION (no attention phase; "o" then includes it)."""
+    n_phases = phases(15, layers, merged)
+    stamps = trace[:, 2 : 2 + STAMPS * n_phases].reshape(trace.shape[0], n_phases, STAMPS).astype(np.int64)
+    ns_per_cycle = cycle_ns(trace, n_phases)
+    names = [k for _ in range(layers) for k in LAYER_PHASES if not (merged and k == "attend")] + ["head", "sample"]
     out: dict[str, dict[str, float]] = {}
     for i in range(1, stamps.shape[1]):
         step, name = divmod(i - 1, len(names))
@@ -205,7 +208,12 @@ def main() -> None:
             print(f"batch {b:>3}: persistent {ms:.3f} ms ({tiles}, {programs} programs)")
         kernel.tiles, kernel.programs = CodePredictorTiles(), sms
         if args.kernel != "triton":
-            row["persistent"] = [cuda_variant(kernel, spec, b, lambda: codes(persistent)) for spec in args.variants]  # noqa: B023
+            row["persistent"] = [
+                cuda_variant(
+                    kernel, spec, b, lambda: codes(persistent), lambda: int((codes(layered) == codes(persistent)).sum())
+                )  # noqa: B023
+                for spec in args.variants
+            ]
         best = min(r["ms"] for r in row["persistent"])
         print(f"batch {b:>3}: layer kernels {row['layers_ms']:.3f} ms, persistent {row['persistent'][0]['ms']:.3f} "
               f"(best {best:.3f}); same codes {same}/{b * 15}")  # fmt: skip
@@ -214,21 +222,26 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
 
-def cuda_variant(kernel, spec: str, b: int, run) -> dict:
-    """One build of the CUDA kernel: its time without the trace, then one traced replay's breakdown."""
+def cuda_variant(kernel, spec: str, b: int, run, same_codes) -> dict:
+    """One build of the CUDA kernel: its codes against the layer kernels' (`same_codes()`), its time
+    without the trace, then one traced replay's breakdown."""
     defines = parse_variant(spec)
     kernel.rebuild(trace=False, **defines)
+    same = same_codes()
     ms = replay_ms(run)
     kernel.rebuild(trace=True, **defines)
     traced_ms = replay_ms(run)
     torch.cuda.synchronize()
     trace = kernel.trace.cpu().numpy()
-    breakdown = phase_breakdown(trace, len(kernel.stack.layers))
-    print(f"batch {b:>3}: CUDA kernel [{spec}] {ms:.3f} ms ({traced_ms:.3f} traced)")
+    layers, merged = len(kernel.stack.layers), bool(defines.get("MERGED_ATTENTION"))
+    breakdown = phase_breakdown(trace, layers, merged)
+    ns_per_cycle = cycle_ns(trace, phases(15, layers, merged))
+    print(f"batch {b:>3}: CUDA kernel [{spec}] {ms:.3f} ms ({traced_ms:.3f} traced); same codes {same}/{b * 15}")
     print_breakdown(b, breakdown)
-    print(f"    SM clock {1 / cycle_ns(trace):.2f} GHz over the frame")
+    print(f"    SM clock {1 / ns_per_cycle:.2f} GHz over the frame")
     kernel.rebuild(trace=False)
-    return {"variant": spec, "ms": ms, "traced_ms": traced_ms, "ns_per_cycle": cycle_ns(trace), "phases_us": breakdown}
+    return {"variant": spec, "ms": ms, "traced_ms": traced_ms, "same_codes": same, "ns_per_cycle": ns_per_cycle,
+            "phases_us": breakdown}  # fmt: skip
 
 
 if __name__ == "__main__":

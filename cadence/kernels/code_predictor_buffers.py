@@ -56,6 +56,7 @@ def trace_words(steps: int, layers: int) -> int:
     return 2 + STAMPS * phases(steps, layers)
 
 
-def phases(steps: int, layers: int) -> int:
-    """The CUDA kernel's phases a frame, the start included (code_predictor.cu: PHASES)."""
-    return 1 + steps * (5 * layers + 2)
+def phases(steps: int, layers: int, merged_attention: bool = False) -> int:
+    """The CUDA kernel's phases a frame, the start included (code_predictor.cu: PHASES): 5 a layer,
+    4 with MERGED_ATTENTION (attention inside the o phase)."""
+    return 1 + steps * ((4 if merged_attention else 5) * layers + 2)

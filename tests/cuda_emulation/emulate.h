@@ -165,6 +165,11 @@ inline uint4 load16_cg(const void* p) {
   return v;
 }
 inline uint4 load16_volatile(const void* p) { return load16_cg(p); }
+inline unsigned load4_cg(const void* p) {
+  unsigned v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 // An mbarrier as the kernel uses one: a phase completes when its expected arrivals have arrived
 // and its transaction bytes have landed; try_wait.parity(p) passes once the phase of parity p is over.

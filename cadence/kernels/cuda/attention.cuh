@@ -138,3 +138,131 @@ __device__ __noinline__ void attend(const slot_t* qkv, u32 qkv_tag, slot_t* attn
     }
   }
 }
+
+#if MERGED_ATTENTION
+// ---- attention inside the o phase (MERGED_ATTENTION, perf-notes #56: an experiment) --------------
+//
+// Every CTA of the o phase computes the attention of all streams' rows and heads itself, from the
+// qkv rows and the cache, straight into its o input rows (s.xs, rounded as the attention phase
+// stores them): no attention phase and no barrier before o. One warp per (stream, kv head): lane
+// l holds dims [l * E, l * E + E) of the GROUP query heads, the key and the value, so the QK-norm's
+// and the scores' sums are warp reductions and RoPE's partner (dim +- HEAD_DIM / 2) is one shuffle
+// away. The cache's earlier positions (written by other CTAs in earlier steps) sit in registers,
+// bf16 pairs packed in 32-bit words. One CTA per item writes the rows' own keys and values to the
+// cache for the steps after; the others use the values they computed.
+constexpr int ATT_E = HEAD_DIM >= 32 ? HEAD_DIM / 32 : 1;  // dims a lane holds
+constexpr int ATT_LANES = HEAD_DIM / ATT_E;                // lanes at work (a power of two, <= 32)
+#if ACT_BF16
+constexpr bool ATT_PAIRED = ATT_E % 2 == 0;
+#else
+constexpr bool ATT_PAIRED = false;
+#endif
+constexpr int ATT_W = ATT_PAIRED ? ATT_E / 2 : ATT_E;  // cache words a lane holds per position
+struct CacheWords {  // one position's ATT_E values of this lane
+  u32 w[ATT_W];
+  __device__ __forceinline__ void load(const act_t* p) {
+#pragma unroll
+    for (int j = 0; j < ATT_W; ++j) {
+      if constexpr (ATT_PAIRED) w[j] = load4_cg(p + 2 * j);
+      else w[j] = act_bits(load_cg(p + j));
+    }
+  }
+  __device__ __forceinline__ float at(int e) const {
+    if constexpr (ATT_PAIRED) return to_f((act_t)(e % 2 ? w[e / 2] >> 16 : w[e / 2] & 0xffffu));
+    else return to_f(bits_act(w[e]));
+  }
+};
+
+// QK-norm then RoPE of one head's row, this lane's ATT_E dims (rounded as rope_finish rounds).
+__device__ __forceinline__ void norm_rope(float (&x)[ATT_E], const act_t* w, const act_t* cos_t, const act_t* sin_t,
+                                         int pos, int lane, float eps) {
+  constexpr int HALF = HEAD_DIM / 2;
+  float sq = 0.f;
+#pragma unroll
+  for (int e = 0; e < ATT_E; ++e) sq += x[e] * x[e];
+  const float inv = 1.f / sqrtf(warp_sum(sq) / HEAD_DIM + eps);
+#pragma unroll
+  for (int e = 0; e < ATT_E; ++e) {
+    const int d = min(lane * ATT_E + e, HEAD_DIM - 1);
+    const float normed = round_act(to_f(w[d]) * round_act(x[e] * inv));
+    const float partner = __shfl_xor_sync(0xffffffffu, normed, HALF / ATT_E);
+    const float rotated = d < HALF ? -partner : partner;
+    const float a = round_act(normed * to_f(cos_t[pos * HEAD_DIM + d]));
+    const float b = round_act(round_act(rotated) * to_f(sin_t[pos * HEAD_DIM + d]));
+    x[e] = round_act(a + b);
+  }
+}
+
+__device__ __noinline__ void attend_rows(const Scratch& s, const slot_t* qkv, act_t* kc, act_t* vc,
+                                         const act_t* q_norm, const act_t* k_norm, const act_t* cos_t,
+                                         const act_t* sin_t, int streams, int rows_per, int pos0, float eps,
+                                         float scale, int writers) {  // CTAs 0 .. writers - 1 run this phase
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool active = lane < ATT_LANES;
+  const int d0 = (active ? lane : 0) * ATT_E;  // this lane's first dim
+  for (int item = warp; item < streams * KV_HEADS; item += CONSUMER_WARPS) {
+    const int n = item / KV_HEADS, kvh = item % KV_HEADS;
+    const bool writer = item % writers == (int)blockIdx.x;
+    auto cache_at = [&](int t) { return ((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM + d0; };
+    CacheWords k_old[CTX], v_old[CTX];  // earlier steps' positions 0 .. pos0 - 1
+#pragma unroll
+    for (int t = 0; t < CTX; ++t)
+      if (t < pos0 && active) k_old[t].load(kc + cache_at(t)), v_old[t].load(vc + cache_at(t));
+    float k_prev[ATT_E] = {}, v_prev[ATT_E] = {};  // this step's first row's, for its second (step 0)
+    for (int i = 0; i < rows_per; ++i) {
+      const int pos = pos0 + i, r = n * rows_per + i;
+      const slot_t* row = qkv + (size_t)r * QKV_WIDTH;
+      float k[ATT_E], v[ATT_E], q[GROUP][ATT_E];
+#pragma unroll
+      for (int e = 0; e < ATT_E; ++e) {
+        const int d = d0 + e;
+        k[e] = active ? to_f(load_slot(row + (HEADS + kvh) * HEAD_DIM + d)) : 0.f;
+        v[e] = active ? to_f(load_slot(row + (HEADS + KV_HEADS + kvh) * HEAD_DIM + d)) : 0.f;
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) q[g][e] = active ? to_f(load_slot(row + (kvh * GROUP + g) * HEAD_DIM + d)) : 0.f;
+      }
+      norm_rope(k, k_norm, cos_t, sin_t, pos, lane, eps);
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) norm_rope(q[g], q_norm, cos_t, sin_t, pos, lane, eps);
+      if (writer && active)
+#pragma unroll
+        for (int e = 0; e < ATT_E; ++e) kc[cache_at(pos) + e] = from_f(k[e]), vc[cache_at(pos) + e] = from_f(v[e]);
+      // scores over positions 0 .. pos: the cache's, this step's first row's, this row's
+      float score[GROUP][CTX];
+#pragma unroll
+      for (int t = 0; t < CTX; ++t)
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) {
+          float dot = 0.f;
+#pragma unroll
+          for (int e = 0; e < ATT_E; ++e) {
+            const float key = t < pos0 ? k_old[t].at(e) : t < pos ? k_prev[e] : k[e];
+            dot += q[g][e] * key;
+          }
+          score[g][t] = t <= pos ? warp_sum(dot) * scale : neg_inf();
+        }
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {  // softmax, probabilities rounded to the cache's dtype; values
+        float m = neg_inf(), total = 0.f, acc[ATT_E] = {};
+#pragma unroll
+        for (int t = 0; t < CTX; ++t) m = t <= pos ? fmaxf(m, score[g][t]) : m;
+#pragma unroll
+        for (int t = 0; t < CTX; ++t)
+          if (t <= pos) {
+            const float ex = __expf(score[g][t] - m);
+            total += ex;
+            const float p = round_act(ex);
+#pragma unroll
+            for (int e = 0; e < ATT_E; ++e) acc[e] += p * (t < pos0 ? v_old[t].at(e) : t < pos ? v_prev[e] : v[e]);
+          }
+        if (active)
+#pragma unroll
+          for (int e = 0; e < ATT_E; ++e) s.xs[r * K_MAX + (kvh * GROUP + g) * HEAD_DIM + d0 + e] = round_act(acc[e] / total);
+      }
+#pragma unroll
+      for (int e = 0; e < ATT_E; ++e) k_prev[e] = k[e], v_prev[e] = round_act(v[e]);
+    }
+  }
+  consumers_sync();  // every row in xs
+}
+#endif

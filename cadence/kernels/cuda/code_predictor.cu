@@ -32,7 +32,14 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 constexpr int CONSUMERS = CONSUMER_WARPS * 32;
-constexpr int PHASES = 1 + STEPS * (5 * LAYERS + 2);  // the start, 5 a layer, head and sampling a step
+#ifndef MERGED_ATTENTION
+#define MERGED_ATTENTION 0  // 1: attention inside the o phase (attention.cuh; an experiment, perf-notes #56)
+#endif
+#if MERGED_ATTENTION && SYNC_LL
+#error "MERGED_ATTENTION is written for the grid barrier (SYNC_LL 0)"
+#endif
+constexpr int LAYER_PHASES = MERGED_ATTENTION ? 4 : 5;
+constexpr int PHASES = 1 + STEPS * (LAYER_PHASES * LAYERS + 2);  // the start, the layers', head and sampling
 constexpr int STAMPS = 5;                              // a phase's stamps in the trace (TRACE)
 constexpr int TRACE_WORDS = 2 + STAMPS * PHASES;       // a CTA's share of the trace
 constexpr int QKV_WIDTH = (HEADS + 2 * KV_HEADS) * HEAD_DIM;
@@ -47,6 +54,13 @@ __device__ __forceinline__ float to_f(act_t v) { return v; }
 __device__ __forceinline__ act_t from_f(float f) { return f; }
 #endif
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+#if ACT_BF16
+__device__ __forceinline__ u32 act_bits(act_t v) { return v; }
+__device__ __forceinline__ act_t bits_act(u32 w) { return (act_t)w; }
+#else
+__device__ __forceinline__ u32 act_bits(act_t v) { return __float_as_uint(v); }
+__device__ __forceinline__ act_t bits_act(u32 w) { return __uint_as_float(w); }
+#endif
 constexpr i64 I64_MAX = 0x7fffffffffffffffLL, I64_MIN = -0x7fffffffffffffffLL - 1;
 
 // ---- PTX: loads through L2, mbarriers, bulk copies, the grid barrier -------------------------------
@@ -79,6 +93,11 @@ __device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: writt
   return v;
 }
 
+__device__ __forceinline__ u32 load4_cg(const void* p) {  // 4 bytes through L2
+  u32 v;
+  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ uint4 load16_cg(const void* p) {  // 16 bytes through L2
   uint4 v;
   asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
@@ -211,7 +230,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     phase_end(counter, passed);
     stamp(4);
   };
-  u32 d_tag = tag, ra_tag = 0, rb_tag = 0, qkv_tag = 0, attn_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
+  u32 d_tag = tag, ra_tag = 0, rb_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
   // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
   // stored to sum_out by CTA 0), its outputs to `out`, then the phase's end. Returns its tag.
   auto gemm_phase = [&](int kind, int layer, int step, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
@@ -230,16 +249,29 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     const int rows_per = step == 0 ? 2 : 1, rows = streams * rows_per, pos0 = step == 0 ? 0 : step + 1;
     for (int layer = 0; layer < LAYERS; ++layer) {
       // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
-      qkv_tag = rb_tag = gemm_phase(QKV, layer, step, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb,
-                                    ln1 + layer * HIDDEN, rows, 0, 1, qkv);
+      rb_tag = gemm_phase(QKV, layer, step, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb, ln1 + layer * HIDDEN, rows,
+                          0, 1, qkv);  // (qkv carries the same tag)
+      act_t *kc = k_cache + (size_t)layer * cache_stride, *vc = v_cache + (size_t)layer * cache_stride;
+#if MERGED_ATTENTION  // each o-phase CTA attends itself: its input rows are the attention's output
+      const GemmShape og = gemm_shape(W, OUT, layer, step);
       begin_phase();
-      attend(qkv, qkv_tag, attn, tag, k_cache + (size_t)layer * cache_stride, v_cache + (size_t)layer * cache_stride,
-             q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams, rows_per, pos0, eps, scale,
-             s.xs, stamps ? at(0) : nullptr);  // stamp 0: loads and norms done
+      if (owns(og, stage_bytes)) {
+        attend_rows(s, qkv, kc, vc, q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams,
+                    rows_per, pos0, eps, scale, owners(og));
+        if (stamps) *at(0) = *at(1) = sm_clock();
+        gemm(og, s, o, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr);
+      }
+      end_phase();
+      o_tag = tag;
+#else
+      begin_phase();
+      attend(qkv, rb_tag, attn, tag, kc, vc, q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t,
+             streams, rows_per, pos0, eps, scale, s.xs, stamps ? at(0) : nullptr);  // stamp 0: loads and norms done
       if (stamps) *at(1) = *at(2) = *at(0);
-      attn_tag = tag;
+      const u32 attn_tag = tag;
       end_phase();
       o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
+#endif
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
       act_tag = ra_tag =
           gemm_phase(GATE_UP, layer, step, o, o_tag, rb, rb_tag, ra, ln2 + layer * HIDDEN, rows, 0, 1, act);

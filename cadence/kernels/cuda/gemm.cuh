@@ -196,6 +196,11 @@ __device__ __forceinline__ bool owns(const GemmShape& g, int stage_bytes) {
   const Slab sl = slab_of(g, stage_bytes);
   return sl.first < sl.last;
 }
+// How many CTAs have outputs in a GEMM (the first ones).
+__device__ __forceinline__ int owners(const GemmShape& g) {
+  const int per_cta = (g.n + gridDim.x - 1) / gridDim.x;
+  return (g.n + per_cta - 1) / per_cta;
+}
 
 // One GEMM phase's dots for this CTA: out[i, n] for its ROWS rows and its outputs (tagged `tag`),
 // the weights from the ring. `mark` (the trace's, or null): the clock once the first chunk is in.
