@@ -45,6 +45,8 @@ class CodePredictorBuffers:
         self.programs = programs
         # The CUDA kernel's timestamps when compiled with TRACE (code_predictor.cu: trace), per CTA
         self.trace = torch.zeros(programs, trace_words(self.steps, len(layers)), dtype=torch.long, device=dev)
+        # The norms' sums of squares, a part per CTA, when built with NORM_PARTIALS (code_predictor.cu)
+        self.sq_parts = torch.zeros(rows, programs, dtype=torch.float32, device=dev)
 
 
 STAMPS = 5  # the CUDA kernel's stamps a phase (code_predictor.cu: STAMPS)

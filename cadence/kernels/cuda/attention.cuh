@@ -219,7 +219,8 @@ __device__ __noinline__ void attend_rows(const Scratch& s, const slot_t* qkv, ac
         k[e] = active ? to_f(load_slot(row + (HEADS + kvh) * HEAD_DIM + d)) : 0.f;
         v[e] = active ? to_f(load_slot(row + (HEADS + KV_HEADS + kvh) * HEAD_DIM + d)) : 0.f;
 #pragma unroll
-        for (int g = 0; g < GROUP; ++g) q[g][e] = active ? to_f(load_slot(row + (kvh * GROUP + g) * HEAD_DIM + d)) : 0.f;
+        for (int g = 0; g < GROUP; ++g)
+          q[g][e] = active ? to_f(load_slot(row + (kvh * GROUP + g) * HEAD_DIM + d)) : 0.f;
       }
       norm_rope(k, k_norm, cos_t, sin_t, pos, lane, eps);
 #pragma unroll
@@ -257,7 +258,8 @@ __device__ __noinline__ void attend_rows(const Scratch& s, const slot_t* qkv, ac
           }
         if (active)
 #pragma unroll
-          for (int e = 0; e < ATT_E; ++e) s.xs[r * K_MAX + (kvh * GROUP + g) * HEAD_DIM + d0 + e] = round_act(acc[e] / total);
+          for (int e = 0; e < ATT_E; ++e)
+            s.xs[r * K_MAX + (kvh * GROUP + g) * HEAD_DIM + d0 + e] = round_act(acc[e] / total);
       }
 #pragma unroll
       for (int e = 0; e < ATT_E; ++e) k_prev[e] = k[e], v_prev[e] = round_act(v[e]);

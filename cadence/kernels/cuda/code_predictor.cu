@@ -38,6 +38,12 @@ constexpr int CONSUMERS = CONSUMER_WARPS * 32;
 #if MERGED_ATTENTION && SYNC_LL
 #error "MERGED_ATTENTION is written for the grid barrier (SYNC_LL 0)"
 #endif
+#ifndef NORM_PARTIALS
+#define NORM_PARTIALS 0  // 1: the norms' sums of squares from the phase before, in parts (gemm.cuh; perf-notes #57)
+#endif
+#if NORM_PARTIALS && SYNC_LL
+#error "NORM_PARTIALS is written for the grid barrier (SYNC_LL 0)"
+#endif
 constexpr int LAYER_PHASES = MERGED_ATTENTION ? 4 : 5;
 constexpr int PHASES = 1 + STEPS * (LAYER_PHASES * LAYERS + 2);  // the start, the layers', head and sampling
 constexpr int STAMPS = 5;                              // a phase's stamps in the trace (TRACE)
@@ -96,6 +102,11 @@ __device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: writt
 __device__ __forceinline__ u32 load4_cg(const void* p) {  // 4 bytes through L2
   u32 v;
   asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float loadf_cg(const float* p) {  // through L2
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ uint4 load16_cg(const void* p) {  // 16 bytes through L2
@@ -167,12 +178,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     code_predictor_kernel(slot_t* d, slot_t* ra, slot_t* rb, slot_t* qkv, slot_t* attn, slot_t* o, slot_t* act,
-                          slot_t* logits, i64* codes, u32* counter, const u32* epoch, u64* trace, const act_t* ln1,
-                          const act_t* wqkv, const act_t* q_norm, const act_t* k_norm, const act_t* wo,
-                          const act_t* ln2, const act_t* wgu, const act_t* wdown, const act_t* final_norm,
-                          const act_t* heads, const act_t* emb, const act_t* cos_t, const act_t* sin_t, act_t* k_cache,
-                          act_t* v_cache, const bool* do_sample, const float* temperature, const i64* top_k,
-                          const float* top_p, const i64* seed, const i64* frame, int streams, int cache_stride,
+                          slot_t* logits, i64* codes, u32* counter, const u32* epoch, u64* trace, float* sq_parts,
+                          const act_t* ln1, const act_t* wqkv, const act_t* q_norm, const act_t* k_norm,
+                          const act_t* wo, const act_t* ln2, const act_t* wgu, const act_t* wdown,
+                          const act_t* final_norm, const act_t* heads, const act_t* emb, const act_t* cos_t,
+                          const act_t* sin_t, act_t* k_cache, act_t* v_cache, const bool* do_sample,
+                          const float* temperature, const i64* top_k, const float* top_p, const i64* seed,
+                          const i64* frame, int streams, int cache_stride,
                           double eps_in, double scale_in, int stages, int stage_bytes) {
   DYNAMIC_SHARED(smem);
   unsigned char* ring = smem;
@@ -233,14 +245,41 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   u32 d_tag = tag, ra_tag = 0, rb_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
   // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
   // stored to sum_out by CTA 0), its outputs to `out`, then the phase's end. Returns its tag.
+#if NORM_PARTIALS
+  // A GEMM phase's share in the norms' sums of squares: the parts it reads (written by `from`
+  // CTAs), the residual to whose sum with its outputs it writes parts (see SquareSums)
+#define SQ(from, res) , SquareSums{sq_parts, from, res}
+#define o_ctas owners(gemm_shape(W, OUT, 0, 0))  // (computed where used: fewer values live across calls)
+#define down_ctas owners(gemm_shape(W, DOWN, 0, 0))
+  auto write_parts = [&](SquareSums q, int rows) {  // this CTA's, once every warp's are in
+    if (!q.res) return;
+    consumers_sync();
+    if ((int)threadIdx.x < rows) {
+      float t = 0.f;
+      for (int w = 0; w < CONSUMER_WARPS; ++w) t += s.partial[w * MAX_ROWS + threadIdx.x];
+      q.parts[threadIdx.x * gridDim.x + blockIdx.x] = t;
+    }
+  };
+#else
+#define SQ(from, res)
+#endif
   auto gemm_phase = [&](int kind, int layer, int step, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
-                        slot_t* sum_out, const act_t* norm_w, int rows, int first, int stride, slot_t* out) {
+                        slot_t* sum_out, const act_t* norm_w, int rows, int first, int stride, slot_t* out SQ_PARAM) {
     const GemmShape g = gemm_shape(W, kind, layer, step);
     begin_phase();
     if (owns(g, stage_bytes)) {
-      load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps, stamps ? at(0) : nullptr);
+#if NORM_PARTIALS
+      if (norm_w && q.from > 0)
+        load_normed_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps,
+                         stamps ? at(0) : nullptr, q);
+      else
+#endif
+        load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps, stamps ? at(0) : nullptr);
       stamp(1);
-      gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr);
+      gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr SQ_ARG);
+#if NORM_PARTIALS
+      write_parts(q, rows);
+#endif
     }
     end_phase();
     return tag;
@@ -250,7 +289,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     for (int layer = 0; layer < LAYERS; ++layer) {
       // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
       rb_tag = gemm_phase(QKV, layer, step, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb, ln1 + layer * HIDDEN, rows,
-                          0, 1, qkv);  // (qkv carries the same tag)
+                          0, 1, qkv SQ(layer > 0 ? down_ctas : 0, nullptr));  // (qkv carries the same tag)
       act_t *kc = k_cache + (size_t)layer * cache_stride, *vc = v_cache + (size_t)layer * cache_stride;
 #if MERGED_ATTENTION  // each o-phase CTA attends itself: its input rows are the attention's output
       const GemmShape og = gemm_shape(W, OUT, layer, step);
@@ -259,7 +298,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
         attend_rows(s, qkv, kc, vc, q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams,
                     rows_per, pos0, eps, scale, owners(og));
         if (stamps) *at(0) = *at(1) = sm_clock();
-        gemm(og, s, o, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr);
+#if NORM_PARTIALS
+        const SquareSums q{sq_parts, 0, rb};
+#endif
+        gemm(og, s, o, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr SQ_ARG);
+#if NORM_PARTIALS
+        write_parts(q, rows);
+#endif
       }
       end_phase();
       o_tag = tag;
@@ -270,16 +315,16 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
       if (stamps) *at(1) = *at(2) = *at(0);
       const u32 attn_tag = tag;
       end_phase();
-      o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
+      o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o SQ(0, rb));
 #endif
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
-      act_tag = ra_tag =
-          gemm_phase(GATE_UP, layer, step, o, o_tag, rb, rb_tag, ra, ln2 + layer * HIDDEN, rows, 0, 1, act);
-      d_tag = gemm_phase(DOWN, layer, step, act, act_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, d);
+      act_tag = ra_tag = gemm_phase(GATE_UP, layer, step, o, o_tag, rb, rb_tag, ra, ln2 + layer * HIDDEN, rows, 0, 1,
+                                    act SQ(o_ctas, nullptr));
+      d_tag = gemm_phase(DOWN, layer, step, act, act_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, d SQ(0, ra));
     }
     // The final norm of each stream's last row (d + ra), then head `step`.
     logits_tag = gemm_phase(HEAD, 0, step, d, d_tag, ra, ra_tag, nullptr, final_norm, streams, rows_per - 1, rows_per,
-                            logits);
+                            logits SQ(down_ctas, nullptr));
     const u32 codebook_key = (u32)(step + 1) * 0x1E3779B9u;  // sample_tokens' key of codebook step + 1
     begin_phase();
     for (int n = blockIdx.x; n < streams; n += gridDim.x) {

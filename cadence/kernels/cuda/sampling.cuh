@@ -78,7 +78,8 @@ __device__ u32 block_kth_largest(const u32 (&key)[PER_THREAD], u32 k, u32* bins)
     const int shift = 24 - 8 * pass;
     u32* count = bins + pass * 256;
     for (int j = 0; j < PER_THREAD; ++j)
-      if (threadIdx.x + j * CONSUMERS < VOCAB && (key[j] & mask) == prefix) smem_add(&count[(key[j] >> shift) & 255u], 1);
+      if (threadIdx.x + j * CONSUMERS < VOCAB && (key[j] & mask) == prefix)
+        smem_add(&count[(key[j] >> shift) & 255u], 1);
     consumers_sync();
     if (threadIdx.x < 32) {  // one warp finds the bin where the count from the top reaches k
       const int lane = threadIdx.x;
