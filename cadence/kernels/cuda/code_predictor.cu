@@ -243,14 +243,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     stamp(4);
   };
   u32 d_tag = tag, ra_tag = 0, rb_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
-  // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
-  // stored to sum_out by CTA 0), its outputs to `out`, then the phase's end. Returns its tag.
 #if NORM_PARTIALS
   // A GEMM phase's share in the norms' sums of squares: the parts it reads (written by `from`
   // CTAs), the residual to whose sum with its outputs it writes parts (see SquareSums)
 #define SQ(from, res) , SquareSums{sq_parts, from, res}
-#define o_ctas owners(gemm_shape(W, OUT, 0, 0))  // (computed where used: fewer values live across calls)
-#define down_ctas owners(gemm_shape(W, DOWN, 0, 0))
+  // how many CTAs write the parts (computed where used: fewer values live across the calls)
+  auto o_ctas = [&] { return owners(gemm_shape(W, OUT, 0, 0)); };
+  auto down_ctas = [&] { return owners(gemm_shape(W, DOWN, 0, 0)); };
   auto write_parts = [&](SquareSums q, int rows) {  // this CTA's, once every warp's are in
     if (!q.res) return;
     consumers_sync();
@@ -263,6 +262,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
 #else
 #define SQ(from, res)
 #endif
+  // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
+  // stored to sum_out by CTA 0), its outputs to `out`, then the phase's end. Returns its tag.
   auto gemm_phase = [&](int kind, int layer, int step, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
                         slot_t* sum_out, const act_t* norm_w, int rows, int first, int stride, slot_t* out SQ_PARAM) {
     const GemmShape g = gemm_shape(W, kind, layer, step);
@@ -289,7 +290,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     for (int layer = 0; layer < LAYERS; ++layer) {
       // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
       rb_tag = gemm_phase(QKV, layer, step, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb, ln1 + layer * HIDDEN, rows,
-                          0, 1, qkv SQ(layer > 0 ? down_ctas : 0, nullptr));  // (qkv carries the same tag)
+                          0, 1, qkv SQ(layer > 0 ? down_ctas() : 0, nullptr));  // (qkv carries the same tag)
       act_t *kc = k_cache + (size_t)layer * cache_stride, *vc = v_cache + (size_t)layer * cache_stride;
 #if MERGED_ATTENTION  // each o-phase CTA attends itself: its input rows are the attention's output
       const GemmShape og = gemm_shape(W, OUT, layer, step);
@@ -319,12 +320,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
 #endif
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
       act_tag = ra_tag = gemm_phase(GATE_UP, layer, step, o, o_tag, rb, rb_tag, ra, ln2 + layer * HIDDEN, rows, 0, 1,
-                                    act SQ(o_ctas, nullptr));
+                                    act SQ(o_ctas(), nullptr));
       d_tag = gemm_phase(DOWN, layer, step, act, act_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, d SQ(0, ra));
     }
     // The final norm of each stream's last row (d + ra), then head `step`.
     logits_tag = gemm_phase(HEAD, 0, step, d, d_tag, ra, ra_tag, nullptr, final_norm, streams, rows_per - 1, rows_per,
-                            logits SQ(down_ctas, nullptr));
+                            logits SQ(down_ctas(), nullptr));
     const u32 codebook_key = (u32)(step + 1) * 0x1E3779B9u;  // sample_tokens' key of codebook step + 1
     begin_phase();
     for (int n = blockIdx.x; n < streams; n += gridDim.x) {
