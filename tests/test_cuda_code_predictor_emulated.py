@@ -90,7 +90,7 @@ def test_emulated_cuda_code_predictor_matches_the_layer_path(model, tmp_path, ba
     """fp32: the same codes (the kernel sums in another order; a near-tie could part them, none here),
     with grid barriers, with SYNC_LL's polled {value, tag} words instead (LL: two frames in a row on
     the same buffers, the first on other inputs, so the second runs over the first's words), and
-    and with the experiment switches MERGED_ATTENTION (every o-phase CTA attends itself, perf-notes
+    with the experiment switches MERGED_ATTENTION (every o-phase CTA attends itself, perf-notes
     #56) and NORM_PARTIALS (the norms' sums of squares from the phase before, #57)."""
     switches = {name: 1 for name in sync.split(",")} if sync.isupper() else {}
     merged = "MERGED_ATTENTION" in switches

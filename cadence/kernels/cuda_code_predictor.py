@@ -31,6 +31,7 @@ MAX_STREAMS = 4
 CONSUMER_WARPS = 8
 STAGE_BYTES = 32 * 1024  # one ring stage; #43 found 32 KB stages at least as good as 16 or 64
 MAX_STAGES = 8
+SAMPLER_WORDS = 4 * 256 + 2  # shared memory the sampler's radix select counts in (sampling.cuh)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ class KernelPlan:
             ("STEPS", cp.steps), ("CTX", cp.steps + 1), ("K_MAX", k_max), ("SYNC_LL", int(ll)),
             ("TRACE", int(trace)),
         )  # fmt: skip
-        scratch = 4 * (rows * k_max + consumer_warps * rows + rows + rows % 2) + 16 * consumer_warps
+        xs = max(rows * k_max, SAMPLER_WORDS)  # the input rows, or the sampler's bins
+        scratch = 4 * (xs + consumer_warps * rows + rows + rows % 2) + 16 * consumer_warps
         stages = min(MAX_STAGES, (shared_memory - scratch) // (STAGE_BYTES + 16))
         if stages < 2:
             raise ValueError(f"{cp.max_streams} streams leave no room for the weight ring in shared memory")

@@ -242,6 +242,11 @@ inline void grid_sync(unsigned* counter, unsigned& passed) {
 
 namespace emu {
 
+// Bytes past each CTA's shared memory that must stay as they were: a write there is one past the
+// kernel's allocation (KernelPlan's layout).
+constexpr size_t SMEM_GUARD = 16 * 1024;
+constexpr unsigned char GUARD_BYTE = 0xA5;
+
 // Runs `body` as a grid of `grid` CTAs of `threads` threads with `smem` bytes of shared memory each.
 template <class Body>
 inline void launch(unsigned grid, unsigned threads, unsigned consumer_threads, size_t smem, Body body) {
@@ -252,7 +257,8 @@ inline void launch(unsigned grid, unsigned threads, unsigned consumer_threads, s
   std::vector<Cta> ctas(grid);
   std::vector<Fiber> fibers(grid * threads);
   for (unsigned c = 0; c < grid; ++c) {
-    ctas[c].smem.assign(smem, 0);
+    ctas[c].smem.assign(smem + SMEM_GUARD, 0);
+    std::fill(ctas[c].smem.begin() + smem, ctas[c].smem.end(), GUARD_BYTE);
     ctas[c].all.count = threads;
     ctas[c].consumers.count = consumer_threads;
     ctas[c].warps.resize((threads + 31) / 32);
@@ -293,6 +299,11 @@ inline void launch(unsigned grid, unsigned threads, unsigned consumer_threads, s
       std::exit(3);
     }
   }
+  for (unsigned c = 0; c < grid; ++c)  // a GPU faults (or corrupts another CTA) past the allocation
+    if (std::any_of(ctas[c].smem.begin() + smem, ctas[c].smem.end(), [](unsigned char b) { return b != GUARD_BYTE; })) {
+      std::fprintf(stderr, "emulation: CTA %u wrote shared memory past its %zu bytes\n", c, smem);
+      std::exit(4);
+    }
 }
 
 }  // namespace emu

@@ -190,7 +190,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
   unsigned char* ring = smem;
   Scratch s;
   s.xs = reinterpret_cast<float*>(smem + (size_t)stages * stage_bytes);
-  s.partial = s.xs + MAX_ROWS * K_MAX;
+  // xs: the phase's input rows, or the sampler's bins (SAMPLER_WORDS), whichever is larger
+  constexpr int XS_FLOATS = MAX_ROWS * K_MAX > SAMPLER_WORDS ? MAX_ROWS * K_MAX : SAMPLER_WORDS;
+  s.partial = s.xs + XS_FLOATS;
   s.inv = s.partial + CONSUMER_WARPS * MAX_ROWS;
   double* red = reinterpret_cast<double*>(s.inv + MAX_ROWS + (MAX_ROWS % 2));  // 8-byte aligned
   u64* full = reinterpret_cast<u64*>(red + 2 * CONSUMER_WARPS);

@@ -67,8 +67,9 @@ __device__ int block_argmax(const float (&values)[PER_THREAD], double* red) {
 
 // The k-th largest of the block's keys (key[j]: column threadIdx.x + j * CONSUMERS, valid below
 // VOCAB), exactly, ties counted: a radix select, 8 bits a pass from the top, each pass counting
-// the keys that match the digits chosen so far into 256 bins (`bins`: 4 * 256 + 2 words of shared
+// the keys that match the digits chosen so far into 256 bins (`bins`: SAMPLER_WORDS of shared
 // memory). 9 CTA barriers, where a bisection over the keys' range took 66 (perf-notes #52).
+constexpr int SAMPLER_WORDS = 4 * 256 + 2;  // (cuda_code_predictor.KernelPlan reserves them)
 __device__ u32 block_kth_largest(const u32 (&key)[PER_THREAD], u32 k, u32* bins) {
   u32* choice = bins + 4 * 256;  // the pass's digit and the k left within it
   for (int i = threadIdx.x; i < 4 * 256; i += CONSUMERS) bins[i] = 0;
