@@ -204,8 +204,8 @@ __device__ __noinline__ void attend_rows(const Scratch& s, const slot_t* qkv, ac
     const int n = item / KV_HEADS, kvh = item % KV_HEADS;
     const bool writer = item % writers == (int)blockIdx.x;
     auto cache_at = [&](int t) { return ((size_t)(n * CTX + t) * KV_HEADS + kvh) * HEAD_DIM + d0; };
-    CacheWords k_old[CTX], v_old[CTX];  // earlier steps' positions 0 .. pos0 - 1
-#pragma unroll
+    CacheWords k_old[CTX] = {}, v_old[CTX] = {};  // earlier steps' positions 0 .. pos0 - 1 (0: idle lanes,
+#pragma unroll                                     // whose products enter the scores' sums)
     for (int t = 0; t < CTX; ++t)
       if (t < pos0 && active) k_old[t].load(kc + cache_at(t)), v_old[t].load(vc + cache_at(t));
     float k_prev[ATT_E] = {}, v_prev[ATT_E] = {};  // this step's first row's, for its second (step 0)
