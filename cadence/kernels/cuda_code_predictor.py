@@ -49,7 +49,7 @@ class KernelPlan:
     @classmethod
     def of(cls, cp: CodePredictorBuffers, shared_memory: int, consumer_warps: int = CONSUMER_WARPS,
            ll: bool = False, trace: bool = False) -> KernelPlan:  # fmt: skip
-        """trace: every CTA stamps its clock into `cp.trace` four times a phase (benchmarks)."""
+        """trace: every CTA stamps its clock into `cp.trace` five times a phase (benchmarks)."""
         s = cp.stack
         head_dim, group = s.head_dim, s.heads // s.kv_heads
         if cp.d.dtype not in (torch.bfloat16, torch.float32):
@@ -169,7 +169,7 @@ class CudaCodePredictor(CodePredictorBuffers):
 
     def rebuild(self, trace: bool, **switches: int) -> None:
         """The kernel compiled again with its trace on or off and experiment switches set (extra
-        macros the source tests, e.g. DOTS_UNROLL; benchmarks: `code_predictor.py --variants`); the
+        macros the source tests, e.g. MERGED_ATTENTION; benchmarks: `code_predictor.py --variants`); the
         plan's own constants, which fix the launch and the shared memory, stay."""
         values = dict(self.planned.defines) | {"TRACE": int(trace)}
         fixed = set(switches) & (set(values) - {"TRACE"})
