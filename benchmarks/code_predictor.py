@@ -97,19 +97,18 @@ def cycle_ns(trace: np.ndarray, n_phases: int) -> float:
     return (trace[0, 1] - trace[0, 0]) / (stamps[-1, 4] - stamps[0, 4])
 
 
-def phase_breakdown(trace: np.ndarray, layers: int, merged: bool = False) -> dict[str, dict[str, float]]:
+def phase_breakdown(trace: np.ndarray, layers: int) -> dict[str, dict[str, float]]:
     """The CUDA kernel's trace (code_predictor.cu, TRACE: [CTAs, words], five stamps a phase) as µs
     per phase kind, summed over a frame's layers and steps, step 0 (two rows a stream) apart from
     steps 1-14. CTA 0's spans (COLUMNS): its input rows into shared memory (attention: rows loaded,
     QK-normed, roped; sampling: the code picked), their norm, waiting for the first weight chunk,
     the work (all warps), the barrier. Over all CTAs (MEANS): the mean of the first four over the
     CTAs at work in the phase, `last`: the latest arrival at the barrier (each CTA from its own
-    release), and `release`: from that arrival to its release, the barrier's own cost. `merged`: the
-    kernel built with MERGED_ATTENTION (no attention phase; "o" then includes it)."""
-    n_phases = phases(15, layers, merged)
+    release), and `release`: from that arrival to its release, the barrier's own cost."""
+    n_phases = phases(15, layers)
     stamps = trace[:, 2 : 2 + STAMPS * n_phases].reshape(trace.shape[0], n_phases, STAMPS).astype(np.int64)
     ns_per_cycle = cycle_ns(trace, n_phases)
-    names = [k for _ in range(layers) for k in LAYER_PHASES if not (merged and k == "attend")] + ["head", "sample"]
+    names = [k for _ in range(layers) for k in LAYER_PHASES] + ["head", "sample"]
     out: dict[str, dict[str, float]] = {}
     for i in range(1, stamps.shape[1]):
         step, name = divmod(i - 1, len(names))
@@ -233,9 +232,9 @@ def cuda_variant(kernel, spec: str, b: int, run, same_codes) -> dict:
     traced_ms = replay_ms(run)
     torch.cuda.synchronize()
     trace = kernel.trace.cpu().numpy()
-    layers, merged = len(kernel.stack.layers), bool(defines.get("MERGED_ATTENTION"))
-    breakdown = phase_breakdown(trace, layers, merged)
-    ns_per_cycle = cycle_ns(trace, phases(15, layers, merged))
+    layers = len(kernel.stack.layers)
+    breakdown = phase_breakdown(trace, layers)
+    ns_per_cycle = cycle_ns(trace, phases(15, layers))
     print(f"batch {b:>3}: CUDA kernel [{spec}] {ms:.3f} ms ({traced_ms:.3f} traced); same codes {same}/{b * 15}")
     print_breakdown(b, breakdown)
     print(f"    SM clock {1 / ns_per_cycle:.2f} GHz over the frame")

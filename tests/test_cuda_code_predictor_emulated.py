@@ -10,7 +10,6 @@ on the device.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import struct
 import subprocess
@@ -76,29 +75,16 @@ def write_arguments(args: list, plan: KernelPlan, path: Path) -> None:
 
 @pytest.mark.parametrize(
     "batch,sampled,grid,sync",
-    [
-        (1, False, 3, "barrier"),
-        (3, True, 5, "barrier"),
-        (1, False, 3, "ll"),
-        (3, True, 5, "MERGED_ATTENTION"),
-        (3, True, 5, "NORM_PARTIALS"),
-        (1, False, 3, "MERGED_ATTENTION,NORM_PARTIALS"),
-    ],
-    ids=["greedy-1", "sampled-3", "greedy-1-ll", "sampled-3-merged", "sampled-3-partials", "greedy-1-both"],
-)  # fmt: skip  (LL's sampler reads as greedy's does)
+    [(1, False, 3, "barrier"), (3, True, 5, "barrier"), (1, False, 3, "ll")],  # LL's sampler reads as greedy's does
+    ids=["greedy-1", "sampled-3", "greedy-1-ll"],
+)
 def test_emulated_cuda_code_predictor_matches_the_layer_path(model, tmp_path, batch, sampled, grid, sync):
     """fp32: the same codes (the kernel sums in another order; a near-tie could part them, none here),
-    with grid barriers, with SYNC_LL's polled {value, tag} words instead (LL: two frames in a row on
-    the same buffers, the first on other inputs, so the second runs over the first's words), and
-    with the experiment switches MERGED_ATTENTION (every o-phase CTA attends itself, perf-notes
-    #56) and NORM_PARTIALS (the norms' sums of squares from the phase before, #57)."""
-    switches = {name: 1 for name in sync.split(",")} if sync.isupper() else {}
-    merged = "MERGED_ATTENTION" in switches
-    codes, expected = run_both(
-        model, tmp_path, batch, sampled, grid, ll=sync == "ll", trace=batch == 3 and not merged, switches=switches
-    )
+    with grid barriers and with SYNC_LL's polled {value, tag} words instead (LL: two frames in a row
+    on the same buffers, the first on other inputs, so the second runs over the first's words)."""
+    codes, expected = run_both(model, tmp_path, batch, sampled, grid, ll=sync == "ll", trace=batch == 3)
     assert np.array_equal(codes, expected), f"kernel {codes.tolist()} layer path {expected.tolist()}"
-    if batch == 3 and not merged:  # with TRACE: every CTA's five stamps a phase, in order (benchmarks read them)
+    if batch == 3:  # with TRACE: every CTA's five stamps a phase, in order (benchmarks read them)
         stamps = np.fromfile(tmp_path / "codes.bin.trace", dtype=np.int64).reshape(grid, -1)[:, 2:]
         layers = model.config.talker.code_predictor.num_hidden_layers
         stamps = stamps.reshape(grid, phases(15, layers), STAMPS)
@@ -124,29 +110,18 @@ def test_emulated_cuda_code_predictor_in_bf16_agrees_with_the_layer_path(model_b
     assert same[:, 0].all() and same.mean() >= 0.5, f"kernel {codes.tolist()} layer path {expected.tolist()}"
 
 
-def kernel_setup(
-    fast, ll: bool, grid: int = 1, trace: bool = False, switches: dict[str, int] | None = None
-) -> tuple[CodePredictorBuffers, KernelPlan]:
+def kernel_setup(fast, ll: bool, grid: int = 1, trace: bool = False) -> tuple[CodePredictorBuffers, KernelPlan]:
     """The kernel's buffers for 4 streams over the fused walk's code predictor (a grid of `grid`
     CTAs), and its plan with 2 consumer warps (fewer fibers than a GPU's 8; the same code paths)."""
     buffers = CodePredictorBuffers(fast.cp_stack, *fast.code_predictor_weights(), 4, fast.cp_k, fast.cp_v, grid)
     plan = KernelPlan.of(buffers, SHARED_MEMORY, consumer_warps=2, ll=ll, trace=trace)
-    if switches:
-        plan = dataclasses.replace(plan, defines=(*plan.defines, *switches.items()))
     if ll:
         use_words(buffers)
     return buffers, plan
 
 
 def run_both(
-    model: Qwen3TTS,
-    tmp_path: Path,
-    batch: int,
-    sampled: bool,
-    grid: int,
-    ll: bool = False,
-    trace: bool = False,
-    switches: dict[str, int] | None = None,
+    model: Qwen3TTS, tmp_path: Path, batch: int, sampled: bool, grid: int, ll: bool = False, trace: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """The codes [batch, 15] of the emulated kernel on a grid of `grid` CTAs, and of the layer path.
     With `ll` the kernel runs two frames on the same buffers, the epoch advanced between them; with
@@ -165,7 +140,7 @@ def run_both(
         codes_state.top_k[:batch], codes_state.top_p[:batch] = 50, 0.8
     expected = fast._predict_codes(hidden, code0, step, seed, slots)  # the layer path: FusedStack, torch ops
 
-    buffers, plan = kernel_setup(fast, ll, grid, trace, switches)
+    buffers, plan = kernel_setup(fast, ll, grid, trace)
     for cache in (buffers.k_cache, buffers.v_cache):  # the layer path's keys and values: the kernel writes its own
         cache.normal_(generator=g)
     first = cp.small_to_mtp_projection(torch.stack([hidden, fast.talker.embed_codec(code0)], dim=1)).flatten(0, 1)

@@ -45,8 +45,6 @@ class CodePredictorBuffers:
         self.programs = programs
         # The CUDA kernel's timestamps when compiled with TRACE (code_predictor.cu: trace), per CTA
         self.trace = torch.zeros(programs, trace_words(self.steps, len(layers)), dtype=torch.long, device=dev)
-        # The norms' sums of squares, a part per CTA, when built with NORM_PARTIALS (code_predictor.cu)
-        self.sq_parts = torch.zeros(rows, programs, dtype=torch.float32, device=dev)
 
 
 STAMPS = 5  # the CUDA kernel's stamps a phase (code_predictor.cu: STAMPS)
@@ -58,7 +56,7 @@ def trace_words(steps: int, layers: int) -> int:
     return 2 + STAMPS * phases(steps, layers)
 
 
-def phases(steps: int, layers: int, merged_attention: bool = False) -> int:
+def phases(steps: int, layers: int) -> int:
     """The CUDA kernel's phases a frame, the start included (code_predictor.cu: PHASES): 5 a layer,
-    4 with MERGED_ATTENTION (attention inside the o phase)."""
-    return 1 + steps * ((4 if merged_attention else 5) * layers + 2)
+    then head and sampling a step."""
+    return 1 + steps * (5 * layers + 2)

@@ -109,7 +109,7 @@ def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Te
     cp.counter.zero_()
     return [
         cp.d, cp.ra, cp.rb, cp.qkv, cp.attn, cp.o, cp.act, cp.logits, cp.codes, cp.counter, cp.epoch, cp.trace,
-        cp.sq_parts, cp.ln1, cp.wqkv, cp.q_norm, cp.k_norm, cp.wo, cp.ln2, cp.wgu, cp.wdown, s.norm,
+        cp.ln1, cp.wqkv, cp.q_norm, cp.k_norm, cp.wo, cp.ln2, cp.wgu, cp.wdown, s.norm,
         cp.heads, cp.embeddings, s.cos, s.sin, cp.k_cache, cp.v_cache,
         params.do_sample, params.temperature, params.top_k, params.top_p, seed, step,
         b, cp.k_cache.stride(0), float(s.eps), float(s.scale), plan.stages, STAGE_BYTES,
@@ -169,14 +169,12 @@ class CudaCodePredictor(CodePredictorBuffers):
 
     def rebuild(self, trace: bool, **switches: int) -> None:
         """The kernel compiled again with its trace on or off and experiment switches set (extra
-        macros the source tests, e.g. MERGED_ATTENTION; benchmarks: `code_predictor.py --variants`); the
-        plan's own constants, which fix the launch and the shared memory, stay."""
+        macros the source tests, `#ifdef NAME`; benchmarks: `code_predictor.py --variants`); the plan's
+        own constants, which fix the launch and the shared memory, stay."""
         values = dict(self.planned.defines) | {"TRACE": int(trace)}
         fixed = set(switches) & (set(values) - {"TRACE"})
         if fixed:
             raise ValueError(f"{sorted(fixed)} are the plan's (launch, shared memory), not switches")
-        if switches.get("NORM_PARTIALS") and self.programs > 160:
-            raise ValueError(f"NORM_PARTIALS sums the parts of at most 160 CTAs, not {self.programs}")
         self.plan = dataclasses.replace(self.plan, defines=tuple((values | switches).items()))
         self.kernel = compile_kernel(self.plan.defines)
         allow_shared_memory(self.kernel, self.plan.smem)

@@ -53,7 +53,6 @@ int main(int argc, char** argv) {
   auto epoch = buffer<u32>();
   auto trace = buffer<u64>();
   const size_t trace_index = buffers.size() - 1;
-  auto sq_parts = buffer<float>();
   auto ln1 = buffer<act_t>(), wqkv = buffer<act_t>(), q_norm = buffer<act_t>(), k_norm = buffer<act_t>();
   auto wo = buffer<act_t>(), ln2 = buffer<act_t>(), wgu = buffer<act_t>(), wdown = buffer<act_t>();
   auto final_norm = buffer<act_t>(), heads = buffer<act_t>(), emb = buffer<act_t>();
@@ -86,11 +85,10 @@ int main(int argc, char** argv) {
 #endif
     }
     emu::launch(std::atoi(argv[3]), (CONSUMER_WARPS + 1) * 32, CONSUMER_WARPS * 32, smem, [&] {
-      code_predictor_kernel(d, ra, rb, qkv, attn, o, act, logits, codes, counter, epoch, trace, sq_parts, ln1, wqkv,
-                            q_norm, k_norm, wo, ln2, wgu, wdown, final_norm, heads, emb, cos_t, sin_t, k_cache, v_cache,
-                            do_sample,
-                            temperature, top_k, top_p, seed, frame, streams, cache_stride, eps, scale, stages,
-                            stage_bytes);
+      code_predictor_kernel(d, ra, rb, qkv, attn, o, act, logits, codes, counter, epoch, trace, ln1, wqkv, q_norm,
+                            k_norm, wo, ln2, wgu, wdown, final_norm, heads, emb, cos_t, sin_t, k_cache, v_cache,
+                            do_sample, temperature, top_k, top_p, seed, frame, streams, cache_stride, eps, scale,
+                            stages, stage_bytes);
     });
   }
   std::ofstream out(argv[2], std::ios::binary);

@@ -142,22 +142,6 @@ inline T __shfl_up_sync(unsigned, T v, unsigned offset) {  // lanes below `offse
   return out;
 }
 
-template <class T>
-inline T __shfl_sync(unsigned, T v, int source) {  // every lane reads lane `source`'s value
-  static_assert(sizeof(T) <= 8, "shuffles of up to 8 bytes");
-  emu::Cta* cta = emu::current->cta;
-  const unsigned tid = threadIdx.x;
-  unsigned long long raw = 0;
-  std::memcpy(&raw, &v, sizeof v);
-  cta->exchange[tid] = raw;
-  __syncwarp();
-  raw = cta->exchange[(tid & ~31u) | ((unsigned)source & 31u)];
-  __syncwarp();
-  T out;
-  std::memcpy(&out, &raw, sizeof out);
-  return out;
-}
-
 // ---- the kernel's PTX section, on the CPU -------------------------------------------------------
 
 #if ACT_BF16
@@ -181,12 +165,6 @@ inline uint4 load16_cg(const void* p) {
   return v;
 }
 inline uint4 load16_volatile(const void* p) { return load16_cg(p); }
-inline float loadf_cg(const float* p) { return *p; }
-inline unsigned load4_cg(const void* p) {
-  unsigned v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // An mbarrier as the kernel uses one: a phase completes when its expected arrivals have arrived
 // and its transaction bytes have landed; try_wait.parity(p) passes once the phase of parity p is over.

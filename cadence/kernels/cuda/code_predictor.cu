@@ -22,7 +22,7 @@
 //   TRACE           1: every CTA stamps its clock five times a phase (see the kernel), for
 //                   benchmarks/code_predictor.py; 0 (served): no stamps
 // Experiments: benchmarks/code_predictor.py --variants NAME=VALUE builds with extra macros, so that
-// a switch (`#ifdef NAME`) can be A/B'd in one process; none is left in (perf-notes #51).
+// a switch (`#ifdef NAME`) can be A/B'd in one process; none is left in (perf-notes #51, #56, #57).
 // Rounding follows the layer kernels (triton_ops): every stored activation is rounded to the
 // activation dtype where they store one, products accumulate in fp32.
 
@@ -32,20 +32,7 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 constexpr int CONSUMERS = CONSUMER_WARPS * 32;
-#ifndef MERGED_ATTENTION
-#define MERGED_ATTENTION 0  // 1: attention inside the o phase (attention.cuh; an experiment, perf-notes #56)
-#endif
-#if MERGED_ATTENTION && SYNC_LL
-#error "MERGED_ATTENTION is written for the grid barrier (SYNC_LL 0)"
-#endif
-#ifndef NORM_PARTIALS
-#define NORM_PARTIALS 0  // 1: the norms' sums of squares from the phase before, in parts (gemm.cuh; perf-notes #57)
-#endif
-#if NORM_PARTIALS && SYNC_LL
-#error "NORM_PARTIALS is written for the grid barrier (SYNC_LL 0)"
-#endif
-constexpr int LAYER_PHASES = MERGED_ATTENTION ? 4 : 5;
-constexpr int PHASES = 1 + STEPS * (LAYER_PHASES * LAYERS + 2);  // the start, the layers', head and sampling
+constexpr int PHASES = 1 + STEPS * (5 * LAYERS + 2);  // the start, 5 a layer, head and sampling a step
 constexpr int STAMPS = 5;                              // a phase's stamps in the trace (TRACE)
 constexpr int TRACE_WORDS = 2 + STAMPS * PHASES;       // a CTA's share of the trace
 constexpr int QKV_WIDTH = (HEADS + 2 * KV_HEADS) * HEAD_DIM;
@@ -60,13 +47,6 @@ __device__ __forceinline__ float to_f(act_t v) { return v; }
 __device__ __forceinline__ act_t from_f(float f) { return f; }
 #endif
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-#if ACT_BF16
-__device__ __forceinline__ u32 act_bits(act_t v) { return v; }
-__device__ __forceinline__ act_t bits_act(u32 w) { return (act_t)w; }
-#else
-__device__ __forceinline__ u32 act_bits(act_t v) { return __float_as_uint(v); }
-__device__ __forceinline__ act_t bits_act(u32 w) { return __uint_as_float(w); }
-#endif
 constexpr i64 I64_MAX = 0x7fffffffffffffffLL, I64_MIN = -0x7fffffffffffffffLL - 1;
 
 // ---- PTX: loads through L2, mbarriers, bulk copies, the grid barrier -------------------------------
@@ -99,16 +79,6 @@ __device__ __forceinline__ act_t load_cg(const act_t* p) {  // through L2: writt
   return v;
 }
 
-__device__ __forceinline__ u32 load4_cg(const void* p) {  // 4 bytes through L2
-  u32 v;
-  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float loadf_cg(const float* p) {  // through L2
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
 __device__ __forceinline__ uint4 load16_cg(const void* p) {  // 16 bytes through L2
   uint4 v;
   asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
@@ -178,13 +148,12 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     code_predictor_kernel(slot_t* d, slot_t* ra, slot_t* rb, slot_t* qkv, slot_t* attn, slot_t* o, slot_t* act,
-                          slot_t* logits, i64* codes, u32* counter, const u32* epoch, u64* trace, float* sq_parts,
-                          const act_t* ln1, const act_t* wqkv, const act_t* q_norm, const act_t* k_norm,
-                          const act_t* wo, const act_t* ln2, const act_t* wgu, const act_t* wdown,
-                          const act_t* final_norm, const act_t* heads, const act_t* emb, const act_t* cos_t,
-                          const act_t* sin_t, act_t* k_cache, act_t* v_cache, const bool* do_sample,
-                          const float* temperature, const i64* top_k, const float* top_p, const i64* seed,
-                          const i64* frame, int streams, int cache_stride,
+                          slot_t* logits, i64* codes, u32* counter, const u32* epoch, u64* trace, const act_t* ln1,
+                          const act_t* wqkv, const act_t* q_norm, const act_t* k_norm, const act_t* wo,
+                          const act_t* ln2, const act_t* wgu, const act_t* wdown, const act_t* final_norm,
+                          const act_t* heads, const act_t* emb, const act_t* cos_t, const act_t* sin_t, act_t* k_cache,
+                          act_t* v_cache, const bool* do_sample, const float* temperature, const i64* top_k,
+                          const float* top_p, const i64* seed, const i64* frame, int streams, int cache_stride,
                           double eps_in, double scale_in, int stages, int stage_bytes) {
   DYNAMIC_SHARED(smem);
   unsigned char* ring = smem;
@@ -245,44 +214,16 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     stamp(4);
   };
   u32 d_tag = tag, ra_tag = 0, rb_tag = 0, o_tag = 0, act_tag = 0, logits_tag = 0;
-#if NORM_PARTIALS
-  // A GEMM phase's share in the norms' sums of squares: the parts it reads (written by `from`
-  // CTAs), the residual to whose sum with its outputs it writes parts (see SquareSums)
-#define SQ(from, res) , SquareSums{sq_parts, from, res}
-  // how many CTAs write the parts (computed where used: fewer values live across the calls)
-  auto o_ctas = [&] { return owners(gemm_shape(W, OUT, 0, 0)); };
-  auto down_ctas = [&] { return owners(gemm_shape(W, DOWN, 0, 0)); };
-  auto write_parts = [&](SquareSums q, int rows) {  // this CTA's, once every warp's are in
-    if (!q.res) return;
-    consumers_sync();
-    if ((int)threadIdx.x < rows) {
-      float t = 0.f;
-      for (int w = 0; w < CONSUMER_WARPS; ++w) t += s.partial[w * MAX_ROWS + threadIdx.x];
-      q.parts[threadIdx.x * gridDim.x + blockIdx.x] = t;
-    }
-  };
-#else
-#define SQ(from, res)
-#endif
   // One GEMM phase: this CTA's input rows (x + r, RMS-normalised by norm_w where given; their sum
   // stored to sum_out by CTA 0), its outputs to `out`, then the phase's end. Returns its tag.
   auto gemm_phase = [&](int kind, int layer, int step, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
-                        slot_t* sum_out, const act_t* norm_w, int rows, int first, int stride, slot_t* out SQ_PARAM) {
+                        slot_t* sum_out, const act_t* norm_w, int rows, int first, int stride, slot_t* out) {
     const GemmShape g = gemm_shape(W, kind, layer, step);
     begin_phase();
     if (owns(g, stage_bytes)) {
-#if NORM_PARTIALS
-      if (norm_w && q.from > 0)
-        load_normed_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps,
-                         stamps ? at(0) : nullptr, q);
-      else
-#endif
-        load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps, stamps ? at(0) : nullptr);
+      load_rows(s, x, x_tag, r, r_tag, sum_out, tag, norm_w, rows, first, stride, g.k, eps, stamps ? at(0) : nullptr);
       stamp(1);
-      gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr SQ_ARG);
-#if NORM_PARTIALS
-      write_parts(q, rows);
-#endif
+      gemm(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr);
     }
     end_phase();
     return tag;
@@ -292,42 +233,23 @@ extern "C" __global__ void __launch_bounds__((CONSUMER_WARPS + 1) * 32, 1)
     for (int layer = 0; layer < LAYERS; ++layer) {
       // d (+ ra) -> rb, RMSNorm -> QKV. The first layer has no residual yet.
       rb_tag = gemm_phase(QKV, layer, step, d, d_tag, layer > 0 ? ra : nullptr, ra_tag, rb, ln1 + layer * HIDDEN, rows,
-                          0, 1, qkv SQ(layer > 0 ? down_ctas() : 0, nullptr));  // (qkv carries the same tag)
+                          0, 1, qkv);  // (qkv carries the same tag)
       act_t *kc = k_cache + (size_t)layer * cache_stride, *vc = v_cache + (size_t)layer * cache_stride;
-#if MERGED_ATTENTION  // each o-phase CTA attends itself: its input rows are the attention's output
-      const GemmShape og = gemm_shape(W, OUT, layer, step);
-      begin_phase();
-      if (owns(og, stage_bytes)) {
-        attend_rows(s, qkv, kc, vc, q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t, streams,
-                    rows_per, pos0, eps, scale, owners(og));
-        if (stamps) *at(0) = *at(1) = sm_clock();
-#if NORM_PARTIALS
-        const SquareSums q{sq_parts, 0, rb};
-#endif
-        gemm(og, s, o, tag, rows, ring, full, empty, stages, stage_bytes, it, stamps ? at(2) : nullptr SQ_ARG);
-#if NORM_PARTIALS
-        write_parts(q, rows);
-#endif
-      }
-      end_phase();
-      o_tag = tag;
-#else
       begin_phase();
       attend(qkv, rb_tag, attn, tag, kc, vc, q_norm + layer * HEAD_DIM, k_norm + layer * HEAD_DIM, cos_t, sin_t,
              streams, rows_per, pos0, eps, scale, s.xs, stamps ? at(0) : nullptr);  // stamp 0: loads and norms done
       if (stamps) *at(1) = *at(2) = *at(0);
       const u32 attn_tag = tag;
       end_phase();
-      o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o SQ(0, rb));
-#endif
+      o_tag = gemm_phase(OUT, layer, step, attn, attn_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, o);
       // o + rb -> ra, RMSNorm -> gate/up -> SwiGLU
-      act_tag = ra_tag = gemm_phase(GATE_UP, layer, step, o, o_tag, rb, rb_tag, ra, ln2 + layer * HIDDEN, rows, 0, 1,
-                                    act SQ(o_ctas(), nullptr));
-      d_tag = gemm_phase(DOWN, layer, step, act, act_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, d SQ(0, ra));
+      act_tag = ra_tag =
+          gemm_phase(GATE_UP, layer, step, o, o_tag, rb, rb_tag, ra, ln2 + layer * HIDDEN, rows, 0, 1, act);
+      d_tag = gemm_phase(DOWN, layer, step, act, act_tag, nullptr, 0, nullptr, nullptr, rows, 0, 1, d);
     }
     // The final norm of each stream's last row (d + ra), then head `step`.
     logits_tag = gemm_phase(HEAD, 0, step, d, d_tag, ra, ra_tag, nullptr, final_norm, streams, rows_per - 1, rows_per,
-                            logits SQ(down_ctas(), nullptr));
+                            logits);
     const u32 codebook_key = (u32)(step + 1) * 0x1E3779B9u;  // sample_tokens' key of codebook step + 1
     begin_phase();
     for (int n = blockIdx.x; n < streams; n += gridDim.x) {

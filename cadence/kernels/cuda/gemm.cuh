@@ -111,25 +111,6 @@ struct Scratch {
   float* inv;      // [MAX_ROWS]
 };
 
-#if NORM_PARTIALS
-// The residual stream's sums of squares, a part per CTA (NORM_PARTIALS, an experiment, perf-notes
-// #57): the phase that writes o or d also writes, per row, the sum of squares of its columns of the
-// residual sum that the next normed phase forms (o + rb, d + ra), so that phase sums 128 parts
-// instead of reducing the rows itself (load_normed_rows: three CTA barriers and a pass fewer).
-struct SquareSums {
-  float* parts;       // [MAX_ROWS][gridDim.x], global
-  int from;           // load_rows: how many CTAs wrote the parts to read (0: none, the rows' own sums)
-  const slot_t* res;  // gemm_rows: the residual its outputs are added to (null: it writes no parts)
-};
-#define SQ_PARAM , SquareSums q  // (by value: three words in registers)
-#define SQ_ARG , q
-constexpr int PARTS_PER_LANE = 5;  // parts a lane sums: grids of up to 160 CTAs (the host checks)
-static_assert(MAX_ROWS <= 32, "lane i keeps row i's inverse RMS");
-#else
-#define SQ_PARAM
-#define SQ_ARG
-#endif
-
 constexpr int IN_FLIGHT = 4;  // packs a thread has in flight per array (load_rows)
 
 // The loads of packs base + j * CONSUMERS (j < IN_FLIGHT, below `packs`) of rows `first + i *
@@ -147,66 +128,7 @@ __device__ __forceinline__ void issue_packs(const slot_t* x, const slot_t* r, Pa
     }
   }
 }
-#if NORM_PARTIALS
-// load_rows for a normed phase whose rows' sums of squares the phase before wrote in parts (q.from
-// CTAs of them): every warp sums each row's parts itself, so the rows are normalised in registers
-// as they arrive, with one CTA barrier and no second pass over shared memory.
-__device__ __noinline__ void load_normed_rows(const Scratch& s, const slot_t* x, u32 x_tag, const slot_t* r, u32 r_tag,
-                                              slot_t* sum_out, u32 tag, const act_t* norm_w, int rows, int first,
-                                              int stride, int k, float eps, u64* mark, SquareSums q) {
-  const int tid = threadIdx.x, lane = tid % 32;
-  const int per_row = k / PACK, packs = rows * per_row;
-  float inv_mine = 0.f;  // lane i: row i's inverse RMS
-  // the same trip count on every thread: the warps' shuffles below need every lane
-  for (int base0 = 0; base0 < packs; base0 += IN_FLIGHT * CONSUMERS) {
-    const int base = base0 + tid;
-    Pack xp[IN_FLIGHT], rp[IN_FLIGHT], wp[IN_FLIGHT];  // rows, residuals, the norm's weights
-    issue_packs(x, r, xp, rp, base, packs, per_row, first, stride, k);
-#pragma unroll
-    for (int j = 0; j < IN_FLIGHT; ++j)
-      if (base + j * CONSUMERS < packs) wp[j] = load16_cg(norm_w + (base + j * CONSUMERS) % per_row * PACK);
-    if (base0 == 0)
-      for (int i = 0; i < rows; ++i) {
-        float part[PARTS_PER_LANE];
-#pragma unroll
-        for (int e = 0; e < PARTS_PER_LANE; ++e) {
-          const int c = lane + 32 * e;
-          part[e] = c < q.from ? loadf_cg(q.parts + (size_t)(first + i * stride) * gridDim.x + c) : 0.f;
-        }
-        float t = 0.f;
-#pragma unroll
-        for (int e = 0; e < PARTS_PER_LANE; ++e) t += part[e];
-        t = warp_sum(t);
-        if (lane == i) inv_mine = 1.f / sqrtf(t / k + eps);
-      }
-#pragma unroll
-    for (int j = 0; j < IN_FLIGHT; ++j) {
-      const int p = base + j * CONSUMERS;
-      const float inv = __shfl_sync(0xffffffffu, inv_mine, min(p, packs - 1) / per_row);  // every lane shuffles
-      if (p < packs) {
-        const int i = p / per_row, c = p % per_row * PACK;
-        const size_t at = (size_t)(first + i * stride) * k + c;
-        float v[PACK], w[PACK];
-        wait_pack(x + at, xp[j], x_tag, v);
-        if (r) {
-          wait_pack(r + at, rp[j], r_tag, w);
-#pragma unroll
-          for (int e = 0; e < PACK; ++e) v[e] = round_act(v[e] + w[e]);
-        }
-        if (sum_out && blockIdx.x == 0) store_pack(sum_out + at, v, tag);
-        wait_pack(norm_w + c, wp[j], 0, w);
-        float2* dst = reinterpret_cast<float2*>(s.xs + i * K_MAX + c);
-#pragma unroll
-        for (int e = 0; e < PACK; e += 2)  // rounded as load_rows' norm rounds
-          dst[e / 2] = make_float2(round_act(w[e] * round_act(v[e] * inv)),
-                                   round_act(w[e + 1] * round_act(v[e + 1] * inv)));
-      }
-    }
-  }
-  consumers_sync();
-  if (mark) *mark = sm_clock();
-}
-#endif
+
 // The activation rows of a GEMM into shared memory: rows `first + i * stride` of x (+ r, rounded as
 // the unfused add is; each written by the phase tagged x_tag / r_tag), their residual sum stored
 // (tagged `tag`) where `sum_out`, RMS-normalised with weight `norm_w` where given (rounded as the
@@ -278,29 +200,19 @@ __device__ __noinline__ void load_rows(const Scratch& s, const slot_t* x, u32 x_
   consumers_sync();
 }
 
-
 // Whether this CTA has outputs in a GEMM (one without reads nothing: see "activations").
 __device__ __forceinline__ bool owns(const GemmShape& g, int stage_bytes) {
   const Slab sl = slab_of(g, stage_bytes);
   return sl.first < sl.last;
-}
-// How many CTAs have outputs in a GEMM (the first ones).
-__device__ __forceinline__ int owners(const GemmShape& g) {
-  const int per_cta = (g.n + gridDim.x - 1) / gridDim.x;
-  return (g.n + per_cta - 1) / per_cta;
 }
 
 // One GEMM phase's dots for this CTA: out[i, n] for its ROWS rows and its outputs (tagged `tag`),
 // the weights from the ring. `mark` (the trace's, or null): the clock once the first chunk is in.
 template <int ROWS>
 __device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, unsigned char* ring,
-                                       u64* full, u64* empty, int stages, int stage_bytes, int& it,
-                                       u64* mark SQ_PARAM) {
+                                       u64* full, u64* empty, int stages, int stage_bytes, int& it, u64* mark) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const Slab sl = slab_of(g, stage_bytes);
-#if NORM_PARTIALS
-  float sq[ROWS] = {};  // this warp's part of each row's sum of squares (q.res)
-#endif
   for (int o = sl.first; o < sl.last; o += sl.per_chunk, ++it) {
     const int stage = it % stages, outs = min(sl.per_chunk, sl.last - o);
     const act_t* chunk = reinterpret_cast<const act_t*>(ring + (size_t)stage * stage_bytes);
@@ -311,19 +223,6 @@ __device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slo
       // two output rows at once where the chunk has a second for this warp (qkv's and the heads'
       // chunks hold 16 rows: two a warp; -0.06 ms a frame at batch 1, -0.21 at 4, perf-notes #51)
       const int pair = !g.swiglu && u + CONSUMER_WARPS < outs ? u + CONSUMER_WARPS : -1;
-#if NORM_PARTIALS
-      slot_t res[2][ROWS];  // the residual at this unit's columns: loaded now, used after the dots
-      if (q.res)
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          res[0][r] = load_slot(q.res + (size_t)r * g.n + o + u);
-          res[1][r] = load_slot(q.res + (size_t)r * g.n + o + max(pair, u));
-        }
-      auto square = [&](int r, int which, float y) {  // the residual sum as the next phase forms it
-        const float v = round_act(round_act(y) + to_f(wait_slot(nullptr, res[which][r], 0)));
-        sq[r] += v * v;
-      };
-#endif
       if (g.swiglu || pair >= 0) {
         const act_t* second = chunk + (size_t)(g.swiglu ? outs + u : pair) * g.k;
         unit_dots<2, ROWS>(chunk + (size_t)u * g.k, second, s.xs, g.k, lane, acc);
@@ -337,9 +236,6 @@ __device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slo
             } else {
               put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
               put(out + (size_t)r * g.n + o + pair, acc[1][r], tag);
-#if NORM_PARTIALS
-              if (q.res) square(r, 0, acc[0][r]), square(r, 1, acc[1][r]);
-#endif
             }
           }
         if (pair >= 0) u += CONSUMER_WARPS;
@@ -347,22 +243,12 @@ __device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slo
         unit_dots<1, ROWS>(chunk + (size_t)u * g.k, nullptr, s.xs, g.k, lane, acc);
         if (lane == 0)
 #pragma unroll
-          for (int r = 0; r < ROWS; ++r) {
-            put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
-#if NORM_PARTIALS
-            if (q.res) square(r, 0, acc[0][r]);
-#endif
-          }
+          for (int r = 0; r < ROWS; ++r) put(out + (size_t)r * g.n + o + u, acc[0][r], tag);
       }
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[stage]);
   }
-#if NORM_PARTIALS
-  if (q.res && lane == 0)
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) s.partial[warp * MAX_ROWS + r] = sq[r];
-#endif
 }
 
 // gemm_rows for a run-time row count (1..MAX_ROWS): an instance per count, so that every loop over
@@ -370,10 +256,9 @@ __device__ __noinline__ void gemm_rows(const GemmShape& g, const Scratch& s, slo
 // off, and the dots are bound by instruction issue (perf-notes #48).
 template <int ROWS = MAX_ROWS>
 __device__ void gemm(const GemmShape& g, const Scratch& s, slot_t* out, u32 tag, int rows, unsigned char* ring,
-                     u64* full, u64* empty, int stages, int stage_bytes, int& it, u64* mark SQ_PARAM) {
+                     u64* full, u64* empty, int stages, int stage_bytes, int& it, u64* mark) {
   if constexpr (ROWS > 1) {
-    if (rows < ROWS)
-      return gemm<ROWS - 1>(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, mark SQ_ARG);
+    if (rows < ROWS) return gemm<ROWS - 1>(g, s, out, tag, rows, ring, full, empty, stages, stage_bytes, it, mark);
   }
-  gemm_rows<ROWS>(g, s, out, tag, ring, full, empty, stages, stage_bytes, it, mark SQ_ARG);
+  gemm_rows<ROWS>(g, s, out, tag, ring, full, empty, stages, stage_bytes, it, mark);
 }
