@@ -448,3 +448,19 @@ def test_a_device_error_surfacing_at_codec_collection_fails_that_chunk_only(tiny
     assert out["r1"][-1].finish_reason == FinishReason.LENGTH
     assert torch.equal(codes_of(out["r1"]), oracle(tiny_model, later).codes)
     assert core.talker.kv.used_pages == 0 and len(core.free_slots) == core.talker.max_slots
+
+
+def test_noise_of_exactly_one_never_samples_a_masked_code0(tiny_model):
+    """Seed 7164's uniform noise at frame 0, codebook 0, column 2222 (a control token) was exactly
+    1.0 ((2^24-1) + 0.5 rounds to 2^24 in fp32): Gumbel +inf, the banned column's -inf + inf a NaN
+    that won the argmax, and code 2222 reached the codec (IndexError in its codebook embedding)."""
+    from cadence.engine.rng import gumbel
+
+    seed, frame = torch.tensor([7164]), torch.tensor([0])
+    assert torch.isfinite(gumbel(seed, frame, 0, 3072)).all()
+    req = request(tiny_model, 0, 8, greedy=False, seed=7164, ignore_eos=True)
+    for backend in ("sdpa", "torch"):
+        chunks = run(build_core(tiny_model, config(attention_backend=backend)), {0: [req]})["r0"]
+        assert chunks[-1].finish_reason == FinishReason.LENGTH, chunks[-1].error
+        codes = codes_of(chunks)
+        assert codes.shape == (8, 16) and int(codes.max()) < 2048

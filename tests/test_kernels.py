@@ -347,6 +347,22 @@ def test_top_k_keeps_ties_at_the_kth_value(ops):
             )
 
 
+def test_noise_of_exactly_one_is_clamped(ops):
+    """Seed 7164, frame 0, codebook 0: column 2222's 24 noise bits are all ones, and (2^24-1) + 0.5
+    rounds to 2^24 in fp32, so u was 1.0 and its Gumbel noise +inf: that column won whatever its
+    logit (and a banned one's -inf + inf was a NaN, which PyTorch's argmax picks: a control token
+    reached the codec). Clamped below 1, a column 100 below the others loses in both samplers."""
+    tri, ref = ops
+    logits = torch.randn(2, 3072, device=DEV, generator=torch.Generator(device=DEV).manual_seed(3))
+    logits[:, 2222] = -100.0
+    params = RowParams(torch.ones(2, dtype=torch.bool, device=DEV), torch.ones(2, device=DEV),
+                       torch.tensor([0, 3072], device=DEV), torch.ones(2, device=DEV))  # fmt: skip
+    seed, frame = torch.full((2,), 7164, device=DEV), torch.zeros(2, dtype=torch.long, device=DEV)
+    mine = tri.sample_tokens(logits, params, seed, frame, 0)
+    theirs = ref.sample_tokens(logits, params, seed, frame, 0)
+    assert torch.equal(mine, theirs) and not (theirs == 2222).any()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("length", [1, 1920, 5000])
 def test_snake_beta(ops, dtype, length):

@@ -17,6 +17,7 @@ _MASK32 = 0xFFFFFFFF
 _M1 = 0x7FEB352D  # odd multipliers < 2^31 (mixing constants of a 32-bit integer finaliser)
 _M2 = 0x2C1B3C6D
 _GOLDEN = 0x1E3779B9
+U_MAX = 1.0 - 2.0**-24  # the largest fp32 below 1: the noise stays finite (-log(-log(U_MAX)) ~ 16.6)
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -44,8 +45,10 @@ def uniform(seed: torch.Tensor, frame: torch.Tensor, codebook: int, n: int) -> t
     idx = torch.arange(n, device=seed.device, dtype=torch.long)[None, :]
     x = _mix(key ^ ((idx * _GOLDEN + 0x5BD1E995) & _MASK32))
     x = _mix(x ^ key)
-    # 24 random bits -> (0, 1): exactly representable in fp32, never 0 or 1.
-    return ((x >> 8).float() + 0.5) / float(1 << 24)
+    # 24 random bits -> (0, 1), never 0 or 1. (2^24 - 1) + 0.5 is not an fp32 number: it rounds to
+    # 2^24, u to 1.0 and the Gumbel noise to +inf, and a masked column's -inf + inf is a NaN that
+    # wins the argmax (a control token reached the codec). Clamped to the float below 1.
+    return (((x >> 8).float() + 0.5) / float(1 << 24)).clamp(max=U_MAX)
 
 
 def gumbel(seed: torch.Tensor, frame: torch.Tensor, codebook: int, n: int) -> torch.Tensor:

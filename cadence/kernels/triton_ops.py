@@ -253,7 +253,7 @@ def _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, see
         hkey = _mix32(hkey ^ codebook_key.to(tl.uint32))
         h = _mix32(hkey ^ (col.to(tl.uint32) * 0x1E3779B9 + 0x5BD1E995))
         h = _mix32(h ^ hkey)
-        u = ((h >> 8).to(tl.float32) + 0.5) / 16777216.0
+        u = tl.minimum(((h >> 8).to(tl.float32) + 0.5) / 16777216.0, 0.99999994)  # rng.uniform's clamp
         noisy = tl.where(valid, y - tl.log(-tl.log(u)), -float("inf"))
         choice = tl.argmax(noisy, axis=0)
     return choice

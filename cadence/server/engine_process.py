@@ -139,8 +139,7 @@ def warm_up(model: Qwen3TTS, core: EngineCore, config: EngineConfig, frames: int
     if frames <= 0:
         return 0.0
     clone = VoiceClonePrompt.stand_in(model.config) if model.config.tts_model_type == "base" else None
-    # seeded: every start samples the same warm-up (an unseeded one failed once in CI with a code out of
-    # the codec's range, an open question: see tests/test_server_lifecycle.py)
+    # seeded: every start samples the same warm-up
     req = SynthesisRequest(
         "Warm-up.", clone=clone, max_new_tokens=frames, ignore_eos=True, seed=0, request_id="cadence-warmup"
     )

@@ -168,7 +168,7 @@ __device__ __noinline__ int sample_row(const slot_t* logits, u32 logits_tag, int
     const u32 c = threadIdx.x + j * CONSUMERS;
     u32 h = mix32(hkey ^ (c * 0x1E3779B9u + 0x5BD1E995u));
     h = mix32(h ^ hkey);
-    const float u = ((float)(h >> 8) + 0.5f) / 16777216.f;
+    const float u = fminf(((float)(h >> 8) + 0.5f) / 16777216.f, 0.99999994f);  // rng.uniform's clamp
     y[j] = c < VOCAB ? y[j] - __logf(-__logf(u)) : neg_inf();
   }
   return block_argmax(y, red);
