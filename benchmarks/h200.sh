@@ -87,17 +87,17 @@ for phase in "$@"; do
       timeout 500 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,8,16,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 \
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
-    walkab)  # a change A/B'd in one call: decode walks of this tree and of BASE (another tree, e.g. `git archive`
-      # of the commit before, carried), interleaved twice so drift shows; the engine's own gpu tests first
+    walkab)  # changes A/B'd in one call: decode walks of this tree ("new") and of the trees in TREES (NAME=DIR
+      # ..., e.g. `git archive` of earlier commits, carried), interleaved twice so drift shows; gpu tests first
       need_full
       { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py \
           -k "${WALKAB_KERNEL_TESTS:-not cuda}"
         timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py; } 2>&1 \
         | tee "$OUT/walkab_tests.log" | grep -E "passed|failed|error|Error" | tail -8
-      for round in 1 2; do for tree in . "$BASE"; do
-        name=$([ "$tree" = . ] && echo new || echo base)
-        echo "== $name, round $round"
-        (cd "$tree" && PYTHONPATH=$PWD timeout 200 python3 benchmarks/engine_steps.py --model $full --device cuda \
+      for round in 1 2; do for tree in new=. ${TREES:-}; do
+        name=${tree%%=*}; dir=${tree#*=}
+        echo "== $name ($dir), round $round"
+        (cd "$dir" && PYTHONPATH=$PWD timeout 200 python3 benchmarks/engine_steps.py --model $full --device cuda \
           --attention-backend triton --batches ${WALKAB_BATCHES:-1,4,64} --context 500 --prompt-lengths 60 \
           --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 --kv-gb 20 --json "$OUT/walk_${name}_$round.json" \
           2>&1 | quiet | sed -n "/^ *batch/,/tokens:/p")
