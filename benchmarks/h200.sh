@@ -172,6 +172,12 @@ for phase in "$@"; do
       for from in 1 0x7fffffff; do
         python3 benchmarks/codec_build.py --model $full --autotune-from $from --json "$OUT/codec_build_$from.json" 2>&1 | quiet
       done ;;
+    codeclimit)  # codec graph capture with fewer cuDNN algorithms tried a conv shape (benchmark_limit 1, 3; default 10)
+      need_full
+      for limit in ${CODEC_LIMITS:-1 3 10}; do
+        timeout 200 python3 benchmarks/codec_build.py --model $full --benchmark-limit $limit \
+          --json "$OUT/codec_build_limit_$limit.json" 2>&1 | quiet | head -3
+      done ;;
     lockstep)  # issue 5: 256 streams in lockstep with chunks growing by schedule alone (deadline off), against `load`
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
