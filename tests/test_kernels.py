@@ -111,6 +111,42 @@ def test_paged_attention(ops, dtype, splits, shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("splits", [1, 4, 16])
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=["small", "talker"])
+def test_qk_norm_rope_attention(ops, dtype, splits, shape):
+    """The decode kernel (QK-norm, RoPE, cache write and attention in one) against the two ops it
+    replaces. The new tokens' cells start as NaN: a kernel that read them instead of taking the
+    key and value from registers would put NaN in the output."""
+    from cadence.models.qwen3_tts.layers import rope_cos_sin
+
+    tri, ref = ops
+    hq, hkv, d, ps, contexts = shape
+    g = torch.Generator(device=DEV).manual_seed(4)
+    n, p = len(contexts), -(-max(contexts) // ps)
+    pages = 2 * n * p  # each row its own pages, as decode's sequences (no row reads another's new token)
+    bt = torch.randperm(pages, device=DEV, generator=g)[: n * p].view(n, p)
+    ctx = torch.tensor(contexts, device=DEV)
+    pos = ctx - 1
+    slots = bt.gather(1, (pos // ps)[:, None])[:, 0] * ps + pos % ps
+    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g).to(dtype)
+    qn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
+    kn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
+    cos, sin = rope_cos_sin(torch.arange(max(contexts), device=DEV), d, 1e6, dtype)
+    caches = [torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype) for _ in range(2)]
+    for c in caches:
+        c.view(-1, hkv, d)[slots] = float("nan")
+    mine = [c.clone() for c in caches]
+    args = (qn, kn, 1e-6, cos, sin, pos)
+    a = tri.qk_norm_rope_attention(qkv, *args, *mine, slots, bt, ctx, d**-0.5, hq, hkv, splits)
+    b = ref.qk_norm_rope_attention(qkv, *args, *caches, slots, bt, ctx, d**-0.5, hq, hkv, splits)
+    assert not a.isnan().any()
+    assert (a.float() - b.float()).abs().max() <= 4 * tol(dtype)
+    for x, y in zip(mine, caches, strict=True):
+        assert not x.isnan().any()  # every new token's key and value written
+        assert (x.float() - y.float()).abs().max() <= 4 * tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("block_tokens,warps", [(32, 4), (64, 8), (128, 8)])
 def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps):

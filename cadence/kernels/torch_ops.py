@@ -100,6 +100,33 @@ def paged_attention(
     return out.to(q.dtype).reshape(n, hq * d)
 
 
+def qk_norm_rope_attention(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_index: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    num_heads: int,
+    num_kv_heads: int,
+    splits: int | None = None,
+    max_context: int | None = None,
+) -> torch.Tensor:
+    """qk_norm_rope_store then paged_attention, for decode rows (each its own sequence's new token
+    at positions[n] = context_lens[n] - 1), which the Triton backend runs as one kernel."""
+    q = qk_norm_rope_store(
+        qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, num_heads, num_kv_heads
+    )
+    return paged_attention(q, k_cache, v_cache, block_table, context_lens, scale, splits, max_context)
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """SwiGLU on concatenated [gate | up] projections: silu(gate) * up, rounded like eager."""
     gate, up = gate_up.chunk(2, dim=-1)

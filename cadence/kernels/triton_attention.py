@@ -1,5 +1,7 @@
 """Paged decode attention (Triton): blocks of context tokens gathered through the page table,
-tensor-core dots, the context split over programs and merged when a batch is small."""
+tensor-core dots, the context split over programs and merged when a batch is small. In decode, where
+each query row is its own sequence's one new token, the kernel also takes the rows' QK-norm, RoPE
+and cache write (`qk_norm_rope_attention`): one kernel a layer fewer."""
 
 from __future__ import annotations
 
@@ -13,15 +15,42 @@ from .triton_launch import pdl_entry, pdl_launch
 
 
 @triton.jit
-def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV: tl.constexpr, D: tl.constexpr,
-                PS: tl.constexpr):  # fmt: skip
-    """K and V [BT, D] of context tokens tok0 + t (masked at `end`), gathered through the page table."""
+def norm_rope_heads(src_ptr, heads, hmask, w_ptr, cos_ptr, sin_ptr, pos, eps, D: tl.constexpr):
+    """QK-norm then RoPE of the heads `heads` [NH] of one qkv row at position `pos`, rounded as
+    qk_norm_rope_store rounds: [NH, D] in the row's dtype."""
+    half: tl.constexpr = D // 2
+    d = tl.arange(0, D)
+    m = hmask[:, None]
+    x = tl.load(src_ptr + heads[:, None] * D + d[None, :], mask=m, other=0.0, cache_modifier=".cg")
+    dtype = x.dtype
+    x32 = x.to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=1) / D + eps)
+    w = tl.load(w_ptr + d).to(tl.float32)
+    normed = (w[None, :] * (x32 * inv[:, None]).to(dtype).to(tl.float32)).to(dtype)
+    pd = tl.where(d < half, d + half, d - half)
+    xp = tl.load(src_ptr + heads[:, None] * D + pd[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
+    wp = tl.load(w_ptr + pd).to(tl.float32)
+    partner = (wp[None, :] * (xp * inv[:, None]).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    rotated = tl.where(d[None, :] < half, -partner, partner)
+    c = tl.load(cos_ptr + pos * D + d).to(tl.float32)
+    s = tl.load(sin_ptr + pos * D + d).to(tl.float32)
+    a = (normed.to(tl.float32) * c[None, :]).to(dtype).to(tl.float32)
+    b = (rotated.to(dtype).to(tl.float32) * s[None, :]).to(dtype).to(tl.float32)
+    return (a + b).to(dtype)
+
+
+@triton.jit
+def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, skip, bt_stride, t, d, HKV: tl.constexpr,
+                D: tl.constexpr, PS: tl.constexpr):  # fmt: skip
+    """K and V [BT, D] of context tokens tok0 + t (masked at `end`), gathered through the page table;
+    token `skip` is not read (zeros: its key and value are in registers)."""
     tok = tok0 + t
     valid = tok < end
-    page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=valid, other=0).to(tl.int64)
+    read = valid & (tok != skip)
+    page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=read, other=0).to(tl.int64)
     row = (page * PS + tok % PS) * HKV + kvh
-    k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
-    v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
+    k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=read[:, None], other=0.0)
+    v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=read[:, None], other=0.0)
     return k, v, valid
 
 
@@ -47,8 +76,10 @@ def _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
 @triton.jit
 def _paged_attention_kernel(
     q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride,
+    qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
-    G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, USE_PDL: tl.constexpr,
+    G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
@@ -57,7 +88,14 @@ def _paged_attention_kernel(
     pipeline in a loop of runtime length, never won in the sweep: perf-notes #23.) The G query
     heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free: the kernel
     is bound by reading K and V). With one split the result is final and stored directly;
-    otherwise the partial (max, sum, acc) go to the merge."""
+    otherwise the partial (max, sum, acc) go to the merge.
+
+    FUSED: q_ptr is the rows' qkv [N, (HQ+2HKV)*D] and each row is its sequence's new token at
+    position context_lens - 1. Every program QK-norms and rotates its query heads and the row's key
+    itself (norm_rope_heads, the same rounding as qk_norm_rope_store) and takes the new key and
+    value from registers in place of the cache's (not yet written) token; split 0 writes them to
+    the cache slot. No other row may read that slot in the same launch (prefill rows of one
+    sequence do: they take the unfused pair of kernels)."""
     pdl_entry(USE_PDL)
     n = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -66,8 +104,22 @@ def _paged_attention_kernel(
     d = tl.arange(0, D)
     t = tl.arange(0, BT)
     heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
-    q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
     ctx = tl.load(ctx_ptr + n)
+    if FUSED:
+        row = q_ptr + n * (HQ + 2 * HKV) * D
+        pos = tl.load(pos_ptr + n).to(tl.int64)
+        q = norm_rope_heads(row, kvh * G + g, g < G, qn_ptr, cos_ptr, sin_ptr, pos, eps, D)  # [G_PAD, D]
+        one = tl.arange(0, 1)
+        k_new = norm_rope_heads(row, HQ + kvh + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, eps, D)  # [1, D]
+        v_new = tl.load(row + (HQ + HKV + kvh) * D + one[:, None] * D + d[None, :])
+        if split == 0:
+            cell = (tl.load(slot_ptr + n).to(tl.int64) * HKV + kvh) * D + d[None, :]
+            tl.store(kc_ptr + cell, k_new)
+            tl.store(vc_ptr + cell, v_new)
+        skip = ctx - 1
+    else:
+        q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
+        skip = -1
     pages = (ctx + PS - 1) // PS
     per_split = (pages + SPLITS - 1) // SPLITS
     start = split * per_split * PS
@@ -77,7 +129,11 @@ def _paged_attention_kernel(
     acc = tl.zeros([G_PAD, D], tl.float32)
     tok0 = start
     while tok0 < end:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
-        k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV, D, PS)
+        k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, skip, bt_stride, t, d, HKV, D, PS)
+        if FUSED:
+            new = (tok0 + t == skip)[:, None]
+            k = tl.where(new, k_new, k)
+            v = tl.where(new, v_new, v)
         m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
         tok0 += BT
     if SPLITS == 1:
@@ -139,8 +195,29 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
 def paged_attention(
     q, k_cache, v_cache, block_table, context_lens, scale, splits: int | None = None,
     tiles: AttentionTiles | None = None, max_context: int | None = None,
-):  # fmt: skip
-    n, hq, d = q.shape
+) -> torch.Tensor:  # fmt: skip
+    """Each query row n (q [N, Hq, D]) attends over its first context_lens[n] cached tokens, read
+    through block_table[n] (pages of k_cache [pages, page_size, Hkv, D]). Returns [N, Hq*D]."""
+    return _attention(
+        q, q.shape[1], None, k_cache, v_cache, block_table, context_lens, scale, splits, tiles, max_context
+    )
+
+
+def qk_norm_rope_attention(
+    qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
+    num_heads: int, num_kv_heads: int, splits: int | None = None, tiles: AttentionTiles | None = None,
+    max_context: int | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """qk_norm_rope_store then paged_attention in one kernel, for decode rows: row n of qkv
+    [N, (Hq+2Hkv)*D] is its own sequence's new token, at positions[n] = context_lens[n] - 1 and
+    cache slot slot_index[n], and no row reads another row's new token. Returns [N, Hq*D]."""
+    fused = (q_norm, k_norm, cos, sin, positions, slot_index, eps)
+    return _attention(qkv, num_heads, fused, k_cache, v_cache, block_table, context_lens, scale, splits, tiles,
+                      max_context)  # fmt: skip
+
+
+def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale, splits, tiles, max_context):
+    n, d = q.shape[0], k_cache.shape[3]
     ps, hkv = k_cache.shape[1], k_cache.shape[2]
     splits = splits or attention_splits(n, hkv)
     tiles = tiles or attention_tiles(n, max_context)
@@ -152,10 +229,12 @@ def paged_attention(
         acc = torch.empty(n * hq * splits, d, dtype=torch.float32, device=q.device)
     else:  # one split writes `out` itself: the partial buffers are never touched
         m = l = acc = out
+    qn, kn, cos, sin, pos, slot, eps = fused or (q, q, q, q, context_lens, context_lens, 0.0)
     _paged_attention_kernel[(n, hkv, splits)](
         q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0),
+        qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
-        BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32,
+        BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
         num_warps=tiles.warps, **pdl_launch(q),
     )  # fmt: skip
     if splits > 1:

@@ -47,6 +47,7 @@ import triton.language as tl
 
 from ..engine.sampler import RowParams
 from .code_predictor_buffers import CodePredictorBuffers
+from .triton_attention import norm_rope_heads
 from .triton_ops import _sample_choice
 
 
@@ -151,30 +152,6 @@ def _linear_phase(
 
 
 @triton.jit
-def _norm_rope(src_ptr, heads, hmask, w_ptr, cos_ptr, sin_ptr, pos, eps, D: tl.constexpr):
-    """QK-norm then RoPE of the heads `heads` [NH] of one qkv row, rounded as qk_norm_rope_store."""
-    half: tl.constexpr = D // 2
-    d = tl.arange(0, D)
-    m = hmask[:, None]
-    x = tl.load(src_ptr + heads[:, None] * D + d[None, :], mask=m, other=0.0, cache_modifier=".cg")
-    dtype = x.dtype
-    x32 = x.to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=1) / D + eps)
-    w = tl.load(w_ptr + d).to(tl.float32)
-    normed = (w[None, :] * (x32 * inv[:, None]).to(dtype).to(tl.float32)).to(dtype)
-    pd = tl.where(d < half, d + half, d - half)
-    xp = tl.load(src_ptr + heads[:, None] * D + pd[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
-    wp = tl.load(w_ptr + pd).to(tl.float32)
-    partner = (wp[None, :] * (xp * inv[:, None]).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
-    rotated = tl.where(d[None, :] < half, -partner, partner)
-    c = tl.load(cos_ptr + pos * D + d).to(tl.float32)
-    s = tl.load(sin_ptr + pos * D + d).to(tl.float32)
-    a = (normed.to(tl.float32) * c[None, :]).to(dtype).to(tl.float32)
-    b = (rotated.to(dtype).to(tl.float32) * s[None, :]).to(dtype).to(tl.float32)
-    return (a + b).to(dtype)
-
-
-@triton.jit
 def _attend_phase(
     qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, kc_ptr, vc_ptr, attn_ptr, streams, rows_per, pos0, eps, scale,
     pid, P, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, G_PAD: tl.constexpr, CTX: tl.constexpr,
@@ -195,14 +172,14 @@ def _attend_phase(
             row = n * rows_per + i
             pos = pos0 + i
             src = qkv_ptr + row * W
-            k = _norm_rope(src, HQ + kvh + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, eps, D)
+            k = norm_rope_heads(src, HQ + kvh + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, eps, D)
             v = tl.load(src + (HQ + HKV + kvh) * D + d, cache_modifier=".cg")
             cache = ((n * CTX + pos) * HKV + kvh) * D
             tl.store(kc_ptr + cache + one[:, None] * 0 + d[None, :], k)
             tl.store(vc_ptr + cache + d, v)
             tl.debug_barrier()  # this program's k and v stored before its threads read them back
             hmask = gi < G
-            q = _norm_rope(src, kvh * G + gi, hmask, qn_ptr, cos_ptr, sin_ptr, pos, eps, D).to(tl.float32)
+            q = norm_rope_heads(src, kvh * G + gi, hmask, qn_ptr, cos_ptr, sin_ptr, pos, eps, D).to(tl.float32)
             kv_rows = ((n * CTX + ctx) * HKV + kvh) * D
             valid = ctx <= pos
             kt = tl.load(kc_ptr + kv_rows[:, None] + d[None, :], mask=valid[:, None], other=0.0, cache_modifier=".cg")

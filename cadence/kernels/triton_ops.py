@@ -11,15 +11,15 @@ import triton
 import triton.language as tl
 
 from ..engine.sampler import RowParams
-from .triton_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention
+from .triton_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention, qk_norm_rope_attention
 from .triton_launch import pdl_entry, pdl_launch, use_pdl
 from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles, swiglu_tiles
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
     "AttentionTiles", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits", "attention_tiles", "linear",
-    "linear_swiglu", "paged_attention", "pdl_launch", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens",
-    "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "use_pdl",
+    "linear_swiglu", "paged_attention", "pdl_launch", "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm",
+    "rope_qk", "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------

@@ -113,22 +113,33 @@ class FusedStack:
         # The eager model's own RoPE table, so the fused path rotates by exactly the same numbers.
         self.cos, self.sin = rope_cos_sin(torch.arange(max_positions, device=dev), cfg.head_dim, cfg.rope_theta, dtype)
 
-    def __call__(self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache) -> torch.Tensor:
+    def __call__(
+        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
+    ) -> torch.Tensor:
         """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
-        first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D]."""
+        first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D].
+        decode: every row is its own sequence's one new token (positions = context_lens - 1), so the
+        attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
+        not for prefill, whose rows read each other's keys."""
         ops = self.ops
         residual = None
         h = x
         for i, L in enumerate(self.layers):
             h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
-            q = ops.qk_norm_rope_store(
-                ops.linear(h, L.wqkv), L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions,
-                k_cache[i], v_cache[i], slot_index, self.heads, self.kv_heads,
-            )  # fmt: skip
-            attn = ops.paged_attention(
-                q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
-                max_context=self.max_positions,
-            )  # fmt: skip
+            qkv = ops.linear(h, L.wqkv)
+            cache = (k_cache[i], v_cache[i], slot_index)
+            norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
+            if decode:
+                attn = ops.qk_norm_rope_attention(
+                    qkv, *norm_rope, block_table, context_lens, self.scale, self.heads, self.kv_heads, self.splits,
+                    max_context=self.max_positions,
+                )  # fmt: skip
+            else:
+                q = ops.qk_norm_rope_store(qkv, *norm_rope, self.heads, self.kv_heads)
+                attn = ops.paged_attention(
+                    q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
+                    max_context=self.max_positions,
+                )  # fmt: skip
             h = ops.linear(attn, L.wo)
             h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
             h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
@@ -258,7 +269,9 @@ class FastDecoder:
         page = block_table.gather(1, (position // self.ps)[:, None])[:, 0]
         slot_index = page * self.ps + position % self.ps
         kv = self.p.kv
-        st.hidden[slots] = self.talker_stack(x, position, block_table, position + 1, slot_index, kv.k, kv.v)
+        st.hidden[slots] = self.talker_stack(
+            x, position, block_table, position + 1, slot_index, kv.k, kv.v, decode=True
+        )  # fmt: skip
         st.step[slots] = step + 1
         st.position[slots] = position + 1
         # The dummy slot that pads batches up to a bucket must not advance into real pages.
@@ -312,7 +325,8 @@ class FastDecoder:
             if j + 2 < self.groups:
                 x = cp.small_to_mtp_projection(cp.model.codec_embedding[j](code))
                 h = self.cp_stack(
-                    x, ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b], ix.step_slot[j, :b], self.cp_k, self.cp_v
+                    x, ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b], ix.step_slot[j, :b], self.cp_k, self.cp_v,
+                    decode=True,
                 )  # fmt: skip
         return torch.stack(codes, dim=1)
 
