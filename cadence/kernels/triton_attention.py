@@ -40,17 +40,15 @@ def norm_rope_heads(src_ptr, heads, hmask, w_ptr, cos_ptr, sin_ptr, pos, eps, D:
 
 
 @triton.jit
-def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, skip, bt_stride, t, d, HKV: tl.constexpr,
-                D: tl.constexpr, PS: tl.constexpr):  # fmt: skip
-    """K and V [BT, D] of context tokens tok0 + t (masked at `end`), gathered through the page table;
-    token `skip` is not read (zeros: its key and value are in registers)."""
+def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV: tl.constexpr, D: tl.constexpr,
+                PS: tl.constexpr):  # fmt: skip
+    """K and V [BT, D] of context tokens tok0 + t (masked at `end`), gathered through the page table."""
     tok = tok0 + t
     valid = tok < end
-    read = valid & (tok != skip)
-    page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=read, other=0).to(tl.int64)
+    page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=valid, other=0).to(tl.int64)
     row = (page * PS + tok % PS) * HKV + kvh
-    k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=read[:, None], other=0.0)
-    v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=read[:, None], other=0.0)
+    k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
+    v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
     return k, v, valid
 
 
@@ -74,6 +72,21 @@ def _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _attend_one(q, k, v, m_i, l_i, acc, scale, IEEE: tl.constexpr):
+    """The online-softmax step of one key and value ([1, D]) in registers: the row's new token.
+    Rounded as _attend_block rounds (fp32 products of the cache dtype's values; the probability in
+    the cache's dtype unless IEEE), summed in another order than a tensor-core dot."""
+    s = tl.sum(q.to(tl.float32) * k.to(tl.float32), axis=1) * scale  # [G_PAD]
+    m_new = tl.maximum(m_i, s)
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new)
+    l_i = l_i * alpha + p
+    if not IEEE:
+        p = p.to(v.dtype).to(tl.float32)
+    return m_new, l_i, acc * alpha[:, None] + p[:, None] * v.to(tl.float32)
+
+
+@triton.jit
 def _paged_attention_kernel(
     q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride,
     qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
@@ -92,10 +105,12 @@ def _paged_attention_kernel(
 
     FUSED: q_ptr is the rows' qkv [N, (HQ+2HKV)*D] and each row is its sequence's new token at
     position context_lens - 1. Every program QK-norms and rotates its query heads and the row's key
-    itself (norm_rope_heads, the same rounding as qk_norm_rope_store) and takes the new key and
-    value from registers in place of the cache's (not yet written) token; split 0 writes them to
-    the cache slot. No other row may read that slot in the same launch (prefill rows of one
-    sequence do: they take the unfused pair of kernels)."""
+    itself (norm_rope_heads, the same rounding as qk_norm_rope_store); the blocks stop before the
+    new token, whose cache cell is not yet written, and the split that holds it adds it from
+    registers as one more softmax step (_attend_one: putting it into its block with a where cost
+    thousands of bytes of spills at 128-token blocks); split 0 writes it to the cache slot. No other
+    row may read that slot in the same launch (prefill rows of one sequence do: they take the
+    unfused pair of kernels)."""
     pdl_entry(USE_PDL)
     n = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -116,10 +131,10 @@ def _paged_attention_kernel(
             cell = (tl.load(slot_ptr + n).to(tl.int64) * HKV + kvh) * D + d[None, :]
             tl.store(kc_ptr + cell, k_new)
             tl.store(vc_ptr + cell, v_new)
-        skip = ctx - 1
+        cached = ctx - 1  # the tokens in the cache: all but the new one
     else:
         q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
-        skip = -1
+        cached = ctx
     pages = (ctx + PS - 1) // PS
     per_split = (pages + SPLITS - 1) // SPLITS
     start = split * per_split * PS
@@ -128,14 +143,14 @@ def _paged_attention_kernel(
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D], tl.float32)
     tok0 = start
-    while tok0 < end:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
-        k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, skip, bt_stride, t, d, HKV, D, PS)
-        if FUSED:
-            new = (tok0 + t == skip)[:, None]
-            k = tl.where(new, k_new, k)
-            v = tl.where(new, v_new, v)
+    stop = tl.minimum(end, cached)
+    while tok0 < stop:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
+        k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, stop, bt_stride, t, d, HKV, D, PS)
         m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
         tok0 += BT
+    if FUSED:
+        if (start <= cached) & (cached < end):  # this split holds the new token
+            m_i, l_i, acc = _attend_one(q, k_new, v_new, m_i, l_i, acc, scale, IEEE)
     if SPLITS == 1:
         out = acc / l_i[:, None]
         tl.store(o_ptr + heads[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)

@@ -1,0 +1,68 @@
+"""Registers and spills of Triton kernels compiled for a GPU this machine need not have.
+
+Triton compiles for any CUDA target without a device (`triton.compile` with a `GPUTarget`), and
+its bundled ptxas reports each kernel's registers and local-memory spills. A CPU-only session can
+so see whether a kernel change adds spills before any device time is spent on it (perf-notes #58:
+the decode attention's first fused design spilled 6 KB a thread at 128-token blocks).
+
+    python benchmarks/triton_ptxas.py            # the paged attention kernel, plain and fused
+    python benchmarks/triton_ptxas.py --arch 90 --warps 4 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from cadence.kernels import triton_attention
+
+
+def ptxas_report(fn, types: dict[str, str], constexprs: dict[str, object], warps: int, arch: int) -> str:
+    """Compile `fn` (a @triton.jit function) for sm_{arch}a and return ptxas's register/spill line."""
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
+    src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
+    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+    ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(kernel.asm["ptx"])
+        run = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}a", ptx, "-o", ptx + ".cubin"],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+    lines = [line.split("info    : ")[-1].strip() for line in run.stderr.splitlines()]
+    return "; ".join(line for line in lines if "registers" in line or "spill" in line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", type=int, default=90, help="compute capability x10 (default 90: Hopper)")
+    ap.add_argument("--warps", type=int, nargs="+", default=[4], help="num_warps to compile with (default 4)")
+    args = ap.parse_args()
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    ptr = "*bf16"
+    types = {
+        "q_ptr": ptr, "kc_ptr": ptr, "vc_ptr": ptr, "bt_ptr": "*i32", "ctx_ptr": "*i64", "m_ptr": "*fp32",
+        "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": ptr, "scale": "fp32", "bt_stride": "i32", "qn_ptr": ptr,
+        "kn_ptr": ptr, "cos_ptr": ptr, "sin_ptr": ptr, "pos_ptr": "*i64", "slot_ptr": "*i64", "eps": "fp32",
+    }  # fmt: skip
+    # Another Triton version (the GPU machine's) may allocate differently: read it as a warning sign.
+    print(f"Triton {triton.__version__}, sm_{args.arch}a; paged attention, GQA 16/8 x 128, bf16 cache, 16-token pages")
+    for warps in args.warps:
+        for fused in (False, True):
+            for splits, block in ((16, 64), (1, 32), (1, 128)):  # batch 1 talker, code predictor, batch >= 8
+                consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=block, SPLITS=splits, IEEE=False,
+                              FUSED=fused, USE_PDL=True)  # fmt: skip
+                report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
+                print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} warps {warps}: {report}")
+
+
+if __name__ == "__main__":
+    main()
