@@ -334,6 +334,26 @@ def test_linear_swiglu(ops, dtype, m, inter):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("plus", [False, True])
+def test_embed_frame(ops, dtype, plus):
+    """A frame's 16 embeddings summed (the talker's 3072-row table, then 15 of 2048 rows, stacked)
+    and the text track added: the one kernel against the lookups, the sum and the add."""
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(9)
+    sizes, h, b = [3072] + [2048] * 15, 96, 5
+    tables = [torch.randn(n, h, device=DEV, generator=g).to(dtype) for n in sizes]
+    table = torch.cat(tables)
+    offsets = torch.tensor([0] + sizes[:-1], device=DEV).cumsum(0)
+    codes = torch.stack([torch.randint(0, n, (b,), device=DEV, generator=g) for n in sizes], dim=1)
+    text = torch.randn(b, h, device=DEV, generator=g).to(dtype) if plus else None
+    a = tri.embed_frame(codes, table, offsets, text)
+    c = ref.embed_frame(codes, table, offsets, text)
+    eager = torch.stack([t[codes[:, j]] for j, t in enumerate(tables)], dim=1).sum(1)
+    assert torch.equal(c, eager + text if plus else eager)
+    assert (a.float() - c.float()).abs().max() <= tol(dtype) * c.float().abs().max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul(ops, dtype):
     tri, ref = ops
     gu = torch.randn(3, 2 * 1500, device=DEV, generator=torch.Generator(device=DEV).manual_seed(3)).to(dtype)

@@ -127,6 +127,16 @@ def qk_norm_rope_attention(
     return paged_attention(q, k_cache, v_cache, block_table, context_lens, scale, splits, max_context)
 
 
+def embed_frame(
+    codes: torch.Tensor, table: torch.Tensor, offsets: torch.Tensor, plus: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The sum of a frame's G code embeddings, codes [B, G] into `table` (the G tables stacked,
+    table j from row offsets[j]), reduced in one sum as `Talker.embed_frame` (one rounding in
+    bf16); then `plus` [B, H] (the text track) added."""
+    x = table[codes + offsets].sum(-2)
+    return x if plus is None else x + plus
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """SwiGLU on concatenated [gate | up] projections: silu(gate) * up, rounded like eager."""
     gate, up = gate_up.chunk(2, dim=-1)

@@ -17,7 +17,7 @@ from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, 
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
-    "AttentionTiles", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits", "attention_tiles", "linear",
+    "AttentionTiles", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits", "attention_tiles", "embed_frame", "linear",
     "linear_swiglu", "paged_attention", "pdl_launch", "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm",
     "rope_qk", "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "use_pdl",
 ]  # fmt: skip
@@ -184,6 +184,41 @@ def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
     if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):
         return silu_mul(linear(x, gate_up))
     return skinny_linear(x, gate_up, tiles, swiglu=True)
+
+
+# -- a frame's embedding: 16 table rows summed, the text track added ------------------------------
+
+
+@triton.jit
+def _embed_frame_kernel(codes_ptr, off_ptr, table_ptr, plus_ptr, out_ptr, H, codes_stride, G: tl.constexpr,
+                        BLOCK: tl.constexpr, HAS_PLUS: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+    pdl_entry(USE_PDL)
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < H
+    acc = tl.zeros([BLOCK], tl.float32)
+    for j in tl.static_range(G):  # in codebook order, in fp32, as the eager sum accumulates
+        idx = (tl.load(codes_ptr + row * codes_stride + j) + tl.load(off_ptr + j)).to(tl.int64)
+        acc += tl.load(table_ptr + idx * H + cols, mask=mask, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    x = acc.to(dtype)  # rounded once, then the text track added in the activation dtype
+    if HAS_PLUS:
+        x = (x.to(tl.float32) + tl.load(plus_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)).to(dtype)
+    tl.store(out_ptr + row * H + cols, x, mask=mask)
+
+
+def embed_frame(
+    codes: torch.Tensor, table: torch.Tensor, offsets: torch.Tensor, plus: torch.Tensor | None = None
+) -> torch.Tensor:
+    b, g = codes.shape
+    h = table.shape[1]
+    out = torch.empty(b, h, dtype=table.dtype, device=table.device)
+    block = 512
+    _embed_frame_kernel[(b, triton.cdiv(h, block))](
+        codes, offsets, table, out if plus is None else plus, out, h, codes.stride(0), G=g, BLOCK=block,
+        HAS_PLUS=plus is not None, **pdl_launch(table),
+    )  # fmt: skip
+    return out
 
 
 # -- sampling: processing + greedy / Gumbel-max in one kernel --------------------------------------
