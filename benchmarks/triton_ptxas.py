@@ -5,7 +5,7 @@ its bundled ptxas reports each kernel's registers and local-memory spills. A CPU
 so see whether a kernel change adds spills before any device time is spent on it (perf-notes #58:
 the decode attention's first fused design spilled 6 KB a thread at 128-token blocks).
 
-    python benchmarks/triton_ptxas.py            # the paged attention kernel, plain and fused
+    python benchmarks/triton_ptxas.py            # the paged attention kernel, plain and fused; the GEMM's tiles
     python benchmarks/triton_ptxas.py --arch 90 --warps 4 8
 """
 
@@ -21,15 +21,17 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from cadence.kernels import triton_attention
+from cadence.kernels import triton_attention, triton_linear
 
 
-def ptxas_report(fn, types: dict[str, str], constexprs: dict[str, object], warps: int, arch: int) -> str:
+def ptxas_report(
+    fn, types: dict[str, str], constexprs: dict[str, object], warps: int, arch: int, stages: int = 3
+) -> str:
     """Compile `fn` (a @triton.jit function) for sm_{arch}a and return ptxas's register/spill line."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
     src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps, "num_stages": stages})
     ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))[0]
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "k.ptx")
@@ -62,6 +64,22 @@ def main() -> None:
                               FUSED=fused, USE_PDL=True)  # fmt: skip
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} warps {warps}: {report}")
+    linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
+                    "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
+    print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")
+    for rows in (16, 32, 64):
+        for n, k, swiglu in ((4096, 1024, False), (1024, 2048, False), (6144, 1024, True), (1024, 3072, False),
+                             (3072, 1024, False), (2048, 1024, False)):  # fmt: skip
+            tiles = triton_linear.swiglu_tiles(n, k, rows) if swiglu else triton_linear.skinny_tiles(n, k, rows)
+            if tiles is None:
+                print(f"  rows {rows:>2} {n:>4}x{k:<4}: cuBLAS")
+                continue
+            k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
+            consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+                          SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, USE_PDL=True)  # fmt: skip
+            report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
+                                  tiles.stages)  # fmt: skip
+            print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
 
 
 if __name__ == "__main__":

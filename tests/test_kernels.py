@@ -203,13 +203,18 @@ def test_skinny_linear_reads_strided_rows(ops, dtype, m):
 
 
 def test_linear_routes_by_shape_and_rows(ops):
-    """Which GEMMs go to the weight-streaming kernel (perf-notes #28): every shape up to 16 rows; at
-    17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); above 32, none."""
+    """Which GEMMs go to the weight-streaming kernel (perf-notes #28, #60): every shape up to 16 rows;
+    at 17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); at 33-64 every shape
+    again, in 64-row tiles; above 64, none."""
     from cadence.kernels.triton_ops import skinny_tiles
 
     for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
         assert skinny_tiles(n, k, 1) is not None and skinny_tiles(n, k, 16) is not None
-        assert skinny_tiles(n, k, 33) is None and skinny_tiles(n, k, 64) is None
+        assert skinny_tiles(n, k, 33).block_m == 64 and skinny_tiles(n, k, 64).block_m == 64
+        assert skinny_tiles(n, k, 65) is None
+    from cadence.kernels.triton_linear import swiglu_tiles
+
+    assert swiglu_tiles(6144, 1024, 16) is not None and swiglu_tiles(6144, 1024, 48) is None  # GEMM, then silu
     routed = {(n, k) for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]
               if skinny_tiles(n, k, 32) is not None}  # fmt: skip
     assert routed == {(1024, 2048), (1024, 3072), (2048, 1024)}

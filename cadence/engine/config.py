@@ -130,9 +130,9 @@ class EngineConfig:
     # Talker graphs of at most this many rows (decode batch buckets, prefill token buckets) launch
     # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it
     # does nothing): each kernel starts while the one before finishes. On an H200 it shortened the
-    # batch-1 decode walk by 14 % and batch 8 by 9 %, changed nothing at 64 and slowed 128 and 256
-    # (docs/perf-notes.md #27). 0: off.
-    pdl_max_rows: int = 16
+    # batch-1 decode walk by 14 % and batch 8 by 9 % and slowed 128 and 256 (docs/perf-notes.md
+    # #27); up to 64 rows, where the GEMMs are Triton kernels too since #60. 0: off.
+    pdl_max_rows: int = 64
     # Decode batches of at most this many streams run the code predictor's 15 steps as one
     # persistent Triton kernel (its programs share each phase and meet at grid-wide barriers)
     # instead of ~1,000 layer kernels. Triton backend only; a talker wider than its code predictor

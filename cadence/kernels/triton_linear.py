@@ -105,8 +105,10 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     projections (o_proj 1024x2048, down 1024x3072: 32 slabs of 32 rows) split their K over 4
     programs to fill the SMs; the 6144-wide gate/up streams 64-row slabs; the rest 32-row slabs in
     256-wide K steps. 17-32 rows (#28): only the narrow weights gain (o_proj, down, the code
-    predictor's 2048-wide heads: -0.19 ms per walk against cuBLAS); above 32 rows cuBLAS (the best
-    tiles gained 0.09 ms of 2.73 at 64 rows)."""
+    predictor's 2048-wide heads: -0.19 ms per walk against cuBLAS). 33-64 rows (#60): every shape,
+    in 64-row tiles, the sweep's best at 64 rows (each within 10 % of cuBLAS alone, 2.64 against
+    2.73 ms a walk's mix), so that the whole walk is Triton kernels and programmatic dependent
+    launch can overlap each GEMM's weight read with the kernel before it. Above 64 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4)
@@ -116,15 +118,22 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
         if n <= 2048:
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
+        return None
+    if rows <= 64:
+        if n <= 1024 and k >= 2048:
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
     return None
 
 
 def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
     """Tiles of the SwiGLU GEMM for a [gate; up] weight of n rows, or None where it does not apply
-    (cuBLAS shapes, split-K): a program streams a gate slab and its up slab, as many weight rows
-    as the plain GEMM's tile for the same weight."""
+    (cuBLAS shapes, split-K, more than 16 rows): a program streams a gate slab and its up slab, as
+    many weight rows as the plain GEMM's tile for the same weight. Above 16 rows the gate/up GEMM
+    and silu_mul stay two kernels: with 64-row tiles the fused one was never timed, and ptxas puts
+    512 bytes a thread of spills in it (benchmarks/triton_ptxas.py)."""
     tiles = skinny_tiles(n, k, rows)
-    if tiles is None or tiles.split_k > 1:
+    if tiles is None or tiles.split_k > 1 or rows > SKINNY_MAX_ROWS:
         return None
     return dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
 

@@ -441,8 +441,9 @@ class FastDecoder:
     def _pdl(self, rows: int) -> Iterator[None]:
         """Kernels launched (and so captured) with programmatic dependent launch for graphs of at most
         `pdl_max_rows` rows: on an H200 it shortened the batch-1 walk 4.14 -> 3.55 ms and the batch-8
-        one 4.59 -> 4.18, left batch 64 as it was and slowed batch 128 / 256 (+0.2 / +0.7 ms), where
-        kernels launched early hold SM slots the running one's later waves need (perf-notes #27)."""
+        one 4.59 -> 4.18, left batch 64 as it was while its GEMMs were cuBLAS's (they take no part;
+        Triton's since #60) and slowed batch 128 / 256 (+0.2 / +0.7 ms), where kernels launched
+        early hold SM slots the running one's later waves need (perf-notes #27)."""
         use_pdl = getattr(self.ops, "use_pdl", None)  # the Triton ops only
         if use_pdl is None:
             yield
