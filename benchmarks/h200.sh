@@ -88,17 +88,25 @@ for phase in "$@"; do
         --batches 1,8,16,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 \
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
     walkab)  # changes A/B'd in one call: decode walks of this tree ("new") and of the trees in TREES (NAME=DIR
-      # ..., e.g. `git archive` of earlier commits, carried), interleaved twice so drift shows; gpu tests first
+      # ..., e.g. `git archive` of earlier commits, carried), interleaved so drift shows; gpu tests first.
+      # Each walk builds an engine (~60-110 s, most of it the codec's graph capture), so a call fits ~5
+      # walks: WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT sets
+      # cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
-      { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py \
-          -k "${WALKAB_KERNEL_TESTS:-not cuda}"
+      [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
+          tests/test_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
         timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py; } 2>&1 \
         | tee "$OUT/walkab_tests.log" | grep -E "passed|failed|error|Error" | tail -8
-      for round in 1 2; do for tree in new=. ${TREES:-}; do
+      site=""
+      if [ -n "${WALKAB_CUDNN_LIMIT:-}" ]; then
+        site=/tmp/walkab_site; mkdir -p $site
+        echo "import torch; torch.backends.cudnn.benchmark_limit = ${WALKAB_CUDNN_LIMIT}" > $site/sitecustomize.py
+      fi
+      for round in ${WALKAB_ROUNDS:-1 2}; do for tree in new=. ${TREES:-}; do
         name=${tree%%=*}; dir=${tree#*=}
         echo "== $name ($dir), round $round"
-        (cd "$dir" && PYTHONPATH=$PWD timeout 200 python3 benchmarks/engine_steps.py --model $full --device cuda \
-          --attention-backend triton --batches ${WALKAB_BATCHES:-1,4,64} --context 500 --prompt-lengths 60 \
+        (cd "$dir" && PYTHONPATH=$PWD${site:+:$site} timeout 200 python3 benchmarks/engine_steps.py --model $full \
+          --device cuda --attention-backend triton --batches ${WALKAB_BATCHES:-1,4,64} --context 500 --prompt-lengths 60 \
           --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 --kv-gb 20 --json "$OUT/walk_${name}_$round.json" \
           2>&1 | quiet | sed -n "/^ *batch/,/tokens:/p")
       done; done ;;
