@@ -188,6 +188,29 @@ def test_kv_exhaustion_queues_then_completes_everything(tiny_model):
     assert core.talker.kv.used_pages == 0
 
 
+def test_kv_cache_is_sized_after_the_codec_is_built(tiny_model, monkeypatch):
+    # On a GPU kv_cache_fraction takes a share of the memory free at that point; the codec's graphs
+    # and per-stream state must hold theirs by then, or the default sizes the KV cache into memory
+    # the codec's capture then needs (an out-of-memory error at start-up, perf-notes #62).
+    import cadence.engine.engine as engine_module
+
+    order: list[str] = []
+    codec_partition, kv_cache_bytes = engine_module.Qwen3TTSCodec, engine_module.kv_cache_bytes
+
+    def codec(*args, **kwargs):
+        order.append("codec")
+        return codec_partition(*args, **kwargs)
+
+    def kv(*args):
+        order.append("kv")
+        return kv_cache_bytes(*args)
+
+    monkeypatch.setattr(engine_module, "Qwen3TTSCodec", codec)
+    monkeypatch.setattr(engine_module, "kv_cache_bytes", kv)
+    build_core(tiny_model, config())
+    assert order == ["codec", "kv"]
+
+
 def test_queue_bound_and_oversized_request_are_refused(tiny_model):
     core = build_core(tiny_model, config(max_queue=2))
     core.add_request(request(tiny_model, 0, 10))

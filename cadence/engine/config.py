@@ -92,7 +92,8 @@ PERSISTENT_KERNELS = ("triton", "cuda", "cuda-ll")
 @dataclass(frozen=True)
 class EngineConfig:
     max_streams: int = 64  # decode slots: requests generating at once
-    # KV cache size: GB, or (when None) this fraction of free device memory (CPU: of 1 GB).
+    # KV cache size: GB, or (when None) this fraction of the device memory free once the codec (its
+    # state and graphs) is built (CPU: of 1 GB).
     kv_cache_memory: float | None = None
     kv_cache_fraction: float = 0.5
     page_size: int = 16  # tokens per KV page

@@ -109,6 +109,7 @@ def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
     if config.kv_cache_memory is not None:
         return int(config.kv_cache_memory * (1 << 30))
     if device.type == "cuda":
+        torch.cuda.empty_cache()  # blocks the allocator caches but no tensor holds are free too
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * config.kv_cache_fraction)
     return int(CPU_KV_BUDGET_BYTES * config.kv_cache_fraction)
@@ -129,6 +130,15 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
     if config.chunk_policy.deadline is None:  # auto (ChunkPolicy): on where codec calls are cheap graphs
         deadline = AUTO_DEADLINE if codec_on.type == "cuda" else 0.0
         config = replace(config, chunk_policy=replace(config.chunk_policy, deadline=deadline))
+    # The codec first (its per-stream state and its graphs), then the KV cache: kv_cache_fraction is a
+    # share of what the codec left, so the default never sizes the cache into memory its graphs need.
+    use_graphs = codec_on.type == "cuda" and not config.enforce_eager
+    own_stream = bool(config.pipeline_codec) and codec_on == model.device  # overlap on one GPU
+    codec = Qwen3TTSCodec(
+        model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
+        dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; model.codec stays the fp32 decode
+        tf32=config.codec_tf32,
+    )  # fmt: skip
     kv_bytes = kv_cache_bytes(config, model.device)
     backend = config.attention_backend
     if backend == "auto":
@@ -137,13 +147,6 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
         model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
         backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget, config.pdl_max_rows,
         config.persistent_max_rows, config.persistent_kernel,
-    )  # fmt: skip
-    use_graphs = codec_on.type == "cuda" and not config.enforce_eager
-    own_stream = bool(config.pipeline_codec) and codec_on == model.device  # overlap on one GPU
-    codec = Qwen3TTSCodec(
-        model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
-        dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; model.codec stays the fp32 decode
-        tf32=config.codec_tf32,
     )  # fmt: skip
     return EngineCore(talker, codec, config)
 

@@ -159,7 +159,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--kv-cache-fraction",
         type=float,
-        help=f"fraction of free device memory (CPU: of 1 GB) for the KV cache when --kv-cache-memory is not set "
+        help=f"fraction of the device memory free once the codec is built (CPU: of 1 GB) for the KV cache when "
+        f"--kv-cache-memory is not set "
         f"({defaults['kv_cache_fraction']})",
     )
     g.add_argument("--page-size", type=int, help=f"tokens per KV-cache page ({defaults['page_size']})")
