@@ -280,7 +280,9 @@ def main() -> None:
                      "persistent_max_rows": args.persistent_max_rows, "decode": []}  # fmt: skip
     core, build_s = make_core(model, args, max(max(args.batches), max(args.codec_streams)))
     results["engine_build_seconds"] = build_s
-    print(f"engine build (KV cache, graphs) {build_s:.1f} s")
+    kv = core.talker.kv
+    results["kv_cache_gb"] = kv.k.numel() * kv.k.element_size() * 2 / 2**30
+    print(f"engine build (KV cache, graphs) {build_s:.1f} s; KV cache {results['kv_cache_gb']:.2f} GB")
     print("\ntalker_decode (talker + 15 code-predictor steps + sampling), per walk")
     print("(ms/step: both halves of one walk; frame: until its frames are on the host)")
     print(f"{'batch':>6} {'ctx':>5} {'ms/step':>9} {'frame':>7} {'back2back':>10} {'frames/s':>10} {'audio s/s':>10}")
