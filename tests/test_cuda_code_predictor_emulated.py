@@ -10,6 +10,7 @@ on the device.
 
 from __future__ import annotations
 
+import re
 import shutil
 import struct
 import subprocess
@@ -22,7 +23,7 @@ import torch
 from cadence.engine.engine import build_core
 from cadence.engine.sampler import RowParams
 from cadence.kernels.code_predictor_buffers import STAMPS, CodePredictorBuffers, phases
-from cadence.kernels.cuda_code_predictor import SOURCE, KernelPlan, kernel_arguments, use_words
+from cadence.kernels.cuda_code_predictor import SAMPLER_WORDS, SOURCE, KernelPlan, kernel_arguments, use_words
 from cadence.models.qwen3_tts import Qwen3TTS
 
 from test_engine import config
@@ -174,3 +175,16 @@ def test_each_ll_frame_gets_tags_of_its_own(model):
         assert torch.equal(buffers.d[:2] & 0xFFFFFFFF, bits)
         assert torch.equal(buffers.d[:2] >> 32, torch.full_like(bits, epoch * 1024))
     assert (buffers.qkv == -1).all()  # untouched words: a tag no phase writes
+
+
+def test_the_python_mirrors_of_the_kernel_constants_agree_with_its_source():
+    # KernelPlan reserves the sampler's shared memory and the trace is read back by phase from
+    # Python; each constant is written in both languages, so they are compared here.
+    def constant(path: Path, name: str, **names: int) -> int:
+        expression = re.search(rf"constexpr int {name} = ([^;]+);", path.read_text()).group(1)
+        return eval(expression, {}, names)  # small integer arithmetic from our own source
+
+    assert constant(SOURCE.with_name("sampling.cuh"), "SAMPLER_WORDS") == SAMPLER_WORDS
+    assert constant(SOURCE, "STAMPS") == STAMPS
+    for steps, layers in [(15, 5), (3, 2)]:
+        assert constant(SOURCE, "PHASES", STEPS=steps, LAYERS=layers) == phases(steps, layers)
