@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -209,11 +209,23 @@ class CodecStreamState:
 
 
 class _Carry:
-    """The gathered state of one call's B streams; steps read and replace it, then it is scattered back."""
+    """The gathered state of one call's B streams; steps read and replace it, then it is scattered
+    back: a conv's history as soon as the conv has its input (`keep_conv`), the rest at the end."""
 
-    def __init__(self, frames: torch.Tensor, conv: list[torch.Tensor], keys: torch.Tensor, values: torch.Tensor):
+    def __init__(
+        self,
+        frames: torch.Tensor,
+        conv: list[torch.Tensor],
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        keep_conv: Callable[[int, torch.Tensor], None],
+    ):
         self.frames = frames  # [B] position of each stream's first new frame
-        self.conv = conv
+        self.conv = conv  # each conv's carried inputs, gathered (copies: the pool may be written meanwhile)
+        # Writes a conv's new history to the pool at once. Kept as a view until the call's end, it
+        # held the conv's whole input window alive, and a chunk's memory peak was the sum of every
+        # window (~20 MB a stream-frame at full size; per CUDA graph, perf-notes #63).
+        self.keep_conv = keep_conv
         self.keys = keys  # [B, L, W-1, H, D]
         self.values = values
         self.new_keys = list(keys.unbind(1))  # per layer; replaced when the layer attends
@@ -222,7 +234,7 @@ class _Carry:
     def with_history(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """cat(carried inputs, x) along time; the carry keeps the last inputs for the next call."""
         full = torch.cat([self.conv[index], x], dim=-1)
-        self.conv[index] = full[..., full.shape[-1] - self.conv[index].shape[-1] :]
+        self.keep_conv(index, full[..., full.shape[-1] - self.conv[index].shape[-1] :])
         return full
 
     def attend(self, layer: int, mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -336,11 +348,10 @@ class StreamingCodecDecoder:
             conv=[t.index_select(0, idx) for t in pool.conv],
             keys=pool.keys.index_select(0, idx),
             values=pool.values.index_select(0, idx),
+            keep_conv=lambda i, tail: pool.conv[i].index_copy_(0, idx, tail),
         )
         with tf32_as_convs(self.tf32):
             wav = self._run(carry, codes.to(idx.device).long().transpose(1, 2))
-        for t, new in zip(pool.conv, carry.conv, strict=True):
-            t.index_copy_(0, idx, new)
         pool.keys.index_copy_(0, idx, torch.stack(carry.new_keys, dim=1))
         pool.values.index_copy_(0, idx, torch.stack(carry.new_values, dim=1))
         pool.frames.index_copy_(0, idx, carry.frames + frames)
@@ -397,7 +408,7 @@ class StreamingCodecDecoder:
         window = time_major(batch, channels, past.shape[-1] + length, dtype, x.device)
         window[..., : past.shape[-1]] = past
         ops_for(x).snake_beta(x, act.alpha, act.beta, pre.bias, pre.residual, window[..., past.shape[-1] :], sum_out)
-        carry.conv[i] = window[..., x.shape[-1] :]
+        carry.keep_conv(i, window[..., x.shape[-1] :])
         return window
 
     def _step(self, m: nn.Module, x: torch.Tensor, carry: _Carry) -> torch.Tensor:
