@@ -211,6 +211,23 @@ def test_kv_cache_is_sized_after_the_codec_is_built(tiny_model, monkeypatch):
     assert order == ["codec", "kv"]
 
 
+@pytest.mark.parametrize("part", ["Qwen3TTSCodec", "Qwen3TTSTalker"])
+def test_running_out_of_memory_at_build_names_the_part_and_the_settings(tiny_model, monkeypatch, part):
+    import cadence.engine.engine as engine_module
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 24.00 MiB")
+
+    monkeypatch.setattr(engine_module, part, out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError) as error:
+        build_core(tiny_model, config())
+    message = str(error.value)
+    assert ("the codec" if part == "Qwen3TTSCodec" else "the talker") in message
+    assert "max_streams" in message and "enforce_eager" in message and "Tried to allocate 24.00 MiB" in message
+    if part == "Qwen3TTSTalker":
+        assert "kv_cache_memory" in message
+
+
 def test_queue_bound_and_oversized_request_are_refused(tiny_model):
     core = build_core(tiny_model, config(max_queue=2))
     core.add_request(request(tiny_model, 0, 10))

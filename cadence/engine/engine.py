@@ -11,12 +11,13 @@ drains between steps, and chunks leave through per-request sinks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -115,6 +116,16 @@ def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
     return int(CPU_KV_BUDGET_BYTES * config.kv_cache_fraction)
 
 
+@contextlib.contextmanager
+def _out_of_memory_explained(what: str, remedies: str) -> Iterator[None]:
+    """An out-of-memory error while building says what was being built and which settings shrink
+    it (still an OutOfMemoryError, for whoever catches that)."""
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        raise torch.OutOfMemoryError(f"out of device memory building {what}; {remedies}. ({e})") from e
+
+
 def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.device | None = None) -> EngineCore:
     """The model's partitions, sized by `config`, under one engine core. `codec_device`: the Codec
     partition on a device of its own (disaggregated; frames cross device to device each step);
@@ -134,20 +145,29 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
     # share of what the codec left, so the default never sizes the cache into memory its graphs need.
     use_graphs = codec_on.type == "cuda" and not config.enforce_eager
     own_stream = bool(config.pipeline_codec) and codec_on == model.device  # overlap on one GPU
-    codec = Qwen3TTSCodec(
-        model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
-        dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; model.codec stays the fp32 decode
-        tf32=config.codec_tf32,
-    )  # fmt: skip
+    with _out_of_memory_explained(
+        f"the codec (its state for max_streams={config.max_streams} and its CUDA graphs)",
+        "lower max_streams (--max-streams), fewer graph_buckets (--graph-buckets), or enforce_eager (--enforce-eager)",
+    ):
+        codec = Qwen3TTSCodec(
+            model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
+            dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; model.codec stays the fp32 decode
+            tf32=config.codec_tf32,
+        )  # fmt: skip
     kv_bytes = kv_cache_bytes(config, model.device)
     backend = config.attention_backend
     if backend == "auto":
         backend = "triton" if model.device.type == "cuda" and triton_available() else "sdpa"
-    talker = Qwen3TTSTalker(
-        model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
-        backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget, config.pdl_max_rows,
-        config.persistent_max_rows, config.persistent_kernel,
-    )  # fmt: skip
+    with _out_of_memory_explained(
+        f"the talker (a {kv_bytes / 2**30:.1f} GB KV cache and its CUDA graphs)",
+        "a smaller kv_cache_memory / kv_cache_fraction (--kv-cache-memory, --kv-cache-fraction), lower max_streams "
+        "(--max-streams), or enforce_eager (--enforce-eager)",
+    ):
+        talker = Qwen3TTSTalker(
+            model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
+            backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget, config.pdl_max_rows,
+            config.persistent_max_rows, config.persistent_kernel,
+        )  # fmt: skip
     return EngineCore(talker, codec, config)
 
 
