@@ -280,8 +280,7 @@ def main() -> None:
                      "persistent_max_rows": args.persistent_max_rows, "decode": []}  # fmt: skip
     core, build_s = make_core(model, args, max(max(args.batches), max(args.codec_streams)))
     results["engine_build_seconds"] = build_s
-    kv = core.talker.kv
-    results["kv_cache_gb"] = kv.k.numel() * kv.k.element_size() * 2 / 2**30
+    results["kv_cache_gb"] = core.talker.kv.nbytes / 2**30
     print(f"engine build (KV cache, graphs) {build_s:.1f} s; KV cache {results['kv_cache_gb']:.2f} GB")
     print("\ntalker_decode (talker + 15 code-predictor steps + sampling), per walk")
     print("(ms/step: both halves of one walk; frame: until its frames are on the host)")

@@ -207,8 +207,14 @@ def test_kv_cache_is_sized_after_the_codec_is_built(tiny_model, monkeypatch):
 
     monkeypatch.setattr(engine_module, "Qwen3TTSCodec", codec)
     monkeypatch.setattr(engine_module, "kv_cache_bytes", kv)
-    build_core(tiny_model, config())
+    core = build_core(tiny_model, config())
     assert order == ["codec", "kv"]
+    # What the server reports as the KV size (EngineInfo.kv_bytes) is what was allocated: the
+    # budget's whole pages, the dummy slot's scratch page among them.
+    kv, page = core.talker.kv, core.talker.kv.page_size * core.talker.bytes_per_token
+    budget = kv_cache_bytes(config(), tiny_model.device)
+    assert kv.nbytes == (kv.num_pages + 1) * page
+    assert budget - page < kv.nbytes <= budget
 
 
 @pytest.mark.parametrize("part", ["Qwen3TTSCodec", "Qwen3TTSTalker"])

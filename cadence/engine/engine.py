@@ -203,7 +203,7 @@ class Engine:
         log.info(
             "KV cache %.2f GB: %d pages x %d tokens = %d tokens (%d bytes/token); capacity %d streams x %.0f s "
             "of audio each, or 1 stream x %.0f s; codec state %.1f MB/stream",
-            kv.k.numel() * kv.k.element_size() * 2 / 2**30, kv.num_pages, kv.page_size, tokens,
+            kv.nbytes / 2**30, kv.num_pages, kv.page_size, tokens,
             talker.bytes_per_token, self.config.max_streams, per_stream_s, tokens * 0.08,
             codec.bytes_per_stream / 2**20,
         )  # fmt: skip

@@ -41,6 +41,11 @@ class PagedKVCache:
     def bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
         return 2 * num_layers * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
+    @property
+    def nbytes(self) -> int:
+        """Device memory of the keys and values (the scratch page included): what the budget bought."""
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
 

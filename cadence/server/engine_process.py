@@ -23,7 +23,7 @@ import zmq
 
 from ..engine.config import EngineConfig
 from ..engine.core import EngineCore
-from ..engine.engine import SynthesisRequest, build_core, kv_cache_bytes, prepare_request
+from ..engine.engine import SynthesisRequest, build_core, prepare_request
 from ..engine.request import FinishReason, QueueFullError
 from ..models.qwen3_tts.builtin import Architecture
 from ..models.qwen3_tts.model import Qwen3TTS
@@ -125,7 +125,7 @@ def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
         max_queue=cfg.engine.max_queue,
         kv_pages_total=kv.num_pages,
         page_size=kv.page_size,
-        kv_bytes=kv_cache_bytes(cfg.engine, model.device),
+        kv_bytes=kv.nbytes,  # as allocated: a fraction of free memory would be read after the allocation
         sample_rate=model.sample_rate,
         warmup_seconds=warmup_s,
     )
