@@ -11,7 +11,14 @@ import triton
 import triton.language as tl
 
 from ..engine.sampler import RowParams
-from .triton_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention, qk_norm_rope_attention
+from .triton_attention import (
+    AttentionTiles,
+    attention_splits,
+    attention_tiles,
+    norm_rope_heads,
+    paged_attention,
+    qk_norm_rope_attention,
+)
 from .triton_launch import pdl_entry, pdl_launch, use_pdl
 from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles, swiglu_tiles
 
@@ -69,40 +76,22 @@ def _qk_norm_rope_store_kernel(
     pdl_entry(USE_PDL)
     n = tl.program_id(0)
     h = tl.program_id(1)  # 0..HQ+2*HKV-1: q heads, then k heads, then v heads
-    half: tl.constexpr = D // 2
     d = tl.arange(0, D)
-    x = tl.load(qkv_ptr + (n * (HQ + 2 * HKV) + h) * D + d)
+    row = qkv_ptr + n * (HQ + 2 * HKV) * D
     slot = tl.load(slot_ptr + n).to(tl.int64)
     if h >= HQ + HKV:  # values: stored as they are
-        tl.store(vc_ptr + (slot * HKV + (h - HQ - HKV)) * D + d, x)
+        tl.store(vc_ptr + (slot * HKV + (h - HQ - HKV)) * D + d, tl.load(row + h * D + d))
     else:
-        x32 = x.to(tl.float32)
-        inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / D + eps)
-        if h < HQ:
-            w = tl.load(qn_ptr + d).to(tl.float32)
-        else:
-            w = tl.load(kn_ptr + d).to(tl.float32)
-        normed = (w * (x32 * inv).to(x.dtype).to(tl.float32)).to(x.dtype)
-        # rotate_half needs the partner element: re-derive it from the loaded vector by index.
-        partner_idx = tl.where(d < half, d + half, d - half)
-        xp = tl.load(qkv_ptr + (n * (HQ + 2 * HKV) + h) * D + partner_idx).to(tl.float32)
-        xp_inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / D + eps)
-        if h < HQ:
-            wp = tl.load(qn_ptr + partner_idx).to(tl.float32)
-        else:
-            wp = tl.load(kn_ptr + partner_idx).to(tl.float32)
-        partner = (wp * (xp * xp_inv).to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
-        rotated = tl.where(d < half, -partner, partner)
+        # The arithmetic of the fused decode attention's own QK-norm and RoPE (norm_rope_heads),
+        # so that both paths round alike: one head here.
         pos = tl.load(pos_ptr + n).to(tl.int64)
-        c = tl.load(cos_ptr + pos * D + d).to(tl.float32)
-        s = tl.load(sin_ptr + pos * D + d).to(tl.float32)
-        a = (normed.to(tl.float32) * c).to(x.dtype).to(tl.float32)
-        b = (rotated.to(x.dtype).to(tl.float32) * s).to(x.dtype).to(tl.float32)
-        y = (a + b).to(x.dtype)
+        one = tl.arange(0, 1)
         if h < HQ:
-            tl.store(q_out_ptr + (n * HQ + h) * D + d, y)
+            y = norm_rope_heads(row, h + one, one < 1, qn_ptr, cos_ptr, sin_ptr, pos, eps, D)  # [1, D]
+            tl.store(q_out_ptr + (n * HQ + h) * D + d[None, :], y)
         else:
-            tl.store(kc_ptr + (slot * HKV + (h - HQ)) * D + d, y)
+            y = norm_rope_heads(row, h + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, eps, D)
+            tl.store(kc_ptr + (slot * HKV + (h - HQ)) * D + d[None, :], y)
 
 
 def qk_norm_rope_store(
