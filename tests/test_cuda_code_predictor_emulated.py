@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from cadence.engine.engine import build_core
+from cadence.engine.rng import U_MAX
 from cadence.engine.sampler import RowParams
 from cadence.kernels.code_predictor_buffers import STAMPS, CodePredictorBuffers, phases
 from cadence.kernels.cuda_code_predictor import SAMPLER_WORDS, SOURCE, KernelPlan, kernel_arguments, use_words
@@ -188,3 +189,6 @@ def test_the_python_mirrors_of_the_kernel_constants_agree_with_its_source():
     assert constant(SOURCE, "STAMPS") == STAMPS
     for steps, layers in [(15, 5), (3, 2)]:
         assert constant(SOURCE, "PHASES", STEPS=steps, LAYERS=layers) == phases(steps, layers)
+    # the sampler's uniforms clamped below 1 as rng.uniform clamps them (a 1.0 made a NaN that won)
+    clamp = re.search(r"fminf\(.*, ([0-9.]+)f\);", SOURCE.with_name("sampling.cuh").read_text()).group(1)
+    assert np.float32(clamp) == np.float32(U_MAX) < 1

@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..engine.rng import U_MAX
 from ..engine.sampler import RowParams
 from .triton_attention import (
     AttentionTiles,
@@ -212,6 +213,8 @@ def embed_frame(
 
 # -- sampling: processing + greedy / Gumbel-max in one kernel --------------------------------------
 
+_U_MAX = tl.constexpr(U_MAX)  # the noise's uniforms stay below 1 (engine/rng.py)
+
 
 @triton.jit
 def _mix32(x):
@@ -277,7 +280,7 @@ def _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, see
         hkey = _mix32(hkey ^ codebook_key.to(tl.uint32))
         h = _mix32(hkey ^ (col.to(tl.uint32) * 0x1E3779B9 + 0x5BD1E995))
         h = _mix32(h ^ hkey)
-        u = tl.minimum(((h >> 8).to(tl.float32) + 0.5) / 16777216.0, 0.99999994)  # rng.uniform's clamp
+        u = tl.minimum(((h >> 8).to(tl.float32) + 0.5) / 16777216.0, _U_MAX)  # rng.uniform's clamp
         noisy = tl.where(valid, y - tl.log(-tl.log(u)), -float("inf"))
         choice = tl.argmax(noisy, axis=0)
     return choice
