@@ -110,20 +110,16 @@ def test_paged_attention(ops, dtype, splits, shape):
     assert (a.float() - b.float()).abs().max() <= tol(dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("splits", [1, 4, 16])
-@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=["small", "talker"])
-def test_qk_norm_rope_attention(ops, dtype, splits, shape):
-    """The decode kernel (QK-norm, RoPE, cache write and attention in one) against the two ops it
-    replaces. The new tokens' cells start as NaN: a kernel that read them instead of taking the
-    key and value from registers would put NaN in the output."""
+def decode_rows(shape, dtype, seed):
+    """Inputs of one decode attention: each row its own sequence's new token, its pages its own,
+    and the new tokens' cache cells NaN (a kernel that read them instead of taking the key and value
+    from registers, or that left one unwritten, shows NaN)."""
     from cadence.models.qwen3_tts.layers import rope_cos_sin
 
-    tri, ref = ops
     hq, hkv, d, ps, contexts = shape
-    g = torch.Generator(device=DEV).manual_seed(4)
+    g = torch.Generator(device=DEV).manual_seed(seed)
     n, p = len(contexts), -(-max(contexts) // ps)
-    pages = 2 * n * p  # each row its own pages, as decode's sequences (no row reads another's new token)
+    pages = 2 * n * p
     bt = torch.randperm(pages, device=DEV, generator=g)[: n * p].view(n, p)
     ctx = torch.tensor(contexts, device=DEV)
     pos = ctx - 1
@@ -135,15 +131,48 @@ def test_qk_norm_rope_attention(ops, dtype, splits, shape):
     caches = [torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype) for _ in range(2)]
     for c in caches:
         c.view(-1, hkv, d)[slots] = float("nan")
+    return qkv, (qn, kn, 1e-6, cos, sin, pos), caches, (slots, bt, ctx, d**-0.5, hq, hkv)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("splits", [1, 4, 16])
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=["small", "talker"])
+def test_qk_norm_rope_attention(ops, dtype, splits, shape):
+    """The decode kernel (QK-norm, RoPE, cache write and attention in one) against the two ops it
+    replaces."""
+    tri, ref = ops
+    qkv, args, caches, rest = decode_rows(shape, dtype, seed=4)
     mine = [c.clone() for c in caches]
-    args = (qn, kn, 1e-6, cos, sin, pos)
-    a = tri.qk_norm_rope_attention(qkv, *args, *mine, slots, bt, ctx, d**-0.5, hq, hkv, splits)
-    b = ref.qk_norm_rope_attention(qkv, *args, *caches, slots, bt, ctx, d**-0.5, hq, hkv, splits)
+    a = tri.qk_norm_rope_attention(qkv, *args, *mine, *rest, splits)
+    b = ref.qk_norm_rope_attention(qkv, *args, *caches, *rest, splits)
     assert not a.isnan().any()
     assert (a.float() - b.float()).abs().max() <= 4 * tol(dtype)
     for x, y in zip(mine, caches, strict=True):
         assert not x.isnan().any()  # every new token's key and value written
         assert (x.float() - y.float()).abs().max() <= 4 * tol(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qk_norm_rope_attention_above_the_fused_rows(ops, dtype):
+    """Above FUSED_ATTENTION_MAX_ROWS rows the decode attention is qk_norm_rope_store then
+    paged_attention (slower fused at 256 rows, perf-notes #64): bit for bit those two kernels, and
+    within rounding of the definition."""
+    tri, ref = ops
+    hq, hkv, d, ps, contexts = ATTENTION_SHAPES[0]
+    rows = tri.FUSED_ATTENTION_MAX_ROWS + 3
+    shape = (hq, hkv, d, ps, [contexts[i % len(contexts)] for i in range(rows)])
+    qkv, args, caches, rest = decode_rows(shape, dtype, seed=5)
+    slots, bt, ctx, scale = rest[:4]
+    mine, two, defined = ([c.clone() for c in caches] for _ in range(3))
+    a = tri.qk_norm_rope_attention(qkv, *args, *mine, *rest)
+    q = tri.qk_norm_rope_store(qkv, *args, *two, slots, hq, hkv)
+    b = tri.paged_attention(q, *two, bt, ctx, scale)
+    c = ref.qk_norm_rope_attention(qkv, *args, *defined, *rest)
+    assert torch.equal(a, b)
+    assert (a.float() - c.float()).abs().max() <= 4 * tol(dtype)
+    for x, y in zip(mine, two, strict=True):
+        assert not x.isnan().any()
+        assert torch.equal(x, y)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -18,16 +18,17 @@ from .triton_attention import (
     attention_tiles,
     norm_rope_heads,
     paged_attention,
-    qk_norm_rope_attention,
 )
+from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_launch import pdl_entry, pdl_launch, use_pdl
 from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles, swiglu_tiles
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
-    "AttentionTiles", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits", "attention_tiles", "embed_frame", "linear",
-    "linear_swiglu", "paged_attention", "pdl_launch", "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm",
-    "rope_qk", "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "use_pdl",
+    "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits",
+    "attention_tiles", "embed_frame", "linear", "linear_swiglu", "paged_attention", "pdl_launch",
+    "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens", "silu_mul",
+    "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
@@ -106,6 +107,30 @@ def qk_norm_rope_store(
         HQ=num_heads, HKV=num_kv_heads, D=d, **pdl_launch(qkv),
     )  # fmt: skip
     return q
+
+
+# Decode batches up to this many rows take the QK-norm, RoPE and cache write inside the attention
+# kernel (#58); larger ones run qk_norm_rope_store then paged_attention. Measured on the H200
+# (perf-notes #64): the fused kernel gains at 8 rows (walk 4.08 -> 3.70 ms with #59-#60) and is
+# even at 64, but at 256 rows the walk was 0.15 ms slower with it (11.05 -> 11.21 ms), where every
+# program's long context loop is bandwidth-bound and the fused prologue only adds to it.
+FUSED_ATTENTION_MAX_ROWS = 64
+
+
+def qk_norm_rope_attention(
+    qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
+    num_heads: int, num_kv_heads: int, splits: int | None = None, tiles: AttentionTiles | None = None,
+    max_context: int | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """Decode attention with the rows' QK-norm, RoPE and cache write (torch_ops has the definition):
+    one fused kernel up to FUSED_ATTENTION_MAX_ROWS rows, the two kernels above."""
+    norm_rope = (q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index)
+    if qkv.shape[0] <= FUSED_ATTENTION_MAX_ROWS:
+        return fused_qk_norm_rope_attention(
+            qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, splits, tiles, max_context
+        )
+    q = qk_norm_rope_store(qkv, *norm_rope, num_heads, num_kv_heads)
+    return paged_attention(q, k_cache, v_cache, block_table, context_lens, scale, splits, tiles, max_context)
 
 
 # -- RoPE on q and k (the codec's transformer) -------------------------------------------------------
