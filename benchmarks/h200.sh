@@ -20,7 +20,7 @@ server_wheels() {
 for phase in "$@"; do
   case $phase in
     tests)
-      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     bench)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
@@ -94,7 +94,7 @@ for phase in "$@"; do
       # cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
-          tests/test_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
+          tests/test_kernels.py tests/test_attention_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
         timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py; } 2>&1 \
         | tee "$OUT/walkab_tests.log" | grep -E "passed|failed|error|Error" | tail -8
       site=""
@@ -136,7 +136,7 @@ for phase in "$@"; do
     pdl)  # issue 4: programmatic dependent launch (perf-notes #27): its gpu tests, then the walk with it
       need_full
       CADENCE_PDL=1 timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
-        tests/test_fast_step.py 2>&1 | tee "$OUT/pdltests.log" | tail -8
+        tests/test_attention_kernels.py tests/test_fast_step.py 2>&1 | tee "$OUT/pdltests.log" | tail -8
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --pdl-max-rows 256 \
         --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,64 --codec-frames 1,8 \
         --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_pdl.json" 2>&1 | tee "$OUT/pdl.log" | quiet ;;
@@ -168,7 +168,7 @@ for phase in "$@"; do
       # SIGINT on timeout: pytest then prints where it was and a summary instead of dying silently.
       { timeout -s INT 360 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_codec_graphs.py \
           tests/test_fast_step.py tests/test_engine_variants.py tests/test_disaggregated.py tests/test_engine_host_waits.py
-        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
     codec)  # issue 5: the streaming codec alone (fp32), per (streams, frames) shape
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \

@@ -1,35 +1,23 @@
-"""Triton kernels against their PyTorch definitions (torch_ops.py), on fresh random inputs.
-
-Runs on a CUDA device, or on the CPU through Triton's interpreter (TRITON_INTERPRET=1, fp32 only);
-skipped where Triton is not installed (CI installs the CPU build of torch, which has no Triton).
+"""Triton kernels against their PyTorch definitions (torch_ops.py), on fresh random inputs: norms,
+the weight-streaming GEMMs, the embedding, sampling, SnakeBeta and the persistent code predictor
+(the attention kernels: test_attention_kernels.py). Where they run: kernel_checks.py.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from kernel_checks import DEV, DTYPES, INTERPRET, NEEDS_TRITON, tol
 
 from cadence.engine.sampler import RowParams
-from cadence.kernels import load_ops, triton_available
+from cadence.kernels import load_ops
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-pytestmark = pytest.mark.skipif(
-    not triton_available() or not (torch.cuda.is_available() or INTERPRET),
-    reason="needs Triton with a CUDA device, or TRITON_INTERPRET=1",
-)
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-DTYPES = [torch.float32] if INTERPRET else [torch.float32, torch.bfloat16]
+pytestmark = NEEDS_TRITON
 
 
 @pytest.fixture(scope="module")
 def ops():
     return load_ops("triton"), load_ops("torch")
-
-
-def tol(dtype):
-    return 1e-5 if dtype == torch.float32 else 2e-2
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -47,30 +35,6 @@ def test_rms_norm(ops, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_qk_norm_rope_store(ops, dtype):
-    tri, ref = ops
-    from cadence.models.qwen3_tts.layers import rope_cos_sin
-
-    g = torch.Generator(device=DEV).manual_seed(1)
-    n, hq, hkv, d, pages, ps = 6, 4, 2, 32, 10, 4
-    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g).to(dtype)
-    qn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    kn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    cos, sin = rope_cos_sin(torch.arange(64, device=DEV), d, 1e6, dtype)
-    pos = torch.tensor([0, 3, 17, 40, 63, 5], device=DEV)
-    slots = torch.randperm(pages * ps, device=DEV, generator=g)[:n]
-    caches = [torch.full((pages, ps, hkv, d), float("nan"), device=DEV, dtype=dtype) for _ in range(4)]
-    qa = tri.qk_norm_rope_store(qkv, qn, kn, 1e-6, cos, sin, pos, caches[0], caches[1], slots, hq, hkv)
-    qb = ref.qk_norm_rope_store(qkv, qn, kn, 1e-6, cos, sin, pos, caches[2], caches[3], slots, hq, hkv)
-    t = tol(dtype)
-    assert (qa.float() - qb.float()).abs().max() <= t * 4
-    for a, b in ((caches[0], caches[2]), (caches[1], caches[3])):
-        written = a.view(-1, hkv, d)[slots]
-        assert not written.isnan().any()
-        assert (written.float() - b.view(-1, hkv, d)[slots].float()).abs().max() <= t * 4
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_qk(ops, dtype):
     """The streaming codec's RoPE: q and k heads of a packed qkv, per-row fp32 cos/sin."""
     tri, ref = ops
@@ -84,119 +48,6 @@ def test_rope_qk(ops, dtype):
     assert qa.shape == (n, hq, d) and ka.shape == (n, hkv, d) and qa.dtype == dtype
     for a, b in ((qa, qb), (ka, kb)):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * (1 + b.float().abs().max())
-
-
-# (query heads, kv heads, head dim, page size, contexts): small pages, then the talker's shape
-# (GQA 16/8 x 128, 16-token pages) with contexts over several 64-token blocks and splits left empty.
-ATTENTION_SHAPES = [(4, 2, 32, 4, [1, 4, 5, 17, 32]), (16, 8, 128, 16, [1, 16, 70, 130, 200])]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("splits", [1, 4, 16])
-@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=["small", "talker"])
-def test_paged_attention(ops, dtype, splits, shape):
-    tri, ref = ops
-    hq, hkv, d, ps, contexts = shape
-    g = torch.Generator(device=DEV).manual_seed(2)
-    n, p = len(contexts), -(-max(contexts) // ps)
-    pages = 3 * p
-    kc = torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype)
-    vc = torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype)
-    bt = torch.stack([torch.randperm(pages, device=DEV, generator=g)[:p] for _ in range(n)])
-    ctx = torch.tensor(contexts, device=DEV)
-    q = torch.randn(n, hq, d, device=DEV, generator=g).to(dtype)
-    a = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits)
-    b = ref.paged_attention(q, kc, vc, bt, ctx, d**-0.5)
-    assert (a.float() - b.float()).abs().max() <= tol(dtype)
-
-
-def decode_rows(shape, dtype, seed):
-    """Inputs of one decode attention: each row its own sequence's new token, its pages its own,
-    and the new tokens' cache cells NaN (a kernel that read them instead of taking the key and value
-    from registers, or that left one unwritten, shows NaN)."""
-    from cadence.models.qwen3_tts.layers import rope_cos_sin
-
-    hq, hkv, d, ps, contexts = shape
-    g = torch.Generator(device=DEV).manual_seed(seed)
-    n, p = len(contexts), -(-max(contexts) // ps)
-    pages = 2 * n * p
-    bt = torch.randperm(pages, device=DEV, generator=g)[: n * p].view(n, p)
-    ctx = torch.tensor(contexts, device=DEV)
-    pos = ctx - 1
-    slots = bt.gather(1, (pos // ps)[:, None])[:, 0] * ps + pos % ps
-    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g).to(dtype)
-    qn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    kn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    cos, sin = rope_cos_sin(torch.arange(max(contexts), device=DEV), d, 1e6, dtype)
-    caches = [torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype) for _ in range(2)]
-    for c in caches:
-        c.view(-1, hkv, d)[slots] = float("nan")
-    return qkv, (qn, kn, 1e-6, cos, sin, pos), caches, (slots, bt, ctx, d**-0.5, hq, hkv)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("splits", [1, 4, 16])
-@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=["small", "talker"])
-def test_qk_norm_rope_attention(ops, dtype, splits, shape):
-    """The decode kernel (QK-norm, RoPE, cache write and attention in one) against the two ops it
-    replaces."""
-    tri, ref = ops
-    qkv, args, caches, rest = decode_rows(shape, dtype, seed=4)
-    mine = [c.clone() for c in caches]
-    a = tri.qk_norm_rope_attention(qkv, *args, *mine, *rest, splits)
-    b = ref.qk_norm_rope_attention(qkv, *args, *caches, *rest, splits)
-    assert not a.isnan().any()
-    assert (a.float() - b.float()).abs().max() <= 4 * tol(dtype)
-    for x, y in zip(mine, caches, strict=True):
-        assert not x.isnan().any()  # every new token's key and value written
-        assert (x.float() - y.float()).abs().max() <= 4 * tol(dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_qk_norm_rope_attention_above_the_fused_rows(ops, dtype):
-    """Above FUSED_ATTENTION_MAX_ROWS rows the decode attention is qk_norm_rope_store then
-    paged_attention (slower fused at 256 rows, perf-notes #64): bit for bit those two kernels, and
-    within rounding of the definition."""
-    tri, ref = ops
-    hq, hkv, d, ps, contexts = ATTENTION_SHAPES[0]
-    rows = tri.FUSED_ATTENTION_MAX_ROWS + 3
-    shape = (hq, hkv, d, ps, [contexts[i % len(contexts)] for i in range(rows)])
-    qkv, args, caches, rest = decode_rows(shape, dtype, seed=5)
-    slots, bt, ctx, scale = rest[:4]
-    mine, two, defined = ([c.clone() for c in caches] for _ in range(3))
-    a = tri.qk_norm_rope_attention(qkv, *args, *mine, *rest)
-    q = tri.qk_norm_rope_store(qkv, *args, *two, slots, hq, hkv)
-    b = tri.paged_attention(q, *two, bt, ctx, scale)
-    c = ref.qk_norm_rope_attention(qkv, *args, *defined, *rest)
-    assert torch.equal(a, b)
-    assert (a.float() - c.float()).abs().max() <= 4 * tol(dtype)
-    for x, y in zip(mine, two, strict=True):
-        assert not x.isnan().any()
-        assert torch.equal(x, y)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("splits", [1, 4])
-@pytest.mark.parametrize("block_tokens,warps", [(32, 4), (64, 8), (128, 8)])
-def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps):
-    """Every launch choice the sweep (benchmarks/paged_attention.py) may pick computes the same
-    attention: blocks of 32-128 tokens over 16-token pages, a block running past a split's end
-    (masked) included."""
-    from cadence.kernels.triton_ops import AttentionTiles
-
-    tri, ref = ops
-    hq, hkv, d, ps, contexts = ATTENTION_SHAPES[1]
-    g = torch.Generator(device=DEV).manual_seed(3)
-    n, p = len(contexts), -(-max(contexts) // ps)
-    kc = torch.randn(2 * p, ps, hkv, d, device=DEV, generator=g).to(dtype)
-    vc = torch.randn(2 * p, ps, hkv, d, device=DEV, generator=g).to(dtype)
-    bt = torch.stack([torch.randperm(2 * p, device=DEV, generator=g)[:p] for _ in range(n)])
-    ctx = torch.tensor(contexts, device=DEV)
-    q = torch.randn(n, hq, d, device=DEV, generator=g).to(dtype)
-    tiles = AttentionTiles(block_tokens=block_tokens, warps=warps)
-    a = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits, tiles=tiles)
-    b = ref.paged_attention(q, kc, vc, bt, ctx, d**-0.5)
-    assert (a.float() - b.float()).abs().max() <= tol(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
