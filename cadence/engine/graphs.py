@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
+from tqdm import tqdm
 
 T = TypeVar("T")
 
@@ -70,3 +71,10 @@ def capture(
             out = fn()
         torch.cuda.current_stream(device).wait_stream(side)
         return graph, out
+
+
+def capture_progress(total: int, what: str) -> tqdm:
+    """A progress bar over a partition's graph captures: an H200 engine's build takes one to two
+    minutes, most of it the codec's cuDNN autotuning (~2 s a graph). Drawn on a terminal only
+    (tqdm's disable=None), so logs and pipes get just the summary line each partition logs."""
+    return tqdm(total=total, desc=f"capturing {what}", unit="graph", disable=None, leave=False)

@@ -31,7 +31,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from ...engine.graphs import capture
+from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
@@ -411,6 +411,7 @@ class FastDecoder:
         start = time.perf_counter()
         free_before = torch.cuda.mem_get_info(self.dev)[0]
         pool = torch.cuda.graph_pool_handle()
+        bar = capture_progress(2 * len(self.buckets) + len(self.prefill_buckets), "talker graphs")
         for b in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool
             slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.dev)
             with self._pdl(b):
@@ -418,6 +419,7 @@ class FastDecoder:
                 # `frames` stays referenced (DecodeGraph), so the advance's capture cannot reuse its memory.
                 advance, _ = capture(lambda: self.advance_rows(slots, frames), self.dev, pool)  # noqa: B023
             self.graphs[b] = DecodeGraph(frame, advance, slots, frames, eos)
+            bar.update(2)
         # Prefill graphs get a pool of their own: a prefill runs between a decode walk and the
         # moment its frames are read, so it must not reuse the decode graphs' output memory.
         prefill_pool = torch.cuda.graph_pool_handle()
@@ -428,6 +430,8 @@ class FastDecoder:
             with self._pdl(rows):
                 graph, _ = capture(lambda: self._prefill_rows(inputs, extra), self.dev, prefill_pool)  # noqa: B023
             self.prefill_graphs[rows] = PrefillGraph(graph, inputs, extra)
+            bar.update()
+        bar.close()
         torch.cuda.synchronize(self.dev)
         used = (free_before - torch.cuda.mem_get_info(self.dev)[0]) / 2**20
         log.info(

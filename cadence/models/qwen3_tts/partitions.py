@@ -8,6 +8,7 @@ them by slot: no per-request Python and no lookup by request id inside the walk.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 
 from ...engine.attention import PagedAttention
-from ...engine.graphs import capture
+from ...engine.graphs import capture, capture_progress
 from ...engine.kv_cache import PagedKVCache
 from ...engine.partition import Admission, DecodeOutput, HostAudio
 from ...engine.request import EngineRequest
@@ -392,9 +393,11 @@ class Qwen3TTSCodec:
         free_before = torch.cuda.mem_get_info(self.device)[0]
         autotune = torch.backends.cudnn.benchmark
         pool = torch.cuda.graph_pool_handle()
+        largest_first = sorted(self.batch_buckets, reverse=True), sorted(self.FRAME_BUCKETS, reverse=True)
+        shapes = list(itertools.product(*largest_first))
         try:
-            for b in sorted(self.batch_buckets, reverse=True):
-                for f in sorted(self.FRAME_BUCKETS, reverse=True):
+            with capture_progress(len(shapes), "codec graphs") as bar:
+                for b, f in shapes:
                     began = time.perf_counter()
                     # fixed shapes per graph: autotuning picks the fastest conv algorithms for them
                     torch.backends.cudnn.benchmark = b * f >= self.autotune_from
@@ -403,6 +406,7 @@ class Qwen3TTSCodec:
                     graph, wav = capture(lambda: self.decoder.decode(slots, codes), self.device, pool)  # noqa: B023
                     self.graphs[(b, f)] = (graph, slots, codes, wav)
                     self.capture_seconds[(b, f)] = time.perf_counter() - began
+                    bar.update()
         finally:
             torch.backends.cudnn.benchmark = autotune
         self.decoder.reset([self.dummy])
