@@ -43,6 +43,16 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 256 \
         --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 40 \
         --profile 2>&1 | quiet | tee "$OUT/profile256.log" | tail -80 ;;
+    profile256ab)  # perf-notes #64: profile256 of this tree ("new") and of each tree in TREES (NAME=DIR ...)
+      need_full
+      for tree in new=. ${TREES:-}; do
+        name=${tree%%=*}; dir=${tree#*=}
+        echo "== $name ($dir)"
+        (cd "$dir" && PYTHONPATH=$PWD timeout 240 python3 benchmarks/engine_steps.py --model $full --device cuda \
+          --attention-backend triton --batches 256 --context 500 --prompt-lengths 60 --codec-streams 1 \
+          --codec-frames 1 --steps 3 --warmup 1 --kv-gb 20 --profile 2>&1 | quiet | tee "$OUT/profile256_$name.log" \
+          | sed -n '/decode walk/,/Self CUDA/p' | head -24)
+      done ;;
     skinny)  # issue 4: tile sweep of the weight-streaming GEMM on the decode shapes, against cuBLAS
       python3 benchmarks/skinny_linear.py --rows 1 16 --json "$OUT/skinny_linear.json" 2>&1 | tee "$OUT/skinny.log" | tail -24 ;;
     attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
