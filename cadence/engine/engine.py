@@ -110,7 +110,7 @@ def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
     if config.kv_cache_memory is not None:
         return int(config.kv_cache_memory * (1 << 30))
     if device.type == "cuda":
-        torch.cuda.empty_cache()  # blocks the allocator caches but no tensor holds are free too
+        torch.cuda.empty_cache()  # blocks the allocator holds cached but no tensor uses count as free too
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * config.kv_cache_fraction)
     return int(CPU_KV_BUDGET_BYTES * config.kv_cache_fraction)

@@ -411,27 +411,26 @@ class FastDecoder:
         start = time.perf_counter()
         free_before = torch.cuda.mem_get_info(self.dev)[0]
         pool = torch.cuda.graph_pool_handle()
-        bar = capture_progress(2 * len(self.buckets) + len(self.prefill_buckets), "talker graphs")
-        for b in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool
-            slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.dev)
-            with self._pdl(b):
-                frame, (frames, eos) = capture(lambda: self.frame(slots), self.dev, pool)  # noqa: B023
-                # `frames` stays referenced (DecodeGraph), so the advance's capture cannot reuse its memory.
-                advance, _ = capture(lambda: self.advance_rows(slots, frames), self.dev, pool)  # noqa: B023
-            self.graphs[b] = DecodeGraph(frame, advance, slots, frames, eos)
-            bar.update(2)
-        # Prefill graphs get a pool of their own: a prefill runs between a decode walk and the
-        # moment its frames are read, so it must not reuse the decode graphs' output memory.
-        prefill_pool = torch.cuda.graph_pool_handle()
-        hidden = self.talker_stack.norm.shape[0]
-        for rows in sorted(self.prefill_buckets, reverse=True):
-            inputs = self._prefill_inputs([], [], rows, []).to(self.dev)
-            extra = torch.zeros(rows, hidden, dtype=self.talker_stack.norm.dtype, device=self.dev)
-            with self._pdl(rows):
-                graph, _ = capture(lambda: self._prefill_rows(inputs, extra), self.dev, prefill_pool)  # noqa: B023
-            self.prefill_graphs[rows] = PrefillGraph(graph, inputs, extra)
-            bar.update()
-        bar.close()
+        with capture_progress(2 * len(self.buckets) + len(self.prefill_buckets), "talker graphs") as bar:
+            for b in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool
+                slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.dev)
+                with self._pdl(b):
+                    frame, (frames, eos) = capture(lambda: self.frame(slots), self.dev, pool)  # noqa: B023
+                    # `frames` stays referenced (DecodeGraph), so the advance's capture cannot reuse its memory.
+                    advance, _ = capture(lambda: self.advance_rows(slots, frames), self.dev, pool)  # noqa: B023
+                self.graphs[b] = DecodeGraph(frame, advance, slots, frames, eos)
+                bar.update(2)
+            # Prefill graphs get a pool of their own: a prefill runs between a decode walk and the
+            # moment its frames are read, so it must not reuse the decode graphs' output memory.
+            prefill_pool = torch.cuda.graph_pool_handle()
+            hidden = self.talker_stack.norm.shape[0]
+            for rows in sorted(self.prefill_buckets, reverse=True):
+                inputs = self._prefill_inputs([], [], rows, []).to(self.dev)
+                extra = torch.zeros(rows, hidden, dtype=self.talker_stack.norm.dtype, device=self.dev)
+                with self._pdl(rows):
+                    graph, _ = capture(lambda: self._prefill_rows(inputs, extra), self.dev, prefill_pool)  # noqa: B023
+                self.prefill_graphs[rows] = PrefillGraph(graph, inputs, extra)
+                bar.update()
         torch.cuda.synchronize(self.dev)
         used = (free_before - torch.cuda.mem_get_info(self.dev)[0]) / 2**20
         log.info(
