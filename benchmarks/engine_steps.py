@@ -56,6 +56,7 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         codec_dtype=args.codec_dtype,
         codec_tf32=args.codec_tf32,
         pdl_max_rows=args.pdl_max_rows,
+        graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
         persistent_max_rows=args.persistent_max_rows,
         persistent_kernel=args.persistent_kernel,
     )
@@ -249,6 +250,14 @@ def main() -> None:
         default=EngineConfig.pdl_max_rows,
         help="graphs of at most this many rows launch their Triton kernels with programmatic dependent launch "
         "(Hopper; perf-notes #27; 0: off, 256: every bucket; default %(default)s, the engine's)",
+    )
+    p.add_argument(
+        "--graph-buckets",
+        type=ints,
+        default=None,
+        help="capture CUDA graphs for these batch sizes only (EngineConfig.graph_buckets; default: the engine's "
+        "1, 2, 4, ... up to the largest batch): e.g. the --batches timed, so that an A/B's engine builds "
+        "capture ~10 codec graphs, not 44 (~90 s on an H200)",
     )
     p.add_argument(
         "--persistent-max-rows",

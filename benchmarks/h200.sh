@@ -98,10 +98,12 @@ for phase in "$@"; do
         --batches 1,8,16,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 \
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
     walkab)  # changes A/B'd in one call: decode walks of this tree ("new") and of the trees in TREES (NAME=DIR
-      # ..., e.g. `git archive` of earlier commits, carried), interleaved so drift shows; gpu tests first.
-      # Each walk builds an engine (~60-110 s, most of it the codec's graph capture), so a call fits ~5
-      # walks: WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT sets
-      # cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
+      # ..., e.g. `git archive` of earlier commits, carried; NAME=DIR,VAR=VALUE,... runs it with those
+      # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=1`), interleaved so drift shows; gpu
+      # tests first. Every tree runs this tree's engine_steps.py (one harness) on its own package. Each
+      # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~15-25 s), so a call
+      # fits ~12 walks: WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT
+      # sets cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
           tests/test_kernels.py tests/test_attention_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
@@ -112,13 +114,15 @@ for phase in "$@"; do
         site=/tmp/walkab_site; mkdir -p $site
         echo "import torch; torch.backends.cudnn.benchmark_limit = ${WALKAB_CUDNN_LIMIT}" > $site/sitecustomize.py
       fi
+      harness=$PWD/benchmarks/engine_steps.py batches=${WALKAB_BATCHES:-1,4,64}
       for round in ${WALKAB_ROUNDS:-1 2}; do for tree in new=. ${TREES:-}; do
-        name=${tree%%=*}; dir=${tree#*=}
-        echo "== $name ($dir), round $round"
-        (cd "$dir" && PYTHONPATH=$PWD${site:+:$site} timeout 200 python3 benchmarks/engine_steps.py --model $full \
-          --device cuda --attention-backend triton --batches ${WALKAB_BATCHES:-1,4,64} --context 500 --prompt-lengths 60 \
-          --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 --kv-gb 20 --json "$OUT/walk_${name}_$round.json" \
-          2>&1 | quiet | sed -n "/^ *batch/,/tokens:/p")
+        name=${tree%%=*}; spec=${tree#*=}; dir=${spec%%,*}; envs=""
+        [ "$spec" = "$dir" ] || envs=${spec#*,}
+        echo "== $name ($dir${envs:+, $envs}), round $round"
+        (cd "$dir" && env ${envs//,/ } PYTHONPATH=$PWD${site:+:$site} timeout 200 python3 $harness --model $full \
+          --device cuda --attention-backend triton --batches $batches --graph-buckets $batches --context 500 \
+          --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 --kv-gb 20 \
+          --json "$OUT/walk_${name}_$round.json" 2>&1 | quiet | sed -n "/^ *batch/,/tokens:/p")
       done; done ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size
       need_full

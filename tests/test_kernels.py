@@ -145,10 +145,11 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
     reason="programmatic dependent launch needs a GPU of compute capability >= 9",
 )
-def test_programmatic_dependent_launch_gives_the_same_bits(ops):
-    """A chain of dependent kernels (norm, split-K GEMM, SwiGLU, GEMM, attention, sampling) captured
-    in a CUDA graph with every kernel launched early: each waits for the one before, so the
-    result is the same bits as plain launches."""
+@pytest.mark.parametrize("trigger_first", [False, True])
+def test_programmatic_dependent_launch_gives_the_same_bits(ops, trigger_first):
+    """A chain of dependent kernels (norm, split-K GEMM, SwiGLU, GEMM, sampling) captured in a CUDA
+    graph with every kernel launched early: each waits for the one before, so the result is the
+    same bits as plain launches, whether a kernel lets the next in before its wait or after."""
     tri, _ = ops
     g = torch.Generator(device=DEV).manual_seed(11)
     x = torch.randn(3, 1024, device=DEV, generator=g).to(torch.bfloat16)
@@ -178,14 +179,15 @@ def test_programmatic_dependent_launch_gives_the_same_bits(ops):
         torch.cuda.synchronize()
         return out
 
-    previous = tri.use_pdl(False)
+    previous, previous_order = tri.use_pdl(False), tri.pdl_trigger_first(trigger_first)
     try:
         plain = captured()
         tri.use_pdl(True)
-        assert tri.pdl_launch(x)["USE_PDL"]
+        assert tri.pdl_launch(x)["USE_PDL"] == (2 if trigger_first else 1)
         early = captured()
     finally:
         tri.use_pdl(previous)
+        tri.pdl_trigger_first(previous_order)
     assert torch.equal(early[0], plain[0]) and torch.equal(early[1], plain[1])
 
 

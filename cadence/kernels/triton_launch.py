@@ -6,6 +6,12 @@ it waits for that kernel (gdc_wait) before touching anything it may have written
 lets the next one in (gdc_launch_dependents), so at most two neighbours overlap and the later one
 has done nothing but launch (and, for the GEMM, pull constant weights into L2). Kernels launched
 without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
+
+Trigger first (CADENCE_PDL_TRIGGER_FIRST=1 or pdl_trigger_first(True); an experiment, perf-notes
+#65): each kernel lets the next one in before it waits, so a chain of kernels launches ahead of the
+one running, as far as the SMs hold their programs, and each GEMM's weight prefetch starts that
+much earlier. Still correct: a kernel touches nothing written before its own gdc_wait returns,
+which needs the kernel before it complete, which needed its own wait to return, and so on back.
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ import triton
 import triton.language as tl
 
 _pdl_enabled = os.environ.get("CADENCE_PDL") == "1"
+_pdl_trigger_first = os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1"
+
+# USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse.
+PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST = 0, 1, 2
 
 
 def use_pdl(enabled: bool) -> bool:
@@ -25,6 +35,14 @@ def use_pdl(enabled: bool) -> bool:
     not, from now on (a CUDA graph keeps how it was captured); returns the previous setting."""
     global _pdl_enabled
     previous, _pdl_enabled = _pdl_enabled, enabled
+    return previous
+
+
+def pdl_trigger_first(enabled: bool) -> bool:
+    """Launches with PDL let the next kernel in before waiting (True) or after (False, the
+    default), from now on; returns the previous setting."""
+    global _pdl_trigger_first
+    previous, _pdl_trigger_first = _pdl_trigger_first, enabled
     return previous
 
 
@@ -36,15 +54,31 @@ def _pdl_capable(device: torch.device) -> bool:
 def pdl_launch(x: torch.Tensor) -> dict:
     """The launch arguments of a kernel taking USE_PDL, for a call on `x`'s device."""
     if _pdl_enabled and x.is_cuda and _pdl_capable(x.device):
-        return {"USE_PDL": True, "launch_pdl": True}
-    return {"USE_PDL": False}
+        return {"USE_PDL": PDL_TRIGGER_FIRST if _pdl_trigger_first else PDL_WAIT_FIRST, "launch_pdl": True}
+    return {"USE_PDL": PDL_OFF}
 
 
 @triton.jit
 def pdl_entry(USE_PDL: tl.constexpr):
-    """A kernel's first step when launched early: wait for the kernel before, then let the next in."""
+    """A kernel's first step when launched early: wait for the kernel before and let the next in, in
+    USE_PDL's order."""
+    pdl_trigger(USE_PDL)
+    pdl_wait(USE_PDL)
+
+
+@triton.jit
+def pdl_trigger(USE_PDL: tl.constexpr):
+    """The trigger-first half of `pdl_entry`: let the next kernel in (nothing when waiting first)."""
+    if USE_PDL == 2:  # PDL_TRIGGER_FIRST
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def pdl_wait(USE_PDL: tl.constexpr):
+    """The rest of `pdl_entry`: wait for the kernel before (and, waiting first, then let the next in)."""
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
+    if USE_PDL == 1:  # PDL_WAIT_FIRST
         tl.extra.cuda.gdc_launch_dependents()
 
 

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import pdl_entry, pdl_launch, prefetch_l2
+from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit
@@ -32,12 +32,14 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
     Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
     never written, so this need not wait), then waits for the kernel before it: the weight read
-    overlaps that kernel's tail instead of following it."""
+    overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
+    before the prefetch)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
+    pdl_trigger(USE_PDL)
     if USE_PDL:
         lines = tl.arange(0, BLOCK_K // 64) * 64  # one address per 128-byte line (bf16)
         rows = tl.minimum(rn, N - 1)
@@ -46,7 +48,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
             prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
             if SWIGLU:
                 prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
-    pdl_entry(USE_PDL)
+    pdl_wait(USE_PDL)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
