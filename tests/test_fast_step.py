@@ -83,7 +83,7 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
         assert torch.equal(codes_of(fused[r.request_id]), codes_of(eager[r.request_id])), r.request_id
 
 
-@pytest.mark.parametrize("trigger_first", [False, True])
+@pytest.mark.parametrize("trigger_first", ["", "all", "small"])
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,

@@ -7,11 +7,14 @@ lets the next one in (gdc_launch_dependents), so at most two neighbours overlap 
 has done nothing but launch (and, for the GEMM, pull constant weights into L2). Kernels launched
 without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
 
-Trigger first (CADENCE_PDL_TRIGGER_FIRST=1 or pdl_trigger_first(True); an experiment, perf-notes
-#65): each kernel lets the next one in before it waits, so a chain of kernels launches ahead of the
-one running, as far as the SMs hold their programs, and each GEMM's weight prefetch starts that
-much earlier. Still correct: a kernel touches nothing written before its own gdc_wait returns,
-which needs the kernel before it complete, which needed its own wait to return, and so on back.
+Trigger first (an experiment, perf-notes #65; CADENCE_PDL_TRIGGER_FIRST or pdl_trigger_first):
+a kernel lets the next one in before it waits, so kernels launch further ahead of the one running
+and each GEMM's weight prefetch starts earlier. "all": every kernel, so the chain runs ahead as far
+as the SMs hold its waiting programs; "small": all but the weight-streaming GEMM, which still waits
+first, so the chain runs at most one GEMM ahead (the next GEMM prefetches while this one and the
+small kernels between them run). Still correct: a kernel touches nothing written before its own
+gdc_wait returns, which needs the kernel before it complete, which needed its own wait to return,
+and so on back.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ import triton
 import triton.language as tl
 
 _pdl_enabled = os.environ.get("CADENCE_PDL") == "1"
-_pdl_trigger_first = os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1"
+TRIGGER_FIRST_MODES = ("", "all", "small")
+_pdl_trigger_first = os.environ.get("CADENCE_PDL_TRIGGER_FIRST", "")
+if _pdl_trigger_first not in TRIGGER_FIRST_MODES:
+    raise ValueError(f"CADENCE_PDL_TRIGGER_FIRST={_pdl_trigger_first!r}; allowed: '', all, small")
 
 # USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse.
 PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST = 0, 1, 2
@@ -38,11 +44,13 @@ def use_pdl(enabled: bool) -> bool:
     return previous
 
 
-def pdl_trigger_first(enabled: bool) -> bool:
-    """Launches with PDL let the next kernel in before waiting (True) or after (False, the
-    default), from now on; returns the previous setting."""
+def pdl_trigger_first(mode: str) -> str:
+    """Which kernels launched with PDL let the next one in before their wait, from now on: none
+    ("", the default), "all", or "small" (all but the weight-streaming GEMM); returns the previous."""
     global _pdl_trigger_first
-    previous, _pdl_trigger_first = _pdl_trigger_first, enabled
+    if mode not in TRIGGER_FIRST_MODES:
+        raise ValueError(f"unknown trigger-first mode {mode!r}; allowed: '', all, small")
+    previous, _pdl_trigger_first = _pdl_trigger_first, mode
     return previous
 
 
@@ -51,11 +59,13 @@ def _pdl_capable(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def pdl_launch(x: torch.Tensor) -> dict:
-    """The launch arguments of a kernel taking USE_PDL, for a call on `x`'s device."""
-    if _pdl_enabled and x.is_cuda and _pdl_capable(x.device):
-        return {"USE_PDL": PDL_TRIGGER_FIRST if _pdl_trigger_first else PDL_WAIT_FIRST, "launch_pdl": True}
-    return {"USE_PDL": PDL_OFF}
+def pdl_launch(x: torch.Tensor, streams_weights: bool = False) -> dict:
+    """The launch arguments of a kernel taking USE_PDL, for a call on `x`'s device (streams_weights:
+    the weight-streaming GEMM, which waits first in the "small" trigger-first mode)."""
+    if not (_pdl_enabled and x.is_cuda and _pdl_capable(x.device)):
+        return {"USE_PDL": PDL_OFF}
+    first = _pdl_trigger_first == "all" or (_pdl_trigger_first == "small" and not streams_weights)
+    return {"USE_PDL": PDL_TRIGGER_FIRST if first else PDL_WAIT_FIRST, "launch_pdl": True}
 
 
 @triton.jit
