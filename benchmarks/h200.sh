@@ -99,7 +99,7 @@ for phase in "$@"; do
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
     walkab)  # changes A/B'd in one call: decode walks of this tree ("new") and of the trees in TREES (NAME=DIR
       # ..., e.g. `git archive` of earlier commits, carried; NAME=DIR,VAR=VALUE,... runs it with those
-      # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=all`), interleaved so drift shows; gpu
+      # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=1`), interleaved so drift shows; gpu
       # tests first. Every tree runs this tree's engine_steps.py (one harness) on its own package. Each
       # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~15-25 s), so a call
       # fits ~12 walks: WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT

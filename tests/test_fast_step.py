@@ -83,34 +83,32 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
         assert torch.equal(codes_of(fused[r.request_id]), codes_of(eager[r.request_id])), r.request_id
 
 
-@pytest.mark.parametrize("trigger_first", ["", "all", "small"])
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
     reason="programmatic dependent launch needs a GPU of compute capability >= 9",
 )
-def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypatch, trigger_first):
+def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypatch):
     """The fused walk under CUDA graphs with its kernels launched early (EngineConfig.pdl_max_rows:
-    every graph, each kernel waiting for the one before, and letting the next in after its wait or,
-    trigger first, before it): greedy and sampled codes, late joiners included, are the same bits as
-    with plain launches. In bf16, so the weight-streaming GEMM (and its L2 prefetch) runs. The
-    setting reaches the captures, and the global launch setting is restored."""
+    every graph, each kernel waiting for the one before; the decode graphs letting the next kernel
+    in after that wait, the prefill graphs of more than 32 rows before it): greedy and sampled codes,
+    late joiners included, are the same bits as with plain launches. In bf16, so the weight-streaming
+    GEMM (and its L2 prefetch) runs. The settings reach the captures and are restored after each."""
     from cadence.kernels import triton_ops
 
     model = Qwen3TTS.from_pretrained(tiny_checkpoint, "cuda", "bf16")
     reqs = [request(model, i, 24 + i, greedy=i % 2 == 0, seed=300 + i) for i in range(6)]
     arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
     plain = run(build_core(model, config(attention_backend="triton", pdl_max_rows=0)), arrivals)
-    before = triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]  # CADENCE_PDL's, for eager launches
+    before = triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]  # the process's, for eager launches
     seen: list[bool] = []
-    use_pdl = triton_ops.use_pdl
+    orders: list[bool] = []
+    use_pdl, trigger_first = triton_ops.use_pdl, triton_ops.pdl_trigger_first
     monkeypatch.setattr(triton_ops, "use_pdl", lambda on: seen.append(on) or use_pdl(on))
-    previous_order = triton_ops.pdl_trigger_first(trigger_first)
-    try:
-        early = run(build_core(model, config(attention_backend="triton", pdl_max_rows=4096)), arrivals)
-    finally:
-        triton_ops.pdl_trigger_first(previous_order)
+    monkeypatch.setattr(triton_ops, "pdl_trigger_first", lambda on: orders.append(on) or trigger_first(on))
+    early = run(build_core(model, config(attention_backend="triton", pdl_max_rows=4096)), arrivals)
     assert seen and seen[0::2] == [True] * len(seen[0::2])  # each capture on, then the setting restored
+    assert True in orders[0::2] and False in orders[0::2]  # prefill buckets above 32 rows, decode ones below
     assert triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"] == before
     for r in reqs:
         assert torch.equal(codes_of(early[r.request_id]), codes_of(plain[r.request_id])), r.request_id

@@ -145,7 +145,7 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
     reason="programmatic dependent launch needs a GPU of compute capability >= 9",
 )
-@pytest.mark.parametrize("trigger_first", ["", "all", "small"])
+@pytest.mark.parametrize("trigger_first", [False, True])
 def test_programmatic_dependent_launch_gives_the_same_bits(ops, trigger_first):
     """A chain of dependent kernels (norm, split-K GEMM, SwiGLU, GEMM, sampling) captured in a CUDA
     graph with every kernel launched early: each waits for the one before, so the result is the
@@ -184,7 +184,6 @@ def test_programmatic_dependent_launch_gives_the_same_bits(ops, trigger_first):
         plain = captured()
         tri.use_pdl(True)
         assert tri.pdl_launch(x)["USE_PDL"] == (2 if trigger_first else 1)
-        assert tri.pdl_launch(x, streams_weights=True)["USE_PDL"] == (2 if trigger_first == "all" else 1)
         early = captured()
     finally:
         tri.use_pdl(previous)

@@ -132,7 +132,8 @@ class EngineConfig:
     # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it
     # does nothing): each kernel starts while the one before finishes. On an H200 it shortened the
     # batch-1 decode walk by 14 % and batch 8 by 9 % and slowed 128 and 256 (docs/perf-notes.md
-    # #27); up to 64 rows, where the GEMMs are Triton kernels too since #60. 0: off.
+    # #27); up to 64 rows, where the GEMMs are Triton kernels too since #60. Graphs of 33-64 rows let
+    # each kernel in before the one before it waits (#65: batch 64 -0.16 ms). 0: off.
     pdl_max_rows: int = 64
     # Decode batches of at most this many streams run the code predictor's 15 steps as one
     # persistent Triton kernel (its programs share each phase and meet at grid-wide barriers)

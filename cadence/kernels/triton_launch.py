@@ -7,14 +7,13 @@ lets the next one in (gdc_launch_dependents), so at most two neighbours overlap 
 has done nothing but launch (and, for the GEMM, pull constant weights into L2). Kernels launched
 without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
 
-Trigger first (an experiment, perf-notes #65; CADENCE_PDL_TRIGGER_FIRST or pdl_trigger_first):
-a kernel lets the next one in before it waits, so kernels launch further ahead of the one running
-and each GEMM's weight prefetch starts earlier. "all": every kernel, so the chain runs ahead as far
-as the SMs hold its waiting programs; "small": all but the weight-streaming GEMM, which still waits
-first, so the chain runs at most one GEMM ahead (the next GEMM prefetches while this one and the
-small kernels between them run). Still correct: a kernel touches nothing written before its own
-gdc_wait returns, which needs the kernel before it complete, which needed its own wait to return,
-and so on back.
+Trigger first (pdl_trigger_first(True); the talker's graphs of more than TRIGGER_FIRST_ABOVE_ROWS
+rows, or every launch with CADENCE_PDL_TRIGGER_FIRST=1): a kernel lets the next one in before it
+waits, so kernels launch ahead of the one running as far as the SMs hold their waiting programs,
+and each GEMM's weight prefetch starts earlier. On an H200 (perf-notes #65) that took 0.16 ms off
+the batch-64 walk and put 0.64 ms on batch 1's, where the kernels are a few programs each and the
+chain runs far ahead. Still correct: a kernel touches nothing written before its own gdc_wait
+returns, which needs the kernel before it complete, which needed its own wait, and so on back.
 """
 
 from __future__ import annotations
@@ -27,10 +26,11 @@ import triton
 import triton.language as tl
 
 _pdl_enabled = os.environ.get("CADENCE_PDL") == "1"
-TRIGGER_FIRST_MODES = ("", "all", "small")
-_pdl_trigger_first = os.environ.get("CADENCE_PDL_TRIGGER_FIRST", "")
-if _pdl_trigger_first not in TRIGGER_FIRST_MODES:
-    raise ValueError(f"CADENCE_PDL_TRIGGER_FIRST={_pdl_trigger_first!r}; allowed: '', all, small")
+TRIGGER_FIRST_ALWAYS = os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1"
+_pdl_trigger_first = TRIGGER_FIRST_ALWAYS
+# Graphs of more rows than this trigger first (perf-notes #65: measured at 64 rows, -0.16 ms; slower
+# at 1 and 4, neutral at 16), i.e. the 33-64-row bucket whose GEMMs stream 64-row tiles.
+TRIGGER_FIRST_ABOVE_ROWS = 32
 
 # USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse.
 PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST = 0, 1, 2
@@ -44,14 +44,17 @@ def use_pdl(enabled: bool) -> bool:
     return previous
 
 
-def pdl_trigger_first(mode: str) -> str:
-    """Which kernels launched with PDL let the next one in before their wait, from now on: none
-    ("", the default), "all", or "small" (all but the weight-streaming GEMM); returns the previous."""
+def pdl_trigger_first(enabled: bool) -> bool:
+    """Kernels launched with PDL let the next one in before their wait (True) or after it (False),
+    from now on (a CUDA graph keeps how it was captured); returns the previous setting."""
     global _pdl_trigger_first
-    if mode not in TRIGGER_FIRST_MODES:
-        raise ValueError(f"unknown trigger-first mode {mode!r}; allowed: '', all, small")
-    previous, _pdl_trigger_first = _pdl_trigger_first, mode
+    previous, _pdl_trigger_first = _pdl_trigger_first, enabled
     return previous
+
+
+def trigger_first_for(rows: int) -> bool:
+    """Whether a talker graph of `rows` rows launches its kernels trigger first."""
+    return rows > TRIGGER_FIRST_ABOVE_ROWS or TRIGGER_FIRST_ALWAYS
 
 
 @functools.cache
@@ -59,13 +62,11 @@ def _pdl_capable(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def pdl_launch(x: torch.Tensor, streams_weights: bool = False) -> dict:
-    """The launch arguments of a kernel taking USE_PDL, for a call on `x`'s device (streams_weights:
-    the weight-streaming GEMM, which waits first in the "small" trigger-first mode)."""
-    if not (_pdl_enabled and x.is_cuda and _pdl_capable(x.device)):
-        return {"USE_PDL": PDL_OFF}
-    first = _pdl_trigger_first == "all" or (_pdl_trigger_first == "small" and not streams_weights)
-    return {"USE_PDL": PDL_TRIGGER_FIRST if first else PDL_WAIT_FIRST, "launch_pdl": True}
+def pdl_launch(x: torch.Tensor) -> dict:
+    """The launch arguments of a kernel taking USE_PDL, for a call on `x`'s device."""
+    if _pdl_enabled and x.is_cuda and _pdl_capable(x.device):
+        return {"USE_PDL": PDL_TRIGGER_FIRST if _pdl_trigger_first else PDL_WAIT_FIRST, "launch_pdl": True}
+    return {"USE_PDL": PDL_OFF}
 
 
 @triton.jit
