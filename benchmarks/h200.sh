@@ -101,8 +101,8 @@ for phase in "$@"; do
       # ..., e.g. `git archive` of earlier commits, carried; NAME=DIR,VAR=VALUE,... runs it with those
       # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=1`), interleaved so drift shows; gpu
       # tests first. Every tree runs this tree's engine_steps.py (one harness) on its own package. Each
-      # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~15-25 s), so a call
-      # fits ~12 walks: WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT
+      # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~45 s; the engine's
+      # every bucket with WALKAB_ALL_BUCKETS=1, ~100 s), so a call fits ~8 walks: WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT
       # sets cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
@@ -115,12 +115,13 @@ for phase in "$@"; do
         echo "import torch; torch.backends.cudnn.benchmark_limit = ${WALKAB_CUDNN_LIMIT}" > $site/sitecustomize.py
       fi
       harness=$PWD/benchmarks/engine_steps.py batches=${WALKAB_BATCHES:-1,4,64}
+      buckets="--graph-buckets $batches"; [ "${WALKAB_ALL_BUCKETS:-0}" = 1 ] && buckets=""
       for round in ${WALKAB_ROUNDS:-1 2}; do for tree in new=. ${TREES:-}; do
         name=${tree%%=*}; spec=${tree#*=}; dir=${spec%%,*}; envs=""
         [ "$spec" = "$dir" ] || envs=${spec#*,}
         echo "== $name ($dir${envs:+, $envs}), round $round"
         (cd "$dir" && env ${envs//,/ } PYTHONPATH=$PWD${site:+:$site} timeout 200 python3 $harness --model $full \
-          --device cuda --attention-backend triton --batches $batches --graph-buckets $batches --context 500 \
+          --device cuda --attention-backend triton --batches $batches $buckets --context 500 \
           --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 --kv-gb 20 \
           --json "$OUT/walk_${name}_$round.json" 2>&1 | quiet | sed -n "/^ *batch/,/tokens:/p")
       done; done ;;
