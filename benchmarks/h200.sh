@@ -148,6 +148,12 @@ for phase in "$@"; do
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \
         --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 20 \
         --profile 2>&1 | quiet | tee "$OUT/profile64.log" | tail -40 ;;
+    timeline)  # perf-notes #65: each kernel's start and end in the b1 / b64 walks' graph replays, both launch orders
+      need_full
+      for order in 0 1; do
+        CADENCE_PDL_TRIGGER_FIRST=$order timeout 240 python3 benchmarks/walk_timeline.py --model $full --batches 1,64 \
+          --walks 5 --json "$OUT/timeline_trigger$order.json" 2>&1 | quiet | tee "$OUT/timeline_trigger$order.log" | tail -30
+      done ;;
     pdl)  # issue 4: programmatic dependent launch (perf-notes #27): its gpu tests, then the walk with it
       need_full
       CADENCE_PDL=1 timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \

@@ -1,0 +1,171 @@
+"""Where a decode walk's time goes as served: each kernel's start and end inside the CUDA graph
+replays, read from the profiler's raw trace. CUPTI records the kernels a graph launches, with their
+times and grids, though torch.profiler's op table (engine_steps.py --profile) shows none of them,
+which is why that profile launches the walk eagerly instead.
+
+Under programmatic dependent launch a kernel starts (its programs resident) before the one before
+it ends, then waits; so its own duration counts that wait, and what a kernel adds to the walk is
+the time from the end of every kernel before it (or its own start, after an idle gap) to its own
+end ("adds"), so that the adds and the idle time sum to the span. Per kernel (name and
+grid): launches a walk, median duration, median and total "adds" a walk; for the walk: its span,
+its kernels' summed durations (more than the span where they overlap) and the idle time between
+them. perf-notes #65 asks this of the two launch orders at batch 1:
+
+    python benchmarks/walk_timeline.py --model CKPT --batches 1,64 [--walks 5] [--json out.json]
+    CADENCE_PDL_TRIGGER_FIRST=1 python benchmarks/walk_timeline.py --model CKPT --batches 1,64
+
+GPU only (the trace has no kernels on a CPU). CUPTI's tracing may add a little to each kernel:
+compare the orders with each other here, and take walk times from engine_steps.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from engine_steps import admit, ints, release  # noqa: E402
+
+from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
+from cadence.engine.engine import build_core  # noqa: E402
+from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of the trace: its name and grid, start and end in µs."""
+
+    name: str
+    grid: tuple[int, ...]
+    start: float
+    end: float
+
+
+@dataclass
+class KernelRow:
+    """One kernel (name and grid) over the walks traced."""
+
+    name: str
+    grid: tuple[int, ...]
+    per_walk: float  # launches a walk
+    median_us: float  # its own duration (under PDL: its wait included)
+    median_adds_us: float  # from the end of every kernel before it to its end
+    adds_per_walk_us: float
+
+
+def kernels_of_trace(trace: dict) -> list[Kernel]:
+    """The GPU kernels of a Chrome trace written by torch.profiler, in start order."""
+    kernels = [
+        Kernel(e["name"], tuple(e.get("args", {}).get("grid", ())), float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        for e in trace.get("traceEvents", [])
+        if e.get("cat") == "kernel" and e.get("ph") == "X"
+    ]
+    return sorted(kernels, key=lambda k: k.start)
+
+
+def summarize(kernels: list[Kernel], walks: int) -> tuple[dict, list[KernelRow]]:
+    """The walk's totals (per walk) and one row per kernel, the most added time first."""
+    adds: dict[tuple[str, tuple[int, ...]], list[float]] = {}
+    durations: dict[tuple[str, tuple[int, ...]], list[float]] = {}
+    idle = 0.0
+    latest_end = kernels[0].start if kernels else 0.0
+    for k in kernels:
+        key = (k.name, k.grid)
+        adds.setdefault(key, []).append(max(0.0, k.end - max(latest_end, k.start)))
+        durations.setdefault(key, []).append(k.end - k.start)
+        idle += max(0.0, k.start - latest_end)
+        latest_end = max(latest_end, k.end)
+    span = (latest_end - kernels[0].start) if kernels else 0.0
+    totals = {
+        "kernels_per_walk": len(kernels) / walks,
+        "span_us_per_walk": span / walks,  # includes the host's gaps between replays
+        "kernel_us_per_walk": sum(k.end - k.start for k in kernels) / walks,
+        "idle_us_per_walk": idle / walks,
+    }
+    rows = [
+        KernelRow(
+            name,
+            grid,
+            len(adds[(name, grid)]) / walks,
+            statistics.median(durations[(name, grid)]),
+            statistics.median(adds[(name, grid)]),
+            sum(adds[(name, grid)]) / walks,
+        )  # fmt: skip
+        for name, grid in adds
+    ]
+    return totals, sorted(rows, key=lambda r: -r.adds_per_walk_us)
+
+
+def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int) -> list[Kernel]:
+    """`walks` decode walks of `batch` streams at `context` tokens, replayed as the engine runs them
+    (frames, then the talker's half), under the profiler; their kernels."""
+    admissions = admit(core, model, batch, context, walks + 8)
+    slots = [a.slot for a in admissions]
+    talker = core.talker
+    for _ in range(3):
+        talker.decode(slots).wait()
+        talker.advance()
+    torch.cuda.synchronize(model.device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(walks):
+            talker.decode(slots)
+            talker.advance()
+        torch.cuda.synchronize(model.device)
+    release(core, admissions)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return kernels_of_trace(json.loads(path.read_text()))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="checkpoint directory (a random full-size one)")
+    p.add_argument("--batches", type=ints, default=[1, 64])
+    p.add_argument("--context", type=int, default=500, help="prompt tokens in the KV cache")
+    p.add_argument("--walks", type=int, default=5, help="walks traced per batch")
+    p.add_argument("--kv-gb", type=float, default=20.0)
+    p.add_argument("--rows", type=int, default=25, help="kernels printed per batch")
+    p.add_argument("--json", help="write the totals, every row and the raw kernel list here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("walk_timeline.py needs a GPU: the kernels it reads are those of CUDA graph replays")
+
+    model = Qwen3TTS.from_pretrained(args.model, "cuda", "bf16")
+    config = EngineConfig(
+        max_streams=max(args.batches), kv_cache_memory=args.kv_gb, attention_backend="triton",
+        graph_buckets=tuple(args.batches), max_seq_tokens=max(2048, args.context + args.walks + 64),
+        runaway=RunawayGuard(frames_per_token=0, loop_window=0, silence_seconds=0),
+    )  # fmt: skip
+    core = build_core(model, config)
+    results = []
+    for batch in args.batches:
+        kernels = trace_walks(core, model, batch, args.context, args.walks)
+        if not kernels:
+            sys.exit("the profiler recorded no kernels inside the graph replays on this setup")
+        totals, rows = summarize(kernels, args.walks)
+        print(f"\n== batch {batch}, {args.walks} walks: " + ", ".join(f"{k} {v:.1f}" for k, v in totals.items()))
+        print(f"{'kernel':<44} {'grid':>14} {'/walk':>6} {'median us':>10} {'adds us':>8} {'adds/walk':>10}")
+        for r in rows[: args.rows]:
+            grid = "x".join(map(str, r.grid))
+            print(
+                f"{r.name[:44]:<44} {grid:>14} {r.per_walk:>6.1f} {r.median_us:>10.2f} {r.median_adds_us:>8.2f} "
+                f"{r.adds_per_walk_us:>10.1f}"
+            )
+        results.append({"batch": batch, "totals": totals, "rows": [asdict(r) for r in rows],
+                        "kernels": [asdict(k) for k in kernels]})  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""benchmarks/walk_timeline.py's reading of a profiler trace: what each kernel adds to a walk when
+kernels overlap (programmatic dependent launch) and when the device idles between them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from walk_timeline import Kernel, kernels_of_trace, summarize  # noqa: E402
+
+
+def event(name: str, ts: float, dur: float, grid=(128, 1, 1), cat: str = "kernel") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"grid": list(grid)}}
+
+
+def test_kernels_of_trace_keeps_gpu_kernels_in_start_order():
+    trace = {"traceEvents": [
+        event("gemm", 20, 5), event("norm", 10, 3, grid=(1, 1, 1)), event("copy", 30, 1, cat="gpu_memcpy"),
+        {"ph": "i", "cat": "kernel", "name": "marker", "ts": 5},
+    ]}  # fmt: skip
+    kernels = kernels_of_trace(trace)
+    assert [(k.name, k.grid, k.start, k.end) for k in kernels] == [
+        ("norm", (1, 1, 1), 10, 13),
+        ("gemm", (128, 1, 1), 20, 25),
+    ]
+
+
+def test_summarize_splits_the_span_into_what_each_kernel_adds_and_idle_time():
+    # Two walks of norm -> gemm. The gemm launches early (PDL) and waits: it starts 2 µs into the
+    # norm and ends 6 µs after it, so it adds 6, not its own 8. Walk two follows after 10 µs idle.
+    kernels = [
+        Kernel("norm", (1,), 0, 4), Kernel("gemm", (128,), 2, 10),
+        Kernel("norm", (1,), 20, 24), Kernel("gemm", (128,), 22, 30),
+    ]  # fmt: skip
+    totals, rows = summarize(kernels, walks=2)
+    assert totals == {"kernels_per_walk": 2, "span_us_per_walk": 15, "kernel_us_per_walk": 12, "idle_us_per_walk": 5}
+    gemm, norm = rows  # the most added time first
+    assert (gemm.name, gemm.per_walk, gemm.median_us) == ("gemm", 1, 8)
+    assert (gemm.median_adds_us, gemm.adds_per_walk_us) == (6, 6)
+    assert (norm.name, norm.median_adds_us, norm.adds_per_walk_us) == ("norm", 4, 4)
+    assert totals["span_us_per_walk"] == pytest.approx(
+        sum(r.adds_per_walk_us for r in rows) + totals["idle_us_per_walk"]
+    )
+
+
+def test_a_kernel_inside_another_adds_nothing():
+    totals, rows = summarize([Kernel("long", (1,), 0, 10), Kernel("short", (1,), 2, 5)], walks=1)
+    assert {r.name: r.adds_per_walk_us for r in rows} == {"long": 10, "short": 0}
+    assert totals["idle_us_per_walk"] == 0
