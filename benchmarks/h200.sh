@@ -20,7 +20,7 @@ server_wheels() {
 for phase in "$@"; do
   case $phase in
     tests)
-      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     bench)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
@@ -106,7 +106,7 @@ for phase in "$@"; do
       # sets cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
-          tests/test_kernels.py tests/test_attention_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
+          tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
         timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py; } 2>&1 \
         | tee "$OUT/walkab_tests.log" | grep -E "passed|failed|error|Error" | tail -8
       site=""
@@ -189,7 +189,7 @@ for phase in "$@"; do
       # SIGINT on timeout: pytest then prints where it was and a summary instead of dying silently.
       { timeout -s INT 360 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_codec_graphs.py \
           tests/test_fast_step.py tests/test_engine_variants.py tests/test_disaggregated.py tests/test_engine_host_waits.py
-        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
     codec)  # issue 5: the streaming codec alone (fp32), per (streams, frames) shape
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \

@@ -121,3 +121,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def ops():
+    """The Triton kernels and their PyTorch definitions, for the kernel tests (kernel_checks.py)."""
+    from cadence.kernels import load_ops
+
+    return load_ops("triton"), load_ops("torch")

@@ -3,7 +3,7 @@ PyTorch definition (torch_ops.py).
 
 They run on a CUDA device, or on the CPU through Triton's interpreter (TRITON_INTERPRET=1, fp32
 only), and are skipped where Triton is not installed (CI installs the CPU build of torch, which has
-no Triton)."""
+no Triton). Their `ops` fixture (the Triton kernels and the definitions) is in conftest.py."""
 
 from __future__ import annotations
 

@@ -9,14 +9,7 @@ import pytest
 import torch
 from kernel_checks import DEV, DTYPES, NEEDS_TRITON, tol
 
-from cadence.kernels import load_ops
-
 pytestmark = NEEDS_TRITON
-
-
-@pytest.fixture(scope="module")
-def ops():
-    return load_ops("triton"), load_ops("torch")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -1,6 +1,7 @@
 """Triton kernels against their PyTorch definitions (torch_ops.py), on fresh random inputs: norms,
-the weight-streaming GEMMs, the embedding, sampling, SnakeBeta and the persistent code predictor
-(the attention kernels: test_attention_kernels.py). Where they run: kernel_checks.py.
+RoPE, programmatic dependent launch, the embedding, sampling, SnakeBeta and the persistent code
+predictor (the attention kernels: test_attention_kernels.py; the weight-streaming GEMMs:
+test_linear_kernels.py). Where they run: kernel_checks.py.
 """
 
 from __future__ import annotations
@@ -9,17 +10,11 @@ import os
 
 import pytest
 import torch
-from kernel_checks import DEV, DTYPES, INTERPRET, NEEDS_TRITON, tol
+from kernel_checks import DEV, DTYPES, NEEDS_TRITON, tol
 
 from cadence.engine.sampler import RowParams
-from cadence.kernels import load_ops
 
 pytestmark = NEEDS_TRITON
-
-
-@pytest.fixture(scope="module")
-def ops():
-    return load_ops("triton"), load_ops("torch")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -50,97 +45,6 @@ def test_rope_qk(ops, dtype):
     assert qa.shape == (n, hq, d) and ka.shape == (n, hkv, d) and qa.dtype == dtype
     for a, b in ((qa, qb), (ka, kb)):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * (1 + b.float().abs().max())
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize(
-    "m,n,k", [(1, 3072, 1024), (5, 1024, 3072), (16, 2048, 1000), (17, 1024, 2048), (24, 1024, 3072), (32, 2048, 1000)]
-)
-def test_skinny_linear(ops, dtype, m, n, k):
-    """The weight-streaming GEMM with the tiles `linear` picks for the shape and row count (17-32
-    rows: 32-row tiles, split-K for the long narrow ones)."""
-    tri, _ = ops
-    g = torch.Generator(device=DEV).manual_seed(5)
-    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
-    ref = torch.nn.functional.linear(x.float(), w.float())
-    out = tri.linear(x, w, force=True).float()
-    assert out.shape == (m, n)
-    assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("m", [1, 8, 24])
-def test_skinny_linear_reads_strided_rows(ops, dtype, m):
-    """Rows that are every other row of a larger tensor (the code predictor's first head reads
-    the stack's output at position 1 of each stream, `h[1::2]`): each row is its own, not the
-    next row of the buffer. Until session 9 the kernel assumed contiguous rows, so in bf16 every
-    stream but the first of a 2-32-stream batch got codebook 1 from another row's state."""
-    tri, _ = ops
-    g = torch.Generator(device=DEV).manual_seed(9)
-    x = torch.randn(2 * m, 1024, device=DEV, generator=g).to(dtype)[1::2]
-    w = (torch.randn(2048, 1024, device=DEV, generator=g) / 32).to(dtype)
-    ref = torch.nn.functional.linear(x.float(), w.float())
-    assert (tri.linear(x, w, force=True).float() - ref).abs().max() <= tol(dtype) * ref.abs().max()
-
-
-def test_linear_routes_by_shape_and_rows(ops):
-    """Which GEMMs go to the weight-streaming kernel (perf-notes #28, #60): every shape up to 16 rows;
-    at 17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); at 33-64 every shape
-    again, in 64-row tiles; above 64, none."""
-    from cadence.kernels.triton_ops import skinny_tiles
-
-    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
-        assert skinny_tiles(n, k, 1) is not None and skinny_tiles(n, k, 16) is not None
-        assert skinny_tiles(n, k, 33).block_m == 64 and skinny_tiles(n, k, 64).block_m == 64
-        assert skinny_tiles(n, k, 65) is None
-    from cadence.kernels.triton_linear import swiglu_tiles
-
-    assert swiglu_tiles(6144, 1024, 16) is not None and swiglu_tiles(6144, 1024, 48) is None  # GEMM, then silu
-    routed = {(n, k) for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]
-              if skinny_tiles(n, k, 32) is not None}  # fmt: skip
-    assert routed == {(1024, 2048), (1024, 3072), (2048, 1024)}
-    assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("split_k", [2, 3, 8])
-@pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 100, 3072), (16, 96, 1000)])
-def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
-    """Split over K: the partials are added in split order by the last program of each slab, so
-    the result is the same bits on every call, and each slab's counter is back at 0 afterwards
-    (a graph replays the same counters). K not a multiple of the split's step leaves some
-    programs a short or empty range."""
-    from cadence.kernels.triton_linear import SkinnyTiles, _split_k_workspace, skinny_linear
-
-    g = torch.Generator(device=DEV).manual_seed(6)
-    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
-    ref = torch.nn.functional.linear(x.float(), w.float())
-    tiles = SkinnyTiles(block_n=32, block_k=256, split_k=split_k)
-    first = skinny_linear(x, w, tiles)
-    assert (first.float() - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
-    _, counters = _split_k_workspace(x.device, n, tiles)
-    assert int(counters.abs().sum()) == 0
-    assert torch.equal(skinny_linear(x, w, tiles), first)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
-    """The weight-streaming kernel with 64 activation rows per program (SkinnyTiles.block_m), the
-    tiles benchmarks/skinny_linear.py sweeps for batches 17-64; more rows than the tiles hold is
-    a clear error, not a wrong result."""
-    from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear
-
-    g = torch.Generator(device=DEV).manual_seed(9)
-    x = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(96, 1024, device=DEV, generator=g) / 32).to(dtype)
-    ref = torch.nn.functional.linear(x.float(), w.float())
-    out = skinny_linear(x, w, SkinnyTiles(block_n=32, block_k=256, split_k=split_k, block_m=64)).float()
-    assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
-    with pytest.raises(ValueError, match="at most 16 rows"):
-        skinny_linear(x, w, SkinnyTiles())
 
 
 @pytest.mark.skipif(os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1", reason="every graph triggers first")
@@ -199,35 +103,6 @@ def test_programmatic_dependent_launch_gives_the_same_bits(ops, trigger_first):
         tri.use_pdl(previous)
         tri.pdl_trigger_first(previous_order)
     assert torch.equal(early[0], plain[0]) and torch.equal(early[1], plain[1])
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("m,inter", [(1, 3072), (5, 1500), (16, 3072)])
-def test_linear_swiglu(ops, dtype, m, inter):
-    """The weight-streaming GEMM with SwiGLU in its epilogue (the MLP's gate/up projection, one
-    kernel instead of two) against the GEMM then silu_mul with the tiles `linear` picks: the same
-    bits on a GPU, where both run the same tensor-core dots and round at the same points (under
-    the interpreter numpy's matmul may order the fp32 sums differently); against the PyTorch
-    definition within rounding. `linear_swiglu` takes the fused kernel for bf16 rows with tiles."""
-    from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear, skinny_tiles, swiglu_tiles
-
-    tri, ref = ops
-    g = torch.Generator(device=DEV).manual_seed(12)
-    x = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(2 * inter, 1024, device=DEV, generator=g) / 32).to(dtype)
-    tiles = skinny_tiles(2 * inter, 1024, m)
-    unfused = tri.silu_mul(skinny_linear(x, w, tiles))
-    fused = skinny_linear(x, w, swiglu_tiles(2 * inter, 1024, m), swiglu=True)
-    assert fused.shape == (m, inter)
-    if INTERPRET:
-        assert (fused - unfused).abs().max() <= 1e-5 * unfused.abs().max()
-    else:
-        assert torch.equal(fused, unfused)
-        assert torch.equal(tri.linear_swiglu(x, w), fused)
-    expected = ref.linear_swiglu(x.float(), w.float())
-    assert (fused.float() - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
-    with pytest.raises(ValueError, match="split_k=1"):
-        skinny_linear(x, w, SkinnyTiles(split_k=2), swiglu=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -125,8 +125,7 @@ class FusedStack:
         residual = None
         h = x
         for i, L in enumerate(self.layers):
-            h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
-            qkv = ops.linear(h, L.wqkv)
+            qkv, residual = ops.rms_norm_linear(h, residual, L.ln1, self.eps, L.wqkv)
             cache = (k_cache[i], v_cache[i], slot_index)
             norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
             if decode:
@@ -141,8 +140,8 @@ class FusedStack:
                     max_context=self.max_positions,
                 )  # fmt: skip
             h = ops.linear(attn, L.wo)
-            h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
-            h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
+            gate_up, residual = ops.rms_norm_linear(h, residual, L.ln2, self.eps, L.wgu, swiglu=True)
+            h = ops.linear(gate_up, L.wdown)
         return ops.rms_norm(h, self.norm, self.eps, residual)[0]
 
 

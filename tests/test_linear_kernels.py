@@ -1,0 +1,203 @@
+"""The weight-streaming GEMMs (Triton) against their PyTorch definitions (torch_ops.py), on fresh
+random inputs: tiles by shape and row count, strided rows, split-K, up to 64 rows, SwiGLU in the
+epilogue and RMSNorm in the prologue. Where they run: kernel_checks.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_checks import DEV, INTERPRET, NEEDS_TRITON, tol
+
+pytestmark = NEEDS_TRITON
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 3072, 1024), (5, 1024, 3072), (16, 2048, 1000), (17, 1024, 2048), (24, 1024, 3072), (32, 2048, 1000)]
+)
+def test_skinny_linear(ops, dtype, m, n, k):
+    """The weight-streaming GEMM with the tiles `linear` picks for the shape and row count (17-32
+    rows: 32-row tiles, split-K for the long narrow ones)."""
+    tri, _ = ops
+    g = torch.Generator(device=DEV).manual_seed(5)
+    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    out = tri.linear(x, w, force=True).float()
+    assert out.shape == (m, n)
+    assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m", [1, 8, 24])
+def test_skinny_linear_reads_strided_rows(ops, dtype, m):
+    """Rows that are every other row of a larger tensor (the code predictor's first head reads
+    the stack's output at position 1 of each stream, `h[1::2]`): each row is its own, not the
+    next row of the buffer. Until session 9 the kernel assumed contiguous rows, so in bf16 every
+    stream but the first of a 2-32-stream batch got codebook 1 from another row's state."""
+    tri, _ = ops
+    g = torch.Generator(device=DEV).manual_seed(9)
+    x = torch.randn(2 * m, 1024, device=DEV, generator=g).to(dtype)[1::2]
+    w = (torch.randn(2048, 1024, device=DEV, generator=g) / 32).to(dtype)
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    assert (tri.linear(x, w, force=True).float() - ref).abs().max() <= tol(dtype) * ref.abs().max()
+
+
+def test_linear_routes_by_shape_and_rows(ops):
+    """Which GEMMs go to the weight-streaming kernel (perf-notes #28, #60): every shape up to 16 rows;
+    at 17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); at 33-64 every shape
+    again, in 64-row tiles; above 64, none."""
+    from cadence.kernels.triton_ops import skinny_tiles
+
+    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
+        assert skinny_tiles(n, k, 1) is not None and skinny_tiles(n, k, 16) is not None
+        assert skinny_tiles(n, k, 33).block_m == 64 and skinny_tiles(n, k, 64).block_m == 64
+        assert skinny_tiles(n, k, 65) is None
+    from cadence.kernels.triton_linear import swiglu_tiles
+
+    assert swiglu_tiles(6144, 1024, 16) is not None and swiglu_tiles(6144, 1024, 48) is None  # GEMM, then silu
+    routed = {(n, k) for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]
+              if skinny_tiles(n, k, 32) is not None}  # fmt: skip
+    assert routed == {(1024, 2048), (1024, 3072), (2048, 1024)}
+    assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("split_k", [2, 3, 8])
+@pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 100, 3072), (16, 96, 1000)])
+def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
+    """Split over K: the partials are added in split order by the last program of each slab, so
+    the result is the same bits on every call, and each slab's counter is back at 0 afterwards
+    (a graph replays the same counters). K not a multiple of the split's step leaves some
+    programs a short or empty range."""
+    from cadence.kernels.triton_linear import SkinnyTiles, _split_k_workspace, skinny_linear
+
+    g = torch.Generator(device=DEV).manual_seed(6)
+    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    tiles = SkinnyTiles(block_n=32, block_k=256, split_k=split_k)
+    first = skinny_linear(x, w, tiles)
+    assert (first.float() - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
+    _, counters = _split_k_workspace(x.device, n, tiles)
+    assert int(counters.abs().sum()) == 0
+    assert torch.equal(skinny_linear(x, w, tiles), first)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
+    """The weight-streaming kernel with 64 activation rows per program (SkinnyTiles.block_m), the
+    tiles benchmarks/skinny_linear.py sweeps for batches 17-64; more rows than the tiles hold is
+    a clear error, not a wrong result."""
+    from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear
+
+    g = torch.Generator(device=DEV).manual_seed(9)
+    x = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(96, 1024, device=DEV, generator=g) / 32).to(dtype)
+    ref = torch.nn.functional.linear(x.float(), w.float())
+    out = skinny_linear(x, w, SkinnyTiles(block_n=32, block_k=256, split_k=split_k, block_m=64)).float()
+    assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        skinny_linear(x, w, SkinnyTiles())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m,inter", [(1, 3072), (5, 1500), (16, 3072)])
+def test_linear_swiglu(ops, dtype, m, inter):
+    """The weight-streaming GEMM with SwiGLU in its epilogue (the MLP's gate/up projection, one
+    kernel instead of two) against the GEMM then silu_mul with the tiles `linear` picks: the same
+    bits on a GPU, where both run the same tensor-core dots and round at the same points (under
+    the interpreter numpy's matmul may order the fp32 sums differently); against the PyTorch
+    definition within rounding. `linear_swiglu` takes the fused kernel for bf16 rows with tiles."""
+    from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear, skinny_tiles, swiglu_tiles
+
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(12)
+    x = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(2 * inter, 1024, device=DEV, generator=g) / 32).to(dtype)
+    tiles = skinny_tiles(2 * inter, 1024, m)
+    unfused = tri.silu_mul(skinny_linear(x, w, tiles))
+    fused = skinny_linear(x, w, swiglu_tiles(2 * inter, 1024, m), swiglu=True)
+    assert fused.shape == (m, inter)
+    if INTERPRET:
+        assert (fused - unfused).abs().max() <= 1e-5 * unfused.abs().max()
+    else:
+        assert torch.equal(fused, unfused)
+        assert torch.equal(tri.linear_swiglu(x, w), fused)
+    expected = ref.linear_swiglu(x.float(), w.float())
+    assert (fused.float() - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
+    with pytest.raises(ValueError, match="split_k=1"):
+        skinny_linear(x, w, SkinnyTiles(split_k=2), swiglu=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m", [1, 5, 16])
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_rms_norm_in_the_gemm(ops, dtype, m, with_residual, swiglu):
+    """The RMSNorm prologue (a decoder layer's norm inside the projection after it) against
+    rms_norm then the same GEMM: x + residual the same bits (program 0 stores it), the projection
+    within rounding (only the sum of squares adds in another order), and both against the PyTorch
+    definition. Fresh rows of different scales, so a row normalised with another's statistics fails."""
+    from cadence.kernels.triton_linear import RowNorm, SkinnyTiles, skinny_linear, skinny_tiles, swiglu_tiles
+
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(21 + m)
+    n = 2 * 3072 if swiglu else 4096
+    scales = torch.rand(m, 1, device=DEV, generator=g) * 4 + 0.25
+    x = (torch.randn(m, 1024, device=DEV, generator=g) * scales).to(dtype)
+    residual = torch.randn(m, 1024, device=DEV, generator=g).to(dtype) if with_residual else None
+    norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
+    w = (torch.randn(n, 1024, device=DEV, generator=g) / 32).to(dtype)
+    tiles = (swiglu_tiles if swiglu else skinny_tiles)(n, 1024, m)
+    total = torch.full_like(x, float("nan")) if with_residual else x
+    fused = skinny_linear(x, w, tiles, swiglu=swiglu, norm=RowNorm(norm_w, 1e-6, residual, total))
+    normed, want_total = tri.rms_norm(x, norm_w, 1e-6, residual)
+    unfused = skinny_linear(normed, w, tiles, swiglu=swiglu)
+    assert torch.equal(total, want_total)
+    assert fused.shape == unfused.shape == (m, n // 2 if swiglu else n)
+    assert (fused.float() - unfused.float()).norm() <= (
+        1e-5 if dtype == torch.float32 else 2e-3
+    ) * unfused.float().norm()
+    expected, expected_total = ref.rms_norm_linear(
+        x.float(), None if residual is None else residual.float(), norm_w.float(), 1e-6, w.float(), swiglu=swiglu
+    )
+    assert (fused.float() - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
+    assert torch.allclose(total.float(), expected_total, atol=tol(dtype) * 8)
+    with pytest.raises(ValueError, match="split_k=1"):
+        skinny_linear(x, w, SkinnyTiles(split_k=2), norm=RowNorm(norm_w, 1e-6, residual, total))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_rms_norm_linear_takes_the_fused_kernel_when_on(ops, fused):
+    """`rms_norm_linear`, as the decoder layers call it: with the fused norm off, rms_norm then the
+    GEMM to the bit; on, the prologue kernel where the GEMM streams its weight unsplit (bf16 rows up
+    to 16), and the two-kernel path above 16 rows. Restores the setting."""
+    from cadence.kernels.triton_linear import RowNorm, skinny_linear, skinny_tiles
+
+    tri, _ = ops
+    dtype = torch.float32 if INTERPRET else torch.bfloat16
+    g = torch.Generator(device=DEV).manual_seed(5)
+    x = torch.randn(2, 1024, device=DEV, generator=g).to(dtype)
+    residual = torch.randn(2, 1024, device=DEV, generator=g).to(dtype)
+    norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
+    w = (torch.randn(4096, 1024, device=DEV, generator=g) / 32).to(dtype)
+    previous = tri.use_fused_norm(fused)
+    try:
+        out, total = tri.rms_norm_linear(x, residual, norm_w, 1e-6, w)
+        wide = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
+        wide_out, _ = tri.rms_norm_linear(wide, None, norm_w, 1e-6, w)
+    finally:
+        tri.use_fused_norm(previous)
+    normed, want_total = tri.rms_norm(x, norm_w, 1e-6, residual)
+    assert torch.equal(total, want_total)
+    two_kernels = tri.linear(normed, w)
+    if fused and not INTERPRET:  # under the interpreter (fp32 rows) the two-kernel path stays
+        want = torch.empty_like(x)
+        expected = skinny_linear(x, w, skinny_tiles(4096, 1024, 2), norm=RowNorm(norm_w, 1e-6, residual, want))
+        assert torch.equal(out, expected)
+    else:
+        assert torch.equal(out, two_kernels)
+    assert torch.equal(wide_out, tri.linear(tri.rms_norm(wide, norm_w, 1e-6)[0], w))
