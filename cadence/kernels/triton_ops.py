@@ -220,8 +220,8 @@ def rms_norm_linear(
     weight: torch.Tensor,
     swiglu: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(linear or, swiglu, linear_swiglu)(RMSNorm(x + residual) * norm_weight, weight), and x +
-    residual: a decoder layer's norm and the projection after it. With the fused norm on
+    """A decoder layer's norm and the projection after it: (linear_swiglu if swiglu else
+    linear)(RMSNorm(x + residual) * norm_weight, weight), and x + residual. With the fused norm on
     (`use_fused_norm`, CADENCE_FUSED_NORM=1; an experiment, perf-notes #66) one weight-streaming
     kernel where it would stream the weight unsplit: each program normalises the rows itself, so
     no norm kernel stands between the GEMM and the one before; else `rms_norm` then the GEMM."""
@@ -231,7 +231,7 @@ def rms_norm_linear(
     if not (fused_norm_enabled() and fusable and x.dtype in (torch.bfloat16, torch.float16)):
         normed, total = rms_norm(x, norm_weight, eps, residual)
         return (linear_swiglu(normed, weight) if swiglu else linear(normed, weight)), total
-    total = torch.empty_like(x) if residual is not None else x
+    total = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else x
     out = skinny_linear(x, weight, tiles, swiglu=swiglu, norm=RowNorm(norm_weight, eps, residual, total))
     return out, total
 
