@@ -65,8 +65,7 @@ def main() -> None:
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} warps {warps}: {report}")
     linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
-                    "res_ptr": ptr, "nw_ptr": ptr, "sum_ptr": ptr, "eps": "fp32", "M": "i32", "N": "i32",
-                    "stride_xm": "i32"}  # fmt: skip
+                    "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
     print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")
     for rows in (16, 32, 64):
         for n, k, swiglu in ((4096, 1024, False), (1024, 2048, False), (6144, 1024, True), (1024, 3072, False),
@@ -76,15 +75,11 @@ def main() -> None:
                 print(f"  rows {rows:>2} {n:>4}x{k:<4}: cuBLAS")
                 continue
             k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
-            # the RMSNorm prologue (rms_norm_linear) where it applies: up to 16 rows, K unsplit
-            for norm in (False, True) if rows <= 16 and tiles.split_k == 1 else (False,):
-                consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-                              SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, NORM=norm,
-                              HAS_RES=norm, USE_PDL=True)  # fmt: skip
-                report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps,
-                                      args.arch, tiles.stages)  # fmt: skip
-                extra = (" swiglu" if swiglu else "") + (" +norm" if norm else "")
-                print(f"  rows {rows:>2} {n:>4}x{k:<4}{extra} {tiles}: {report}")
+            consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+                          SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, USE_PDL=True)  # fmt: skip
+            report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
+                                  tiles.stages)  # fmt: skip
+            print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
 
 
 if __name__ == "__main__":

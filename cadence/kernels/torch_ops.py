@@ -29,20 +29,6 @@ def rms_norm(
     return weight * normed, x
 
 
-def rms_norm_linear(
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    swiglu: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A decoder layer's norm and the projection after it: ((linear_swiglu if swiglu else
-    linear)(RMSNorm(x + residual) * norm_weight, weight), x + residual)."""
-    normed, total = rms_norm(x, norm_weight, eps, residual)
-    return (linear_swiglu(normed, weight) if swiglu else linear(normed, weight)), total
-
-
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE in x's dtype: x * cos + rotate_half(x) * sin."""
     half = x.shape[-1] // 2

@@ -4,7 +4,6 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
@@ -15,20 +14,9 @@ from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit
-def _rows_plus_residual(x_ptr, res_ptr, rm, kk, mask, stride_xm, K: tl.constexpr, HAS_RES: tl.constexpr):
-    """x[rm, kk] (+ residual[rm, kk], added in fp32 and rounded to x's dtype, as `rms_norm` does)."""
-    x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=mask, other=0.0)
-    if HAS_RES:
-        r = tl.load(res_ptr + rm[:, None] * K + kk[None, :], mask=mask, other=0.0)
-        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
-    return x
-
-
-@triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, res_ptr, nw_ptr, sum_ptr, eps, M, N, stride_xm,
-                          K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          SPLIT_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr,
-                          HAS_RES: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -41,12 +29,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, res_ptr, n
     Split over K, each program stores its fp32 partial and takes a ticket from the slab's counter;
     the last to arrive adds the partials in split order (deterministic, whatever order the programs
     ran in), stores the result and resets the counter to 0 for the next call or graph replay.
-
-    NORM (no split): the GEMM's input is RMSNorm(x + residual) * nw (HAS_RES; else of x), made by
-    every program for itself: a first pass over its rows for their sums of squares, then each K step
-    normalises the rows as it loads them. Program 0 stores x + residual (the next residual) to sum_ptr.
-    The same roundings as `rms_norm` then the GEMM; only the sum of squares adds in another order.
-    (HAS_RES only with NORM.)
 
     Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
     never written, so this need not wait), then waits for the kernel before it: the weight read
@@ -67,27 +49,12 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, res_ptr, n
             if SWIGLU:
                 prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
     pdl_wait(USE_PDL)
-    if NORM:  # the rows' statistics; they come from L2, where the kernel before left them
-        sumsq = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for i in range(0, K, BLOCK_K):
-            kk = i + rk
-            mask = (rm[:, None] < M) & (kk[None, :] < K)
-            h = _rows_plus_residual(x_ptr, res_ptr, rm, kk, mask, stride_xm, K, HAS_RES)
-            if HAS_RES:
-                if pid + split == 0:
-                    tl.store(sum_ptr + rm[:, None] * K + kk[None, :], h, mask=mask)
-            h32 = h.to(tl.float32)
-            sumsq += tl.sum(h32 * h32, axis=1)
-        inv = 1.0 / tl.sqrt(sumsq / K + eps)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
         kk = split * K_PER_SPLIT + i + rk
         x_mask = (rm[:, None] < M) & (kk[None, :] < K)
-        x = _rows_plus_residual(x_ptr, res_ptr, rm, kk, x_mask, stride_xm, K, HAS_RES)
-        if NORM:
-            g = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-            x = (g[None, :] * (x.to(tl.float32) * inv[:, None]).to(x.dtype).to(tl.float32)).to(x.dtype)
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
         w_mask = (rn[:, None] < N) & (kk[None, :] < K)
         w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=w_mask, other=0.0)
         acc += tl.dot(x, tl.trans(w))
@@ -117,21 +84,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, res_ptr, n
 
 
 SKINNY_MAX_ROWS = 16
-
-# The RMSNorm prologue (`triton_ops.rms_norm_linear`): off until timed on a GPU (perf-notes #66).
-_fused_norm = os.environ.get("CADENCE_FUSED_NORM") == "1"
-
-
-def use_fused_norm(enabled: bool) -> bool:
-    """Decoder layers' norms inside the GEMM after them (True) or as kernels of their own, from now
-    on (a CUDA graph keeps how it was captured); returns the previous setting."""
-    global _fused_norm
-    previous, _fused_norm = _fused_norm, enabled
-    return previous
-
-
-def fused_norm_enabled() -> bool:
-    return _fused_norm
 
 
 @dataclass(frozen=True)
@@ -203,32 +155,15 @@ def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tupl
     return _split_k_buffers[key]
 
 
-@dataclass(frozen=True)
-class RowNorm:
-    """The GEMM's input normalised on the way in: RMSNorm(x + residual) * weight (residual None:
-    of x), with x + residual stored to `total` (the next residual)."""
-
-    weight: torch.Tensor
-    eps: float
-    residual: torch.Tensor | None
-    total: torch.Tensor
-
-
 def skinny_linear(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    tiles: SkinnyTiles,
-    out: torch.Tensor | None = None,
-    swiglu: bool = False,
-    norm: RowNorm | None = None,
+    x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None, swiglu: bool = False
 ) -> torch.Tensor:
     """The weight-streaming kernel with the given tiles (the sweep calls this directly). swiglu:
-    `weight` is [gate; up] and the result silu(x @ gate^T) * (x @ up^T), without split-K. norm: x
-    goes through that RMSNorm first (without split-K)."""
+    `weight` is [gate; up] and the result silu(x @ gate^T) * (x @ up^T), without split-K."""
     (m, k), n = x.shape, weight.shape[0]
-    if (swiglu or norm is not None) and tiles.split_k > 1:
-        raise ValueError("the SwiGLU epilogue and the RMSNorm prologue need whole K per program (split_k=1)")
     if swiglu:
+        if tiles.split_k > 1:
+            raise ValueError("the SwiGLU epilogue needs whole K per program (split_k=1)")
         n //= 2
     if x.stride(1) != 1:
         x = x.contiguous()
@@ -239,14 +174,11 @@ def skinny_linear(
     parts = counters = out  # unused placeholders when the K loop is not split
     if tiles.split_k > 1:
         parts, counters = _split_k_workspace(x.device, n, tiles)
-    has_res = norm is not None and norm.residual is not None
-    residual = norm.residual.contiguous() if has_res else x  # placeholders without a norm
-    norm_weight, total, eps = (norm.weight, norm.total, norm.eps) if norm is not None else (x, x, 0.0)
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, residual, norm_weight, total, eps, m, n, x.stride(0), k,
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
+        x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        NORM=norm is not None, HAS_RES=has_res, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
+        num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
     return out
 

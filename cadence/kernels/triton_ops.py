@@ -21,25 +21,14 @@ from .triton_attention import (
 )
 from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_launch import pdl_entry, pdl_launch, pdl_trigger_first, trigger_first_for, use_pdl
-from .triton_linear import (
-    SKINNY_MAX_ROWS,
-    RowNorm,
-    SkinnyTiles,
-    fused_norm_enabled,
-    linear,
-    skinny_linear,
-    skinny_tiles,
-    swiglu_tiles,
-    use_fused_norm,
-)
+from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles, swiglu_tiles
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
     "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits",
     "attention_tiles", "embed_frame", "linear", "linear_swiglu", "paged_attention", "pdl_launch", "pdl_trigger_first",
-    "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rms_norm_linear", "rope_qk", "sample_tokens",
-    "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "trigger_first_for", "use_fused_norm",
-    "use_pdl",
+    "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens", "silu_mul",
+    "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "trigger_first_for", "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
@@ -210,30 +199,6 @@ def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
     if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):
         return silu_mul(linear(x, gate_up))
     return skinny_linear(x, gate_up, tiles, swiglu=True)
-
-
-def rms_norm_linear(
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    swiglu: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A decoder layer's norm and the projection after it: (linear_swiglu if swiglu else
-    linear)(RMSNorm(x + residual) * norm_weight, weight), and x + residual. With the fused norm on
-    (`use_fused_norm`, CADENCE_FUSED_NORM=1; an experiment, perf-notes #66) one weight-streaming
-    kernel where it would stream the weight unsplit: each program normalises the rows itself, so
-    no norm kernel stands between the GEMM and the one before; else `rms_norm` then the GEMM."""
-    m, k = x.shape
-    tiles = (swiglu_tiles if swiglu else skinny_tiles)(weight.shape[0], k, m)
-    fusable = tiles is not None and tiles.split_k == 1 and m <= SKINNY_MAX_ROWS
-    if not (fused_norm_enabled() and fusable and x.dtype in (torch.bfloat16, torch.float16)):
-        normed, total = rms_norm(x, norm_weight, eps, residual)
-        return (linear_swiglu(normed, weight) if swiglu else linear(normed, weight)), total
-    total = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else x
-    out = skinny_linear(x, weight, tiles, swiglu=swiglu, norm=RowNorm(norm_weight, eps, residual, total))
-    return out, total
 
 
 # -- a frame's embedding: 16 table rows summed, the text track added ------------------------------

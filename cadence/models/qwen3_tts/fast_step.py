@@ -125,7 +125,8 @@ class FusedStack:
         residual = None
         h = x
         for i, L in enumerate(self.layers):
-            qkv, residual = ops.rms_norm_linear(h, residual, L.ln1, self.eps, L.wqkv)
+            h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
+            qkv = ops.linear(h, L.wqkv)
             cache = (k_cache[i], v_cache[i], slot_index)
             norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
             if decode:
@@ -140,8 +141,8 @@ class FusedStack:
                     max_context=self.max_positions,
                 )  # fmt: skip
             h = ops.linear(attn, L.wo)
-            gate_up, residual = ops.rms_norm_linear(h, residual, L.ln2, self.eps, L.wgu, swiglu=True)
-            h = ops.linear(gate_up, L.wdown)
+            h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
+            h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
         return ops.rms_norm(h, self.norm, self.eps, residual)[0]
 
 
@@ -446,8 +447,7 @@ class FastDecoder:
         one 4.59 -> 4.18, left batch 64 as it was while its GEMMs were cuBLAS's (they take no part;
         Triton's since #60) and slowed batch 128 / 256 (+0.2 / +0.7 ms), where kernels launched
         early hold SM slots the running one's later waves need (perf-notes #27). Graphs of more than
-        32 rows (triton_launch.TRIGGER_FIRST_ABOVE_ROWS) let each kernel in before the one before
-        it waits (#65)."""
+        32 rows (triton_launch.TRIGGER_FIRST_ABOVE_ROWS) let each kernel in before the one before it waits (#65)."""
         use_pdl = getattr(self.ops, "use_pdl", None)  # the Triton ops only
         if use_pdl is None:
             yield
