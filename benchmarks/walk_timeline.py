@@ -105,6 +105,19 @@ def summarize(kernels: list[Kernel], walks: int) -> tuple[dict, list[KernelRow]]
     return totals, sorted(rows, key=lambda r: -r.adds_per_walk_us)
 
 
+def raw_kernels(kernels: list[Kernel]) -> dict:
+    """The raw kernel list, compact (a walk has ~900 kernels with C++ names hundreds of characters
+    long): "kernel_names", and "kernels" as [name index, grid, start, end] rows, in µs from the
+    first kernel's start."""
+    names: dict[str, int] = {}
+    t0 = kernels[0].start if kernels else 0.0
+    rows = [
+        [names.setdefault(k.name, len(names)), list(k.grid), round(k.start - t0, 2), round(k.end - t0, 2)]
+        for k in kernels
+    ]
+    return {"kernel_names": list(names), "kernels": rows}
+
+
 def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int) -> list[Kernel]:
     """`walks` decode walks of `batch` streams at `context` tokens, replayed as the engine runs them
     (frames, then the talker's half), under the profiler; their kernels."""
@@ -135,7 +148,7 @@ def main() -> None:
     p.add_argument("--walks", type=int, default=5, help="walks traced per batch")
     p.add_argument("--kv-gb", type=float, default=20.0)
     p.add_argument("--rows", type=int, default=25, help="kernels printed per batch")
-    p.add_argument("--json", help="write the totals, every row and the raw kernel list here")
+    p.add_argument("--json", help="write the totals, every row and the raw kernel list (compact) here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("walk_timeline.py needs a GPU: the kernels it reads are those of CUDA graph replays")
@@ -161,10 +174,9 @@ def main() -> None:
                 f"{r.name[:44]:<44} {grid:>14} {r.per_walk:>6.1f} {r.median_us:>10.2f} {r.median_adds_us:>8.2f} "
                 f"{r.adds_per_walk_us:>10.1f}"
             )
-        results.append({"batch": batch, "totals": totals, "rows": [asdict(r) for r in rows],
-                        "kernels": [asdict(k) for k in kernels]})  # fmt: skip
+        results.append({"batch": batch, "totals": totals, "rows": [asdict(r) for r in rows], **raw_kernels(kernels)})
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from walk_timeline import Kernel, kernels_of_trace, summarize  # noqa: E402
+from walk_timeline import Kernel, kernels_of_trace, raw_kernels, summarize  # noqa: E402
 
 
 def event(name: str, ts: float, dur: float, grid=(128, 1, 1), cat: str = "kernel") -> dict:
@@ -51,3 +51,13 @@ def test_a_kernel_inside_another_adds_nothing():
     totals, rows = summarize([Kernel("long", (1,), 0, 10), Kernel("short", (1,), 2, 5)], walks=1)
     assert {r.name: r.adds_per_walk_us for r in rows} == {"long": 10, "short": 0}
     assert totals["idle_us_per_walk"] == 0
+
+
+def test_raw_kernels_are_written_compactly_and_read_back():
+    kernels = [Kernel("gemm", (128, 1, 1), 1000.0, 1005.5), Kernel("norm", (1,), 1004.0, 1006.0),
+               Kernel("gemm", (128, 1, 1), 1007.0, 1012.25)]  # fmt: skip
+    raw = raw_kernels(kernels)
+    assert raw["kernel_names"] == ["gemm", "norm"]
+    assert raw["kernels"] == [[0, [128, 1, 1], 0.0, 5.5], [1, [1], 4.0, 6.0], [0, [128, 1, 1], 7.0, 12.25]]
+    back = [Kernel(raw["kernel_names"][i], tuple(g), s, e) for i, g, s, e in raw["kernels"]]
+    assert summarize(back, walks=1) == summarize(kernels, walks=1)
