@@ -5,8 +5,15 @@ its bundled ptxas reports each kernel's registers and local-memory spills. A CPU
 so see whether a kernel change adds spills before any device time is spent on it (perf-notes #58:
 the decode attention's first fused design spilled 6 KB a thread at 128-token blocks).
 
-    python benchmarks/triton_ptxas.py            # the paged attention kernel, plain and fused; the GEMM's tiles
+    python benchmarks/triton_ptxas.py            # paged attention, the GEMM's tiles, the sampler
     python benchmarks/triton_ptxas.py --arch 90 --warps 4 8
+
+Compile with the GPU machine's Triton (3.6 there), not only this machine's: a sampler written with
+a [16, vocab] comparison compiled here under 3.9 without spills, and under 3.6 to 32 registers and
+11.5 KB of local memory a thread, taking ~80 s, and hung the GPU (perf-notes #68). A venv of it:
+
+    python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0 torch==2.13.0
+    PYTHONPATH=$PWD /tmp/t36/bin/python benchmarks/triton_ptxas.py
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from cadence.kernels import triton_attention, triton_linear
+from cadence.kernels import triton_attention, triton_linear, triton_ops
 
 
 def ptxas_report(
@@ -80,6 +87,20 @@ def main() -> None:
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
                                   tiles.stages)  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
+    sample_types = {n: "*fp32" for n in triton_ops._sample_kernel.arg_names if n.endswith("_ptr")}
+    sample_types.update(logits_ptr=ptr, seen_ptr="*i1", ban_ptr="*i1", do_ptr="*i1", topk_ptr="*i64",
+                        seed_ptr="*i64", frame_ptr="*i64", out_ptr="*i64", table_ptr=ptr, emb_ptr=ptr)  # fmt: skip
+    sample_types.update({n: "i32" for n in ("V", "eos_id", "suppress_start", "codebook_key", "out_stride",
+                                            "emb_stride", "H")})  # fmt: skip
+    print("sampler (sample_tokens), the code predictor's 2048 codes and the talker's 3072, with the embedding")
+    for v, first in ((2048, False), (3072, True)):
+        for ways in (2, 4, 5):
+            consts = dict(HAS_SEEN=first, HAS_BAN=first, HAS_EMBED=True, BLOCK=triton.next_power_of_2(v),
+                          BLOCK_H=1024, TOPK_WAYS=ways, TOPK_PASSES=triton_ops.topk_search_passes(ways),
+                          USE_PDL=True)  # fmt: skip
+            for warps in args.warps:
+                report = ptxas_report(triton_ops._sample_kernel, sample_types, consts, warps, args.arch)
+                print(f"  {v} codes, {ways:>2} ways, warps {warps}: {report}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Triton kernels against their PyTorch definitions (torch_ops.py), on fresh random inputs: norms,
-RoPE, programmatic dependent launch, the embedding, sampling, SnakeBeta and the persistent code
-predictor (the attention kernels: test_attention_kernels.py; the weight-streaming GEMMs:
-test_linear_kernels.py). Where they run: kernel_checks.py.
+RoPE, programmatic dependent launch, the embedding, SnakeBeta and the persistent code predictor
+(the attention kernels: test_attention_kernels.py; the weight-streaming GEMMs:
+test_linear_kernels.py; the sampler: test_sampling_kernels.py). Where they run: kernel_checks.py.
 """
 
 from __future__ import annotations
@@ -130,65 +130,6 @@ def test_silu_mul(ops, dtype):
     tri, ref = ops
     gu = torch.randn(3, 2 * 1500, device=DEV, generator=torch.Generator(device=DEV).manual_seed(3)).to(dtype)
     assert (tri.silu_mul(gu).float() - ref.silu_mul(gu).float()).abs().max() <= tol(dtype) * 4
-
-
-def test_sampling_matches_definition(ops):
-    tri, ref = ops
-    g = torch.Generator(device=DEV).manual_seed(4)
-    n, v = 8, 300
-    logits = torch.randn(n, v, device=DEV, generator=g) * 3
-    params = RowParams(
-        do_sample=torch.tensor([0, 1, 1, 1, 1, 1, 1, 0], dtype=torch.bool, device=DEV),
-        temperature=torch.tensor([1.0, 0.9, 0.5, 1.3, 0.9, 2.0, 0.7, 1.0], device=DEV),
-        top_k=torch.tensor([50, 50, 0, 5, 1, 300, 20, 0], device=DEV),
-        top_p=torch.tensor([1.0, 1.0, 0.9, 1.0, 1.0, 0.5, 0.8, 1.0], device=DEV),
-    )
-    seen = torch.rand(n, v, device=DEV, generator=g) < 0.1
-    pen = torch.full((n,), 1.05, device=DEV)
-    ban = torch.tensor([1, 0, 1, 0, 1, 0, 1, 0], dtype=torch.bool, device=DEV)
-    seed = torch.arange(n, device=DEV) * 7919 + 11
-    for frame in range(6):
-        fr = torch.full((n,), frame, device=DEV)
-        for kw in ({}, dict(seen=seen, penalty=pen, ban_eos=ban, eos_id=250, suppress_start=200)):
-            a = tri.sample_tokens(logits, params, seed, fr, 3, **kw)
-            b = ref.sample_tokens(logits, params, seed, fr, 3, **kw)
-            assert torch.equal(a, b), (frame, kw.keys(), a, b)
-
-
-def test_top_k_keeps_ties_at_the_kth_value(ops):
-    """The radix select's threshold on the vocabularies served (2048 and 3072 codes) with logits on a
-    coarse grid, so that many values tie at the k-th: the same tokens as the definition (which keeps
-    every tie, as Hugging Face does), k from 1 to one short of the vocabulary."""
-    tri, ref = ops
-    g = torch.Generator(device=DEV).manual_seed(5)
-    for v in (2048, 3072):
-        logits = torch.randint(-40, 40, (6, v), device=DEV, generator=g).float() / 8  # 640 distinct values
-        logits[5] = 0.0  # one row of nothing but ties
-        top_k = torch.tensor([1, 7, 50, 333, v - 1, 50], device=DEV)
-        params = RowParams(torch.ones(6, dtype=torch.bool, device=DEV), torch.full((6,), 0.9, device=DEV), top_k,
-                           torch.ones(6, device=DEV))  # fmt: skip
-        seed = torch.arange(6, device=DEV) + 3
-        for frame in range(4):
-            fr = torch.full((6,), frame, device=DEV)
-            assert torch.equal(
-                tri.sample_tokens(logits, params, seed, fr, 2), ref.sample_tokens(logits, params, seed, fr, 2)
-            )
-
-
-def test_noise_of_exactly_one_is_clamped(ops):
-    """Seed 7164, frame 0, codebook 0: column 2222's 24 noise bits are all ones, and (2^24-1) + 0.5
-    rounds to 2^24 in fp32, so u was 1.0 and its Gumbel noise +inf: that column won whatever its
-    logit (and a banned one's -inf + inf was a NaN, which PyTorch's argmax picks: a control token
-    reached the codec). Clamped below 1, a column 100 below the others loses in both samplers."""
-    tri, ref = ops
-    logits = torch.randn(2, 3072, device=DEV, generator=torch.Generator(device=DEV).manual_seed(3))
-    logits[:, 2222] = -100.0
-    params = RowParams(torch.ones(2, dtype=torch.bool, device=DEV), torch.ones(2, device=DEV),
-                       torch.tensor([0, 3072], device=DEV), torch.ones(2, device=DEV))  # fmt: skip
-    seed, frame = torch.full((2,), 7164, device=DEV), torch.zeros(2, dtype=torch.long, device=DEV)
-    mine = tri.sample_tokens(logits, params, seed, frame, 0)
-    theirs = ref.sample_tokens(logits, params, seed, frame, 0)
-    assert torch.equal(mine, theirs) and not (theirs == 2222).any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -159,16 +159,54 @@ def sample_tokens(
     ban_eos: torch.Tensor | None = None,
     eos_id: int = -1,
     suppress_start: int = -1,
+    out: torch.Tensor | None = None,
+    embed_table: torch.Tensor | None = None,
+    embed_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits processing (repetition penalty, control-token masks when given) then greedy or
     Gumbel-max sampling per row: the engine's sampler in one call. Logits of any float dtype are
-    processed in fp32 (the Triton kernel converts them as it loads them: no copy kernel)."""
+    processed in fp32 (the Triton kernel converts them as it loads them: no copy kernel).
+
+    The tokens [n] go to `out` (a view, say a column of the frame) or a new tensor, which is
+    returned; with `embed_table`, `embed_out` [n, H] receives each token's row of it (the next
+    step's input embedding, gathered by the sampler instead of a lookup kernel)."""
+    out = check_token_outputs(logits.shape[0], logits.device, out, embed_table, embed_out)
     logits = logits.float()
     if seen is not None:
         logits = repetition_penalty(logits, seen, penalty)
     if ban_eos is not None:
         logits = mask_control_tokens(logits, eos_id, suppress_start, ban_eos)
-    return sample(logits, params, seed, frame, codebook)
+    out.copy_(sample(logits, params, seed, frame, codebook))
+    if embed_table is not None:
+        embed_out.copy_(embed_table[out])
+    return out
+
+
+def check_token_outputs(
+    n: int,
+    device: torch.device,
+    out: torch.Tensor | None,
+    embed_table: torch.Tensor | None,
+    embed_out: torch.Tensor | None,
+) -> torch.Tensor:
+    """sample_tokens' outputs checked (shapes, dtypes, unit inner stride for the kernels' row
+    addressing); returns the tokens' tensor, a new one when `out` is None."""
+    if out is None:
+        out = torch.empty(n, dtype=torch.long, device=device)
+    elif out.shape != (n,) or out.dtype != torch.long:
+        raise ValueError(f"out must be a [{n}] long tensor, got {list(out.shape)} {out.dtype}")
+    if (embed_table is None) != (embed_out is None):
+        raise ValueError("embed_table and embed_out go together")
+    if embed_table is not None:
+        shape = (n, embed_table.shape[1])
+        if embed_out.shape != shape or embed_out.dtype != embed_table.dtype or embed_out.stride(-1) != 1:
+            raise ValueError(
+                f"embed_out must be {list(shape)} {embed_table.dtype} with unit inner stride, got "
+                f"{list(embed_out.shape)} {embed_out.dtype} strides {embed_out.stride()}"
+            )
+        if not embed_table.is_contiguous():
+            raise ValueError("embed_table must be contiguous")
+    return out
 
 
 def snake_beta(

@@ -48,7 +48,10 @@ import triton.language as tl
 from ..engine.sampler import RowParams
 from .code_predictor_buffers import CodePredictorBuffers
 from .triton_attention import norm_rope_heads
-from .triton_ops import _sample_choice
+from .triton_ops import TOPK_WAYS, _sample_choice, topk_search_passes
+
+_TOPK_WAYS = tl.constexpr(TOPK_WAYS)  # the layer kernels' search (the sampler's arithmetic)
+_TOPK_PASSES = tl.constexpr(topk_search_passes(TOPK_WAYS))
 
 
 @triton.jit
@@ -251,7 +254,7 @@ def _code_predictor_kernel(
         for n in range(pid, streams, P):
             x = tl.load(logits_ptr + n * V + col, mask=valid, other=-float("inf"), cache_modifier=".cg")
             code = _sample_choice(x.to(tl.float32), col, valid, n, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr,
-                                  frame_ptr, key, V)  # fmt: skip
+                                  frame_ptr, key, V, _TOPK_WAYS, _TOPK_PASSES)  # fmt: skip
             tl.store(codes_ptr + n * STEPS + j, code.to(tl.int64))
             if j + 1 < STEPS:  # the next step's input: codebook j+1's embedding of the code
                 h = tl.arange(0, H)

@@ -1,0 +1,186 @@
+"""The sampler kernel (`triton_ops.sample_tokens`: logits processing, top-k / top-p, Gumbel-max,
+and the token's embedding row for the next step) against its PyTorch definition (torch_ops.py),
+and the outputs' checks that both share. Where the kernel tests run: kernel_checks.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_checks import DEV, NEEDS_TRITON
+
+from cadence.engine.sampler import RowParams
+from cadence.kernels import torch_ops
+
+
+def _sampled_rows(n: int, top_k: int) -> RowParams:
+    return RowParams(torch.ones(n, dtype=torch.bool, device=DEV), torch.full((n,), 0.9, device=DEV),
+                     torch.full((n,), top_k, device=DEV), torch.ones(n, device=DEV))  # fmt: skip
+
+
+@NEEDS_TRITON
+def test_sampling_matches_definition(ops):
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(4)
+    n, v = 8, 300
+    logits = torch.randn(n, v, device=DEV, generator=g) * 3
+    params = RowParams(
+        do_sample=torch.tensor([0, 1, 1, 1, 1, 1, 1, 0], dtype=torch.bool, device=DEV),
+        temperature=torch.tensor([1.0, 0.9, 0.5, 1.3, 0.9, 2.0, 0.7, 1.0], device=DEV),
+        top_k=torch.tensor([50, 50, 0, 5, 1, 300, 20, 0], device=DEV),
+        top_p=torch.tensor([1.0, 1.0, 0.9, 1.0, 1.0, 0.5, 0.8, 1.0], device=DEV),
+    )
+    seen = torch.rand(n, v, device=DEV, generator=g) < 0.1
+    pen = torch.full((n,), 1.05, device=DEV)
+    ban = torch.tensor([1, 0, 1, 0, 1, 0, 1, 0], dtype=torch.bool, device=DEV)
+    seed = torch.arange(n, device=DEV) * 7919 + 11
+    for frame in range(6):
+        fr = torch.full((n,), frame, device=DEV)
+        for kw in ({}, dict(seen=seen, penalty=pen, ban_eos=ban, eos_id=250, suppress_start=200)):
+            a = tri.sample_tokens(logits, params, seed, fr, 3, **kw)
+            b = ref.sample_tokens(logits, params, seed, fr, 3, **kw)
+            assert torch.equal(a, b), (frame, kw.keys(), a, b)
+
+
+@NEEDS_TRITON
+@pytest.mark.parametrize("ways", [2, 3, 4, 5])
+def test_top_k_keeps_ties_at_the_kth_value(ops, ways, monkeypatch):
+    """The top-k threshold's search (a bisection at 2 ways, the shipped 16 and others) on the
+    vocabularies served (2048 and 3072 codes) with logits on a coarse grid, so that many values tie
+    at the k-th: the same tokens as the definition (which keeps every tie, as Hugging Face does), k
+    from 1 to one short of the vocabulary."""
+    tri, ref = ops
+    monkeypatch.setattr(tri, "TOPK_WAYS", ways)
+    g = torch.Generator(device=DEV).manual_seed(5)
+    for v in (2048, 3072):
+        logits = torch.randint(-40, 40, (6, v), device=DEV, generator=g).float() / 8  # 640 distinct values
+        logits[5] = 0.0  # one row of nothing but ties
+        top_k = torch.tensor([1, 7, 50, 333, v - 1, 50], device=DEV)
+        params = RowParams(torch.ones(6, dtype=torch.bool, device=DEV), torch.full((6,), 0.9, device=DEV), top_k,
+                           torch.ones(6, device=DEV))  # fmt: skip
+        seed = torch.arange(6, device=DEV) + 3
+        for frame in range(4):
+            fr = torch.full((6,), frame, device=DEV)
+            assert torch.equal(
+                tri.sample_tokens(logits, params, seed, fr, 2), ref.sample_tokens(logits, params, seed, fr, 2)
+            )
+
+
+@NEEDS_TRITON
+def test_noise_of_exactly_one_is_clamped(ops):
+    """Seed 7164, frame 0, codebook 0: column 2222's 24 noise bits are all ones, and (2^24-1) + 0.5
+    rounds to 2^24 in fp32, so u was 1.0 and its Gumbel noise +inf: that column won whatever its
+    logit (and a banned one's -inf + inf was a NaN, which PyTorch's argmax picks: a control token
+    reached the codec). Clamped below 1, a column 100 below the others loses in both samplers."""
+    tri, ref = ops
+    logits = torch.randn(2, 3072, device=DEV, generator=torch.Generator(device=DEV).manual_seed(3))
+    logits[:, 2222] = -100.0
+    params = RowParams(torch.ones(2, dtype=torch.bool, device=DEV), torch.ones(2, device=DEV),
+                       torch.tensor([0, 3072], device=DEV), torch.ones(2, device=DEV))  # fmt: skip
+    seed, frame = torch.full((2,), 7164, device=DEV), torch.zeros(2, dtype=torch.long, device=DEV)
+    mine = tri.sample_tokens(logits, params, seed, frame, 0)
+    theirs = ref.sample_tokens(logits, params, seed, frame, 0)
+    assert torch.equal(mine, theirs) and not (theirs == 2222).any()
+
+
+def test_search_passes_narrow_the_key_range_to_one_key():
+    """Each pass leaves at most ceil(width / ways) of the 2^32 keys: a bisection needs 32 passes,
+    5 ways 14, and one pass fewer would leave an interval of more than one key. More than 5 ways
+    would not fit their counts in one int64."""
+    from cadence.kernels.triton_ops import topk_search_passes
+
+    assert [topk_search_passes(w) for w in (2, 3, 4, 5)] == [32, 21, 16, 14]
+    with pytest.raises(ValueError, match="2 to 5 ways"):
+        topk_search_passes(6)
+    for ways in (2, 3, 4, 5):
+        width = 2**32
+        for _ in range(topk_search_passes(ways) - 1):
+            width = -(-width // ways)
+        assert width > 1
+
+
+@NEEDS_TRITON
+@pytest.mark.parametrize("ways", [2, 5])
+def test_top_k_at_the_ends_of_the_key_range(ops, ways, monkeypatch):
+    """Logits near the float range's ends and banned (-inf) ones: the search starts from the whole
+    32-bit key range, so the extremes must still count."""
+    tri, ref = ops
+    monkeypatch.setattr(tri, "TOPK_WAYS", ways)
+    g = torch.Generator(device=DEV).manual_seed(9)
+    logits = torch.randn(4, 2048, device=DEV, generator=g)
+    logits[0, :60] = 3e38
+    logits[1, :40] = -3e38
+    logits[1, 40:] = -float("inf")  # fewer finite values than k
+    logits[2, ::3] = 1e-38
+    logits[3, 100:] = -float("inf")
+    params = _sampled_rows(4, 50)
+    params.temperature.fill_(1.0)  # 3e38 / 0.9 would overflow to inf in both
+    seed = torch.arange(4, device=DEV) + 1
+    for frame in range(3):
+        fr = torch.full((4,), frame, device=DEV)
+        assert torch.equal(
+            tri.sample_tokens(logits, params, seed, fr, 1), ref.sample_tokens(logits, params, seed, fr, 1)
+        )
+
+
+@NEEDS_TRITON
+def test_tokens_and_their_embeddings_written_in_place(ops):
+    """`out` a column of a frame and `embed_out` the odd rows of a [n, 2, H] pair (the code
+    predictor's first input): the tokens the sampler returns without them, and each token's row of
+    the table, in both backends; nothing else written."""
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(6)
+    n, v, h = 5, 2048, 1024
+    logits = torch.randn(n, v, device=DEV, generator=g) * 2
+    table = torch.randn(v, h, device=DEV, generator=g)
+    params = _sampled_rows(n, 50)
+    params.do_sample[1] = False
+    seed, fr = torch.arange(n, device=DEV) + 7, torch.full((n,), 3, device=DEV)
+    want = ref.sample_tokens(logits, params, seed, fr, 4)
+    for ops_ in (tri, ref):
+        frame = torch.full((n, 16), -1, dtype=torch.long, device=DEV)
+        pair = torch.zeros(n, 2, h, device=DEV)
+        got = ops_.sample_tokens(logits, params, seed, fr, 4, out=frame[:, 3], embed_table=table, embed_out=pair[:, 1])
+        assert got.data_ptr() == frame[:, 3].data_ptr()
+        assert torch.equal(frame[:, 3], want) and (frame[:, :3] == -1).all() and (frame[:, 4:] == -1).all()
+        assert torch.equal(pair[:, 1], table[want]) and not pair[:, 0].any()
+
+
+def test_token_outputs_are_checked():
+    """Wrong outputs fail before any kernel runs, with what was expected."""
+    logits = torch.randn(3, 64)
+    params = RowParams(torch.zeros(3, dtype=torch.bool), torch.ones(3), torch.zeros(3, dtype=torch.long), torch.ones(3))
+    args = (logits, params, torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long), 1)
+    table = torch.randn(64, 8)
+    with pytest.raises(ValueError, match=r"out must be a \[3\] long tensor"):
+        torch_ops.sample_tokens(*args, out=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="go together"):
+        torch_ops.sample_tokens(*args, embed_table=table)
+    with pytest.raises(ValueError, match=r"embed_out must be \[3, 8\]"):
+        torch_ops.sample_tokens(*args, embed_table=table, embed_out=torch.zeros(3, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="unit inner stride"):
+        torch_ops.sample_tokens(*args, embed_table=table, embed_out=torch.zeros(8, 3).t())
+    tokens = torch_ops.sample_tokens(*args)
+    assert torch.equal(tokens, logits.argmax(-1))
+
+
+@NEEDS_TRITON
+@pytest.mark.parametrize("ways", [2, 5])
+def test_top_k_separates_neighbouring_floats(ops, ways, monkeypatch):
+    """Logits one float apart (consecutive keys), so a search that stopped short of a single key
+    would keep the k-th value's neighbours: over 64 rows of near-equal logits the noise picks among
+    the kept set, and a larger set shows in the tokens."""
+    tri, ref = ops
+    monkeypatch.setattr(tri, "TOPK_WAYS", ways)
+    g = torch.Generator(device=DEV).manual_seed(10)
+    n, v = 64, 2048
+    half = torch.tensor(0.5).view(torch.int32)
+    adjacent = (torch.arange(v, dtype=torch.int32) + half).view(torch.float32).to(DEV)
+    logits = torch.stack([adjacent[torch.randperm(v, generator=g, device=DEV)] for _ in range(n)])
+    params = _sampled_rows(n, 0)
+    params.temperature.fill_(1.0)
+    params.top_k.copy_(torch.tensor([1, 5, 50, 333], device=DEV).repeat(n // 4))
+    seed = torch.arange(n, device=DEV) * 31 + 5
+    for frame in range(4):
+        fr = torch.full((n,), frame, device=DEV)
+        mine, theirs = tri.sample_tokens(logits, params, seed, fr, 1), ref.sample_tokens(logits, params, seed, fr, 1)
+        assert torch.equal(mine, theirs)
