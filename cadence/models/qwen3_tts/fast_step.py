@@ -11,8 +11,7 @@ Everything a request contributes is gathered from slot-indexed device tensors by
 buffer, so a replay reads nothing per request on the host and never looks anything up by request
 id (padding rows point at a dummy slot that owns a scratch page).
 
-Layers run as: fused residual-add + RMSNorm, one QKV GEMM, fused QK-norm + RoPE + KV write, paged
-attention, O GEMM, fused residual-add + RMSNorm, one gate/up GEMM, fused SwiGLU, down GEMM.
+The decoder layers (talker and code predictor) run as fused_stack.FusedStack.
 
 `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere; the same code runs
 eagerly on the CPU (where the tests check it against the eager walk) and under graphs on CUDA.
@@ -34,7 +33,7 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
-from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
+from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
 from .sampling import MIN_NEW_TOKENS
@@ -66,84 +65,6 @@ class DecodeGraph:
     slots: torch.Tensor  # [bucket] slot per row, the dummy slot in padding rows
     frames: torch.Tensor  # [bucket, 16]
     eos: torch.Tensor  # [bucket]
-
-
-@dataclass
-class FusedLayer:
-    """One decoder layer's weights in the fused layout (QKV and gate/up concatenated)."""
-
-    ln1: torch.Tensor
-    wqkv: torch.Tensor
-    q_norm: torch.Tensor
-    k_norm: torch.Tensor
-    wo: torch.Tensor
-    ln2: torch.Tensor
-    wgu: torch.Tensor
-    wdown: torch.Tensor
-
-    @classmethod
-    def of(cls, layer: Qwen3DecoderLayer) -> FusedLayer:
-        a, m = layer.self_attn, layer.mlp
-        return cls(
-            ln1=layer.input_layernorm.weight,
-            wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-            q_norm=a.q_norm.weight,
-            k_norm=a.k_norm.weight,
-            wo=a.o_proj.weight,
-            ln2=layer.post_attention_layernorm.weight,
-            wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight]),
-            wdown=m.down_proj.weight,
-        )
-
-
-class FusedStack:
-    """A Qwen3 stack (layers + final norm) run with the fused ops over a paged KV cache."""
-
-    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int, attention_splits: int | None = None):
-        cfg = stack.cfg
-        self.ops = ops
-        self.splits = attention_splits  # None: the kernel picks by batch size
-        self.max_positions = max_positions  # the longest context: the attention kernel's tiles follow it
-        self.layers = [FusedLayer.of(layer) for layer in stack.layers]
-        self.norm = stack.norm.weight
-        self.eps = cfg.rms_norm_eps
-        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.scale = cfg.head_dim**-0.5
-        dev, dtype = self.norm.device, self.norm.dtype
-        # The eager model's own RoPE table, so the fused path rotates by exactly the same numbers.
-        self.cos, self.sin = rope_cos_sin(torch.arange(max_positions, device=dev), cfg.head_dim, cfg.rope_theta, dtype)
-
-    def __call__(
-        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
-    ) -> torch.Tensor:
-        """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
-        first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D].
-        decode: every row is its own sequence's one new token (positions = context_lens - 1), so the
-        attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
-        not for prefill, whose rows read each other's keys."""
-        ops = self.ops
-        residual = None
-        h = x
-        for i, L in enumerate(self.layers):
-            h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
-            qkv = ops.linear(h, L.wqkv)
-            cache = (k_cache[i], v_cache[i], slot_index)
-            norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
-            if decode:
-                attn = ops.qk_norm_rope_attention(
-                    qkv, *norm_rope, block_table, context_lens, self.scale, self.heads, self.kv_heads, self.splits,
-                    max_context=self.max_positions,
-                )  # fmt: skip
-            else:
-                q = ops.qk_norm_rope_store(qkv, *norm_rope, self.heads, self.kv_heads)
-                attn = ops.paged_attention(
-                    q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
-                    max_context=self.max_positions,
-                )  # fmt: skip
-            h = ops.linear(attn, L.wo)
-            h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
-            h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
-        return ops.rms_norm(h, self.norm, self.eps, residual)[0]
 
 
 @dataclass(frozen=True)
@@ -255,12 +176,18 @@ class FastDecoder:
 
         logits = ops.linear(hidden, talker.codec_head.weight)  # the sampler computes in fp32
         ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[slots]
+        # The samplers write the frame's codes in place and each code's embedding where the next
+        # code-predictor step reads it: no lookup, stack or cat kernels between them.
+        frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
+        pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
+        pair[:, 0] = hidden  # code-predictor position 0; position 1 is code0's embedding
         code0 = ops.sample_tokens(
             logits, _gather(st.code0, slots), seed, step, 0, seen=st.seen[slots], penalty=st.rep_penalty[slots],
-            ban_eos=ban_eos, eos_id=self.eos, suppress_start=self.suppress,
+            ban_eos=ban_eos, eos_id=self.eos, suppress_start=self.suppress, out=frame[:, 0],
+            embed_table=talker.model.codec_embedding.weight, embed_out=pair[:, 1],
         )  # fmt: skip
         st.seen.index_put_((slots, code0), self._true)  # a device scalar: no host copy inside a graph
-        frame = torch.cat([code0[:, None], self._predict_codes(hidden, code0, step, seed, slots)], dim=1)
+        self._predict_into(pair, frame, step, seed, slots)
         return frame, code0 == self.eos
 
     def advance_rows(self, slots: torch.Tensor, frame: torch.Tensor) -> None:
@@ -312,29 +239,42 @@ class FastDecoder:
         return PersistentCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
 
     def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:
+        """Codes 1..15 [B, 15] of talker hidden states and their code0s, as a walk predicts them (the
+        tests and benchmarks compare the code predictor's paths through this)."""
+        pair = torch.stack([hidden, self.talker.embed_codec(code0)], dim=1)
+        frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
+        self._predict_into(pair, frame, step, seed, slots)
+        return frame[:, 1:]
+
+    def _predict_into(self, pair: torch.Tensor, frame: torch.Tensor, step, seed, slots) -> None:
+        """Codes 1..15 of each row into frame[:, 1:], from pair [B, 2, H] (the talker's hidden state
+        and code0's embedding: the code predictor's positions 0 and 1)."""
         talker, ops = self.talker, self.ops
         cp = talker.code_predictor
-        b = hidden.shape[0]
+        b = pair.shape[0]
         params = _gather(self.state.codes, slots)
-        # Positions 0 and 1 (talker hidden, code0 embedding) as 2B query rows sharing their page.
-        first = cp.small_to_mtp_projection(torch.stack([hidden, talker.embed_codec(code0)], dim=1)).flatten(0, 1)
+        # Positions 0 and 1 as 2B query rows sharing their page.
+        first = cp.small_to_mtp_projection(pair).flatten(0, 1)
         if self.persistent is not None and b <= self.persistent.max_streams:
-            return self.persistent(first, params, seed, step)
+            frame[:, 1:] = self.persistent(first, params, seed, step)
+            return
         ix, n = self.cp_index, 2 * b
         h = self.cp_stack(
             first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v
         )[1::2]  # fmt: skip
-        codes = []
         for j in range(self.groups - 1):
-            code = ops.sample_tokens(ops.linear(h, cp.lm_head[j].weight), params, seed, step, j + 1)
-            codes.append(code)
-            if j + 2 < self.groups:
-                x = cp.small_to_mtp_projection(cp.model.codec_embedding[j](code))
-                h = self.cp_stack(
-                    x, ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b], ix.step_slot[j, :b], self.cp_k, self.cp_v,
-                    decode=True,
-                )  # fmt: skip
-        return torch.stack(codes, dim=1)
+            logits = ops.linear(h, cp.lm_head[j].weight)
+            if j + 2 == self.groups:  # the last code: nothing reads its embedding
+                ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1])
+                break
+            table = cp.model.codec_embedding[j].weight
+            embedded = torch.empty(b, table.shape[1], dtype=table.dtype, device=self.dev)
+            ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1], embed_table=table,
+                              embed_out=embedded)  # fmt: skip
+            h = self.cp_stack(
+                cp.small_to_mtp_projection(embedded), ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b],
+                ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True,
+            )  # fmt: skip
 
     @torch.no_grad()
     def prefill(self, slots: list[int], prompts: list[Prompt]) -> None:

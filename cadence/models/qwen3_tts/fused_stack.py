@@ -1,0 +1,95 @@
+"""A Qwen3 decoder stack (the talker's 28 layers, the code predictor's 5) run with the fused ops
+over a paged KV cache, the layout the fast walk and prefill share.
+
+A layer runs as: fused residual-add + RMSNorm, one QKV GEMM, QK-norm + RoPE + KV write (inside
+the decode attention kernel up to 64 rows), paged attention, O GEMM, fused residual-add + RMSNorm,
+one gate/up GEMM with SwiGLU, down GEMM. `ops` is `cadence.kernels.triton_ops` on GPUs and
+`torch_ops` elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
+
+
+@dataclass
+class FusedLayer:
+    """One decoder layer's weights in the fused layout (QKV and gate/up concatenated)."""
+
+    ln1: torch.Tensor
+    wqkv: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    wo: torch.Tensor
+    ln2: torch.Tensor
+    wgu: torch.Tensor
+    wdown: torch.Tensor
+
+    @classmethod
+    def of(cls, layer: Qwen3DecoderLayer) -> FusedLayer:
+        a, m = layer.self_attn, layer.mlp
+        return cls(
+            ln1=layer.input_layernorm.weight,
+            wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+            q_norm=a.q_norm.weight,
+            k_norm=a.k_norm.weight,
+            wo=a.o_proj.weight,
+            ln2=layer.post_attention_layernorm.weight,
+            wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+            wdown=m.down_proj.weight,
+        )
+
+
+class FusedStack:
+    """A Qwen3 stack (layers + final norm) run with the fused ops over a paged KV cache."""
+
+    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int, attention_splits: int | None = None):
+        cfg = stack.cfg
+        self.ops = ops
+        self.splits = attention_splits  # None: the kernel picks by batch size
+        self.max_positions = max_positions  # the longest context: the attention kernel's tiles follow it
+        self.layers = [FusedLayer.of(layer) for layer in stack.layers]
+        self.norm = stack.norm.weight
+        self.eps = cfg.rms_norm_eps
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scale = cfg.head_dim**-0.5
+        dev, dtype = self.norm.device, self.norm.dtype
+        # The eager model's own RoPE table, so the fused path rotates by exactly the same numbers.
+        self.cos, self.sin = rope_cos_sin(torch.arange(max_positions, device=dev), cfg.head_dim, cfg.rope_theta, dtype)
+
+    def __call__(
+        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
+    ) -> torch.Tensor:
+        """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
+        first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D].
+        decode: every row is its own sequence's one new token (positions = context_lens - 1), so the
+        attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
+        not for prefill, whose rows read each other's keys."""
+        ops = self.ops
+        residual = None
+        h = x
+        for i, L in enumerate(self.layers):
+            h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
+            qkv = ops.linear(h, L.wqkv)
+            cache = (k_cache[i], v_cache[i], slot_index)
+            norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
+            if decode:
+                attn = ops.qk_norm_rope_attention(
+                    qkv, *norm_rope, block_table, context_lens, self.scale, self.heads, self.kv_heads, self.splits,
+                    max_context=self.max_positions,
+                )  # fmt: skip
+            else:
+                q = ops.qk_norm_rope_store(qkv, *norm_rope, self.heads, self.kv_heads)
+                attn = ops.paged_attention(
+                    q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
+                    max_context=self.max_positions,
+                )  # fmt: skip
+            h = ops.linear(attn, L.wo)
+            h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
+            h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
+        return ops.rms_norm(h, self.norm, self.eps, residual)[0]
