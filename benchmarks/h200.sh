@@ -20,7 +20,7 @@ server_wheels() {
 for phase in "$@"; do
   case $phase in
     tests)
-      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_sampling_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     bench)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
@@ -55,6 +55,8 @@ for phase in "$@"; do
       done ;;
     skinny)  # issue 4: tile sweep of the weight-streaming GEMM on the decode shapes, against cuBLAS
       python3 benchmarks/skinny_linear.py --rows 1 16 --json "$OUT/skinny_linear.json" 2>&1 | tee "$OUT/skinny.log" | tail -24 ;;
+    sampler)  # perf-notes #68: the sampler kernel alone, top-k search width x warps, against the bisection
+      python3 benchmarks/sampler.py --json "$OUT/sampler.json" 2>&1 | tee "$OUT/sampler.log" | tail -8 ;;
     attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
       python3 benchmarks/paged_attention.py --batches 1 8 64 128 256 --context 500 --json "$OUT/paged_attention.json" \
         2>&1 | tee "$OUT/attention.log" | tail -12 ;;
@@ -106,7 +108,7 @@ for phase in "$@"; do
       # sets cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
-          tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
+          tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_sampling_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
         timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py; } 2>&1 \
         | tee "$OUT/walkab_tests.log" | grep -E "passed|failed|error|Error" | tail -8
       site=""
@@ -120,10 +122,12 @@ for phase in "$@"; do
         name=${tree%%=*}; spec=${tree#*=}; dir=${spec%%,*}; envs=""
         [ "$spec" = "$dir" ] || envs=${spec#*,}
         echo "== $name ($dir${envs:+, $envs}), round $round"
+        log=/tmp/walk_${name}_$round.log  # not under $OUT, which returns at most 8 files
         (cd "$dir" && env ${envs//,/ } PYTHONPATH=$PWD${site:+:$site} timeout 200 python3 $harness --model $full \
           --device cuda --attention-backend triton --batches $batches $buckets --context 500 \
           --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 --kv-gb 20 \
-          --json "$OUT/walk_${name}_$round.json" 2>&1 | quiet | sed -n "/^ *batch/,/tokens:/p")
+          --json "$OUT/walk_${name}_$round.json" > $log 2>&1) || { echo "  walk failed (exit $?; 124: timed out):"; tail -6 $log; }
+        quiet < $log | sed -n "/^ *batch/,/tokens:/p"
       done; done ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size
       need_full
@@ -189,7 +193,7 @@ for phase in "$@"; do
       # SIGINT on timeout: pytest then prints where it was and a summary instead of dying silently.
       { timeout -s INT 360 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_codec_graphs.py \
           tests/test_fast_step.py tests/test_engine_variants.py tests/test_disaggregated.py tests/test_engine_host_waits.py
-        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_sampling_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
     codec)  # issue 5: the streaming codec alone (fp32), per (streams, frames) shape
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
