@@ -9,7 +9,7 @@ import torch
 from kernel_checks import DEV, NEEDS_TRITON
 
 from cadence.engine.sampler import RowParams
-from cadence.kernels import torch_ops
+from cadence.kernels import torch_ops, triton_available
 
 
 def _sampled_rows(n: int, top_k: int) -> RowParams:
@@ -82,6 +82,7 @@ def test_noise_of_exactly_one_is_clamped(ops):
     assert torch.equal(mine, theirs) and not (theirs == 2222).any()
 
 
+@pytest.mark.skipif(not triton_available(), reason="triton_ops needs Triton")
 def test_search_passes_narrow_the_key_range_to_one_key():
     """Each pass leaves at most ceil(width / ways) of the 2^32 keys: a bisection needs 32 passes,
     5 ways 14, and one pass fewer would leave an interval of more than one key. More than 5 ways
