@@ -17,6 +17,17 @@ def _sampled_rows(n: int, top_k: int) -> RowParams:
                      torch.full((n,), top_k, device=DEV), torch.ones(n, device=DEV))  # fmt: skip
 
 
+def _assert_same_tokens(ops, logits: torch.Tensor, params: RowParams, frames: int, codebook: int) -> None:
+    """The kernel picks the definition's tokens for every row over `frames` frames of noise."""
+    tri, ref = ops
+    seed = torch.arange(logits.shape[0], device=DEV) * 31 + 5
+    for frame in range(frames):
+        fr = torch.full((logits.shape[0],), frame, device=DEV)
+        mine = tri.sample_tokens(logits, params, seed, fr, codebook)
+        theirs = ref.sample_tokens(logits, params, seed, fr, codebook)
+        assert torch.equal(mine, theirs), (frame, mine, theirs)
+
+
 @NEEDS_TRITON
 def test_sampling_matches_definition(ops):
     tri, ref = ops
@@ -48,21 +59,15 @@ def test_top_k_keeps_ties_at_the_kth_value(ops, ways, monkeypatch):
     vocabularies served (2048 and 3072 codes) with logits on a coarse grid, so that many values tie
     at the k-th: the same tokens as the definition (which keeps every tie, as Hugging Face does), k
     from 1 to one short of the vocabulary."""
-    tri, ref = ops
+    tri = ops[0]
     monkeypatch.setattr(tri, "TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(5)
     for v in (2048, 3072):
         logits = torch.randint(-40, 40, (6, v), device=DEV, generator=g).float() / 8  # 640 distinct values
         logits[5] = 0.0  # one row of nothing but ties
-        top_k = torch.tensor([1, 7, 50, 333, v - 1, 50], device=DEV)
-        params = RowParams(torch.ones(6, dtype=torch.bool, device=DEV), torch.full((6,), 0.9, device=DEV), top_k,
-                           torch.ones(6, device=DEV))  # fmt: skip
-        seed = torch.arange(6, device=DEV) + 3
-        for frame in range(4):
-            fr = torch.full((6,), frame, device=DEV)
-            assert torch.equal(
-                tri.sample_tokens(logits, params, seed, fr, 2), ref.sample_tokens(logits, params, seed, fr, 2)
-            )
+        params = _sampled_rows(6, 0)
+        params.top_k.copy_(torch.tensor([1, 7, 50, 333, v - 1, 50], device=DEV))
+        _assert_same_tokens(ops, logits, params, frames=4, codebook=2)
 
 
 @NEEDS_TRITON
@@ -104,7 +109,7 @@ def test_search_passes_narrow_the_key_range_to_one_key():
 def test_top_k_at_the_ends_of_the_key_range(ops, ways, monkeypatch):
     """Logits near the float range's ends and banned (-inf) ones: the search starts from the whole
     32-bit key range, so the extremes must still count."""
-    tri, ref = ops
+    tri = ops[0]
     monkeypatch.setattr(tri, "TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(9)
     logits = torch.randn(4, 2048, device=DEV, generator=g)
@@ -115,12 +120,7 @@ def test_top_k_at_the_ends_of_the_key_range(ops, ways, monkeypatch):
     logits[3, 100:] = -float("inf")
     params = _sampled_rows(4, 50)
     params.temperature.fill_(1.0)  # 3e38 / 0.9 would overflow to inf in both
-    seed = torch.arange(4, device=DEV) + 1
-    for frame in range(3):
-        fr = torch.full((4,), frame, device=DEV)
-        assert torch.equal(
-            tri.sample_tokens(logits, params, seed, fr, 1), ref.sample_tokens(logits, params, seed, fr, 1)
-        )
+    _assert_same_tokens(ops, logits, params, frames=3, codebook=1)
 
 
 @NEEDS_TRITON
@@ -170,7 +170,7 @@ def test_top_k_separates_neighbouring_floats(ops, ways, monkeypatch):
     """Logits one float apart (consecutive keys), so a search that stopped short of a single key
     would keep the k-th value's neighbours: over 64 rows of near-equal logits the noise picks among
     the kept set, and a larger set shows in the tokens."""
-    tri, ref = ops
+    tri = ops[0]
     monkeypatch.setattr(tri, "TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(10)
     n, v = 64, 2048
@@ -180,8 +180,4 @@ def test_top_k_separates_neighbouring_floats(ops, ways, monkeypatch):
     params = _sampled_rows(n, 0)
     params.temperature.fill_(1.0)
     params.top_k.copy_(torch.tensor([1, 5, 50, 333], device=DEV).repeat(n // 4))
-    seed = torch.arange(n, device=DEV) * 31 + 5
-    for frame in range(4):
-        fr = torch.full((n,), frame, device=DEV)
-        mine, theirs = tri.sample_tokens(logits, params, seed, fr, 1), ref.sample_tokens(logits, params, seed, fr, 1)
-        assert torch.equal(mine, theirs)
+    _assert_same_tokens(ops, logits, params, frames=4, codebook=1)
