@@ -181,3 +181,16 @@ def test_top_k_separates_neighbouring_floats(ops, ways, monkeypatch):
     params.temperature.fill_(1.0)
     params.top_k.copy_(torch.tensor([1, 5, 50, 333], device=DEV).repeat(n // 4))
     _assert_same_tokens(ops, logits, params, frames=4, codebook=1)
+
+
+@NEEDS_TRITON
+def test_top_k_over_a_vocabulary_of_65536_slots(ops):
+    """A vocabulary of 2^16 codes (the search's counts no longer fit 16 bits, so it bisects): 5536
+    codes near +1 and 60000 just below -1, top-k 5636. The search's threshold -2^30 counts all
+    65536 keys, which must not wrap to 0 (the k-th value would then fall below every key and the
+    low cluster, kept whole, would win the noise about half the time)."""
+    g = torch.Generator(device=DEV).manual_seed(11)
+    logits = torch.cat([1 + 0.01 * torch.rand(5536, device=DEV, generator=g),
+                        -1 - 0.01 * torch.rand(60000, device=DEV, generator=g)])[None]  # fmt: skip
+    params = _sampled_rows(1, 5636)
+    _assert_same_tokens(ops, logits, params, frames=8, codebook=1)

@@ -282,11 +282,11 @@ def topk_search_passes(ways: int) -> int:
 
 @triton.jit
 def _kth_largest_key(key, k, WAYS: tl.constexpr, PASSES: tl.constexpr):
-    """The k-th largest of the int32 keys [BLOCK < 2^16], ties counted (1 <= k <= BLOCK): a WAYS-ary
-    search over the key range keeping count(key >= lo) >= k > count(key >= hi). Each pass counts
-    the keys at or above the WAYS - 1 thresholds inside (lo, hi) in one reduction (the counts
-    packed as 16-bit fields of an int64), then keeps the interval between the last threshold that
-    still counts k keys and the next."""
+    """The k-th largest of the int32 keys [BLOCK], ties counted (1 <= k <= BLOCK; BLOCK < 2^16 unless
+    WAYS is 2, whose one count is not packed): a WAYS-ary search over the key range keeping
+    count(key >= lo) >= k > count(key >= hi). Each pass counts the keys at or above the WAYS - 1
+    thresholds inside (lo, hi) in one reduction (the counts packed as 16-bit fields of an int64),
+    then keeps the interval between the last threshold that still counts k keys and the next."""
     lo = tl.full((), -(2**31), tl.int64)
     hi = tl.full((), 2**31, tl.int64)
     for _ in range(PASSES):
@@ -298,7 +298,10 @@ def _kth_largest_key(key, k, WAYS: tl.constexpr, PASSES: tl.constexpr):
         counts = tl.sum(packed, axis=0)
         kept = tl.zeros((), tl.int64)  # thresholds still counting k keys: a prefix of j
         for j in tl.static_range(1, WAYS):
-            kept += (((counts >> (16 * (j - 1))) & 0xFFFF) >= k).to(tl.int64)
+            count = counts >> (16 * (j - 1))
+            if j < WAYS - 1:  # the last field has nothing above it: unmasked, it holds any count
+                count = count & 0xFFFF
+            kept += (count >= k).to(tl.int64)
         lo, hi = lo + (width * kept) // WAYS, lo + (width * (kept + 1)) // WAYS
     return lo.to(tl.int32)
 
@@ -399,7 +402,7 @@ def sample_tokens(
     dummy = logits
     h = embed_table.shape[1] if embed_table is not None else 0
     block = triton.next_power_of_2(v)
-    ways = TOPK_WAYS if block < 2**16 else 2  # the packed counts' 16-bit fields hold up to 65535 keys
+    ways = TOPK_WAYS if block < 2**16 else 2  # packed 16-bit counts hold up to 65535 keys; 2 packs none
     _sample_kernel[(n,)](
         logits, seen if seen is not None else dummy, penalty if penalty is not None else dummy,
         ban_eos if ban_eos is not None else dummy, params.do_sample, params.temperature, params.top_k,
