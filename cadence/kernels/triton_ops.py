@@ -320,8 +320,9 @@ def _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, see
         y = x / tl.load(temp_ptr + row)
         k = tl.load(topk_ptr + row)
         if (k > 0) & (k < V):
-            kth = _kth_largest_key(_sortable(y), k, TOPK_WAYS, TOPK_PASSES)
-            y = tl.where(_sortable(y) >= kth, y, -float("inf"))  # ties at the k-th value kept, as HF
+            key = _sortable(y)
+            kth = _kth_largest_key(key, k, TOPK_WAYS, TOPK_PASSES)
+            y = tl.where(key >= kth, y, -float("inf"))  # ties at the k-th value kept, as HF
         top_p = tl.load(topp_ptr + row)
         if top_p < 1.0:
             key = _sortable(y).to(tl.int64)
