@@ -13,6 +13,7 @@ need_full() {
         --preset full --out $full --seed 0
 }
 quiet() { grep -Pv 'INFO(?!.*captured)'; }  # the INFO lines, but those of graph capture (build time)
+kernel_tests="tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_sampling_kernels.py"
 server_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site:$PYTHONPATH
@@ -20,7 +21,7 @@ server_wheels() {
 for phase in "$@"; do
   case $phase in
     tests)
-      python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_sampling_kernels.py tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+      python3 -m pytest -q -p no:cacheprovider $kernel_tests tests/test_fast_step.py -x 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     bench)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
@@ -103,12 +104,13 @@ for phase in "$@"; do
       # ..., e.g. `git archive` of earlier commits, carried; NAME=DIR,VAR=VALUE,... runs it with those
       # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=1`), interleaved so drift shows; gpu
       # tests first. Every tree runs this tree's engine_steps.py (one harness) on its own package. Each
-      # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~45 s; the engine's
-      # every bucket with WALKAB_ALL_BUCKETS=1, ~100 s), so a call fits ~8 walks: WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT
-      # sets cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
+      # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~45 s; the
+      # engine's every bucket with WALKAB_ALL_BUCKETS=1, ~100 s), so a call fits ~8 walks:
+      # WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT sets
+      # cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
-          tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_sampling_kernels.py -k "${WALKAB_KERNEL_TESTS:-not cuda}"
+          $kernel_tests -k "${WALKAB_KERNEL_TESTS:-not cuda}"
         timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py; } 2>&1 \
         | tee "$OUT/walkab_tests.log" | grep -E "passed|failed|error|Error" | tail -8
       site=""
@@ -193,7 +195,7 @@ for phase in "$@"; do
       # SIGINT on timeout: pytest then prints where it was and a summary instead of dying silently.
       { timeout -s INT 360 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_codec_graphs.py \
           tests/test_fast_step.py tests/test_engine_variants.py tests/test_disaggregated.py tests/test_engine_host_waits.py
-        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention_kernels.py tests/test_linear_kernels.py tests/test_sampling_kernels.py; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
+        timeout -s INT 180 python3 -m pytest -q -p no:cacheprovider $kernel_tests; } 2>&1 | tee "$OUT/gputests.log" | tail -25 ;;
     codec)  # issue 5: the streaming codec alone (fp32), per (streams, frames) shape
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
