@@ -72,7 +72,7 @@ def main() -> None:
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} warps {warps}: {report}")
     linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
-                    "progress_ptr": "*i32", "step": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
+                    "progress_ptr": "*i32", "offset_kb": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
     print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")
     for rows in (16, 32, 64):
         for n, k, swiglu in ((4096, 1024, False), (1024, 2048, False), (6144, 1024, True), (1024, 3072, False),
@@ -102,13 +102,11 @@ def main() -> None:
             for warps in args.warps:
                 report = ptxas_report(triton_ops._sample_kernel, sample_types, consts, warps, args.arch)
                 print(f"  {v} codes, {ways:>2} ways, warps {warps}: {report}")
-    print("weight prefetcher (weight_prefetch.py), 16 KB bulk prefetches and 128-byte lines")
-    prefetch_types = {"table_ptr": "*i64", "count_ptr": "*i32", "progress_ptr": "*i32", "lead_bytes": "i64",
+    prefetch_types = {"table_ptr": "*i64", "count_ptr": "*i32", "progress_ptr": "*i32", "lead_kb": "i32",
                       "max_spins": "i32"}  # fmt: skip
-    for bulk in (True, False):
-        consts = dict(CHUNK=weight_prefetch.CHUNK_BYTES, BULK=bulk)
-        report = ptxas_report(triton_prefetch.prefetch_weights_kernel, prefetch_types, consts, 4, args.arch, 1)
-        print(f"  {'bulk' if bulk else 'lines'}: {report}")
+    consts = dict(CHUNK=weight_prefetch.CHUNK_BYTES)
+    report = ptxas_report(triton_prefetch.prefetch_weights_kernel, prefetch_types, consts, 4, args.arch, 1)
+    print(f"weight prefetcher (weight_prefetch.py), 16 KB bulk prefetches: {report}")
 
 
 if __name__ == "__main__":

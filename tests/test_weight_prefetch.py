@@ -16,16 +16,13 @@ requires_hopper = pytest.mark.skipif(not HOPPER, reason="the bulk prefetch needs
 
 
 def test_settings_from_the_environment(monkeypatch):
-    for var in ("CADENCE_WEIGHT_PREFETCH", "CADENCE_WEIGHT_PREFETCH_PROGRAMS", "CADENCE_WEIGHT_PREFETCH_MODE"):
+    for var in ("CADENCE_WEIGHT_PREFETCH", "CADENCE_WEIGHT_PREFETCH_PROGRAMS"):
         monkeypatch.delenv(var, raising=False)
     assert not PrefetchSettings.from_env().enabled  # off unless asked for
     monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH", "16")
-    monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH_PROGRAMS", "32")
-    monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH_MODE", "lines")
-    assert PrefetchSettings.from_env() == PrefetchSettings(16 * 2**20, 32, "lines")
-    monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH_MODE", "tma")
-    with pytest.raises(ValueError, match="allowed: bulk, lines"):
-        PrefetchSettings.from_env()
+    assert PrefetchSettings.from_env() == PrefetchSettings(16 * 2**20, PrefetchSettings.programs)
+    monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH_PROGRAMS", "8")
+    assert PrefetchSettings.from_env() == PrefetchSettings(16 * 2**20, 8)
     monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH", "lots")
     with pytest.raises(ValueError, match="a number expected"):
         PrefetchSettings.from_env()
@@ -45,26 +42,26 @@ def test_weight_range_covers_the_tensor_on_16_byte_bounds():
         weight_range(base.view(64, 64).t())
 
 
-def test_a_schedule_records_its_gemms_weights_in_order_and_commits_them():
+def test_a_schedule_records_its_gemms_weights_in_order_and_commits_them_as_units(monkeypatch):
+    monkeypatch.setattr(weight_prefetch, "UNIT_BYTES", 8192)  # so that the middle weight takes two units
     weights = [torch.zeros(n, 64, dtype=torch.bfloat16) for n in (32, 96, 32)]
     schedule = WeightSchedule(torch.device("cpu"), PrefetchSettings(2**20))
     assert track(weights[0]) is None  # nothing records: GEMMs report nothing
     with schedule.recording():
-        steps = [track(w) for w in weights + [weights[0]]]  # a weight read twice is two entries
+        tracked = [track(w) for w in weights + [weights[0]]]  # a weight read twice is two entries
         with (
             pytest.raises(RuntimeError, match="do not nest"),
             WeightSchedule(torch.device("cpu"), schedule.settings).recording(),
         ):
             pass
     assert track(weights[0]) is None
-    assert [t.step for t in steps] == [0, 1, 2, 3] and all(t.progress is schedule.progress for t in steps)
+    # each GEMM reports the KB of the schedule before its weight (4, 12, 4, 4 KB weights)
+    assert [t.offset_kb for t in tracked] == [0, 4, 16, 20] and all(t.progress is schedule.progress for t in tracked)
     schedule.commit()
-    sizes = [4096, 12288, 4096, 4096]
-    before = [0, 4096, 16384, 20480]
-    rows = schedule.table[:4].tolist()
-    assert [r[0] for r in rows] == [w.data_ptr() for w in weights + [weights[0]]]
-    assert [r[1] for r in rows] == sizes and [r[2] for r in rows] == before
-    assert int(schedule.count) == 4 and not schedule.table[4:].any()
+    a, b, c = (w.data_ptr() for w in weights)
+    units = [(a, 4096, 4), (b, 8192, 12), (b + 8192, 4096, 16), (c, 4096, 20), (a, 4096, 24)]  # (start, bytes, end KB)
+    assert [tuple(r) for r in schedule.table[:5].tolist()] == units
+    assert int(schedule.count) == 5 and not schedule.table[5:].any()
 
 
 def test_wrap_records_each_run_and_commits_outside_capture():
@@ -78,13 +75,12 @@ def test_wrap_records_each_run_and_commits_outside_capture():
     assert schedule.committed == [weight_range(w2)] and int(schedule.count) == 1
 
 
-def test_a_schedule_holds_at_most_max_entries(monkeypatch):
-    monkeypatch.setattr(weight_prefetch, "MAX_ENTRIES", 2)
+def test_a_schedule_holds_at_most_max_units(monkeypatch):
+    monkeypatch.setattr(weight_prefetch, "MAX_UNITS", 2)
     schedule = WeightSchedule(torch.device("cpu"), PrefetchSettings(2**20))
-    w = torch.zeros(8)
-    with schedule.recording(), pytest.raises(RuntimeError, match="more than 2 weights"):
-        for _ in range(3):
-            track(w)
+    run = schedule.wrap(lambda: [track(torch.zeros(8)) for _ in range(3)])
+    with pytest.raises(RuntimeError, match="streams 3 units of weights, the table holds 2"):
+        run()
 
 
 # -- on the GPU ---------------------------------------------------------------------------------
@@ -100,9 +96,9 @@ def _chain(x, weights):
 
 @pytest.mark.gpu
 @requires_hopper
-@pytest.mark.parametrize("mode", ["bulk", "lines"])
+@pytest.mark.parametrize("programs", [1, 32])
 @pytest.mark.parametrize("rows", [1, 16])
-def test_a_captured_chain_with_the_prefetcher_gives_the_same_bits(mode, rows):
+def test_a_captured_chain_with_the_prefetcher_gives_the_same_bits(programs, rows):
     from cadence.engine.graphs import capture
     from cadence.kernels import triton_ops
 
@@ -114,7 +110,7 @@ def test_a_captured_chain_with_the_prefetcher_gives_the_same_bits(mode, rows):
     try:
         pool = torch.cuda.graph_pool_handle()
         plain, out_plain = capture(lambda: _chain(x, weights), x.device, pool)
-        schedule = WeightSchedule(x.device, PrefetchSettings(2**20, 4, mode))  # 1 MB ahead: paced all along
+        schedule = WeightSchedule(x.device, PrefetchSettings(2**20, programs))  # 1 MB ahead: paced all along
         paced, out_paced = capture(schedule.wrap(lambda: _chain(x, weights)), x.device, pool)
         assert len(schedule.committed) == 24 and int(schedule.count) == 24
         for _ in range(3):
@@ -122,17 +118,16 @@ def test_a_captured_chain_with_the_prefetcher_gives_the_same_bits(mode, rows):
             paced.replay()
         torch.cuda.synchronize()
         assert torch.equal(out_paced, out_plain)
-        assert int(schedule.progress) == 23  # the last GEMM reported
+        assert int(schedule.progress) == 23 * 2048  # KB before the last GEMM's weight: 23 weights of 2 MB
     finally:
         triton_ops.use_pdl(previous)
 
 
 @pytest.mark.gpu
 @requires_hopper
-@pytest.mark.parametrize("mode", ["bulk", "lines"])
-def test_the_prefetcher_stops_waiting_for_a_chain_that_never_reports(mode):
+def test_the_prefetcher_stops_waiting_for_a_chain_that_never_reports():
     weights = [torch.zeros(256, 1024, dtype=torch.bfloat16, device="cuda") for _ in range(6)]
-    schedule = WeightSchedule(torch.device("cuda"), PrefetchSettings(4096, 2, mode))  # 4 KB: every entry waits
+    schedule = WeightSchedule(torch.device("cuda"), PrefetchSettings(4096, 2))  # 4 KB: every unit waits
     with schedule.recording():
         for w in weights:
             track(w)

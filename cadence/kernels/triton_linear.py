@@ -14,8 +14,8 @@ from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 from .weight_prefetch import track
 
 
-@triton.jit(do_not_specialize=["step"])
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, progress_ptr, step, M, N, stride_xm,
+@triton.jit(do_not_specialize=["offset_kb"])
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, progress_ptr, offset_kb, M, N, stride_xm,
                           K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           SPLIT_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr,
                           TRACK: tl.constexpr):  # fmt: skip
@@ -37,12 +37,12 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, progress_p
     overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
     before the prefetch).
 
-    TRACK: the first program writes `step`, this GEMM's index in the walk's weight schedule, to the
-    progress word that paces the weight prefetcher (weight_prefetch.py) as it starts."""
+    TRACK: the first program writes `offset_kb`, where this GEMM's weight starts in the walk's weight
+    schedule, to the progress word that paces the weight prefetcher (weight_prefetch.py) as it starts."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if TRACK:
-        tl.store(progress_ptr, step, mask=(pid == 0) & (split == 0))
+        tl.store(progress_ptr, offset_kb, mask=(pid == 0) & (split == 0))
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
@@ -182,9 +182,9 @@ def skinny_linear(
     if tiles.split_k > 1:
         parts, counters = _split_k_workspace(x.device, n, tiles)
     tracking = track(weight)  # a walk being captured with the weight prefetcher
-    progress, step = (tracking.progress, tracking.step) if tracking else (counters, 0)
+    progress, offset_kb = (tracking.progress, tracking.offset_kb) if tracking else (counters, 0)
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, progress, step, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
+        x, weight, out, parts, counters, progress, offset_kb, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
         TRACK=tracking is not None, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),

@@ -6,13 +6,19 @@ Programmatic dependent launch overlaps only a GEMM's launch and its own slab's p
 kernel before it; launching further ahead (trigger first) holds SM slots and slowed batch 1 (#65).
 
 Here one more kernel, forked off at the start of a captured walk onto a second stream, reads the
-list of weights in the order the chain streams them and prefetches each into L2, at most `lead`
-bytes past the start of the GEMM now starting: every tracked GEMM's first program writes its index
-to a progress word as it starts. The chain never waits for the prefetcher, and a prefetch is only a
-hint, so the walk computes the same numbers with it or without; what can change is where its weights
-come from. Nothing here is on by default until measured (perf-notes #70):
-CADENCE_WEIGHT_PREFETCH=LEAD_MB, with _PROGRAMS and _MODE (bulk: one `cp.async.bulk.prefetch` a
-16 KB chunk; lines: one `prefetch.global.L2` a 128-byte line).
+list of weights in the order the chain streams them and prefetches them into L2 with Hopper's bulk
+prefetch (`cp.async.bulk.prefetch.L2`: one instruction a 16 KB chunk, no registers held), at most
+`lead` bytes past the start of the weight of the GEMM now starting: every tracked GEMM's first
+program writes that offset (in KB) to a progress word as it starts. The chain never waits for the
+prefetcher, and a prefetch is only a hint, so the walk computes the same numbers with it or
+without; what can change is where its weights come from, and how long the graph takes (it ends
+when the prefetcher does). Off by default until measured (perf-notes #70):
+CADENCE_WEIGHT_PREFETCH=LEAD_MB, CADENCE_WEIGHT_PREFETCH_PROGRAMS.
+
+The weights are cut into units of at most 2 MB (a program's 128 lanes x 16 KB), dealt round-robin
+to the programs, so each program has few units in flight and the schedule's next units are spread
+over all of them: the first version (perf-notes #70) had every program visit every weight with
+three dependent loads each and ran behind the chain.
 """
 
 from __future__ import annotations
@@ -28,29 +34,26 @@ import torch
 
 T = TypeVar("T")
 
-CHUNK_BYTES = 16384  # one bulk prefetch, or one program's 128 line prefetches (4 warps x 32 lanes)
-MAX_ENTRIES = 1024  # weights a walk streams: the 0.6B's frame half has 316, its advance half 112
+CHUNK_BYTES = 16384  # one bulk prefetch
+UNIT_BYTES = 128 * CHUNK_BYTES  # one pass of a program's 128 lanes (4 warps)
+MAX_UNITS = 4096  # the 0.6B's frame half (316 weights, 2.4 GB) cuts into ~1,500
 # A spinning program reads the progress word ~1-2 µs a time: ~100-200 ms of waiting in all before it
 # stops pacing itself and prefetches the rest at once. Only a chain that never reports (a schedule
 # not matching the walk) gets there; it makes the walk slow, never hung.
 MAX_SPINS = 100_000
-MODES = ("bulk", "lines")
 
 
 @dataclass(frozen=True)
 class PrefetchSettings:
-    """How the prefetcher runs: `lead_bytes` ahead of the GEMM now starting (0: off), over
-    `programs` programs, in 16 KB bulk prefetches or 128-byte line prefetches."""
+    """How the prefetcher runs: `lead_bytes` past the start of the weight now streaming (0: off),
+    over `programs` programs."""
 
     lead_bytes: int = 0
-    programs: int = 8
-    mode: str = "bulk"
+    programs: int = 32
 
     def __post_init__(self) -> None:
         if self.lead_bytes < 0 or self.programs < 1:
             raise ValueError(f"weight prefetch: lead_bytes >= 0 and programs >= 1, got {self}")
-        if self.mode not in MODES:
-            raise ValueError(f"weight prefetch mode '{self.mode}'; allowed: {', '.join(MODES)}")
 
     @property
     def enabled(self) -> bool:
@@ -59,30 +62,31 @@ class PrefetchSettings:
     @classmethod
     def from_env(cls) -> PrefetchSettings:
         """CADENCE_WEIGHT_PREFETCH (lead in MB, 0 or unset: off), CADENCE_WEIGHT_PREFETCH_PROGRAMS
-        (default 8), CADENCE_WEIGHT_PREFETCH_MODE (bulk or lines)."""
+        (default 32)."""
         env = os.environ
         try:
             lead_mb = float(env.get("CADENCE_WEIGHT_PREFETCH", "0") or 0)
-            programs = int(env.get("CADENCE_WEIGHT_PREFETCH_PROGRAMS", "8"))
+            programs = int(env.get("CADENCE_WEIGHT_PREFETCH_PROGRAMS", str(cls.programs)))
         except ValueError as e:
             raise ValueError(f"CADENCE_WEIGHT_PREFETCH(_PROGRAMS): a number expected ({e})") from None
-        return cls(int(lead_mb * 2**20), programs, env.get("CADENCE_WEIGHT_PREFETCH_MODE", "bulk"))
+        return cls(int(lead_mb * 2**20), programs)
 
 
 @dataclass(frozen=True)
 class Tracking:
-    """What a tracked GEMM launch gets: the progress word and its own index in the schedule."""
+    """What a tracked GEMM launch gets: the progress word and the KB of the schedule before its
+    weight, which it writes there as it starts."""
 
     progress: torch.Tensor
-    step: int
+    offset_kb: int
 
 
 _recording: WeightSchedule | None = None
 
 
 def track(weight: torch.Tensor) -> Tracking | None:
-    """Called by a weight-streaming GEMM as it launches: its index in the schedule being recorded
-    (the weight appended to it), or None when no schedule records (the GEMM writes no progress)."""
+    """Called by a weight-streaming GEMM as it launches: where its weight starts in the schedule being
+    recorded (the weight appended to it), or None when no schedule records (it writes no progress)."""
     return None if _recording is None else _recording.append(weight)
 
 
@@ -99,23 +103,35 @@ def weight_range(weight: torch.Tensor) -> tuple[int, int]:
 
 class WeightSchedule:
     """The weights one captured walk streams, in order, and the device state its prefetcher reads:
-    `table` [MAX_ENTRIES, 3] int64 rows of (start address, bytes, bytes of the entries before),
-    `count` [1] and `progress` [1] int32."""
+    `table` [MAX_UNITS, 3] int64 rows of (start address, bytes, KB of the schedule up to the unit's
+    end), `count` [1] (units) and `progress` [1] int32 (KB of the schedule before the weight of the
+    GEMM now starting)."""
 
     def __init__(self, device: torch.device, settings: PrefetchSettings):
         self.settings = settings
         self.device = device
-        self.table = torch.zeros(MAX_ENTRIES, 3, dtype=torch.int64, device=device)
+        self.table = torch.zeros(MAX_UNITS, 3, dtype=torch.int64, device=device)
         self.count = torch.zeros(1, dtype=torch.int32, device=device)
         self.progress = torch.zeros(1, dtype=torch.int32, device=device)
-        self.entries: list[tuple[int, int]] = []  # the run being recorded
+        self.entries: list[tuple[int, int]] = []  # (start, bytes) of each weight of the run being recorded
         self.committed: list[tuple[int, int]] = []  # what the table holds
+        self._bytes = 0  # of the entries so far
 
     def append(self, weight: torch.Tensor) -> Tracking:
-        if len(self.entries) == MAX_ENTRIES:
-            raise RuntimeError(f"weight prefetch: a walk streams more than {MAX_ENTRIES} weights")
-        self.entries.append(weight_range(weight))
-        return Tracking(self.progress, len(self.entries) - 1)
+        start, size = weight_range(weight)
+        self.entries.append((start, size))
+        offset_kb, self._bytes = self._bytes >> 10, self._bytes + size
+        return Tracking(self.progress, offset_kb)
+
+    def units(self) -> list[tuple[int, int, int]]:
+        """The recorded weights cut into the table's units, in order."""
+        rows, done = [], 0
+        for start, size in self.entries:
+            for offset in range(0, size, UNIT_BYTES):
+                piece = min(UNIT_BYTES, size - offset)
+                rows.append((start + offset, piece, (done + offset + piece) >> 10))
+            done += size
+        return rows
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
@@ -123,7 +139,7 @@ class WeightSchedule:
         global _recording
         if _recording is not None:
             raise RuntimeError("weight prefetch: schedules do not nest")
-        self.entries = []
+        self.entries, self._bytes = [], 0
         _recording = self
         try:
             yield
@@ -132,10 +148,11 @@ class WeightSchedule:
 
     def commit(self) -> None:
         """Write the recorded list to the device table (outside graph capture: a host copy)."""
-        rows, before = [], 0
-        for start, size in self.entries:
-            rows.append((start, size, before))
-            before += size
+        rows = self.units()
+        if len(rows) > MAX_UNITS:
+            raise RuntimeError(
+                f"weight prefetch: a walk streams {len(rows)} units of weights, the table holds {MAX_UNITS}"
+            )
         if rows:
             self.table[: len(rows)].copy_(torch.tensor(rows, dtype=torch.int64))
         self.count.fill_(len(rows))
@@ -180,6 +197,5 @@ def launch_prefetcher(schedule: WeightSchedule, max_spins: int = MAX_SPINS) -> N
 
     s = schedule.settings
     prefetch_weights_kernel[(s.programs,)](
-        schedule.table, schedule.count, schedule.progress, s.lead_bytes, max_spins,
-        CHUNK=CHUNK_BYTES, BULK=s.mode == "bulk", num_warps=4,
-    )  # fmt: skip
+        schedule.table, schedule.count, schedule.progress, s.lead_bytes >> 10, max_spins, CHUNK=CHUNK_BYTES, num_warps=4
+    )
