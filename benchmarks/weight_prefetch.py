@@ -7,6 +7,7 @@ dependent launch as the walk runs them, without the prefetcher and with each set
 Each row prints the chain's time, its weight bytes over that time, and whether its output is the
 bits of the chain without the prefetcher (it must be: a prefetch is a hint). First, the prefetcher
 alone over the same schedule, unpaced (its progress word past the end): the rate it can issue at.
+And per row count the chain over one layer's weights repeated (L2-warm): what any prefetch could buy.
 
     python benchmarks/weight_prefetch.py [--rows 1 64] [--layers 75] [--json out.json]
 
@@ -93,6 +94,11 @@ def main() -> None:
         base_ms, base_out = time_chain(x, layers, None)
         print(f"rows {rows:>3}  off{'':>28} {base_ms:7.3f} ms  {gb / base_ms:5.2f} TB/s")
         results.append(dict(rows=rows, mode="off", ms=base_ms))
+        # The bound on what any prefetch can buy: every layer the first one's weights (30 MB, mostly
+        # in the 50 MB L2 after the first), no prefetcher.
+        warm_ms, _ = time_chain(x, layers[:1] * len(layers), None)
+        print(f"rows {rows:>3}  warm: one layer's weights {len(layers)} times {warm_ms:7.3f} ms")
+        results.append(dict(rows=rows, mode="warm", ms=warm_ms))
         for programs, lead in itertools.product(args.programs, args.leads):
             ms, out = time_chain(x, layers, PrefetchSettings(int(lead * 2**20), programs))
             same = torch.equal(out, base_out)
