@@ -58,12 +58,6 @@ for phase in "$@"; do
       python3 benchmarks/skinny_linear.py --rows 1 16 --json "$OUT/skinny_linear.json" 2>&1 | tee "$OUT/skinny.log" | tail -24 ;;
     sampler)  # perf-notes #68: the sampler kernel alone, top-k search width x warps, against the bisection
       python3 benchmarks/sampler.py --json "$OUT/sampler.json" 2>&1 | tee "$OUT/sampler.log" | tail -8 ;;
-    prefetch)  # perf-notes #70: the weight prefetcher's gpu tests, then the bare GEMM chain with it, settings swept
-      { timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_weight_prefetch.py
-        timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py -k prefetch
-      } 2>&1 | tee "$OUT/prefetch_tests.log" | grep -E "passed|failed|error|Error" | tail -6
-      timeout -k 10 200 python3 benchmarks/weight_prefetch.py ${PREFETCH_ARGS:-} --json "$OUT/weight_prefetch.json" 2>&1 \
-        | tee "$OUT/weight_prefetch.log" | tail -40 ;;
     attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
       python3 benchmarks/paged_attention.py --batches 1 8 64 128 256 --context 500 --json "$OUT/paged_attention.json" \
         2>&1 | tee "$OUT/attention.log" | tail -12 ;;

@@ -5,7 +5,7 @@ its bundled ptxas reports each kernel's registers and local-memory spills. A CPU
 so see whether a kernel change adds spills before any device time is spent on it (perf-notes #58:
 the decode attention's first fused design spilled 6 KB a thread at 128-token blocks).
 
-    python benchmarks/triton_ptxas.py            # attention, the GEMM's tiles, the sampler, the prefetcher
+    python benchmarks/triton_ptxas.py            # paged attention, the GEMM's tiles, the sampler
     python benchmarks/triton_ptxas.py --arch 90 --warps 4 8
 
 Compile with the GPU machine's Triton (3.6 there), not only this machine's: a sampler written with
@@ -28,7 +28,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from cadence.kernels import triton_attention, triton_linear, triton_ops, triton_prefetch, weight_prefetch
+from cadence.kernels import triton_attention, triton_linear, triton_ops
 
 
 def ptxas_report(
@@ -72,7 +72,7 @@ def main() -> None:
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} warps {warps}: {report}")
     linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
-                    "progress_ptr": "*i32", "offset_kb": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
+                    "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
     print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")
     for rows in (16, 32, 64):
         for n, k, swiglu in ((4096, 1024, False), (1024, 2048, False), (6144, 1024, True), (1024, 3072, False),
@@ -83,8 +83,7 @@ def main() -> None:
                 continue
             k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
             consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-                          SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, USE_PDL=True,
-                          TRACK=True)  # fmt: skip
+                          SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, USE_PDL=True)  # fmt: skip
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
                                   tiles.stages)  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
@@ -102,11 +101,6 @@ def main() -> None:
             for warps in args.warps:
                 report = ptxas_report(triton_ops._sample_kernel, sample_types, consts, warps, args.arch)
                 print(f"  {v} codes, {ways:>2} ways, warps {warps}: {report}")
-    prefetch_types = {"table_ptr": "*i64", "count_ptr": "*i32", "progress_ptr": "*i32", "lead_kb": "i32",
-                      "max_spins": "i32"}  # fmt: skip
-    consts = dict(CHUNK=weight_prefetch.CHUNK_BYTES)
-    report = ptxas_report(triton_prefetch.prefetch_weights_kernel, prefetch_types, consts, 4, args.arch, 1)
-    print(f"weight prefetcher (weight_prefetch.py), 16 KB bulk prefetches: {report}")
 
 
 if __name__ == "__main__":

@@ -114,36 +114,6 @@ def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypa
         assert torch.equal(codes_of(early[r.request_id]), codes_of(plain[r.request_id])), r.request_id
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
-    reason="the weight prefetcher's bulk prefetch needs a GPU of compute capability >= 9",
-)
-@pytest.mark.parametrize("programs", ["1", "32"])
-def test_weight_prefetch_changes_no_code(tiny_checkpoint, monkeypatch, programs):
-    """The decode graphs captured with the weight prefetcher beside them (CADENCE_WEIGHT_PREFETCH,
-    weight_prefetch.py): every bucket's two graphs recorded the weights their GEMMs stream, and the
-    greedy and sampled codes, late joiners included, are the same bits as without it. In bf16 with
-    programmatic dependent launch, as served, so the weight-streaming GEMMs report their progress."""
-    model = Qwen3TTS.from_pretrained(tiny_checkpoint, "cuda", "bf16")
-    reqs = [request(model, i, 24 + i, greedy=i % 2 == 0, seed=500 + i) for i in range(6)]
-    arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
-    cfg = config(attention_backend="triton", pdl_max_rows=64)
-    plain = run(build_core(model, cfg), arrivals)
-    monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH", "0.0625")  # 64 KB: the tiny model's weights are small
-    monkeypatch.setenv("CADENCE_WEIGHT_PREFETCH_PROGRAMS", programs)
-    core = build_core(model, cfg)
-    fast = core.talker.fast  # the FastDecoder
-    assert fast.prefetch.enabled and fast.graphs
-    for bucket, g in fast.graphs.items():
-        frame, advance = g.prefetch
-        assert frame.committed and advance.committed, bucket  # tiny buckets are all weight-streaming
-        assert int(frame.count) == len(frame.units())
-    prefetched = run(core, arrivals)
-    for r in reqs:
-        assert torch.equal(codes_of(prefetched[r.request_id]), codes_of(plain[r.request_id])), r.request_id
-
-
 @pytest.mark.parametrize("backend", list(backends()))
 def test_eos_is_emitted_by_the_fused_walk(model, backend):
     """Regression: a graph replay must read the EOS ban from device state, not a placeholder."""

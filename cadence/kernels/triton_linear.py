@@ -11,14 +11,12 @@ import triton
 import triton.language as tl
 
 from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
-from .weight_prefetch import track
 
 
-@triton.jit(do_not_specialize=["offset_kb"])
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, progress_ptr, offset_kb, M, N, stride_xm,
-                          K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          SPLIT_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr,
-                          TRACK: tl.constexpr):  # fmt: skip
+@triton.jit
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -35,14 +33,9 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, progress_p
     Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
     never written, so this need not wait), then waits for the kernel before it: the weight read
     overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
-    before the prefetch).
-
-    TRACK: the first program writes `offset_kb`, where this GEMM's weight starts in the walk's weight
-    schedule, to the progress word that paces the weight prefetcher (weight_prefetch.py) as it starts."""
+    before the prefetch)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    if TRACK:
-        tl.store(progress_ptr, offset_kb, mask=(pid == 0) & (split == 0))
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
@@ -181,13 +174,11 @@ def skinny_linear(
     parts = counters = out  # unused placeholders when the K loop is not split
     if tiles.split_k > 1:
         parts, counters = _split_k_workspace(x.device, n, tiles)
-    tracking = track(weight)  # a walk being captured with the weight prefetcher
-    progress, offset_kb = (tracking.progress, tracking.offset_kb) if tracking else (counters, 0)
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, progress, offset_kb, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
+        x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        TRACK=tracking is not None, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
+        num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
     return out
 

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TypeVar
 
 import numpy as np
 import torch
@@ -34,14 +33,12 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
-from ...kernels.weight_prefetch import PrefetchSettings, WeightSchedule
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
 from .sampling import MIN_NEW_TOKENS
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Token rows of one prefill captured as graphs, up to the engine's prefill token budget.
@@ -68,7 +65,6 @@ class DecodeGraph:
     slots: torch.Tensor  # [bucket] slot per row, the dummy slot in padding rows
     frames: torch.Tensor  # [bucket, 16]
     eos: torch.Tensor  # [bucket]
-    prefetch: tuple[WeightSchedule, ...] = ()  # the weight prefetchers' tables, when on (kept alive)
 
 
 @dataclass(frozen=True)
@@ -153,7 +149,6 @@ class FastDecoder:
         self.persistent = self._persistent_code_predictor(persistent_max_rows, persistent_kernel)
         self.graphs: dict[int, DecodeGraph] = {}
         self.pdl_max_rows = pdl_max_rows
-        self.prefetch = PrefetchSettings.from_env()
         self._pending_advance: Callable[[], None] | None = None  # the last walk's second half, not yet run
         limit = max(prefill_token_budget, PREFILL_BUCKETS[0])
         self.prefill_buckets = tuple(b for b in PREFILL_BUCKETS if b < limit) + (limit,)
@@ -359,14 +354,11 @@ class FastDecoder:
         with capture_progress(2 * len(self.buckets) + len(self.prefill_buckets), "talker graphs") as bar:
             for b in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool
                 slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.dev)
-                schedules = self._weight_schedules()
                 with self._pdl(b):
-                    run_frame = self._prefetched(lambda: self.frame(slots), schedules, 0)  # noqa: B023
-                    frame, (frames, eos) = capture(run_frame, self.dev, pool)
+                    frame, (frames, eos) = capture(lambda: self.frame(slots), self.dev, pool)  # noqa: B023
                     # `frames` stays referenced (DecodeGraph), so the advance's capture cannot reuse its memory.
-                    run_advance = self._prefetched(lambda: self.advance_rows(slots, frames), schedules, 1)  # noqa: B023
-                    advance, _ = capture(run_advance, self.dev, pool)
-                self.graphs[b] = DecodeGraph(frame, advance, slots, frames, eos, schedules)
+                    advance, _ = capture(lambda: self.advance_rows(slots, frames), self.dev, pool)  # noqa: B023
+                self.graphs[b] = DecodeGraph(frame, advance, slots, frames, eos)
                 bar.update(2)
             # Prefill graphs get a pool of their own: a prefill runs between a decode walk and the
             # moment its frames are read, so it must not reuse the decode graphs' output memory.
@@ -387,20 +379,6 @@ class FastDecoder:
             len(self.graphs), list(self.buckets), len(self.prefill_graphs), list(self.prefill_buckets),
             time.perf_counter() - start, used,
         )  # fmt: skip
-
-    def _weight_schedules(self) -> tuple[WeightSchedule, ...]:
-        """A weight prefetcher's schedule for each of a bucket's two graphs, when it is on (the
-        Triton ops and CADENCE_WEIGHT_PREFETCH; weight_prefetch.py, perf-notes #70)."""
-        if not self.prefetch.enabled or not hasattr(self.ops, "use_pdl"):
-            return ()
-        return WeightSchedule(self.dev, self.prefetch), WeightSchedule(self.dev, self.prefetch)
-
-    @staticmethod
-    def _prefetched(fn: Callable[[], T], schedules: tuple[WeightSchedule, ...], graph: int) -> Callable[[], T]:
-        """`fn` (graph 0: frame, 1: advance) to be captured with its schedule's prefetcher beside it,
-        or as it is when the prefetcher is off. A graph whose GEMMs are all cuBLAS's (more than 64
-        rows) records no weights and gets no prefetcher."""
-        return schedules[graph].wrap(fn) if schedules else fn
 
     @contextlib.contextmanager
     def _pdl(self, rows: int) -> Iterator[None]:
