@@ -61,6 +61,14 @@ for phase in "$@"; do
     attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
       python3 benchmarks/paged_attention.py --batches 1 8 64 128 256 --context 500 --json "$OUT/paged_attention.json" \
         2>&1 | tee "$OUT/attention.log" | tail -12 ;;
+    attn72)  # perf-notes #72: the attention kernels' gpu tests, then the decode kernel's sweep with the block
+      # loop pipelined (stages) at the talker's 500-token contexts (b64) and the code predictor's 17 (b1, b64)
+      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention_kernels.py 2>&1 \
+        | tee "$OUT/attn72_tests.log" | tail -3
+      timeout 200 python3 benchmarks/paged_attention.py --fused --batches 64 --context 500 --stages 0 2 3 --splits 1 2 \
+        --json "$OUT/attn72_ctx500.json" 2>&1 | tail -2
+      timeout 120 python3 benchmarks/paged_attention.py --fused --batches 1 64 --context 17 --stages 0 2 --splits 1 \
+        --json "$OUT/attn72_ctx17.json" 2>&1 | tail -3 ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)

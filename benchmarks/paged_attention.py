@@ -1,12 +1,15 @@
 """Launch-choice sweep of the paged decode attention (`triton_ops.paged_attention`) on the talker's
 shapes (16 query / 8 kv heads x 128, 16-token pages, bf16) at decode batch sizes: tokens per
-iteration and warps (`AttentionTiles`) and context splits. (Session 6 also swept a prefetch of
-the next block, since removed: it never won; docs/data/h200/paged_attention.json has its timings.)
+iteration, warps and the block loop's pipelining depth (`AttentionTiles`), and context splits.
+(Session 6 also swept a hand-written prefetch of the next block, since removed: it never won;
+docs/data/h200/paged_attention.json has its timings.) With --fused it times the decode kernel the
+walk runs up to 64 rows (`qk_norm_rope_attention`: the rows' QK-norm, RoPE and cache write too).
 
 Each configuration is timed as one decode walk's attention: 28 calls, one per layer, each over its
 own layer's cache (so the KV comes from HBM, not L2, as in the engine), captured in one CUDA graph.
 
-    python benchmarks/paged_attention.py [--batches 1 64 256] [--context 500] [--json out.json]
+    python benchmarks/paged_attention.py [--batches 1 64 256] [--context 500] [--fused]
+        [--stages 0 2] [--splits 1 2 4 8 16] [--json out.json]
 
 Prints, per batch: the shipped choice (`attention_tiles` and `attention_splits`), the fastest
 found, in ms per walk and the KV-read bandwidth they reach. GPU only.
@@ -25,17 +28,25 @@ from graph_timing import replay_ms
 from cadence.kernels import torch_ops, triton_ops
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
-TILES = [
-    triton_ops.AttentionTiles(block_tokens, warps) for block_tokens, warps in itertools.product((32, 64, 128), (4, 8))
-]
-SPLITS = (1, 2, 4, 8, 16)
 
 
 def label(tiles: triton_ops.AttentionTiles, splits: int) -> str:
-    return f"(BT {tiles.block_tokens}, warps {tiles.warps}, splits {splits})"
+    return f"(BT {tiles.block_tokens}, warps {tiles.warps}, stages {tiles.stages}, splits {splits})"
 
 
-def sweep_batch(rows: int, context: int) -> dict:
+def decode_inputs(rows: int, context: int):
+    """The fused kernel's extra inputs: each row's qkv, norms, RoPE tables, and its new token at
+    position context - 1 in a cache slot of its own last page."""
+    from cadence.models.qwen3_tts.layers import rope_cos_sin
+
+    qkv = torch.randn(rows, (HQ + 2 * HKV) * D, device="cuda", dtype=torch.bfloat16)
+    qn, kn = (1 + 0.1 * torch.randn(2, D, device="cuda")).to(torch.bfloat16)
+    cos, sin = rope_cos_sin(torch.arange(context, device="cuda"), D, 1e6, torch.bfloat16)
+    pos = torch.full((rows,), context - 1, device="cuda")
+    return qkv, (qn, kn, 1e-6, cos, sin, pos)
+
+
+def sweep_batch(rows: int, context: int, fused: bool, stages: list[int], splits_list: list[int]) -> dict:
     """Every (tiles, splits) at one batch size; prints and returns the shipped and fastest."""
     pages_per_row = -(-context // PAGE)
     pages = rows * pages_per_row
@@ -47,31 +58,47 @@ def sweep_batch(rows: int, context: int) -> dict:
     table = torch.randperm(pages, device="cuda", dtype=torch.int32).view(rows, pages_per_row)
     ctx = torch.full((rows,), context, device="cuda", dtype=torch.int32)
     q = torch.randn(rows, HQ, D, device="cuda", dtype=torch.bfloat16)
+    qkv, norm_rope = decode_inputs(rows, context)
+    slots = table[:, (context - 1) // PAGE].long() * PAGE + (context - 1) % PAGE
     scale = D**-0.5
-    ref = torch_ops.paged_attention(q, *caches[0], table, ctx, scale).float()
+
+    def attend(ops, k, v, splits=None, tiles=None):
+        if fused:
+            return ops.qk_norm_rope_attention(qkv, *norm_rope, k, v, slots, table, ctx, scale, HQ, HKV, splits,
+                                              **({"tiles": tiles} if tiles else {}))  # fmt: skip
+        return ops.paged_attention(q, k, v, table, ctx, scale, splits, **({"tiles": tiles} if tiles else {}))
+
+    ref = attend(torch_ops, *caches[0]).float()
     kv_bytes = LAYERS * rows * context * HKV * D * 2 * 2
 
     def walk(tiles, splits):
         def call():
             for k, v in caches:
-                triton_ops.paged_attention(q, k, v, table, ctx, scale, splits=splits, tiles=tiles)
+                attend(triton_ops, k, v, splits, tiles)
 
         return call
 
+    grid = [
+        triton_ops.AttentionTiles(block_tokens, warps, stage)
+        for block_tokens, warps, stage in itertools.product((32, 64, 128), (4, 8), stages)
+    ]  # fmt: skip
     timed = {}
-    for tiles, splits in itertools.product(TILES, SPLITS):
-        out = triton_ops.paged_attention(q, *caches[0], table, ctx, scale, splits=splits, tiles=tiles).float()
+    for tiles, splits in itertools.product(grid, splits_list):
+        out = attend(triton_ops, *caches[0], splits, tiles).float()
         assert (out - ref).abs().max() <= 2e-2, label(tiles, splits)
         timed[(tiles, splits)] = replay_ms(walk(tiles, splits))
     shipped = (triton_ops.attention_tiles(rows), triton_ops.attention_splits(rows, HKV))
+    if shipped not in timed:
+        timed[shipped] = replay_ms(walk(*shipped))
     best = min(timed, key=timed.get)
 
     def cell(ms: float) -> str:
         return f"{ms:6.3f} ms ({kv_bytes / (ms * 1e-3) / 1e12:4.2f} TB/s)"
 
-    print(f"batch {rows:>4}, {context}-token contexts, {LAYERS} layers: shipped {cell(timed[shipped])} "
+    kind = "fused decode kernel" if fused else "attention"
+    print(f"batch {rows:>4}, {context}-token contexts, {LAYERS} layers, {kind}: shipped {cell(timed[shipped])} "
           f"{label(*shipped)}; best {cell(timed[best])} {label(*best)}", flush=True)  # fmt: skip
-    return {"rows": rows, "context": context, "shipped_ms": timed[shipped], "shipped": label(*shipped),
+    return {"rows": rows, "context": context, "fused": fused, "shipped_ms": timed[shipped], "shipped": label(*shipped),
             "best_ms": timed[best], "best": label(*best), "kv_bytes": kv_bytes,
             "all": {label(*key): ms for key, ms in timed.items()}}  # fmt: skip
 
@@ -80,6 +107,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 128, 256], help="decode rows to time")
     p.add_argument("--context", type=int, default=500, help="tokens of context per row")
+    p.add_argument("--fused", action="store_true", help="time the decode kernel with QK-norm, RoPE and cache write")
+    p.add_argument("--stages", type=int, nargs="+", default=[0, 2], help="block-loop pipelining depths (0: plain)")
+    p.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="context splits to try")
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -87,7 +117,7 @@ def main() -> None:
     torch.manual_seed(0)
     results = []
     for rows in args.batches:
-        results.append(sweep_batch(rows, args.context))
+        results.append(sweep_batch(rows, args.context, args.fused, args.stages, args.splits))
         torch.cuda.empty_cache()  # the batch's 28 layer caches are gone; give their memory back
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -59,7 +59,8 @@ def main() -> None:
     ptr = "*bf16"
     types = {
         "q_ptr": ptr, "kc_ptr": ptr, "vc_ptr": ptr, "bt_ptr": "*i32", "ctx_ptr": "*i64", "m_ptr": "*fp32",
-        "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": ptr, "scale": "fp32", "bt_stride": "i32", "qn_ptr": ptr,
+        "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": ptr, "scale": "fp32", "bt_stride": "i32", "num_pages": "i32",
+        "qn_ptr": ptr,
         "kn_ptr": ptr, "cos_ptr": ptr, "sin_ptr": ptr, "pos_ptr": "*i64", "slot_ptr": "*i64", "eps": "fp32",
     }  # fmt: skip
     # Another Triton version (the GPU machine's) may allocate differently: read it as a warning sign.
@@ -68,7 +69,7 @@ def main() -> None:
         for fused in (False, True):
             for splits, block in ((16, 64), (1, 32), (1, 128)):  # batch 1 talker, code predictor, batch >= 8
                 consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=block, SPLITS=splits, IEEE=False,
-                              FUSED=fused, USE_PDL=True)  # fmt: skip
+                              FUSED=fused, STAGES=0, PREFETCH=False, USE_PDL=True)  # fmt: skip
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} warps {warps}: {report}")
     linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",

@@ -87,13 +87,16 @@ def decode_rows(shape, dtype, seed):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("splits", [1, 4, 16])
 @pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=["small", "talker"])
-def test_qk_norm_rope_attention(ops, dtype, splits, shape):
+@pytest.mark.parametrize("stages", [0, 2])
+def test_qk_norm_rope_attention(ops, dtype, splits, shape, stages):
     """The decode kernel (QK-norm, RoPE, cache write and attention in one) against the two ops it
-    replaces."""
+    replaces, its block loop plain or software-pipelined."""
+    from cadence.kernels.triton_ops import AttentionTiles
+
     tri, ref = ops
     qkv, args, caches, rest = decode_rows(shape, dtype, seed=4)
     mine = [c.clone() for c in caches]
-    a = tri.qk_norm_rope_attention(qkv, *args, *mine, *rest, splits)
+    a = tri.qk_norm_rope_attention(qkv, *args, *mine, *rest, splits, tiles=AttentionTiles(64, stages=stages))
     b = ref.qk_norm_rope_attention(qkv, *args, *caches, *rest, splits)
     assert not a.isnan().any()
     assert (a.float() - b.float()).abs().max() <= 4 * tol(dtype)
@@ -128,10 +131,11 @@ def test_qk_norm_rope_attention_above_the_fused_rows(ops, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("block_tokens,warps", [(32, 4), (64, 8), (128, 8)])
-def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps):
+@pytest.mark.parametrize("stages", [0, 2, 3])
+def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps, stages):
     """Every launch choice the sweep (benchmarks/paged_attention.py) may pick computes the same
     attention: blocks of 32-128 tokens over 16-token pages, a block running past a split's end
-    (masked) included."""
+    (masked) included, the block loop plain or software-pipelined."""
     from cadence.kernels.triton_ops import AttentionTiles
 
     tri, ref = ops
@@ -143,7 +147,58 @@ def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps):
     bt = torch.stack([torch.randperm(2 * p, device=DEV, generator=g)[:p] for _ in range(n)])
     ctx = torch.tensor(contexts, device=DEV)
     q = torch.randn(n, hq, d, device=DEV, generator=g).to(dtype)
-    tiles = AttentionTiles(block_tokens=block_tokens, warps=warps)
+    tiles = AttentionTiles(block_tokens=block_tokens, warps=warps, stages=stages)
     a = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits, tiles=tiles)
     b = ref.paged_attention(q, kc, vc, bt, ctx, d**-0.5)
     assert (a.float() - b.float()).abs().max() <= tol(dtype)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+    reason="programmatic dependent launch needs a GPU of compute capability >= 9",
+)
+@pytest.mark.parametrize("trigger_first", [False, True])
+@pytest.mark.parametrize("rows,splits,block_tokens", [(1, 16, 64), (64, 1, 128), (64, 1, 32)])
+def test_decode_attention_prefetch_and_stages_give_the_same_bits(ops, trigger_first, rows, splits, block_tokens):
+    """The decode attention launched early behind the GEMM that makes its qkv, in a CUDA graph: with
+    the first block pulled into L2 before the wait, and with the block loop pipelined, the same
+    bits as the plain loop launched plainly (a prefetch is a hint; the pipelined loop adds the
+    same blocks in the same order)."""
+    from cadence.kernels.triton_ops import AttentionTiles
+
+    tri, _ = ops
+    hq, hkv, d, ps = 16, 8, 128, 16
+    contexts = [17 if block_tokens == 32 else 300 + 7 * i for i in range(rows)]
+    qkv, args, caches, rest = decode_rows((hq, hkv, d, ps, contexts), torch.bfloat16, seed=12)
+    g = torch.Generator(device=DEV).manual_seed(13)
+    x = torch.randn(rows, 1024, device=DEV, generator=g).to(torch.bfloat16)
+    w = (torch.randn(qkv.shape[1], 1024, device=DEV, generator=g) / 32).to(torch.bfloat16)
+
+    def captured(tiles):
+        mine = [c.clone() for c in caches]
+
+        def chain():
+            return tri.qk_norm_rope_attention(tri.linear(x, w), *args, *mine, *rest, splits, tiles=tiles)
+
+        chain()  # compile outside the capture
+        mine[0].copy_(caches[0]), mine[1].copy_(caches[1])
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = chain()
+        graph.replay()
+        torch.cuda.synchronize()
+        return out, mine
+
+    previous, previous_order = tri.use_pdl(False), tri.pdl_trigger_first(trigger_first)
+    try:
+        plain = captured(AttentionTiles(block_tokens))
+        tri.use_pdl(True)
+        variants = [captured(AttentionTiles(block_tokens, prefetch=True)),
+                    captured(AttentionTiles(block_tokens, stages=2, prefetch=True))]  # fmt: skip
+    finally:
+        tri.use_pdl(previous)
+        tri.pdl_trigger_first(previous_order)
+    assert not plain[0].isnan().any()
+    for out, mine in variants:
+        assert torch.equal(out, plain[0])
+        assert all(torch.equal(a, b) for a, b in zip(mine, plain[1], strict=True))

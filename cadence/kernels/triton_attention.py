@@ -5,13 +5,14 @@ and cache write (`qk_norm_rope_attention`): one kernel a layer fewer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import pdl_entry, pdl_launch
+from .triton_launch import pdl_entry, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit
@@ -53,6 +54,38 @@ def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV:
 
 
 @triton.jit
+def _split_range(ctx, split, FUSED: tl.constexpr, PS: tl.constexpr, SPLITS: tl.constexpr):
+    """This split's first token and the end of the tokens it reads from the cache (the new token of
+    a FUSED row, at ctx - 1, comes from registers), and the end of its share of the context."""
+    cached = ctx - 1 if FUSED else ctx
+    pages = (ctx + PS - 1) // PS
+    per_split = (pages + SPLITS - 1) // SPLITS
+    start = split * per_split * PS
+    end = tl.minimum((split + 1) * per_split * PS, ctx)
+    return start, tl.minimum(end, cached), end
+
+
+@triton.jit
+def _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t,
+                          HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, FUSED: tl.constexpr,
+                          SPLITS: tl.constexpr):  # fmt: skip
+    """Pull the split's first block of cached keys and values into L2 before the wait for the kernel
+    before. Those cache cells were written by earlier walks or steps, but the context length and
+    page table read here may still be changing, so the lines fetched are only a guess: a hint that
+    can cost bandwidth, never a wrong value (every index is kept inside the table and the pool)."""
+    ctx = tl.load(ctx_ptr + n)
+    start, stop, _ = _split_range(ctx, split, FUSED, PS, SPLITS)
+    tok = start + t
+    slot = tok // PS
+    page = tl.load(bt_ptr + n * bt_stride + slot, mask=(tok < stop) & (slot < bt_stride), other=0)
+    page = tl.minimum(tl.maximum(page.to(tl.int64), 0), num_pages - 1)
+    row = (page * PS + tok % PS) * HKV + kvh
+    lines = tl.arange(0, D * 2 // 128) * (128 // 2)  # one address per 128-byte line of a 16-bit row
+    prefetch_l2(kc_ptr + row[:, None] * D + lines[None, :])
+    prefetch_l2(vc_ptr + row[:, None] * D + lines[None, :])
+
+
+@triton.jit
 def _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
     """One online-softmax step of the G_PAD query rows over a block of keys and values."""
     if IEEE:  # fp32 caches: exact fp32 products, as the PyTorch definition computes them
@@ -88,11 +121,11 @@ def _attend_one(q, k, v, m_i, l_i, acc, scale, IEEE: tl.constexpr):
 
 @triton.jit
 def _paged_attention_kernel(
-    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride,
+    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride, num_pages,
     qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
     G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
@@ -111,13 +144,19 @@ def _paged_attention_kernel(
     thousands of bytes of spills at 128-token blocks); split 0 writes it to the cache slot. No other
     row may read that slot in the same launch (prefill rows of one sequence do: they take the
     unfused pair of kernels)."""
-    pdl_entry(USE_PDL)
     n = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     g = tl.arange(0, G_PAD)
     d = tl.arange(0, D)
     t = tl.arange(0, BT)
+    if PREFETCH and USE_PDL:  # only a kernel launched early has a wait to prefetch ahead of
+        pdl_trigger(USE_PDL)
+        _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t, HKV, D, PS,
+                              FUSED, SPLITS)  # fmt: skip
+        pdl_wait(USE_PDL)
+    else:
+        pdl_entry(USE_PDL)
     heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
     ctx = tl.load(ctx_ptr + n)
     if FUSED:
@@ -131,25 +170,24 @@ def _paged_attention_kernel(
             cell = (tl.load(slot_ptr + n).to(tl.int64) * HKV + kvh) * D + d[None, :]
             tl.store(kc_ptr + cell, k_new)
             tl.store(vc_ptr + cell, v_new)
-        cached = ctx - 1  # the tokens in the cache: all but the new one
     else:
         q = tl.load(q_ptr + heads[:, None] * D + d[None, :], mask=g[:, None] < G, other=0.0)  # [G_PAD, D]
-        cached = ctx
-    pages = (ctx + PS - 1) // PS
-    per_split = (pages + SPLITS - 1) // SPLITS
-    start = split * per_split * PS
-    end = tl.minimum((split + 1) * per_split * PS, ctx)
+    start, stop, end = _split_range(ctx, split, FUSED, PS, SPLITS)
     m_i = tl.full([G_PAD], -float("inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, D], tl.float32)
-    tok0 = start
-    stop = tl.minimum(end, cached)
-    while tok0 < stop:  # a while loop: runtime bounds (and Triton's CPU interpreter accepts it)
-        k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, stop, bt_stride, t, d, HKV, D, PS)
-        m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
-        tok0 += BT
+    if STAGES == 0:
+        tok0 = start
+        while tok0 < stop:  # a while loop: K and V in registers, one block's loads in flight at a time
+            k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, stop, bt_stride, t, d, HKV, D, PS)
+            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
+            tok0 += BT
+    else:  # software-pipelined: the next STAGES - 1 blocks' K and V copied to shared memory meanwhile
+        for tok0 in tl.range(start, stop, BT, num_stages=STAGES):
+            k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, stop, bt_stride, t, d, HKV, D, PS)
+            m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
     if FUSED:
-        if (start <= cached) & (cached < end):  # this split holds the new token
+        if (start <= ctx - 1) & (ctx - 1 < end):  # this split holds the new token
             m_i, l_i, acc = _attend_one(q, k_new, v_new, m_i, l_i, acc, scale, IEEE)
     if SPLITS == 1:
         out = acc / l_i[:, None]
@@ -188,10 +226,25 @@ def attention_splits(rows: int, kv_heads: int, target_programs: int = 256) -> in
 @dataclass(frozen=True)
 class AttentionTiles:
     """Launch choices of the paged attention kernel: context tokens per iteration (64: 32 KB of K
-    and V in flight per program in bf16) and warps."""
+    and V in flight per program in bf16), warps, the block loop's software-pipelining depth (0: a
+    plain loop, K and V in registers; 2-3: the next blocks copied to shared memory while one is
+    scored) and whether each program pulls its first block into L2 before the PDL wait."""
 
     block_tokens: int = 64
     warps: int = 4
+    stages: int = 0
+    prefetch: bool = False
+
+
+def _experiment_tiles() -> tuple[AttentionTiles | None, bool]:
+    """Experiments, off until measured (perf-notes #72): CADENCE_ATTENTION_TILES=BLOCK,WARPS,STAGES
+    for every long-context call of 8 rows or more, CADENCE_ATTENTION_PREFETCH=1 for every call."""
+    spec = os.environ.get("CADENCE_ATTENTION_TILES")
+    tiles = AttentionTiles(*(int(x) for x in spec.split(","))) if spec else None
+    return tiles, os.environ.get("CADENCE_ATTENTION_PREFETCH") == "1"
+
+
+_LONG_TILES, _PREFETCH = _experiment_tiles()
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
@@ -203,8 +256,10 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
     block only adds masked work and registers (with 128-token ones there the batch-256 walk took
     12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
     if max_context is not None and max_context <= 32:
-        return AttentionTiles(block_tokens=32)
-    return AttentionTiles(block_tokens=128 if rows >= 8 else 64)
+        tiles = AttentionTiles(block_tokens=32)
+    else:
+        tiles = (rows >= 8 and _LONG_TILES) or AttentionTiles(block_tokens=128 if rows >= 8 else 64)
+    return replace(tiles, prefetch=True) if _PREFETCH else tiles
 
 
 def paged_attention(
@@ -246,11 +301,11 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         m = l = acc = out
     qn, kn, cos, sin, pos, slot, eps = fused or (q, q, q, q, context_lens, context_lens, 0.0)
     _paged_attention_kernel[(n, hkv, splits)](
-        q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0),
+        q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0), k_cache.shape[0],
         qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
-        num_warps=tiles.warps, **pdl_launch(q),
+        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **pdl_launch(q),
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **pdl_launch(q))
