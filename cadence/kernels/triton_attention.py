@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import pdl_entry, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
+from .triton_launch import pdl_entry, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, trigger_first_for
 
 
 @triton.jit
@@ -236,15 +236,18 @@ class AttentionTiles:
     prefetch: bool = False
 
 
-def _experiment_tiles() -> tuple[AttentionTiles | None, bool]:
-    """Experiments, off until measured (perf-notes #72): CADENCE_ATTENTION_TILES=BLOCK,WARPS,STAGES
-    for every long-context call of 8 rows or more, CADENCE_ATTENTION_PREFETCH=1 for every call."""
-    spec = os.environ.get("CADENCE_ATTENTION_TILES")
-    tiles = AttentionTiles(*(int(x) for x in spec.split(","))) if spec else None
-    return tiles, os.environ.get("CADENCE_ATTENTION_PREFETCH") == "1"
+def _experiment_tiles(name: str) -> AttentionTiles | None:
+    """An experiment's tiles from the environment, BLOCK:WARPS:STAGES (perf-notes #72)."""
+    spec = os.environ.get(name)
+    return AttentionTiles(*(int(x) for x in spec.split(":"))) if spec else None
 
 
-_LONG_TILES, _PREFETCH = _experiment_tiles()
+# Experiments, off until measured (perf-notes #72): CADENCE_ATTENTION_TILES for the long-context
+# calls of 8 rows or more, CADENCE_ATTENTION_SHORT_TILES for short-context calls of fewer than 8,
+# CADENCE_ATTENTION_PREFETCH=1 for every call in graphs whose kernels wait first.
+_LONG_TILES = _experiment_tiles("CADENCE_ATTENTION_TILES")
+_SHORT_TILES = _experiment_tiles("CADENCE_ATTENTION_SHORT_TILES")
+_PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH") == "1"
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
@@ -256,10 +259,10 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
     block only adds masked work and registers (with 128-token ones there the batch-256 walk took
     12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
     if max_context is not None and max_context <= 32:
-        tiles = AttentionTiles(block_tokens=32)
+        tiles = (rows < 8 and _SHORT_TILES) or AttentionTiles(block_tokens=32)
     else:
         tiles = (rows >= 8 and _LONG_TILES) or AttentionTiles(block_tokens=128 if rows >= 8 else 64)
-    return replace(tiles, prefetch=True) if _PREFETCH else tiles
+    return replace(tiles, prefetch=True) if _PREFETCH and not trigger_first_for(rows) else tiles
 
 
 def paged_attention(
