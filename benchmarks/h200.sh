@@ -69,6 +69,15 @@ for phase in "$@"; do
         --json "$OUT/attn72_ctx500.json" 2>&1 | tail -2
       timeout 120 python3 benchmarks/paged_attention.py --fused --batches 1 64 --context 17 --stages 0 2 --splits 1 \
         --json "$OUT/attn72_ctx17.json" 2>&1 | tail -3 ;;
+    attn72b)  # perf-notes #72, second call: the fast-step gpu tests with the prefetch on, the b64 walk's
+      # timeline with the pipelined talker tiles, and the plain kernel's stages at 256 rows
+      need_full
+      timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py 2>&1 \
+        | tee "$OUT/attn72b_tests.log" | tail -2
+      CADENCE_ATTENTION_TILES=64:4:2 timeout 200 python3 benchmarks/walk_timeline.py --model $full --batches 64 \
+        --walks 5 --rows 12 --json "$OUT/timeline_64_tiles642.json" 2>&1 | quiet | tail -15
+      timeout 150 python3 benchmarks/paged_attention.py --batches 256 --context 500 --stages 0 2 --splits 1 \
+        --json "$OUT/attn72_b256.json" 2>&1 | tail -1 ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)

@@ -242,12 +242,14 @@ def _experiment_tiles(name: str) -> AttentionTiles | None:
     return AttentionTiles(*(int(x) for x in spec.split(":"))) if spec else None
 
 
-# Experiments, off until measured (perf-notes #72): CADENCE_ATTENTION_TILES for the long-context
-# calls of 8 rows or more, CADENCE_ATTENTION_SHORT_TILES for short-context calls of fewer than 8,
-# CADENCE_ATTENTION_PREFETCH=1 for every call in graphs whose kernels wait first.
+# Experiments (perf-notes #72): CADENCE_ATTENTION_TILES for the long-context calls of 8 rows or
+# more, CADENCE_ATTENTION_SHORT_TILES for short-context calls of fewer than 8.
 _LONG_TILES = _experiment_tiles("CADENCE_ATTENTION_TILES")
 _SHORT_TILES = _experiment_tiles("CADENCE_ATTENTION_SHORT_TILES")
-_PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH") == "1"
+# The first block prefetched before the PDL wait in graphs whose kernels wait first (perf-notes
+# #72: b1 walk 3.25 -> 3.21-3.23 ms; under trigger first, at 64 rows, 5.18 -> 5.36: kernels launched
+# far ahead prefetch while the running ones stream). CADENCE_ATTENTION_PREFETCH=0 turns it off.
+_PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
