@@ -169,7 +169,7 @@ def test_attention_tiles_prefetch_only_where_kernels_wait_first(ops):
     reason="programmatic dependent launch needs a GPU of compute capability >= 9",
 )
 @pytest.mark.parametrize("trigger_first", [False, True])
-@pytest.mark.parametrize("rows,splits,block_tokens", [(1, 16, 64), (64, 1, 128), (64, 1, 32)])
+@pytest.mark.parametrize("rows,splits,block_tokens", [(1, 16, 64), (64, 1, 128), (64, 1, 32), (3, 1, 32)])
 def test_decode_attention_prefetch_and_stages_give_the_same_bits(ops, trigger_first, rows, splits, block_tokens):
     """The decode attention launched early behind the GEMM that makes its qkv, in a CUDA graph: with
     the first block pulled into L2 before the wait, and with the block loop pipelined, the same
@@ -178,12 +178,14 @@ def test_decode_attention_prefetch_and_stages_give_the_same_bits(ops, trigger_fi
     from cadence.kernels.triton_ops import AttentionTiles
 
     tri, _ = ops
-    hq, hkv, d, ps = 16, 8, 128, 16
+    # the talker's heads in bf16; at 3 rows a tiny model's (32-wide heads, 4-token pages) in fp32,
+    # whose rows are one 128-byte line or less
+    hq, hkv, d, ps, dtype = (4, 2, 32, 4, torch.float32) if rows == 3 else (16, 8, 128, 16, torch.bfloat16)
     contexts = [17 if block_tokens == 32 else 300 + 7 * i for i in range(rows)]
-    qkv, args, caches, rest = decode_rows((hq, hkv, d, ps, contexts), torch.bfloat16, seed=12)
+    qkv, args, caches, rest = decode_rows((hq, hkv, d, ps, contexts), dtype, seed=12)
     g = torch.Generator(device=DEV).manual_seed(13)
-    x = torch.randn(rows, 1024, device=DEV, generator=g).to(torch.bfloat16)
-    w = (torch.randn(qkv.shape[1], 1024, device=DEV, generator=g) / 32).to(torch.bfloat16)
+    x = torch.randn(rows, 1024, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(qkv.shape[1], 1024, device=DEV, generator=g) / 32).to(dtype)
 
     def captured(tiles):
         mine = [c.clone() for c in caches]

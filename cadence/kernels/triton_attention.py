@@ -12,7 +12,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import pdl_entry, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, trigger_first_for
+from .triton_launch import (
+    PDL_WAIT_FIRST,
+    pdl_entry,
+    pdl_launch,
+    pdl_trigger,
+    pdl_wait,
+    prefetch_l2,
+    trigger_first_for,
+)
 
 
 @triton.jit
@@ -80,7 +88,8 @@ def _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_str
     page = tl.load(bt_ptr + n * bt_stride + slot, mask=(tok < stop) & (slot < bt_stride), other=0)
     page = tl.minimum(tl.maximum(page.to(tl.int64), 0), num_pages - 1)
     row = (page * PS + tok % PS) * HKV + kvh
-    lines = tl.arange(0, D * 2 // 128) * (128 // 2)  # one address per 128-byte line of a 16-bit row
+    line: tl.constexpr = 128 * 8 // kc_ptr.dtype.element_ty.primitive_bitwidth  # values per 128-byte line
+    lines = tl.arange(0, (D + line - 1) // line) * line  # one address per line of a row
     prefetch_l2(kc_ptr + row[:, None] * D + lines[None, :])
     prefetch_l2(vc_ptr + row[:, None] * D + lines[None, :])
 
@@ -250,6 +259,9 @@ _SHORT_TILES = _experiment_tiles("CADENCE_ATTENTION_SHORT_TILES")
 # #72: b1 walk 3.25 -> 3.21-3.23 ms; under trigger first, at 64 rows, 5.18 -> 5.36: kernels launched
 # far ahead prefetch while the running ones stream). CADENCE_ATTENTION_PREFETCH=0 turns it off.
 _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
+# Experiment (perf-notes #72): the attention kernels wait first even in trigger-first graphs, so the
+# kernels after them launch only once their last wave runs, not into the SM slots its waves need.
+_WAIT_FIRST = os.environ.get("CADENCE_ATTENTION_WAIT_FIRST") == "1"
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
@@ -305,13 +317,16 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
     else:  # one split writes `out` itself: the partial buffers are never touched
         m = l = acc = out
     qn, kn, cos, sin, pos, slot, eps = fused or (q, q, q, q, context_lens, context_lens, 0.0)
+    launch = pdl_launch(q)
+    if _WAIT_FIRST and launch["USE_PDL"]:
+        launch["USE_PDL"] = PDL_WAIT_FIRST
     _paged_attention_kernel[(n, hkv, splits)](
         q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0), k_cache.shape[0],
         qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
-        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **pdl_launch(q),
+        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **launch,
     )  # fmt: skip
     if splits > 1:
-        _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **pdl_launch(q))
+        _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **launch)
     return out
