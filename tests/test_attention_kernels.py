@@ -156,12 +156,14 @@ def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps, stages):
 def test_attention_tiles_prefetch_only_where_kernels_wait_first(ops):
     """The first block's L2 prefetch before the PDL wait goes to graphs whose kernels wait first (up
     to 32 rows); under trigger first (64 rows) it made the walk slower (perf-notes #72). The
-    code predictor's short contexts keep 32-token blocks, the talker's long ones 64 / 128."""
+    code predictor's short contexts keep 32-token blocks; the talker's long ones 64 / 128, and
+    above 64 rows 64 in a pipelined loop."""
     tri, _ = ops
     assert [tri.attention_tiles(rows, 17).prefetch for rows in (1, 16, 32, 33, 64)] == [True] * 3 + [False] * 2
     assert [tri.attention_tiles(rows).prefetch for rows in (1, 8, 64, 256)] == [True, True, False, False]
     assert {tri.attention_tiles(rows, 17).block_tokens for rows in (1, 64)} == {32}
-    assert [tri.attention_tiles(rows).block_tokens for rows in (1, 8)] == [64, 128]
+    assert [tri.attention_tiles(rows).block_tokens for rows in (1, 8, 64, 65, 256)] == [64, 128, 128, 64, 64]
+    assert [tri.attention_tiles(rows).stages for rows in (1, 8, 64, 65, 256)] == [0, 0, 0, 2, 2]
 
 
 @pytest.mark.skipif(

@@ -245,6 +245,14 @@ class AttentionTiles:
     prefetch: bool = False
 
 
+# Decode batches of more rows than this (no PDL there; the unfused attention, FUSED_ATTENTION_MAX_ROWS)
+# run the talker's long contexts as 64-token blocks with the loop pipelined 2 deep: the b256 walk
+# 10.59 -> 9.81 ms (perf-notes #72). The shipped 128-token plain loop spills ~2 KB a thread under
+# Triton 3.6; at 8-64 rows, in PDL chains, the pipelined loop measured no gain in the walk (b64
+# 5.16-5.18 either way), so those keep it.
+PIPELINED_ABOVE_ROWS = 64
+
+
 def _experiment_tiles(name: str) -> AttentionTiles | None:
     """An experiment's tiles from the environment, BLOCK:WARPS:STAGES (perf-notes #72)."""
     spec = os.environ.get(name)
@@ -271,11 +279,16 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
     context is split 16 ways and each split is short, 64. Contexts known
     to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
     block only adds masked work and registers (with 128-token ones there the batch-256 walk took
-    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
+    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25). Above PIPELINED_ABOVE_ROWS the long
+    contexts take 64-token blocks in a pipelined loop (perf-notes #72)."""
     if max_context is not None and max_context <= 32:
         tiles = (rows < 8 and _SHORT_TILES) or AttentionTiles(block_tokens=32)
+    elif rows >= 8 and _LONG_TILES:
+        tiles = _LONG_TILES
+    elif rows > PIPELINED_ABOVE_ROWS:
+        tiles = AttentionTiles(block_tokens=64, stages=2)
     else:
-        tiles = (rows >= 8 and _LONG_TILES) or AttentionTiles(block_tokens=128 if rows >= 8 else 64)
+        tiles = AttentionTiles(block_tokens=128 if rows >= 8 else 64)
     return replace(tiles, prefetch=True) if _PREFETCH and not trigger_first_for(rows) else tiles
 
 
