@@ -130,7 +130,7 @@ def test_qk_norm_rope_attention_above_the_fused_rows(ops, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("splits", [1, 4])
-@pytest.mark.parametrize("block_tokens,warps", [(32, 4), (64, 8), (128, 8)])
+@pytest.mark.parametrize("block_tokens,warps", [(32, 4), (64, 4), (64, 8), (128, 8)])
 @pytest.mark.parametrize("stages", [0, 2, 3])
 def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps, stages):
     """Every launch choice the sweep (benchmarks/paged_attention.py) may pick computes the same
