@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .triton_launch import (
+    PDL_TRIGGER_AT_END,
     PDL_WAIT_FIRST,
     pdl_entry,
     pdl_launch,
@@ -267,9 +268,10 @@ _SHORT_TILES = _experiment_tiles("CADENCE_ATTENTION_SHORT_TILES")
 # #72: b1 walk 3.25 -> 3.21-3.23 ms; under trigger first, at 64 rows, 5.18 -> 5.36: kernels launched
 # far ahead prefetch while the running ones stream). CADENCE_ATTENTION_PREFETCH=0 turns it off.
 _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
-# Experiment (perf-notes #72): the attention kernels wait first even in trigger-first graphs, so the
-# kernels after them launch only once their last wave runs, not into the SM slots its waves need.
-_WAIT_FIRST = os.environ.get("CADENCE_ATTENTION_WAIT_FIRST") == "1"
+# Experiment (perf-notes #72, #73): the attention kernels' PDL order in graphs that launch with it,
+# CADENCE_ATTENTION_PDL=wait (wait first even in trigger-first graphs: the kernels after them launch
+# once their last wave runs) or end (the kernels after them launch when they complete).
+_ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
@@ -331,8 +333,8 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         m = l = acc = out
     qn, kn, cos, sin, pos, slot, eps = fused or (q, q, q, q, context_lens, context_lens, 0.0)
     launch = pdl_launch(q)
-    if _WAIT_FIRST and launch["USE_PDL"]:
-        launch["USE_PDL"] = PDL_WAIT_FIRST
+    if _ORDER and launch["USE_PDL"]:
+        launch["USE_PDL"] = _ORDER
     _paged_attention_kernel[(n, hkv, splits)](
         q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0), k_cache.shape[0],
         qn, kn, cos, sin, pos, slot, eps,

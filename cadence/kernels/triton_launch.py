@@ -32,8 +32,9 @@ _pdl_trigger_first = TRIGGER_FIRST_ALWAYS
 # at 1 and 4, neutral at 16), i.e. the 33-64-row bucket whose GEMMs stream 64-row tiles.
 TRIGGER_FIRST_ABOVE_ROWS = int(os.environ.get("CADENCE_PDL_TRIGGER_FIRST_ABOVE_ROWS", "32"))
 
-# USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse.
-PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST = 0, 1, 2
+# USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse; or wait
+# and let the next in only at the end (the grid's completion), so nothing launches into its waves.
+PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST, PDL_TRIGGER_AT_END = 0, 1, 2, 3
 
 
 def use_pdl(enabled: bool) -> bool:
