@@ -140,8 +140,10 @@ def _paged_attention_kernel(
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
     tokens gathered from several pages at once, so each iteration has a block's loads in flight
-    rather than one page's. (A hand-written prefetch of the next block, which Triton does not
-    pipeline in a loop of runtime length, never won in the sweep: perf-notes #23.) The G query
+    rather than one page's. STAGES > 0 runs the loop as a `tl.range`, which Triton software-
+    pipelines even with runtime bounds: the next blocks' K and V go to shared memory by `cp.async`
+    while one is scored, without the registers a hand-written prefetch of the next block took
+    (perf-notes #23, #72). PREFETCH pulls the first block into L2 before the PDL wait. The G query
     heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free: the kernel
     is bound by reading K and V). With one split the result is final and stored directly;
     otherwise the partial (max, sum, acc) go to the merge.

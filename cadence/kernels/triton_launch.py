@@ -30,7 +30,7 @@ TRIGGER_FIRST_ALWAYS = os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1"
 _pdl_trigger_first = TRIGGER_FIRST_ALWAYS
 # Graphs of more rows than this trigger first (perf-notes #65: measured at 64 rows, -0.16 ms; slower
 # at 1 and 4, neutral at 16), i.e. the 33-64-row bucket whose GEMMs stream 64-row tiles.
-TRIGGER_FIRST_ABOVE_ROWS = int(os.environ.get("CADENCE_PDL_TRIGGER_FIRST_ABOVE_ROWS", "32"))
+TRIGGER_FIRST_ABOVE_ROWS = 32
 
 # USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse; or wait
 # and let the next in only at the end (the grid's completion), so nothing launches into its waves.
