@@ -78,6 +78,13 @@ for phase in "$@"; do
         --walks 5 --rows 12 --json "$OUT/timeline_64_tiles642.json" 2>&1 | quiet | tail -15
       timeout 150 python3 benchmarks/paged_attention.py --batches 256 --context 500 --stages 0 2 --splits 1 \
         --json "$OUT/attn72_b256.json" 2>&1 | tail -1 ;;
+    attn73)  # perf-notes #73's open question: the b64 talker attention alone, with consecutive pages, and
+      # behind its qkv GEMM under PDL as the engine launches it (~40 s each)
+      for mode in "" "--contiguous" "--chain" "--chain --contiguous"; do
+        tag=$(echo "x$mode" | tr -d ' -')
+        timeout 150 python3 benchmarks/paged_attention.py --fused $mode --batches 64 --context 500 --stages 0 2 \
+          --splits 1 --json "$OUT/attn73_$tag.json" 2>&1 | tail -1
+      done ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)

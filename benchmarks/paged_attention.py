@@ -8,8 +8,13 @@ walk runs up to 64 rows (`qk_norm_rope_attention`: the rows' QK-norm, RoPE and c
 Each configuration is timed as one decode walk's attention: 28 calls, one per layer, each over its
 own layer's cache (so the KV comes from HBM, not L2, as in the engine), captured in one CUDA graph.
 
-    python benchmarks/paged_attention.py [--batches 1 64 256] [--context 500] [--fused]
-        [--stages 0 2] [--splits 1 2 4 8 16] [--json out.json]
+    python benchmarks/paged_attention.py [--batches 1 64 256] [--context 500] [--fused [--chain]]
+        [--contiguous] [--stages 0 2] [--splits 1 2 4 8 16] [--json out.json]
+
+--contiguous gives each row consecutive pages (as a fresh engine does) instead of scattered ones;
+--chain puts each layer's decode kernel behind the GEMM making its qkv rows, launched as the engine
+launches them (PDL, trigger first above 32 rows), and takes the GEMMs' own time off (perf-notes #73:
+the talker's attention takes 61 us a layer in the b64 walk, 38-45 alone).
 
 Prints, per batch: the shipped choice (`attention_tiles` and `attention_splits`), the fastest
 found, in ms per walk and the KV-read bandwidth they reach. GPU only.
@@ -18,6 +23,7 @@ found, in ms per walk and the KV-read bandwidth they reach. GPU only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 from pathlib import Path
@@ -46,7 +52,21 @@ def decode_inputs(rows: int, context: int):
     return qkv, (qn, kn, 1e-6, cos, sin, pos)
 
 
-def sweep_batch(rows: int, context: int, fused: bool, stages: list[int], splits_list: list[int]) -> dict:
+@contextlib.contextmanager
+def pdl_as_engine(rows: int):
+    """Kernels launched as the engine launches a graph of `rows` rows: with programmatic dependent
+    launch, triggering first above 32 rows."""
+    previous, order = triton_ops.use_pdl(True), triton_ops.pdl_trigger_first(triton_ops.trigger_first_for(rows))
+    try:
+        yield
+    finally:
+        triton_ops.use_pdl(previous)
+        triton_ops.pdl_trigger_first(order)
+
+
+def sweep_batch(
+    rows: int, context: int, fused: bool, stages: list[int], splits_list: list[int], contiguous: bool, chain: bool
+) -> dict:
     """Every (tiles, splits) at one batch size; prints and returns the shipped and fastest."""
     pages_per_row = -(-context // PAGE)
     pages = rows * pages_per_row
@@ -55,28 +75,44 @@ def sweep_batch(rows: int, context: int, fused: bool, stages: list[int], splits_
          torch.randn(pages, PAGE, HKV, D, device="cuda", dtype=torch.bfloat16))
         for _ in range(LAYERS)
     ]  # fmt: skip
-    table = torch.randperm(pages, device="cuda", dtype=torch.int32).view(rows, pages_per_row)
+    # the engine's allocator hands a fresh stream consecutive pages; scattered pages are the worst case
+    order = torch.arange(pages, device="cuda") if contiguous else torch.randperm(pages, device="cuda")
+    table = order.to(torch.int32).view(rows, pages_per_row)
     ctx = torch.full((rows,), context, device="cuda", dtype=torch.int32)
     q = torch.randn(rows, HQ, D, device="cuda", dtype=torch.bfloat16)
     qkv, norm_rope = decode_inputs(rows, context)
     slots = table[:, (context - 1) // PAGE].long() * PAGE + (context - 1) % PAGE
     scale = D**-0.5
 
-    def attend(ops, k, v, splits=None, tiles=None):
+    def attend(ops, k, v, splits=None, tiles=None, rows_qkv=qkv):
         if fused:
-            return ops.qk_norm_rope_attention(qkv, *norm_rope, k, v, slots, table, ctx, scale, HQ, HKV, splits,
+            return ops.qk_norm_rope_attention(rows_qkv, *norm_rope, k, v, slots, table, ctx, scale, HQ, HKV, splits,
                                               **({"tiles": tiles} if tiles else {}))  # fmt: skip
         return ops.paged_attention(q, k, v, table, ctx, scale, splits, **({"tiles": tiles} if tiles else {}))
 
     ref = attend(torch_ops, *caches[0]).float()
     kv_bytes = LAYERS * rows * context * HKV * D * 2 * 2
+    # --chain: each layer's attention behind the GEMM that makes its qkv rows, launched as the engine
+    # launches them (PDL); the GEMMs alone are timed too, so the attention's share is the difference
+    x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
+    w_qkv = [
+        torch.randn(qkv.shape[1], 1024, device="cuda", dtype=torch.bfloat16) / 32 for _ in range(LAYERS if chain else 0)
+    ]
 
     def walk(tiles, splits):
         def call():
-            for k, v in caches:
-                attend(triton_ops, k, v, splits, tiles)
+            for i, (k, v) in enumerate(caches):
+                attend(triton_ops, k, v, splits, tiles, triton_ops.linear(x, w_qkv[i]) if chain else qkv)
 
         return call
+
+    def timed_ms(call) -> float:
+        if not chain:
+            return replay_ms(call)
+        with pdl_as_engine(rows):
+            return replay_ms(call)
+
+    gemms_ms = timed_ms(lambda: [triton_ops.linear(x, w) for w in w_qkv]) if chain else 0.0
 
     grid = [
         triton_ops.AttentionTiles(block_tokens, warps, stage)
@@ -86,19 +122,23 @@ def sweep_batch(rows: int, context: int, fused: bool, stages: list[int], splits_
     for tiles, splits in itertools.product(grid, splits_list):
         out = attend(triton_ops, *caches[0], splits, tiles).float()
         assert (out - ref).abs().max() <= 2e-2, label(tiles, splits)
-        timed[(tiles, splits)] = replay_ms(walk(tiles, splits))
+        timed[(tiles, splits)] = timed_ms(walk(tiles, splits)) - gemms_ms
     shipped = (triton_ops.attention_tiles(rows), triton_ops.attention_splits(rows, HKV))
     if shipped not in timed:
-        timed[shipped] = replay_ms(walk(*shipped))
+        timed[shipped] = timed_ms(walk(*shipped)) - gemms_ms
     best = min(timed, key=timed.get)
 
     def cell(ms: float) -> str:
         return f"{ms:6.3f} ms ({kv_bytes / (ms * 1e-3) / 1e12:4.2f} TB/s)"
 
-    kind = "fused decode kernel" if fused else "attention"
+    kind = ("fused decode kernel" if fused else "attention") + (
+        ", behind the qkv GEMMs (their time taken off)" if chain else ""
+    )
+    kind += ", each row's pages consecutive" if contiguous else ""
     print(f"batch {rows:>4}, {context}-token contexts, {LAYERS} layers, {kind}: shipped {cell(timed[shipped])} "
           f"{label(*shipped)}; best {cell(timed[best])} {label(*best)}", flush=True)  # fmt: skip
-    return {"rows": rows, "context": context, "fused": fused, "shipped_ms": timed[shipped], "shipped": label(*shipped),
+    return {"rows": rows, "context": context, "fused": fused, "contiguous": contiguous, "chain": chain,
+            "gemms_ms": gemms_ms, "shipped_ms": timed[shipped], "shipped": label(*shipped),
             "best_ms": timed[best], "best": label(*best), "kv_bytes": kv_bytes,
             "all": {label(*key): ms for key, ms in timed.items()}}  # fmt: skip
 
@@ -110,14 +150,20 @@ def main() -> None:
     p.add_argument("--fused", action="store_true", help="time the decode kernel with QK-norm, RoPE and cache write")
     p.add_argument("--stages", type=int, nargs="+", default=[0, 2], help="block-loop pipelining depths (0: plain)")
     p.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="context splits to try")
+    p.add_argument("--contiguous", action="store_true", help="each row's pages consecutive (a fresh engine's layout)")
+    p.add_argument("--chain", action="store_true", help="each attention behind its qkv GEMM under PDL (needs --fused)")
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("paged_attention.py needs a CUDA device")
+    if args.chain and not args.fused:
+        raise SystemExit("--chain times the decode kernel behind its qkv GEMM: add --fused")
     torch.manual_seed(0)
     results = []
     for rows in args.batches:
-        results.append(sweep_batch(rows, args.context, args.fused, args.stages, args.splits))
+        results.append(
+            sweep_batch(rows, args.context, args.fused, args.stages, args.splits, args.contiguous, args.chain)
+        )
         torch.cuda.empty_cache()  # the batch's 28 layer caches are gone; give their memory back
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
