@@ -104,6 +104,20 @@ def test_search_passes_narrow_the_key_range_to_one_key():
         assert width > 1
 
 
+@pytest.mark.skipif(not triton_available(), reason="triton_ops needs Triton")
+def test_one_search_width_for_every_sampler(monkeypatch):
+    """The layer kernels' sampler and the persistent code predictor take the search's width from
+    one place: TOPK_WAYS below 2^16 keys a block, a bisection from there (a packed 16-bit count
+    would overflow), read when a kernel is launched, not when a module is imported."""
+    from cadence.kernels import triton_ops
+
+    assert triton_ops.topk_search(2048) == (triton_ops.TOPK_WAYS, triton_ops.topk_search_passes(triton_ops.TOPK_WAYS))
+    assert triton_ops.topk_search(2**15) == triton_ops.topk_search(2048)
+    assert triton_ops.topk_search(2**16) == (2, 32)
+    monkeypatch.setattr(triton_ops, "TOPK_WAYS", 5)
+    assert triton_ops.topk_search(4096) == (5, 14)
+
+
 @NEEDS_TRITON
 @pytest.mark.parametrize("ways", [2, 5])
 def test_top_k_at_the_ends_of_the_key_range(ops, ways, monkeypatch):

@@ -48,10 +48,7 @@ import triton.language as tl
 from ..engine.sampler import RowParams
 from .code_predictor_buffers import CodePredictorBuffers
 from .triton_attention import norm_rope_heads
-from .triton_ops import TOPK_WAYS, _sample_choice, topk_search_passes
-
-_TOPK_WAYS = tl.constexpr(TOPK_WAYS)  # the layer kernels' search (the sampler's arithmetic)
-_TOPK_PASSES = tl.constexpr(topk_search_passes(TOPK_WAYS))
+from .triton_ops import _sample_choice, topk_search
 
 
 @triton.jit
@@ -209,6 +206,7 @@ def _code_predictor_kernel(
     H: tl.constexpr, I: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, V: tl.constexpr,
     LAYERS: tl.constexpr, STEPS: tl.constexpr, CTX: tl.constexpr, G_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, IEEE: tl.constexpr,
+    TOPK_WAYS: tl.constexpr, TOPK_PASSES: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     P = tl.num_programs(0)
@@ -254,7 +252,7 @@ def _code_predictor_kernel(
         for n in range(pid, streams, P):
             x = tl.load(logits_ptr + n * V + col, mask=valid, other=-float("inf"), cache_modifier=".cg")
             code = _sample_choice(x.to(tl.float32), col, valid, n, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr,
-                                  frame_ptr, key, V, _TOPK_WAYS, _TOPK_PASSES)  # fmt: skip
+                                  frame_ptr, key, V, TOPK_WAYS, TOPK_PASSES)  # fmt: skip
             tl.store(codes_ptr + n * STEPS + j, code.to(tl.int64))
             if j + 1 < STEPS:  # the next step's input: codebook j+1's embedding of the code
                 h = tl.arange(0, H)
@@ -292,6 +290,8 @@ class PersistentCodePredictor(CodePredictorBuffers):
         if b > self.max_streams:
             raise ValueError(f"the persistent code predictor holds at most {self.max_streams} streams, got {b}")
         s, t = self.stack, self.tiles
+        block_v = triton.next_power_of_2(self.vocab)
+        ways, passes = topk_search(block_v)  # the layer kernels' sampler's search, so the same codes
         self.d[: 2 * b].copy_(first)
         self.counter.zero_()
         _code_predictor_kernel[(self.programs,)](
@@ -304,6 +304,7 @@ class PersistentCodePredictor(CodePredictorBuffers):
             LAYERS=len(s.layers), STEPS=self.steps, CTX=self.steps + 1,
             G_PAD=max(1, triton.next_power_of_2(s.heads // s.kv_heads)),
             BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=min(t.block_k, triton.next_power_of_2(self.hidden)),
-            BLOCK_V=triton.next_power_of_2(self.vocab), IEEE=self.d.dtype == torch.float32, num_warps=t.warps,
+            BLOCK_V=block_v, IEEE=self.d.dtype == torch.float32, TOPK_WAYS=ways, TOPK_PASSES=passes,
+            num_warps=t.warps,
         )  # fmt: skip
         return self.codes[:b]

@@ -280,6 +280,14 @@ def topk_search_passes(ways: int) -> int:
     return passes
 
 
+def topk_search(block: int) -> tuple[int, int]:
+    """(ways, passes) of the top-k threshold's search over `block` keys, for every kernel that
+    samples: TOPK_WAYS while a packed 16-bit count holds the block's keys (< 2^16), else 2 (a
+    bisection: one count a pass, nothing packed)."""
+    ways = TOPK_WAYS if block < 2**16 else 2
+    return ways, topk_search_passes(ways)
+
+
 @triton.jit
 def _kth_largest_key(key, k, WAYS: tl.constexpr, PASSES: tl.constexpr):
     """The k-th largest of the int32 keys [BLOCK], ties counted (1 <= k <= BLOCK; BLOCK < 2^16 unless
@@ -403,14 +411,14 @@ def sample_tokens(
     dummy = logits
     h = embed_table.shape[1] if embed_table is not None else 0
     block = triton.next_power_of_2(v)
-    ways = TOPK_WAYS if block < 2**16 else 2  # packed 16-bit counts hold up to 65535 keys; 2 packs none
+    ways, passes = topk_search(block)
     _sample_kernel[(n,)](
         logits, seen if seen is not None else dummy, penalty if penalty is not None else dummy,
         ban_eos if ban_eos is not None else dummy, params.do_sample, params.temperature, params.top_k,
         params.top_p, seed, frame, out, embed_table if h else dummy, embed_out if h else dummy, v, eos_id,
         suppress_start, (codebook * 0x1E3779B9) & 0xFFFFFFFF, out.stride(0), embed_out.stride(0) if h else 0, h,
         HAS_SEEN=seen is not None, HAS_BAN=ban_eos is not None, HAS_EMBED=h > 0, BLOCK=block,
-        BLOCK_H=min(1024, triton.next_power_of_2(max(h, 1))), TOPK_WAYS=ways, TOPK_PASSES=topk_search_passes(ways),
+        BLOCK_H=min(1024, triton.next_power_of_2(max(h, 1))), TOPK_WAYS=ways, TOPK_PASSES=passes,
         num_warps=SAMPLE_WARPS, **pdl_launch(logits),
     )  # fmt: skip
     return out
