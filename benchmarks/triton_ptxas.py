@@ -67,11 +67,13 @@ def main() -> None:
     print(f"Triton {triton.__version__}, sm_{args.arch}a; paged attention, GQA 16/8 x 128, bf16 cache, 16-token pages")
     for warps in args.warps:
         for fused in (False, True):
-            for splits, block in ((16, 64), (1, 32), (1, 128)):  # batch 1 talker, code predictor, batch >= 8
+            # batch 1 talker, code predictor, batch 8-64 talker, batch > 64 talker (pipelined loop)
+            for splits, block, stages in ((16, 64, 0), (1, 32, 0), (1, 128, 0), (1, 64, 2)):
                 consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=block, SPLITS=splits, IEEE=False,
-                              FUSED=fused, STAGES=0, PREFETCH=False, USE_PDL=True)  # fmt: skip
+                              FUSED=fused, STAGES=stages, PREFETCH=False, USE_PDL=True)  # fmt: skip
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
-                print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} warps {warps}: {report}")
+                print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} stages {stages} "
+                      f"warps {warps}: {report}")  # fmt: skip
     linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
                     "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
     print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")

@@ -250,9 +250,10 @@ class AttentionTiles:
 
 # Decode batches of more rows than this (no PDL there; the unfused attention, FUSED_ATTENTION_MAX_ROWS)
 # run the talker's long contexts as 64-token blocks with the loop pipelined 2 deep: the b256 walk
-# 10.59 -> 9.81 ms (perf-notes #72). The shipped 128-token plain loop spills ~2 KB a thread under
-# Triton 3.6; at 8-64 rows, in PDL chains, the pipelined loop measured no gain in the walk (b64
-# 5.16-5.18 either way), so those keep it.
+# 10.59 -> 9.81 ms (perf-notes #72). There, under Triton 3.6, ptxas gives the 128-token plain loop
+# 32 registers and ~6.9 KB of spills a thread, the pipelined 64-token one ~90 B
+# (benchmarks/triton_ptxas.py). At 8-64 rows, in PDL chains, the pipelined loop measured no gain in
+# the walk (b64 5.16-5.19 either way), so those keep their tiles.
 PIPELINED_ABOVE_ROWS = 64
 
 
