@@ -162,13 +162,11 @@ def _paged_attention_kernel(
     g = tl.arange(0, G_PAD)
     d = tl.arange(0, D)
     t = tl.arange(0, BT)
+    pdl_trigger(USE_PDL)
     if PREFETCH and USE_PDL:  # only a kernel launched early has a wait to prefetch ahead of
-        pdl_trigger(USE_PDL)
         _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t, HKV, D, PS,
                               FUSED, SPLITS)  # fmt: skip
-        pdl_wait(USE_PDL)
-    else:
-        pdl_entry(USE_PDL)
+    pdl_wait(USE_PDL)
     heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
     ctx = tl.load(ctx_ptr + n)
     if FUSED:
