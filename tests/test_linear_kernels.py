@@ -1,6 +1,7 @@
 """The weight-streaming GEMMs (Triton) against their PyTorch definitions (torch_ops.py), on fresh
 random inputs: tiles by shape and row count, strided rows, split-K, up to 64 rows, SwiGLU in the
-epilogue and RMSNorm in the prologue. Where they run: kernel_checks.py.
+epilogue, and the o and down projections with the norm after them (split-K partials added by the
+norm kernel). Where they run: kernel_checks.py.
 """
 
 from __future__ import annotations
@@ -130,3 +131,52 @@ def test_linear_swiglu(ops, dtype, m, inter):
     assert (fused.float() - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
     with pytest.raises(ValueError, match="split_k=1"):
         skinny_linear(x, w, SkinnyTiles(split_k=2), swiglu=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 1024, 3072), (24, 1024, 3072), (40, 1024, 2048), (3, 96, 1024)])
+def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, monkeypatch):
+    """A layer's o or down projection and the residual-add + RMSNorm after it: where the GEMM splits
+    K (o and down up to 64 rows; not the last shape), its programs leave their fp32 partials and the
+    norm kernel adds them in split order, so the GEMM takes no ticket; the same bits as the GEMM's
+    last program adding them then the norm kernel (CADENCE_SPLIT_K_IN_NORM=0), both outputs, on
+    every call; within rounding of the PyTorch definition. Without a residual: the two kernels."""
+    from cadence.kernels import triton_ops
+    from cadence.kernels.triton_linear import _split_k_workspace
+
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(13)
+    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
+    norm_w = (1 + 0.1 * torch.randn(n, device=DEV, generator=g)).to(dtype)
+    res = torch.randn(m, n, device=DEV, generator=g).to(dtype)
+    tiles = tri.skinny_tiles(n, k, m) or tri.skinny_tiles(n, k)
+    partial_launches = []
+    launch = triton_ops.skinny_linear_partials
+    monkeypatch.setattr(triton_ops, "skinny_linear_partials", lambda *a: partial_launches.append(a) or launch(*a))
+    normed, total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    assert len(partial_launches) == (tiles.split_k > 1)
+    monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", False)
+    two_normed, two_total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    assert torch.equal(normed, two_normed) and torch.equal(total, two_total)
+    if tiles.split_k > 1:
+        _, counters = _split_k_workspace(x.device, n, tiles)
+        assert int(counters.abs().sum()) == 0  # the ticket path still leaves its counters at 0
+    monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", True)
+    again = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    assert torch.equal(again[0], normed) and torch.equal(again[1], total)
+    exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
+    assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
+    assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
+    no_res, no_res_total = tri.linear_rms_norm(x, w, norm_w, 1e-6, None, force=True)
+    assert torch.equal(no_res, tri.rms_norm(tri.linear(x, w, force=True), norm_w, 1e-6)[0])
+    assert no_res_total.shape == (m, n)
+
+
+def test_split_k_partials_need_a_split(ops):
+    """The partials-only launch is for split-K tiles; without a split it is a clear error."""
+    from cadence.kernels.triton_linear import SkinnyTiles, skinny_linear_partials
+
+    x = torch.zeros(1, 256, device=DEV)
+    with pytest.raises(ValueError, match="split_k >= 2"):
+        skinny_linear_partials(x, torch.zeros(32, 256, device=DEV), SkinnyTiles(split_k=1))

@@ -2,9 +2,9 @@
 PyTorch definitions elsewhere.
 
 `load_ops("triton" | "torch")` returns a module with the same functions: linear, rms_norm,
-qk_norm_rope_store, rope_qk, paged_attention, qk_norm_rope_attention (the two before it as one, for
-decode rows), silu_mul, linear_swiglu (the GEMM with SwiGLU after it),
-sample_tokens, snake_beta.
+linear_rms_norm (a projection and the norm after it), qk_norm_rope_store, rope_qk,
+paged_attention, qk_norm_rope_attention (the two before it as one, for decode rows), silu_mul,
+linear_swiglu (the GEMM with SwiGLU after it), sample_tokens, snake_beta.
 """
 
 from __future__ import annotations

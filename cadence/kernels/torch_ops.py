@@ -29,6 +29,13 @@ def rms_norm(
     return weight * normed, x
 
 
+def linear_rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor, eps: float, residual: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A projection and the residual-add + RMSNorm after it (a layer's o or down projection)."""
+    return rms_norm(linear(x, weight), norm_weight, eps, residual)
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE in x's dtype: x * cos + rotate_half(x) * sin."""
     half = x.shape[-1] // 2

@@ -16,7 +16,8 @@ from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 @triton.jit
 def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
+                          USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -29,6 +30,8 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     Split over K, each program stores its fp32 partial and takes a ticket from the slab's counter;
     the last to arrive adds the partials in split order (deterministic, whatever order the programs
     ran in), stores the result and resets the counter to 0 for the next call or graph replay.
+    Without REDUCE the programs only store their partials, for the next kernel to add in the same
+    order (`rms_norm`'s PARTS): no ticket's round trip and no serial tail on the GEMM's chain.
 
     Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
     never written, so this need not wait), then waits for the kernel before it: the weight read
@@ -73,14 +76,15 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     else:
         parts = part_ptr + rm[:, None] * N + rn[None, :]  # partials laid out [SPLIT_K, BLOCK_M, N]
         tl.store(parts + split * BLOCK_M * N, acc, mask=out_mask)
-        tl.debug_barrier()  # every thread's partial written before the ticket releases them
-        ticket = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
-        if ticket == SPLIT_K - 1:
-            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for s in range(SPLIT_K):  # .cg: read through L2, where the other programs' stores are
-                total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-            tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
-            tl.atomic_xchg(count_ptr + pid, 0)
+        if REDUCE:
+            tl.debug_barrier()  # every thread's partial written before the ticket releases them
+            ticket = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
+            if ticket == SPLIT_K - 1:
+                total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                for s in range(SPLIT_K):  # .cg: read through L2, where the other programs' stores are
+                    total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
+                tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
+                tl.atomic_xchg(count_ptr + pid, 0)
 
 
 SKINNY_MAX_ROWS = 16
@@ -160,27 +164,44 @@ def skinny_linear(
 ) -> torch.Tensor:
     """The weight-streaming kernel with the given tiles (the sweep calls this directly). swiglu:
     `weight` is [gate; up] and the result silu(x @ gate^T) * (x @ up^T), without split-K."""
-    (m, k), n = x.shape, weight.shape[0]
-    if swiglu:
-        if tiles.split_k > 1:
-            raise ValueError("the SwiGLU epilogue needs whole K per program (split_k=1)")
-        n //= 2
+    n = weight.shape[0] // 2 if swiglu else weight.shape[0]
+    if swiglu and tiles.split_k > 1:
+        raise ValueError("the SwiGLU epilogue needs whole K per program (split_k=1)")
+    if out is None:
+        out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
+    parts = counters = out  # unused placeholders when the K loop is not split
+    if tiles.split_k > 1:
+        parts, counters = _split_k_workspace(x.device, n, tiles)
+    _launch(x, weight, n, tiles, out, parts, counters, swiglu=swiglu, reduce=True)
+    return out
+
+
+def skinny_linear_partials(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles) -> torch.Tensor:
+    """The split-K kernel's fp32 partials, [split_k, block_m, n] (rows past x's are stale), for
+    the next kernel to add in split order; the programs take no ticket. They live in the shape's
+    workspace, so they must be read before the next GEMM of the same shape and tiles runs (the
+    next kernel on the same stream: `triton_ops.linear_rms_norm`)."""
+    if tiles.split_k < 2:
+        raise ValueError("partials need a split K (split_k >= 2)")
+    n = weight.shape[0]
+    parts, counters = _split_k_workspace(x.device, n, tiles)
+    _launch(x, weight, n, tiles, parts, parts, counters, swiglu=False, reduce=False)
+    return parts.view(tiles.split_k, tiles.block_m, n)
+
+
+def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu: bool, reduce: bool) -> None:
+    """One launch of the kernel: out [m, n] (or, without `reduce`, only the partials)."""
+    m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
     if m > tiles.block_m:
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
-    if out is None:
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    parts = counters = out  # unused placeholders when the K loop is not split
-    if tiles.split_k > 1:
-        parts, counters = _split_k_workspace(x.device, n, tiles)
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
         x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
+        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
-    return out
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:

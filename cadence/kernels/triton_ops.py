@@ -6,6 +6,8 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -22,27 +24,43 @@ from .triton_attention import (
 )
 from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_launch import pdl_entry, pdl_launch, pdl_trigger_first, trigger_first_for, use_pdl
-from .triton_linear import SKINNY_MAX_ROWS, SkinnyTiles, linear, skinny_linear, skinny_tiles, swiglu_tiles
+from .triton_linear import (
+    SKINNY_MAX_ROWS,
+    SkinnyTiles,
+    linear,
+    skinny_linear,
+    skinny_linear_partials,
+    skinny_tiles,
+    swiglu_tiles,
+)
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
     "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits",
-    "attention_tiles", "embed_frame", "linear", "linear_swiglu", "paged_attention", "pdl_launch", "pdl_trigger_first",
-    "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens", "silu_mul",
-    "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "trigger_first_for", "use_pdl",
+    "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_swiglu", "paged_attention", "pdl_launch",
+    "pdl_trigger_first", "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens",
+    "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "trigger_first_for", "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr,
-                     USE_PDL: tl.constexpr):  # fmt: skip
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_stride, eps, HAS_RES: tl.constexpr,
+                     PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+    """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
+    added in split order and rounded as the GEMM's own last program would: the same x, the same bits."""
     pdl_entry(USE_PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    if PARTS:
+        total = tl.zeros([BLOCK], dtype=tl.float32)
+        for s in tl.static_range(PARTS):
+            total += tl.load(x_ptr + s * part_stride + row * n_cols + cols, mask=mask, other=0.0)
+        x = total.to(out_ptr.dtype.element_ty)
+    else:
+        x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
     if HAS_RES:
         x = (x.to(tl.float32) + tl.load(res_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
         tl.store(sum_ptr + row * n_cols + cols, x, mask=mask)
@@ -60,12 +78,51 @@ def rms_norm(
     x2 = x.reshape(-1, shape[-1])
     out = torch.empty_like(x2)
     total = torch.empty_like(x2) if residual is not None else x2
-    res = residual.reshape(-1, shape[-1]) if residual is not None else x2
-    _rms_norm_kernel[(x2.shape[0],)](
-        x2, res, weight, out, total, shape[-1], eps, HAS_RES=residual is not None,
-        BLOCK=triton.next_power_of_2(shape[-1]), **pdl_launch(x),
-    )  # fmt: skip
+    _launch_rms_norm(x2, 0, weight, eps, residual, out, total)
     return out.view(shape), total.view(shape)
+
+
+def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor) -> None:
+    """out (and total, with a residual) for out's rows; x [rows, n] or, with parts, [parts, tile rows, n] fp32."""
+    rows, n = out.shape
+    res = residual.reshape(rows, n) if residual is not None else out
+    _rms_norm_kernel[(rows,)](
+        x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
+        BLOCK=triton.next_power_of_2(n), **pdl_launch(out),
+    )  # fmt: skip
+
+
+# Split-K partials added by the norm kernel after the GEMM (perf-notes #74); CADENCE_SPLIT_K_IN_NORM=0: the
+# GEMM's last program adds them (a ticket a slab), as before.
+SPLIT_K_IN_NORM = os.environ.get("CADENCE_SPLIT_K_IN_NORM", "1") != "0"
+
+
+def linear_rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None,
+    force: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """rms_norm(linear(x, weight), norm_weight, eps, residual): a decoder layer's o or down
+    projection and the norm after it. Where the GEMM splits K (o_proj and down_proj up to 64 rows),
+    its programs only store their fp32 partials and the norm kernel adds them in split order, so
+    the GEMM ends without a ticket and its last program's serial sum: the same bits as the two
+    kernels. Without a residual (no layer has none) the two kernels. force: the weight-streaming
+    GEMM for fp32 too (tests; `linear` routes fp32 to cuBLAS)."""
+    m, k = x.shape
+    tiles = skinny_tiles(weight.shape[0], k, m)
+    if force and tiles is None:
+        tiles = skinny_tiles(weight.shape[0], k)
+    deferred = tiles is not None and tiles.split_k > 1 and (force or x.dtype in (torch.bfloat16, torch.float16))
+    if not (deferred and SPLIT_K_IN_NORM and residual is not None):
+        return rms_norm(linear(x, weight, force=force), norm_weight, eps, residual)
+    parts = skinny_linear_partials(x, weight, tiles)
+    out = torch.empty(m, weight.shape[0], dtype=x.dtype, device=x.device)
+    total = torch.empty_like(out)
+    _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total)
+    return out, total
 
 
 # -- QK-norm + RoPE + KV write ---------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """A Qwen3 decoder stack (the talker's 28 layers, the code predictor's 5) run with the fused ops
 over a paged KV cache, the layout the fast walk and prefill share.
 
-A layer runs as: fused residual-add + RMSNorm, one QKV GEMM, QK-norm + RoPE + KV write (inside
-the decode attention kernel up to 64 rows), paged attention, O GEMM, fused residual-add + RMSNorm,
-one gate/up GEMM with SwiGLU, down GEMM. `ops` is `cadence.kernels.triton_ops` on GPUs and
-`torch_ops` elsewhere.
+A layer runs as: one QKV GEMM, QK-norm + RoPE + KV write (inside the decode attention kernel up
+to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/up GEMM with
+SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
+norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm. `ops` is
+`cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
 """
 
 from __future__ import annotations
@@ -71,10 +72,8 @@ class FusedStack:
         attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
         not for prefill, whose rows read each other's keys."""
         ops = self.ops
-        residual = None
-        h = x
+        h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
         for i, L in enumerate(self.layers):
-            h, residual = ops.rms_norm(h, L.ln1, self.eps, residual)
             qkv = ops.linear(h, L.wqkv)
             cache = (k_cache[i], v_cache[i], slot_index)
             norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
@@ -89,7 +88,8 @@ class FusedStack:
                     q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
                     max_context=self.max_positions,
                 )  # fmt: skip
-            h = ops.linear(attn, L.wo)
-            h, residual = ops.rms_norm(h, L.ln2, self.eps, residual)
-            h = ops.linear(ops.linear_swiglu(h, L.wgu), L.wdown)
-        return ops.rms_norm(h, self.norm, self.eps, residual)[0]
+            h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual)
+            # The next norm is the next layer's input norm, or the stack's final one after the last.
+            next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
+            h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual)
+        return h
