@@ -4,6 +4,7 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -88,6 +89,9 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
 
 SKINNY_MAX_ROWS = 16
+# How many programs share a narrow projection's K (o_proj, down_proj); an experiment switch
+# (perf-notes #74: with the partials added by the next norm, a wider split costs no ticket).
+NARROW_SPLIT_K = int(os.environ.get("CADENCE_NARROW_SPLIT_K", "4"))
 
 
 @dataclass(frozen=True)
@@ -117,17 +121,17 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     launch can overlap each GEMM's weight read with the kernel before it. Above 64 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=NARROW_SPLIT_K)
         return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
     if rows <= 32:
         if n <= 1024 and k >= 3072:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=NARROW_SPLIT_K, block_m=32)
         if n <= 2048:
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
         return None
     if rows <= 64:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=NARROW_SPLIT_K, block_m=64)
         return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
     return None
 
