@@ -23,7 +23,6 @@ found, in ms per walk and the KV-read bandwidth they reach. GPU only.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 from pathlib import Path
@@ -52,16 +51,10 @@ def decode_inputs(rows: int, context: int):
     return qkv, (qn, kn, 1e-6, cos, sin, pos)
 
 
-@contextlib.contextmanager
 def pdl_as_engine(rows: int):
     """Kernels launched as the engine launches a graph of `rows` rows: with programmatic dependent
     launch, triggering first above 32 rows."""
-    previous, order = triton_ops.use_pdl(True), triton_ops.pdl_trigger_first(triton_ops.trigger_first_for(rows))
-    try:
-        yield
-    finally:
-        triton_ops.use_pdl(previous)
-        triton_ops.pdl_trigger_first(order)
+    return triton_ops.pdl_settings(True, triton_ops.trigger_first_for(rows))
 
 
 def sweep_batch(

@@ -204,15 +204,11 @@ def test_decode_attention_prefetch_and_stages_give_the_same_bits(ops, trigger_fi
         torch.cuda.synchronize()
         return out, mine
 
-    previous, previous_order = tri.use_pdl(False), tri.pdl_trigger_first(trigger_first)
-    try:
+    with tri.pdl_settings(False, trigger_first):
         plain = captured(AttentionTiles(block_tokens))
-        tri.use_pdl(True)
+    with tri.pdl_settings(True, trigger_first):
         variants = [captured(AttentionTiles(block_tokens, prefetch=True)),
                     captured(AttentionTiles(block_tokens, stages=2, prefetch=True))]  # fmt: skip
-    finally:
-        tri.use_pdl(previous)
-        tri.pdl_trigger_first(previous_order)
     assert not plain[0].isnan().any()
     for out, mine in variants:
         assert torch.equal(out, plain[0])

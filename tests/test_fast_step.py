@@ -101,14 +101,13 @@ def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypa
     arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
     plain = run(build_core(model, config(attention_backend="triton", pdl_max_rows=0)), arrivals)
     before = triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]  # the process's, for eager launches
-    seen: list[bool] = []
-    orders: list[bool] = []
-    use_pdl, trigger_first = triton_ops.use_pdl, triton_ops.pdl_trigger_first
-    monkeypatch.setattr(triton_ops, "use_pdl", lambda on: seen.append(on) or use_pdl(on))
-    monkeypatch.setattr(triton_ops, "pdl_trigger_first", lambda on: orders.append(on) or trigger_first(on))
+    seen: list[tuple[bool, bool]] = []
+    settings = triton_ops.pdl_settings
+    monkeypatch.setattr(triton_ops, "pdl_settings", lambda on, first: seen.append((on, first)) or settings(on, first))
     early = run(build_core(model, config(attention_backend="triton", pdl_max_rows=4096)), arrivals)
-    assert seen and seen[0::2] == [True] * len(seen[0::2])  # each capture on, then the setting restored
-    assert True in orders[0::2] and False in orders[0::2]  # prefill buckets above 32 rows, decode ones below
+    assert seen and all(on for on, _ in seen)  # every capture with PDL
+    orders = {first for _, first in seen}
+    assert orders == {True, False}  # prefill buckets above 32 rows trigger first, decode ones below do not
     assert triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"] == before
     for r in reqs:
         assert torch.equal(codes_of(early[r.request_id]), codes_of(plain[r.request_id])), r.request_id

@@ -93,15 +93,11 @@ def test_programmatic_dependent_launch_gives_the_same_bits(ops, trigger_first):
         torch.cuda.synchronize()
         return out
 
-    previous, previous_order = tri.use_pdl(False), tri.pdl_trigger_first(trigger_first)
-    try:
+    with tri.pdl_settings(False, trigger_first):
         plain = captured()
-        tri.use_pdl(True)
+    with tri.pdl_settings(True, trigger_first):
         assert tri.pdl_launch(x)["USE_PDL"] == (2 if trigger_first else 1)
         early = captured()
-    finally:
-        tri.use_pdl(previous)
-        tri.pdl_trigger_first(previous_order)
     assert torch.equal(early[0], plain[0]) and torch.equal(early[1], plain[1])
 
 

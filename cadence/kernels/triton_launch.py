@@ -18,8 +18,10 @@ returns, which needs the kernel before it complete, which needed its own wait, a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 
 import torch
 import triton
@@ -51,6 +53,17 @@ def pdl_trigger_first(enabled: bool) -> bool:
     global _pdl_trigger_first
     previous, _pdl_trigger_first = _pdl_trigger_first, enabled
     return previous
+
+
+@contextlib.contextmanager
+def pdl_settings(enabled: bool, trigger_first: bool) -> Iterator[None]:
+    """Kernels launched (or captured) inside use these PDL settings; the previous ones come back after."""
+    previous, previous_order = use_pdl(enabled), pdl_trigger_first(trigger_first)
+    try:
+        yield
+    finally:
+        use_pdl(previous)
+        pdl_trigger_first(previous_order)
 
 
 def trigger_first_for(rows: int) -> bool:

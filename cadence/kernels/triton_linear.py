@@ -92,6 +92,8 @@ SKINNY_MAX_ROWS = 16
 # How many programs share a narrow projection's K (o_proj, down_proj); an experiment switch
 # (perf-notes #74: with the partials added by the next norm, a wider split costs no ticket).
 NARROW_SPLIT_K = int(os.environ.get("CADENCE_NARROW_SPLIT_K", "4"))
+# The most rows the SwiGLU GEMM takes (experiment switch, perf-notes #75: 64 fuses the 33-64-row bucket too).
+SWIGLU_MAX_ROWS = int(os.environ.get("CADENCE_SWIGLU_MAX_ROWS", str(SKINNY_MAX_ROWS)))
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
     and silu_mul stay two kernels: with 64-row tiles the fused one was never timed, and ptxas puts
     512 bytes a thread of spills in it (benchmarks/triton_ptxas.py)."""
     tiles = skinny_tiles(n, k, rows)
-    if tiles is None or tiles.split_k > 1 or rows > SKINNY_MAX_ROWS:
+    if tiles is None or tiles.split_k > 1 or rows > SWIGLU_MAX_ROWS:
         return None
     return dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
 

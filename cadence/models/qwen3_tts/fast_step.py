@@ -23,7 +23,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -380,8 +380,7 @@ class FastDecoder:
             time.perf_counter() - start, used,
         )  # fmt: skip
 
-    @contextlib.contextmanager
-    def _pdl(self, rows: int) -> Iterator[None]:
+    def _pdl(self, rows: int) -> contextlib.AbstractContextManager:
         """Kernels launched (and so captured) with programmatic dependent launch for graphs of at most
         `pdl_max_rows` rows: on an H200 it shortened the batch-1 walk 4.14 -> 3.55 ms and the batch-8
         one 4.59 -> 4.18, left batch 64 as it was while its GEMMs were cuBLAS's (they take no part;
@@ -389,17 +388,10 @@ class FastDecoder:
         early hold SM slots the running one's later waves need (perf-notes #27). Graphs of more than
         32 rows (triton_launch.TRIGGER_FIRST_ABOVE_ROWS) let each kernel in before the one before
         it waits (#65)."""
-        use_pdl = getattr(self.ops, "use_pdl", None)  # the Triton ops only
-        if use_pdl is None:
-            yield
-            return
-        previous = use_pdl(rows <= self.pdl_max_rows)
-        previous_order = self.ops.pdl_trigger_first(self.ops.trigger_first_for(rows))
-        try:
-            yield
-        finally:
-            use_pdl(previous)
-            self.ops.pdl_trigger_first(previous_order)
+        settings = getattr(self.ops, "pdl_settings", None)  # the Triton ops only
+        if settings is None:
+            return contextlib.nullcontext()
+        return settings(rows <= self.pdl_max_rows, self.ops.trigger_first_for(rows))
 
     @torch.no_grad()
     def decode(self, slots: list[int]) -> DecodeOutput:
