@@ -112,7 +112,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
     bits on a GPU, where both run the same tensor-core dots and round at the same points (under
     the interpreter numpy's matmul may order the fp32 sums differently); against the PyTorch
     definition within rounding. `linear_swiglu` takes the fused kernel for bf16 rows with tiles.
-    48 rows: the 64-row tiles, which only CADENCE_SWIGLU_MAX_ROWS=64 routes there (perf-notes #75)."""
+    48 rows: the 64-row tiles, which `linear_swiglu` does not route there (perf-notes #75)."""
     import dataclasses
 
     from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear, skinny_tiles, swiglu_tiles

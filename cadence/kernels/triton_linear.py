@@ -4,7 +4,6 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
@@ -89,11 +88,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
 
 SKINNY_MAX_ROWS = 16
-# How many programs share a narrow projection's K (o_proj, down_proj); an experiment switch
-# (perf-notes #74: with the partials added by the next norm, a wider split costs no ticket).
-NARROW_SPLIT_K = int(os.environ.get("CADENCE_NARROW_SPLIT_K", "4"))
-# The most rows the SwiGLU GEMM takes (experiment switch, perf-notes #75: 64 fuses the 33-64-row bucket too).
-SWIGLU_MAX_ROWS = int(os.environ.get("CADENCE_SWIGLU_MAX_ROWS", str(SKINNY_MAX_ROWS)))
 
 
 @dataclass(frozen=True)
@@ -123,17 +117,17 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     launch can overlap each GEMM's weight read with the kernel before it. Above 64 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=NARROW_SPLIT_K)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4)
         return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
     if rows <= 32:
         if n <= 1024 and k >= 3072:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=NARROW_SPLIT_K, block_m=32)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
         if n <= 2048:
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
         return None
     if rows <= 64:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=NARROW_SPLIT_K, block_m=64)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
         return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
     return None
 
@@ -142,10 +136,10 @@ def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
     """Tiles of the SwiGLU GEMM for a [gate; up] weight of n rows, or None where it does not apply
     (cuBLAS shapes, split-K, more than 16 rows): a program streams a gate slab and its up slab, as
     many weight rows as the plain GEMM's tile for the same weight. Above 16 rows the gate/up GEMM
-    and silu_mul stay two kernels: with 64-row tiles the fused one was never timed, and ptxas puts
-    512 bytes a thread of spills in it (benchmarks/triton_ptxas.py)."""
+    and silu_mul stay two kernels: with 64-row tiles the fused one took only 0.02 ms off the
+    batch-64 walks back to back and made one walk alone 0.15 ms longer (perf-notes #75)."""
     tiles = skinny_tiles(n, k, rows)
-    if tiles is None or tiles.split_k > 1 or rows > SWIGLU_MAX_ROWS:
+    if tiles is None or tiles.split_k > 1 or rows > SKINNY_MAX_ROWS:
         return None
     return dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
 
