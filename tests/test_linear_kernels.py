@@ -170,6 +170,10 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", True)
     again = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
     assert torch.equal(again[0], normed) and torch.equal(again[1], total)
+    # Other rows through the same workspace: the norm reads this call's partials, not the last one's.
+    other = tri.linear_rms_norm(2 * x.flip(0), w, norm_w, 1e-6, res, force=True)
+    expected = tri.rms_norm(tri.linear(2 * x.flip(0), w, force=True), norm_w, 1e-6, res)
+    assert torch.equal(other[0], expected[0]) and torch.equal(other[1], expected[1])
     exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
     assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
     assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
