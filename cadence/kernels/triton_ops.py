@@ -110,7 +110,7 @@ def linear_rms_norm(
     projection and the norm after it. Where the GEMM splits K (o_proj and down_proj up to 64 rows),
     its programs only store their fp32 partials and the norm kernel adds them in split order, so
     the GEMM ends without a ticket and its last program's serial sum: the same bits as the two
-    kernels. Without a residual (no layer has none) the two kernels. force: the weight-streaming
+    kernels. Without a residual (every layer has one) the two kernels. force: the weight-streaming
     GEMM for fp32 too (tests; `linear` routes fp32 to cuBLAS)."""
     m, k = x.shape
     tiles = skinny_tiles(weight.shape[0], k, m)
