@@ -89,9 +89,11 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
     res = residual.reshape(rows, n) if residual is not None else out
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
-        BLOCK=triton.next_power_of_2(n), **pdl_launch(out),
+        BLOCK=triton.next_power_of_2(n), num_warps=PARTS_NORM_WARPS if parts else 4, **pdl_launch(out),
     )  # fmt: skip
 
+
+PARTS_NORM_WARPS = int(os.environ.get("CADENCE_PARTS_NORM_WARPS", "4"))  # experiment switch (perf-notes #77)
 
 # Split-K partials added by the norm kernel after the GEMM (perf-notes #74); CADENCE_SPLIT_K_IN_NORM=0: the
 # GEMM's last program adds them (a ticket a slab), as before.
