@@ -143,9 +143,11 @@ def test_linear_swiglu(ops, dtype, m, inter):
 def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, monkeypatch):
     """A layer's o or down projection and the residual-add + RMSNorm after it: where the GEMM splits
     K (o and down up to 64 rows; not the last shape), its programs leave their fp32 partials and the
-    norm kernel adds them in split order, so the GEMM takes no ticket; the same bits as the GEMM's
-    last program adding them then the norm kernel (CADENCE_SPLIT_K_IN_NORM=0), both outputs, on
-    every call; within rounding of the PyTorch definition. Without a residual: the two kernels."""
+    norm kernel adds them in split order, so the GEMM takes no ticket. Against the GEMM's last
+    program adding them then the norm kernel (CADENCE_SPLIT_K_IN_NORM=0): the rows' sum the same
+    bits, on every call; the normalised rows too under the interpreter, and within two bf16 steps on
+    a GPU, where the partials' norm reduces over 8 warps, not 4 (perf-notes #77). Within rounding of
+    the PyTorch definition. Without a residual: the two kernels."""
     from cadence.kernels import triton_ops
     from cadence.kernels.triton_linear import _split_k_workspace
 
@@ -163,7 +165,8 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     assert len(partial_launches) == (tiles.split_k > 1)
     monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", False)
     two_normed, two_total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
-    assert torch.equal(normed, two_normed) and torch.equal(total, two_total)
+    assert torch.equal(total, two_total)
+    assert same_up_to_the_reduction(normed, two_normed)
     if tiles.split_k > 1:
         _, counters = _split_k_workspace(x.device, n, tiles)
         assert int(counters.abs().sum()) == 0  # the ticket path still leaves its counters at 0
@@ -173,13 +176,23 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     # Other rows through the same workspace: the norm reads this call's partials, not the last one's.
     other = tri.linear_rms_norm(2 * x.flip(0), w, norm_w, 1e-6, res, force=True)
     expected = tri.rms_norm(tri.linear(2 * x.flip(0), w, force=True), norm_w, 1e-6, res)
-    assert torch.equal(other[0], expected[0]) and torch.equal(other[1], expected[1])
+    assert same_up_to_the_reduction(other[0], expected[0]) and torch.equal(other[1], expected[1])
     exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
     assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
     assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
     no_res, no_res_total = tri.linear_rms_norm(x, w, norm_w, 1e-6, None, force=True)
     assert torch.equal(no_res, tri.rms_norm(tri.linear(x, w, force=True), norm_w, 1e-6)[0])
     assert no_res_total.shape == (m, n)
+
+
+def same_up_to_the_reduction(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same bits under the interpreter (one program order); on a GPU, where the norm's sum of
+    squares may add in another order, within two rounding steps of the activation dtype (the
+    normalised value's, then the weight product's)."""
+    if INTERPRET:
+        return torch.equal(a, b)
+    step = 2 * torch.finfo(a.dtype).eps * b.float().abs().clamp_min(torch.finfo(a.dtype).tiny)
+    return bool(((a.float() - b.float()).abs() <= step).all())
 
 
 def test_split_k_partials_need_a_split(ops):

@@ -50,7 +50,7 @@ __all__ = [
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_stride, eps, HAS_RES: tl.constexpr,
                      PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
-    added in split order and rounded as the GEMM's own last program would: the same x, the same bits."""
+    added in split order and rounded as the GEMM's own last program would: the same x, bit for bit."""
     pdl_entry(USE_PDL)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -93,7 +93,10 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
     )  # fmt: skip
 
 
-PARTS_NORM_WARPS = int(os.environ.get("CADENCE_PARTS_NORM_WARPS", "4"))  # experiment switch (perf-notes #77)
+# The norm that adds split-K partials runs 8 warps (a row's 16 KB of partials over twice the threads):
+# b1 3.13 -> 2.89 ms back to back against 4 (perf-notes #77). Its sum of squares then adds in another
+# order than the 4-warp kernel's, so its rounding may differ from the two-kernel path's in the last bit.
+PARTS_NORM_WARPS = 8
 
 # Split-K partials added by the norm kernel after the GEMM (perf-notes #74); CADENCE_SPLIT_K_IN_NORM=0: the
 # GEMM's last program adds them (a ticket a slab), as before.
@@ -111,9 +114,11 @@ def linear_rms_norm(
     """rms_norm(linear(x, weight), norm_weight, eps, residual): a decoder layer's o or down
     projection and the norm after it. Where the GEMM splits K (o_proj and down_proj up to 64 rows),
     its programs only store their fp32 partials and the norm kernel adds them in split order, so
-    the GEMM ends without a ticket and its last program's serial sum: the same bits as the two
-    kernels. Without a residual (every layer has one) the two kernels. force: the weight-streaming
-    GEMM for fp32 too (tests; `linear` routes fp32 to cuBLAS)."""
+    the GEMM ends without a ticket and its last program's serial sum. The rows' sum (x + residual)
+    is the same bits as the two kernels'; the normalised rows may differ in the last bit, as the
+    norm's reduction runs over 8 warps there (PARTS_NORM_WARPS). Without a residual (every layer
+    has one) the two kernels. force: the weight-streaming GEMM for fp32 too (tests; `linear` routes
+    fp32 to cuBLAS)."""
     m, k = x.shape
     tiles = skinny_tiles(weight.shape[0], k, m)
     if force and tiles is None:
