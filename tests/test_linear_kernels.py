@@ -123,8 +123,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
     w = (torch.randn(2 * inter, 1024, device=DEV, generator=g) / 32).to(dtype)
     tiles = skinny_tiles(2 * inter, 1024, m)
     unfused = tri.silu_mul(skinny_linear(x, w, tiles))
-    plain = skinny_tiles(2 * inter, 1024, m)
-    fused_tiles = swiglu_tiles(2 * inter, 1024, m) or dataclasses.replace(plain, block_n=max(16, plain.block_n // 2))
+    fused_tiles = swiglu_tiles(2 * inter, 1024, m) or dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
     fused = skinny_linear(x, w, fused_tiles, swiglu=True)
     assert fused.shape == (m, inter)
     if INTERPRET:
