@@ -204,14 +204,19 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
     )  # fmt: skip
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
-    """x @ weight^T; bf16/fp16 through the weight-streaming kernel where `skinny_tiles` has tiles for
-    the shape and row count, the rest (and fp32, which tensor cores would round to TF32) through
-    cuBLAS. `force`: the kernel whatever the dtype (tests), with the 16-row tiles up to 16 rows."""
+def linear_tiles(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> SkinnyTiles | None:
+    """The weight-streaming kernel's tiles for x @ weight^T, or None where cuBLAS runs it: bf16/fp16
+    rows where `skinny_tiles` has tiles for the shape and row count (fp32 goes to cuBLAS, whose
+    exact path tensor cores would round to TF32). `force`: the kernel whatever the dtype (tests),
+    with the 16-row tiles up to 16 rows."""
     m, k = x.shape
     tiles = skinny_tiles(weight.shape[0], k, m)
     if force:
-        return skinny_linear(x, weight, tiles or skinny_tiles(weight.shape[0], k))
-    if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):
-        return torch.nn.functional.linear(x, weight)
-    return skinny_linear(x, weight, tiles)
+        return tiles or skinny_tiles(weight.shape[0], k)
+    return tiles if x.dtype in (torch.bfloat16, torch.float16) else None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
+    """x @ weight^T, through the weight-streaming kernel where `linear_tiles` has tiles, else cuBLAS."""
+    tiles = linear_tiles(x, weight, force)
+    return torch.nn.functional.linear(x, weight) if tiles is None else skinny_linear(x, weight, tiles)

@@ -28,6 +28,7 @@ from .triton_linear import (
     SKINNY_MAX_ROWS,
     SkinnyTiles,
     linear,
+    linear_tiles,
     skinny_linear,
     skinny_linear_partials,
     skinny_tiles,
@@ -83,6 +84,12 @@ def rms_norm(
     return out.view(shape), total.view(shape)
 
 
+# The norm that adds split-K partials runs 8 warps (a row's 16 KB of partials over twice the threads):
+# b1 3.13 -> 2.89 ms back to back against 4 (perf-notes #77). Its sum of squares then adds in another
+# order than the 4-warp kernel's, so its rounding may differ from the two-kernel path's in the last bit.
+PARTS_NORM_WARPS = 8
+
+
 def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor) -> None:
     """out (and total, with a residual) for out's rows; x [rows, n] or, with parts, [parts, tile rows, n] fp32."""
     rows, n = out.shape
@@ -92,11 +99,6 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
         BLOCK=triton.next_power_of_2(n), num_warps=PARTS_NORM_WARPS if parts else 4, **pdl_launch(out),
     )  # fmt: skip
 
-
-# The norm that adds split-K partials runs 8 warps (a row's 16 KB of partials over twice the threads):
-# b1 3.13 -> 2.89 ms back to back against 4 (perf-notes #77). Its sum of squares then adds in another
-# order than the 4-warp kernel's, so its rounding may differ from the two-kernel path's in the last bit.
-PARTS_NORM_WARPS = 8
 
 # Split-K partials added by the norm kernel after the GEMM (perf-notes #74); CADENCE_SPLIT_K_IN_NORM=0: the
 # GEMM's last program adds them (a ticket a slab), as before.
@@ -119,15 +121,11 @@ def linear_rms_norm(
     norm's reduction runs over 8 warps there (PARTS_NORM_WARPS). Without a residual (every layer
     has one) the two kernels. force: the weight-streaming GEMM for fp32 too (tests; `linear` routes
     fp32 to cuBLAS)."""
-    m, k = x.shape
-    tiles = skinny_tiles(weight.shape[0], k, m)
-    if force and tiles is None:
-        tiles = skinny_tiles(weight.shape[0], k)
-    deferred = tiles is not None and tiles.split_k > 1 and (force or x.dtype in (torch.bfloat16, torch.float16))
-    if not (deferred and SPLIT_K_IN_NORM and residual is not None):
+    tiles = linear_tiles(x, weight, force)
+    if tiles is None or tiles.split_k == 1 or not SPLIT_K_IN_NORM or residual is None:
         return rms_norm(linear(x, weight, force=force), norm_weight, eps, residual)
     parts = skinny_linear_partials(x, weight, tiles)
-    out = torch.empty(m, weight.shape[0], dtype=x.dtype, device=x.device)
+    out = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype, device=x.device)
     total = torch.empty_like(out)
     _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total)
     return out, total
