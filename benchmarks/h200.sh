@@ -85,6 +85,12 @@ for phase in "$@"; do
         timeout 150 python3 benchmarks/paged_attention.py --fused $mode --batches 64 --context 500 --stages 0 2 \
           --splits 1 --json "$OUT/attn73_$tag.json" 2>&1 | tail -1
       done ;;
+    layers78)  # perf-notes #79: the b64 talker attention inside its decoder layers (the layers without it taken
+      # off), against behind its qkv GEMM alone (--chain), on one machine (~40-60 s each)
+      for mode in "--layers" "--chain"; do
+        timeout 200 python3 benchmarks/paged_attention.py --fused $mode --batches 64 --context 500 --stages 0 2 \
+          --splits 1 --json "$OUT/layers78_${mode#--}.json" 2>&1 | tail -1
+      done ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)

@@ -9,12 +9,15 @@ Each configuration is timed as one decode walk's attention: 28 calls, one per la
 own layer's cache (so the KV comes from HBM, not L2, as in the engine), captured in one CUDA graph.
 
     python benchmarks/paged_attention.py [--batches 1 64 256] [--context 500] [--fused [--chain]]
-        [--contiguous] [--stages 0 2] [--splits 1 2 4 8 16] [--json out.json]
+        [--layers] [--contiguous] [--stages 0 2] [--splits 1 2 4 8 16] [--json out.json]
 
 --contiguous gives each row consecutive pages (as a fresh engine does) instead of scattered ones;
 --chain puts each layer's decode kernel behind the GEMM making its qkv rows, launched as the engine
 launches them (PDL, trigger first above 32 rows), and takes the GEMMs' own time off (perf-notes #73:
-the talker's attention takes 61 us a layer in the b64 walk, 38-45 alone).
+the talker's attention takes 61 us a layer in the b64 walk, 38-45 alone). --layers puts it inside
+its whole decoder layer as `FusedStack` runs one (qkv GEMM, attention, o GEMM + norm, gate/up with
+SwiGLU, down GEMM + norm; random weights of the talker's shapes) and takes off the same chain with
+the attention left out (perf-notes #78: is the walk's ~55-61 us the layer's own chain?).
 
 Prints, per batch: the shipped choice (`attention_tiles` and `attention_splits`), the fastest
 found, in ms per walk and the KV-read bandwidth they reach. GPU only.
@@ -31,8 +34,10 @@ import torch
 from graph_timing import replay_ms
 
 from cadence.kernels import torch_ops, triton_ops
+from cadence.models.qwen3_tts.fused_stack import FusedLayer
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
+HIDDEN, INTERMEDIATE, EPS = 1024, 3072, 1e-6  # the talker's
 
 
 def label(tiles: triton_ops.AttentionTiles, splits: int) -> str:
@@ -57,9 +62,24 @@ def pdl_as_engine(rows: int):
     return triton_ops.pdl_settings(True, triton_ops.trigger_first_for(rows))
 
 
+def random_layer() -> FusedLayer:
+    """One talker decoder layer's weights in the fused layout, random, of the talker's shapes."""
+
+    def w(n: int, k: int) -> torch.Tensor:
+        return torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+
+    def norm() -> torch.Tensor:
+        return (1 + 0.1 * torch.randn(HIDDEN, device="cuda")).to(torch.bfloat16)
+
+    qn, kn = (1 + 0.1 * torch.randn(2, D, device="cuda")).to(torch.bfloat16)
+    return FusedLayer(ln1=norm(), wqkv=w((HQ + 2 * HKV) * D, HIDDEN), q_norm=qn, k_norm=kn, wo=w(HIDDEN, HQ * D),
+                      ln2=norm(), wgu=w(2 * INTERMEDIATE, HIDDEN), wdown=w(HIDDEN, INTERMEDIATE))  # fmt: skip
+
+
 def sweep_batch(
-    rows: int, context: int, fused: bool, stages: list[int], splits_list: list[int], contiguous: bool, chain: bool
-) -> dict:
+    rows: int, context: int, fused: bool, stages: list[int], splits_list: list[int], contiguous: bool, chain: bool,
+    layers: bool = False,
+) -> dict:  # fmt: skip
     """Every (tiles, splits) at one batch size; prints and returns the shipped and fastest."""
     pages_per_row = -(-context // PAGE)
     pages = rows * pages_per_row
@@ -91,21 +111,40 @@ def sweep_batch(
     w_qkv = [
         torch.randn(qkv.shape[1], 1024, device="cuda", dtype=torch.bfloat16) / 32 for _ in range(LAYERS if chain else 0)
     ]
+    # --layers: each attention inside its decoder layer as FusedStack runs it; with attend=None the
+    # same chain without the attention (the o GEMM reads a fixed tensor), whose time is taken off
+    stack = [random_layer() for _ in range(LAYERS if layers else 0)]
+    no_attention = torch.randn(rows, HQ * D, device="cuda", dtype=torch.bfloat16)
+
+    def decoder_layers(tiles=None, splits=None, with_attention=True):
+        h, residual = triton_ops.rms_norm(x, stack[0].ln1, EPS)
+        for i, ((k, v), L) in enumerate(zip(caches, stack, strict=True)):
+            rows_qkv = triton_ops.linear(h, L.wqkv)
+            a = attend(triton_ops, k, v, splits, tiles, rows_qkv) if with_attention else no_attention
+            h, residual = triton_ops.linear_rms_norm(a, L.wo, L.ln2, EPS, residual)
+            next_norm = stack[(i + 1) % LAYERS].ln1
+            h, residual = triton_ops.linear_rms_norm(triton_ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, EPS,
+                                                     residual)  # fmt: skip
 
     def walk(tiles, splits):
         def call():
+            if layers:
+                return decoder_layers(tiles, splits)
             for i, (k, v) in enumerate(caches):
                 attend(triton_ops, k, v, splits, tiles, triton_ops.linear(x, w_qkv[i]) if chain else qkv)
 
         return call
 
     def timed_ms(call) -> float:
-        if not chain:
+        if not (chain or layers):
             return replay_ms(call)
         with pdl_as_engine(rows):
             return replay_ms(call)
 
-    gemms_ms = timed_ms(lambda: [triton_ops.linear(x, w) for w in w_qkv]) if chain else 0.0
+    if layers:
+        gemms_ms = timed_ms(lambda: decoder_layers(with_attention=False))
+    else:
+        gemms_ms = timed_ms(lambda: [triton_ops.linear(x, w) for w in w_qkv]) if chain else 0.0
 
     grid = [
         triton_ops.AttentionTiles(block_tokens, warps, stage)
@@ -127,11 +166,12 @@ def sweep_batch(
     kind = ("fused decode kernel" if fused else "attention") + (
         ", behind the qkv GEMMs (their time taken off)" if chain else ""
     )
+    kind += f", inside its decoder layers (the layers without it, {gemms_ms:.3f} ms, taken off)" if layers else ""
     kind += ", each row's pages consecutive" if contiguous else ""
     print(f"batch {rows:>4}, {context}-token contexts, {LAYERS} layers, {kind}: shipped {cell(timed[shipped])} "
           f"{label(*shipped)}; best {cell(timed[best])} {label(*best)}", flush=True)  # fmt: skip
     return {"rows": rows, "context": context, "fused": fused, "contiguous": contiguous, "chain": chain,
-            "gemms_ms": gemms_ms, "shipped_ms": timed[shipped], "shipped": label(*shipped),
+            "layers": layers, "gemms_ms": gemms_ms, "shipped_ms": timed[shipped], "shipped": label(*shipped),
             "best_ms": timed[best], "best": label(*best), "kv_bytes": kv_bytes,
             "all": {label(*key): ms for key, ms in timed.items()}}  # fmt: skip
 
@@ -145,17 +185,22 @@ def main() -> None:
     p.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="context splits to try")
     p.add_argument("--contiguous", action="store_true", help="each row's pages consecutive (a fresh engine's layout)")
     p.add_argument("--chain", action="store_true", help="each attention behind its qkv GEMM under PDL (needs --fused)")
+    p.add_argument("--layers", action="store_true", help="each attention inside its decoder layer (needs --fused)")
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("paged_attention.py needs a CUDA device")
     if args.chain and not args.fused:
         raise SystemExit("--chain times the decode kernel behind its qkv GEMM: add --fused")
+    if args.layers and (args.chain or not args.fused):
+        raise SystemExit("--layers times the decode kernel inside its decoder layers: add --fused, drop --chain")
     torch.manual_seed(0)
     results = []
     for rows in args.batches:
         results.append(
-            sweep_batch(rows, args.context, args.fused, args.stages, args.splits, args.contiguous, args.chain)
+            sweep_batch(
+                rows, args.context, args.fused, args.stages, args.splits, args.contiguous, args.chain, args.layers
+            )
         )
         torch.cuda.empty_cache()  # the batch's 28 layer caches are gone; give their memory back
     if args.json:
