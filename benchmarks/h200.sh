@@ -91,6 +91,15 @@ for phase in "$@"; do
         timeout 200 python3 benchmarks/paged_attention.py --fused $mode --batches 64 --context 500 --stages 0 2 \
           --splits 1 --json "$OUT/layers78_${mode#--}.json" 2>&1 | tail -1
       done ;;
+    half81)  # perf-notes #81: the b64 talker half (the advance graph) replayed alone, shipped and pipelined
+      # attention tiles, and the whole walk with pipelined tiles over a 4 GB KV pool (~70 s each)
+      need_full
+      for run in "advance 20 shipped" "advance 20 64:4:2" "walk 4 64:4:2"; do
+        set -- $run
+        tiles=""; [ "$3" = shipped ] || tiles=$3
+        CADENCE_ATTENTION_TILES=$tiles timeout 200 python3 benchmarks/walk_timeline.py --model $full --batches 64 \
+          --walks 5 --half $1 --kv-gb $2 --rows 8 --json "$OUT/half81_$1_kv$2_${3//:/-}.json" 2>&1 | quiet | tail -10
+      done ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)

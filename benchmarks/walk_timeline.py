@@ -118,9 +118,10 @@ def raw_kernels(kernels: list[Kernel]) -> dict:
     return {"kernel_names": list(names), "kernels": rows}
 
 
-def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int) -> list[Kernel]:
+def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int, half: str = "walk") -> list[Kernel]:
     """`walks` decode walks of `batch` streams at `context` tokens, replayed as the engine runs them
-    (frames, then the talker's half), under the profiler; their kernels."""
+    (frames, then the talker's half), under the profiler; their kernels. half "frame" or "advance":
+    only that graph of the walk, replayed `walks` times on its own (perf-notes #81)."""
     admissions = admit(core, model, batch, context, walks + 8)
     slots = [a.slot for a in admissions]
     talker = core.talker
@@ -128,10 +129,14 @@ def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int) -> 
         talker.decode(slots).wait()
         talker.advance()
     torch.cuda.synchronize(model.device)
+    graph = talker.fast.graphs[talker.fast.bucket(batch)] if half != "walk" else None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(walks):
-            talker.decode(slots)
-            talker.advance()
+            if graph is None:
+                talker.decode(slots)
+                talker.advance()
+            else:  # the slots decode() last set stay in the graph's input
+                (graph.frame if half == "frame" else graph.advance).replay()
         torch.cuda.synchronize(model.device)
     release(core, admissions)
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,6 +153,8 @@ def main() -> None:
     p.add_argument("--walks", type=int, default=5, help="walks traced per batch")
     p.add_argument("--kv-gb", type=float, default=20.0)
     p.add_argument("--rows", type=int, default=25, help="kernels printed per batch")
+    p.add_argument("--half", choices=["walk", "frame", "advance"], default="walk",
+                   help="trace whole walks, or replays of one of the walk's two graphs alone")  # fmt: skip
     p.add_argument("--json", help="write the totals, every row and the raw kernel list (compact) here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -162,11 +169,12 @@ def main() -> None:
     core = build_core(model, config)
     results = []
     for batch in args.batches:
-        kernels = trace_walks(core, model, batch, args.context, args.walks)
+        kernels = trace_walks(core, model, batch, args.context, args.walks, args.half)
         if not kernels:
             sys.exit("the profiler recorded no kernels inside the graph replays on this setup")
         totals, rows = summarize(kernels, args.walks)
-        print(f"\n== batch {batch}, {args.walks} walks: " + ", ".join(f"{k} {v:.1f}" for k, v in totals.items()))
+        what = "walks" if args.half == "walk" else f"{args.half} replays"
+        print(f"\n== batch {batch}, {args.walks} {what}: " + ", ".join(f"{k} {v:.1f}" for k, v in totals.items()))
         print(f"{'kernel':<44} {'grid':>14} {'/walk':>6} {'median us':>10} {'adds us':>8} {'adds/walk':>10}")
         for r in rows[: args.rows]:
             grid = "x".join(map(str, r.grid))
@@ -174,7 +182,10 @@ def main() -> None:
                 f"{r.name[:44]:<44} {grid:>14} {r.per_walk:>6.1f} {r.median_us:>10.2f} {r.median_adds_us:>8.2f} "
                 f"{r.adds_per_walk_us:>10.1f}"
             )
-        results.append({"batch": batch, "totals": totals, "rows": [asdict(r) for r in rows], **raw_kernels(kernels)})
+        results.append(
+            {"batch": batch, "half": args.half, "totals": totals, "rows": [asdict(r) for r in rows],
+             **raw_kernels(kernels)}
+        )  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results))
 
