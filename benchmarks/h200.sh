@@ -100,6 +100,10 @@ for phase in "$@"; do
         CADENCE_ATTENTION_TILES=$tiles timeout 200 python3 benchmarks/walk_timeline.py --model $full --batches 64 \
           --walks 5 --half $1 --kv-gb $2 --rows 8 --json "$OUT/half81_$1_kv$2_${3//:/-}.json" 2>&1 | quiet | tail -10
       done ;;
+    engattn82)  # perf-notes #82: the b64 talker attention on the engine's KV pool and table, and on copies of them
+      need_full
+      timeout 300 python3 benchmarks/engine_attention.py --model $full --batch 64 --context 500 --kv-gb 20 2>&1 \
+        | quiet | tee "$OUT/engattn82.log" | tail -8 ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)

@@ -1,0 +1,113 @@
+"""The talker's decode attention on the engine's own state, against the same kernel on copies of it
+(perf-notes #82). walk_timeline.py finds the b64 talker attention at ~56 µs a layer in the walk
+whatever its tiles, where `paged_attention.py --fused` times the same kernel at 38-50 µs on fresh
+random caches. This builds an engine, admits `--batch` streams of `--context` prompt tokens, runs
+a few walks, then times the fused decode attention (28 calls, one a layer, in one CUDA graph,
+launched with the engine's PDL order) over:
+
+  engine     the engine's KV pool and block table (int64), as the walk reads them
+  table32    the same with the block table as int32 (what paged_attention.py passes)
+  copy       the pool's used pages copied into a tensor of their own (same values, small)
+  random     that copy filled with random values (paged_attention.py's data)
+
+each with the shipped tiles and the pipelined ones (64 tokens, 4 warps, 2 stages). GPU only:
+
+    python benchmarks/engine_attention.py --model CKPT [--batch 64] [--context 500] [--kv-gb 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from engine_steps import admit, release  # noqa: E402
+from graph_timing import replay_ms  # noqa: E402
+
+from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
+from cadence.engine.engine import build_core  # noqa: E402
+from cadence.kernels import triton_ops  # noqa: E402
+from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
+
+PIPELINED = triton_ops.AttentionTiles(block_tokens=64, warps=4, stages=2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="checkpoint directory (a random full-size one)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--context", type=int, default=500, help="prompt tokens in the KV cache")
+    p.add_argument("--kv-gb", type=float, default=20.0)
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("engine_attention.py needs a GPU")
+
+    model = Qwen3TTS.from_pretrained(args.model, "cuda", "bf16")
+    config = EngineConfig(
+        max_streams=args.batch, kv_cache_memory=args.kv_gb, attention_backend="triton", graph_buckets=(args.batch,),
+        max_seq_tokens=max(2048, args.context + 64), runaway=RunawayGuard(frames_per_token=0, loop_window=0,
+                                                                          silence_seconds=0),
+    )  # fmt: skip
+    core = build_core(model, config)
+    admissions = admit(core, model, args.batch, args.context, 16)
+    slots = [a.slot for a in admissions]
+    talker = core.talker
+    for _ in range(3):
+        talker.decode(slots).wait()
+        talker.advance()
+    torch.cuda.synchronize()
+
+    fast, kv = talker.fast, talker.kv
+    st, stack = fast.state, fast.talker_stack
+    idx = torch.tensor(slots, device="cuda")
+    position, table = st.position[idx], st.block_table[idx]
+    ctx = position + 1
+    page = table.gather(1, (position // fast.ps)[:, None])[:, 0]
+    slot_index = page * fast.ps + position % fast.ps
+    used = int(table[:, : int(ctx.max()) // fast.ps + 1].max()) + 1  # pages 0..used-1 hold every row's context
+    print(f"contexts {int(ctx.min())}-{int(ctx.max())} tokens, block table {table.dtype} {tuple(table.shape)}, "
+          f"pages of row 0 {table[0, :4].tolist()}..., pool {tuple(kv.k.shape)}, pages used {used}")  # fmt: skip
+
+    layer = stack.layers[0]
+    qkv = torch.randn(args.batch, (stack.heads + 2 * stack.kv_heads) * stack.head_dim, device="cuda",
+                      dtype=kv.k.dtype)  # fmt: skip
+    layers = kv.k.shape[0]
+    caches = {
+        "engine": [(kv.k[i], kv.v[i]) for i in range(layers)],
+        "copy": [(kv.k[i, :used].clone(), kv.v[i, :used].clone()) for i in range(layers)],
+    }
+    caches["random"] = [(torch.randn_like(k), torch.randn_like(v)) for k, v in caches["copy"]]
+    tables = {"engine": table, "table32": table.int(), "copy": table, "random": table}
+
+    def walk(name: str, tiles):
+        pairs, tbl = caches.get(name, caches["engine"]), tables[name]
+
+        def call():
+            for k, v in pairs:
+                triton_ops.qk_norm_rope_attention(
+                    qkv, layer.q_norm, layer.k_norm, stack.eps, stack.cos, stack.sin, position, k, v, slot_index,
+                    tbl, ctx, stack.scale, stack.heads, stack.kv_heads, tiles=tiles, max_context=stack.max_positions,
+                )  # fmt: skip
+
+        return call
+
+    kv_bytes = layers * args.batch * float(ctx.float().mean()) * stack.kv_heads * stack.head_dim * 2 * 2
+    with triton_ops.pdl_settings(True, triton_ops.trigger_first_for(args.batch)):
+        for name in tables:
+            cells = []
+            for label, tiles in (("shipped", None), ("pipelined", PIPELINED)):
+                ms = replay_ms(walk(name, tiles))
+                cells.append(
+                    f"{label} {ms:6.3f} ms ({ms * 1e3 / layers:5.1f} us a layer, {kv_bytes / ms / 1e9:4.2f} TB/s)"
+                )
+            print(f"{name:>8}: " + "; ".join(cells), flush=True)
+    release(core, admissions)
+
+
+if __name__ == "__main__":
+    main()
