@@ -10,9 +10,13 @@ launched with the engine's PDL order) over:
   copy       the pool's used pages copied into a tensor of their own (same values, small)
   random     that copy filled with random values (paged_attention.py's data)
 
-each with the shipped tiles and the pipelined ones (64 tokens, 4 warps, 2 stages). GPU only:
+each with the shipped tiles and the pipelined ones (64 tokens, 4 warps, 2 stages), launched three
+ways: alone without PDL (as `paged_attention.py` times it alone), alone with the engine's PDL order
+(one attention right behind the other), and each behind the GEMM that makes its qkv rows, as the
+walk runs it (the GEMMs' own time taken off, as `paged_attention.py --chain`). GPU only:
 
     python benchmarks/engine_attention.py --model CKPT [--batch 64] [--context 500] [--kv-gb 20]
+        [--caches engine table32 copy random]
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--context", type=int, default=500, help="prompt tokens in the KV cache")
     p.add_argument("--kv-gb", type=float, default=20.0)
+    states = ["engine", "table32", "copy", "random"]
+    p.add_argument("--caches", nargs="+", default=states, choices=states, help="the states to time the kernel on")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("engine_attention.py needs a GPU")
@@ -76,6 +82,7 @@ def main() -> None:
     layer = stack.layers[0]
     qkv = torch.randn(args.batch, (stack.heads + 2 * stack.kv_heads) * stack.head_dim, device="cuda",
                       dtype=kv.k.dtype)  # fmt: skip
+    x = torch.randn(args.batch, stack.norm.shape[0], device="cuda", dtype=kv.k.dtype)
     layers = kv.k.shape[0]
     caches = {
         "engine": [(kv.k[i], kv.v[i]) for i in range(layers)],
@@ -84,28 +91,38 @@ def main() -> None:
     caches["random"] = [(torch.randn_like(k), torch.randn_like(v)) for k, v in caches["copy"]]
     tables = {"engine": table, "table32": table.int(), "copy": table, "random": table}
 
-    def walk(name: str, tiles):
+    def walk(name: str, tiles, chain: bool):
         pairs, tbl = caches.get(name, caches["engine"]), tables[name]
 
         def call():
-            for k, v in pairs:
+            for i, (k, v) in enumerate(pairs):
+                rows = triton_ops.linear(x, stack.layers[i].wqkv) if chain else qkv
                 triton_ops.qk_norm_rope_attention(
-                    qkv, layer.q_norm, layer.k_norm, stack.eps, stack.cos, stack.sin, position, k, v, slot_index,
+                    rows, layer.q_norm, layer.k_norm, stack.eps, stack.cos, stack.sin, position, k, v, slot_index,
                     tbl, ctx, stack.scale, stack.heads, stack.kv_heads, tiles=tiles, max_context=stack.max_positions,
                 )  # fmt: skip
 
         return call
 
+    def gemms():
+        for L in stack.layers:
+            triton_ops.linear(x, L.wqkv)
+
     kv_bytes = layers * args.batch * float(ctx.float().mean()) * stack.kv_heads * stack.head_dim * 2 * 2
-    with triton_ops.pdl_settings(True, triton_ops.trigger_first_for(args.batch)):
-        for name in tables:
-            cells = []
-            for label, tiles in (("shipped", None), ("pipelined", PIPELINED)):
-                ms = replay_ms(walk(name, tiles))
-                cells.append(
-                    f"{label} {ms:6.3f} ms ({ms * 1e3 / layers:5.1f} us a layer, {kv_bytes / ms / 1e9:4.2f} TB/s)"
-                )
-            print(f"{name:>8}: " + "; ".join(cells), flush=True)
+    # (PDL, behind the qkv GEMMs): the last as the walk launches it, whose GEMMs' own time is taken off
+    orders = {"alone, no PDL": (False, False), "alone, PDL": (True, False), "behind qkv, PDL": (True, True)}
+    names = args.caches
+    for order, (pdl, chain) in orders.items():
+        with triton_ops.pdl_settings(pdl, triton_ops.trigger_first_for(args.batch)):
+            base = replay_ms(gemms) if chain else 0.0
+            for name in names:
+                cells = []
+                for label, tiles in (("shipped", None), ("pipelined", PIPELINED)):
+                    ms = replay_ms(walk(name, tiles, chain)) - base
+                    cells.append(
+                        f"{label} {ms:6.3f} ms ({ms * 1e3 / layers:5.1f} us a layer, {kv_bytes / ms / 1e9:4.2f} TB/s)"
+                    )
+                print(f"{order:>16}, {name:>8}: " + "; ".join(cells), flush=True)
     release(core, admissions)
 
 

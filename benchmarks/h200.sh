@@ -102,7 +102,7 @@ for phase in "$@"; do
       done ;;
     engattn82)  # perf-notes #82: the b64 talker attention on the engine's KV pool and table, and on copies of them
       need_full
-      timeout 300 python3 benchmarks/engine_attention.py --model $full --batch 64 --context 500 --kv-gb 20 2>&1 \
+      timeout 300 python3 benchmarks/engine_attention.py --model $full --batch 64 --context 500 --kv-gb 20 ${ENGATTN_CACHES:+--caches $ENGATTN_CACHES} 2>&1 \
         | quiet | tee "$OUT/engattn82.log" | tail -8 ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
