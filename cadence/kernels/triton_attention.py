@@ -265,10 +265,6 @@ def _experiment_tiles(name: str) -> AttentionTiles | None:
 # more, CADENCE_ATTENTION_SHORT_TILES for short-context calls of fewer than 8.
 _LONG_TILES = _experiment_tiles("CADENCE_ATTENTION_TILES")
 _SHORT_TILES = _experiment_tiles("CADENCE_ATTENTION_SHORT_TILES")
-# Experiment (perf-notes #80): long-context calls of fewer than 8 rows (the talker at b1-b4) with
-# these tiles (CADENCE_ATTENTION_FEW_TILES) and context splits (CADENCE_ATTENTION_FEW_SPLITS).
-_FEW_TILES = _experiment_tiles("CADENCE_ATTENTION_FEW_TILES")
-_FEW_SPLITS = int(os.environ.get("CADENCE_ATTENTION_FEW_SPLITS", "0"))
 # The first block prefetched before the PDL wait in graphs whose kernels wait first (perf-notes
 # #72: b1 walk 3.25 -> 3.21-3.23 ms; under trigger first, at 64 rows, 5.18 -> 5.36: kernels launched
 # far ahead prefetch while the running ones stream). CADENCE_ATTENTION_PREFETCH=0 turns it off.
@@ -292,8 +288,6 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
         tiles = (rows < 8 and _SHORT_TILES) or AttentionTiles(block_tokens=32)
     elif rows >= 8 and _LONG_TILES:
         tiles = _LONG_TILES
-    elif rows < 8 and _FEW_TILES:
-        tiles = _FEW_TILES
     elif rows > PIPELINED_ABOVE_ROWS:
         tiles = AttentionTiles(block_tokens=64, stages=2)
     else:
@@ -328,8 +322,7 @@ def qk_norm_rope_attention(
 def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale, splits, tiles, max_context):
     n, d = q.shape[0], k_cache.shape[3]
     ps, hkv = k_cache.shape[1], k_cache.shape[2]
-    long_context = max_context is None or max_context > 32
-    splits = splits or (n < 8 and long_context and _FEW_SPLITS) or attention_splits(n, hkv)
+    splits = splits or attention_splits(n, hkv)
     tiles = tiles or attention_tiles(n, max_context)
     g = hq // hkv
     out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)

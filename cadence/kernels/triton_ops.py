@@ -87,9 +87,8 @@ def rms_norm(
 # The norm that adds split-K partials runs 8 warps (a row's 16 KB of partials over twice the threads):
 # b1 3.13 -> 2.89 ms back to back against 4 (perf-notes #77). Its sum of squares then adds in another
 # order than the 4-warp kernel's, so its rounding may differ from the two-kernel path's in the last bit.
-PARTS_NORM_WARPS = int(os.environ.get("CADENCE_PARTS_NORM_WARPS", "8"))
-# Experiment (perf-notes #78): the plain norm's warps (4), timed in the walk.
-NORM_WARPS = int(os.environ.get("CADENCE_NORM_WARPS", "4"))
+# 16 warps measured no gain in the walk (#78).
+PARTS_NORM_WARPS = 8
 
 
 def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor) -> None:
@@ -98,7 +97,7 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
     res = residual.reshape(rows, n) if residual is not None else out
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
-        BLOCK=triton.next_power_of_2(n), num_warps=PARTS_NORM_WARPS if parts else NORM_WARPS, **pdl_launch(out),
+        BLOCK=triton.next_power_of_2(n), num_warps=PARTS_NORM_WARPS if parts else 4, **pdl_launch(out),
     )  # fmt: skip
 
 
@@ -332,9 +331,9 @@ def _sortable(x):
 # #68, benchmarks/sampler.py) 4 ways (16 passes) was fastest: 11.9 -> 9.7 us a call on 2048 codes,
 # 15.4 -> 14.3 on 3072; 5 ways no faster than 2.
 TOPK_WAYS = 4
-# One program a row; the benchmark (benchmarks/sampler.py) sweeps this with TOPK_WAYS. Experiment
-# (perf-notes #78): CADENCE_SAMPLE_WARPS, timed in the walk.
-SAMPLE_WARPS = int(os.environ.get("CADENCE_SAMPLE_WARPS", "4"))
+# One program a row; the benchmark (benchmarks/sampler.py) sweeps this with TOPK_WAYS. In the walk
+# (perf-notes #78) 8 and 16 warps were no faster: the search's passes wait on their reductions.
+SAMPLE_WARPS = 4
 
 
 def topk_search_passes(ways: int) -> int:
