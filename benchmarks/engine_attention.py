@@ -13,7 +13,10 @@ launched with the engine's PDL order) over:
 each with the shipped tiles and the pipelined ones (64 tokens, 4 warps, 2 stages), launched three
 ways: alone without PDL (as `paged_attention.py` times it alone), alone with the engine's PDL order
 (one attention right behind the other), and each behind the GEMM that makes its qkv rows, as the
-walk runs it (the GEMMs' own time taken off, as `paged_attention.py --chain`). GPU only:
+walk runs it (the GEMMs' own time taken off, as `paged_attention.py --chain`). Then inside the
+engine's own decoder layers (its weights, as `FusedStack` runs them; the layers without it taken
+off, as `paged_attention.py --layers`), and the engine's `FusedStack` itself against those layers
+as a check that they are the same work. GPU only:
 
     python benchmarks/engine_attention.py --model CKPT [--batch 64] [--context 500] [--kv-gb 20]
         [--caches engine table32 copy random]
@@ -79,10 +82,10 @@ def main() -> None:
     print(f"contexts {int(ctx.min())}-{int(ctx.max())} tokens, block table {table.dtype} {tuple(table.shape)}, "
           f"pages of row 0 {table[0, :4].tolist()}..., pool {tuple(kv.k.shape)}, pages used {used}")  # fmt: skip
 
-    layer = stack.layers[0]
     qkv = torch.randn(args.batch, (stack.heads + 2 * stack.kv_heads) * stack.head_dim, device="cuda",
                       dtype=kv.k.dtype)  # fmt: skip
     x = torch.randn(args.batch, stack.norm.shape[0], device="cuda", dtype=kv.k.dtype)
+    no_attention = torch.randn(args.batch, stack.heads * stack.head_dim, device="cuda", dtype=kv.k.dtype)
     layers = kv.k.shape[0]
     caches = {
         "engine": [(kv.k[i], kv.v[i]) for i in range(layers)],
@@ -91,16 +94,20 @@ def main() -> None:
     caches["random"] = [(torch.randn_like(k), torch.randn_like(v)) for k, v in caches["copy"]]
     tables = {"engine": table, "table32": table.int(), "copy": table, "random": table}
 
-    def walk(name: str, tiles, chain: bool):
+    def attend(rows, i: int, k, v, tbl, tiles):
+        L = stack.layers[i]
+        return triton_ops.qk_norm_rope_attention(
+            rows, L.q_norm, L.k_norm, stack.eps, stack.cos, stack.sin, position, k, v, slot_index, tbl, ctx,
+            stack.scale, stack.heads, stack.kv_heads, tiles=tiles, max_context=stack.max_positions,
+        )  # fmt: skip
+
+    def attentions(name: str, tiles, chain: bool):
+        """One attention a layer, each alone or behind the GEMM making its qkv rows."""
         pairs, tbl = caches.get(name, caches["engine"]), tables[name]
 
         def call():
             for i, (k, v) in enumerate(pairs):
-                rows = triton_ops.linear(x, stack.layers[i].wqkv) if chain else qkv
-                triton_ops.qk_norm_rope_attention(
-                    rows, layer.q_norm, layer.k_norm, stack.eps, stack.cos, stack.sin, position, k, v, slot_index,
-                    tbl, ctx, stack.scale, stack.heads, stack.kv_heads, tiles=tiles, max_context=stack.max_positions,
-                )  # fmt: skip
+                attend(triton_ops.linear(x, stack.layers[i].wqkv) if chain else qkv, i, k, v, tbl, tiles)
 
         return call
 
@@ -108,21 +115,48 @@ def main() -> None:
         for L in stack.layers:
             triton_ops.linear(x, L.wqkv)
 
+    def decoder_layers(tiles, with_attention: bool = True):
+        """The engine's own layers (weights, KV state) as FusedStack runs them; without the
+        attention, the o GEMM reads a fixed tensor instead."""
+
+        def call():
+            h, residual = triton_ops.rms_norm(x, stack.layers[0].ln1, stack.eps)
+            for i, L in enumerate(stack.layers):
+                rows = triton_ops.linear(h, L.wqkv)
+                a = attend(rows, i, kv.k[i], kv.v[i], table, tiles) if with_attention else no_attention
+                h, residual = triton_ops.linear_rms_norm(a, L.wo, L.ln2, stack.eps, residual)
+                after = stack.layers[i + 1].ln1 if i + 1 < layers else stack.norm
+                h, residual = triton_ops.linear_rms_norm(triton_ops.linear_swiglu(h, L.wgu), L.wdown, after,
+                                                         stack.eps, residual)  # fmt: skip
+            return h
+
+        return call
+
+    def fused_stack():
+        return stack(x, position, table, ctx, slot_index, kv.k, kv.v, decode=True)
+
     kv_bytes = layers * args.batch * float(ctx.float().mean()) * stack.kv_heads * stack.head_dim * 2 * 2
+
+    def cell(label: str, ms: float) -> str:
+        return f"{label} {ms:6.3f} ms ({ms * 1e3 / layers:5.1f} us a layer, {kv_bytes / ms / 1e9:4.2f} TB/s)"
+
+    tile_choices = (("shipped", None), ("pipelined", PIPELINED))
     # (PDL, behind the qkv GEMMs): the last as the walk launches it, whose GEMMs' own time is taken off
     orders = {"alone, no PDL": (False, False), "alone, PDL": (True, False), "behind qkv, PDL": (True, True)}
-    names = args.caches
     for order, (pdl, chain) in orders.items():
         with triton_ops.pdl_settings(pdl, triton_ops.trigger_first_for(args.batch)):
             base = replay_ms(gemms) if chain else 0.0
-            for name in names:
-                cells = []
-                for label, tiles in (("shipped", None), ("pipelined", PIPELINED)):
-                    ms = replay_ms(walk(name, tiles, chain)) - base
-                    cells.append(
-                        f"{label} {ms:6.3f} ms ({ms * 1e3 / layers:5.1f} us a layer, {kv_bytes / ms / 1e9:4.2f} TB/s)"
-                    )
+            for name in args.caches:
+                cells = [cell(label, replay_ms(attentions(name, tiles, chain)) - base) for label, tiles in tile_choices]
                 print(f"{order:>16}, {name:>8}: " + "; ".join(cells), flush=True)
+    with triton_ops.pdl_settings(True, triton_ops.trigger_first_for(args.batch)):
+        base = replay_ms(decoder_layers(None, with_attention=False))
+        totals = {label: replay_ms(decoder_layers(tiles)) for label, tiles in tile_choices}
+        cells = [cell(label, ms - base) for label, ms in totals.items()]
+        print(f"inside the engine's layers, PDL (the layers without it, {base:.3f} ms, taken off): " + "; ".join(cells))
+        same = torch.equal(decoder_layers(None)(), fused_stack())
+        print(f"the engine's FusedStack itself: {replay_ms(fused_stack):.3f} ms; the layers above with the shipped "
+              f"tiles {totals['shipped']:.3f} ms, the same output: {same}", flush=True)  # fmt: skip
     release(core, admissions)
 
 

@@ -101,7 +101,7 @@ for phase in "$@"; do
           --walks 5 --half $1 --kv-gb $2 --rows 8 --json "$OUT/half81_$1_kv$2_${3//:/-}.json" 2>&1 | quiet | tail -10
       done ;;
     engattn82)  # perf-notes #82: the b64 talker attention on the engine's KV pool and table, and on copies of them
-      # (ENGATTN_CACHES: a subset of "engine table32 copy random"; ~80 s)
+      # and inside the engine's own decoder layers (ENGATTN_CACHES: a subset of "engine table32 copy random"; ~100 s)
       need_full
       timeout 300 python3 benchmarks/engine_attention.py --model $full --batch 64 --context 500 --kv-gb 20 ${ENGATTN_CACHES:+--caches $ENGATTN_CACHES} 2>&1 \
         | quiet | tee "$OUT/engattn82.log" | tail -8 ;;
