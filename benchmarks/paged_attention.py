@@ -17,7 +17,7 @@ launches them (PDL, trigger first above 32 rows), and takes the GEMMs' own time 
 the talker's attention takes 61 us a layer in the b64 walk, 38-45 alone). --layers puts it inside
 its whole decoder layer as `FusedStack` runs one (qkv GEMM, attention, o GEMM + norm, gate/up with
 SwiGLU, down GEMM + norm; random weights of the talker's shapes) and takes off the same chain with
-the attention left out (perf-notes #78: is the walk's ~55-61 us the layer's own chain?).
+the attention left out (perf-notes #79: is the walk's ~55-61 us the layer's own chain?).
 
 Prints, per batch: the shipped choice (`attention_tiles` and `attention_splits`), the fastest
 found, in ms per walk and the KV-read bandwidth they reach. GPU only.
@@ -111,7 +111,7 @@ def sweep_batch(
     w_qkv = [
         torch.randn(qkv.shape[1], 1024, device="cuda", dtype=torch.bfloat16) / 32 for _ in range(LAYERS if chain else 0)
     ]
-    # --layers: each attention inside its decoder layer as FusedStack runs it; with attend=None the
+    # --layers: each attention inside its decoder layer as FusedStack runs it; with_attention=False the
     # same chain without the attention (the o GEMM reads a fixed tensor), whose time is taken off
     stack = [random_layer() for _ in range(LAYERS if layers else 0)]
     no_attention = torch.randn(rows, HQ * D, device="cuda", dtype=torch.bfloat16)
