@@ -24,7 +24,7 @@ import torch
 from graph_timing import replay_ms
 
 from cadence.engine.sampler import RowParams
-from cadence.kernels import triton_ops
+from cadence.kernels import triton_ops, triton_sampler
 
 CALLS = 32
 
@@ -57,7 +57,7 @@ def inputs(rows: int, vocab: int, sampled: bool, seed: int = 0) -> dict:
 
 def time_config(args: dict, ways: int, warps: int) -> tuple[float, torch.Tensor]:
     """µs per call with this search width and warp count, and the tokens it picks."""
-    triton_ops.TOPK_WAYS, triton_ops.SAMPLE_WARPS = ways, warps
+    triton_sampler.TOPK_WAYS, triton_sampler.SAMPLE_WARPS = ways, warps
     outs = [torch.empty(args["logits"].shape[0], dtype=torch.long, device="cuda") for _ in range(CALLS)]
     us = replay_ms(lambda: [triton_ops.sample_tokens(**args, out=o) for o in outs]) * 1e3 / CALLS
     return us, outs[0].clone()
@@ -72,7 +72,7 @@ def main() -> None:
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("sampler.py times the Triton kernel on a GPU")
-    shipped = (triton_ops.TOPK_WAYS, triton_ops.SAMPLE_WARPS)
+    shipped = (triton_sampler.TOPK_WAYS, triton_sampler.SAMPLE_WARPS)
     results = []
     print(f"us per call (32 calls in a CUDA graph); shipped: {shipped[0]} ways, {shipped[1]} warps")
     for vocab, rows in itertools.product((2048, 3072), args.rows):
@@ -88,7 +88,7 @@ def main() -> None:
             line.append(f"{ways}w/{warps}: {us:6.2f}{'' if same else ' DIFFERENT TOKENS'}")
             results.append(dict(vocab=vocab, rows=rows, ways=ways, warps=warps, us=us, greedy_us=greedy_us, same=same))
         print("  ".join(line))
-    triton_ops.TOPK_WAYS, triton_ops.SAMPLE_WARPS = shipped
+    triton_sampler.TOPK_WAYS, triton_sampler.SAMPLE_WARPS = shipped
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

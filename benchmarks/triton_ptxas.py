@@ -28,7 +28,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from cadence.kernels import triton_attention, triton_linear, triton_ops
+from cadence.kernels import triton_attention, triton_linear, triton_sampler
 
 
 def ptxas_report(
@@ -91,7 +91,7 @@ def main() -> None:
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
                                   tiles.stages)  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
-    sample_types = {n: "*fp32" for n in triton_ops._sample_kernel.arg_names if n.endswith("_ptr")}
+    sample_types = {n: "*fp32" for n in triton_sampler._sample_kernel.arg_names if n.endswith("_ptr")}
     sample_types.update(logits_ptr=ptr, seen_ptr="*i1", ban_ptr="*i1", do_ptr="*i1", topk_ptr="*i64",
                         seed_ptr="*i64", frame_ptr="*i64", out_ptr="*i64", table_ptr=ptr, emb_ptr=ptr)  # fmt: skip
     sample_types.update({n: "i32" for n in ("V", "eos_id", "suppress_start", "codebook_key", "out_stride",
@@ -100,10 +100,10 @@ def main() -> None:
     for v, first in ((2048, False), (3072, True)):
         for ways in (2, 4, 5):
             consts = dict(HAS_SEEN=first, HAS_BAN=first, HAS_EMBED=True, BLOCK=triton.next_power_of_2(v),
-                          BLOCK_H=1024, TOPK_WAYS=ways, TOPK_PASSES=triton_ops.topk_search_passes(ways),
+                          BLOCK_H=1024, TOPK_WAYS=ways, TOPK_PASSES=triton_sampler.topk_search_passes(ways),
                           USE_PDL=True)  # fmt: skip
             for warps in args.warps:
-                report = ptxas_report(triton_ops._sample_kernel, sample_types, consts, warps, args.arch)
+                report = ptxas_report(triton_sampler._sample_kernel, sample_types, consts, warps, args.arch)
                 print(f"  {v} codes, {ways:>2} ways, warps {warps}: {report}")
 
 

@@ -59,8 +59,7 @@ def test_top_k_keeps_ties_at_the_kth_value(ops, ways, monkeypatch):
     vocabularies served (2048 and 3072 codes) with logits on a coarse grid, so that many values tie
     at the k-th: the same tokens as the definition (which keeps every tie, as Hugging Face does), k
     from 1 to one short of the vocabulary."""
-    tri = ops[0]
-    monkeypatch.setattr(tri, "TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(5)
     for v in (2048, 3072):
         logits = torch.randint(-40, 40, (6, v), device=DEV, generator=g).float() / 8  # 640 distinct values
@@ -92,7 +91,7 @@ def test_search_passes_narrow_the_key_range_to_one_key():
     """Each pass leaves at most ceil(width / ways) of the 2^32 keys: a bisection needs 32 passes,
     5 ways 14, and one pass fewer would leave an interval of more than one key. More than 5 ways
     would not fit their counts in one int64."""
-    from cadence.kernels.triton_ops import topk_search_passes
+    from cadence.kernels.triton_sampler import topk_search_passes
 
     assert [topk_search_passes(w) for w in (2, 3, 4, 5)] == [32, 21, 16, 14]
     with pytest.raises(ValueError, match="2 to 5 ways"):
@@ -109,13 +108,14 @@ def test_one_search_width_for_every_sampler(monkeypatch):
     """The layer kernels' sampler and the persistent code predictor take the search's width from
     one place: TOPK_WAYS below 2^16 keys a block, a bisection from there (a packed 16-bit count
     would overflow), read when a kernel is launched, not when a module is imported."""
-    from cadence.kernels import triton_ops
+    from cadence.kernels import triton_sampler
 
-    assert triton_ops.topk_search(2048) == (triton_ops.TOPK_WAYS, triton_ops.topk_search_passes(triton_ops.TOPK_WAYS))
-    assert triton_ops.topk_search(2**15) == triton_ops.topk_search(2048)
-    assert triton_ops.topk_search(2**16) == (2, 32)
-    monkeypatch.setattr(triton_ops, "TOPK_WAYS", 5)
-    assert triton_ops.topk_search(4096) == (5, 14)
+    ways = triton_sampler.TOPK_WAYS
+    assert triton_sampler.topk_search(2048) == (ways, triton_sampler.topk_search_passes(ways))
+    assert triton_sampler.topk_search(2**15) == triton_sampler.topk_search(2048)
+    assert triton_sampler.topk_search(2**16) == (2, 32)
+    monkeypatch.setattr(triton_sampler, "TOPK_WAYS", 5)
+    assert triton_sampler.topk_search(4096) == (5, 14)
 
 
 @NEEDS_TRITON
@@ -123,8 +123,7 @@ def test_one_search_width_for_every_sampler(monkeypatch):
 def test_top_k_at_the_ends_of_the_key_range(ops, ways, monkeypatch):
     """Logits near the float range's ends and banned (-inf) ones: the search starts from the whole
     32-bit key range, so the extremes must still count."""
-    tri = ops[0]
-    monkeypatch.setattr(tri, "TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(9)
     logits = torch.randn(4, 2048, device=DEV, generator=g)
     logits[0, :60] = 3e38
@@ -184,8 +183,7 @@ def test_top_k_separates_neighbouring_floats(ops, ways, monkeypatch):
     """Logits one float apart (consecutive keys), so a search that stopped short of a single key
     would keep the k-th value's neighbours: over 64 rows of near-equal logits the noise picks among
     the kept set, and a larger set shows in the tokens."""
-    tri = ops[0]
-    monkeypatch.setattr(tri, "TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(10)
     n, v = 64, 2048
     half = torch.tensor(0.5).view(torch.int32)

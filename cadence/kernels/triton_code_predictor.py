@@ -48,7 +48,7 @@ import triton.language as tl
 from ..engine.sampler import RowParams
 from .code_predictor_buffers import CodePredictorBuffers
 from .triton_attention import norm_rope_heads
-from .triton_ops import _sample_choice, topk_search
+from .triton_sampler import _sample_choice, topk_search
 
 
 @triton.jit
