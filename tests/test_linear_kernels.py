@@ -113,8 +113,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
     the interpreter numpy's matmul may order the fp32 sums differently); against the PyTorch
     definition within rounding. `linear_swiglu` takes the fused kernel for bf16 rows with tiles.
     48 rows: the 64-row tiles, which `linear_swiglu` does not route there (perf-notes #75)."""
-    import dataclasses
-
+    from cadence.kernels.triton_linear import gate_up_slabs
     from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear, skinny_tiles, swiglu_tiles
 
     tri, ref = ops
@@ -123,7 +122,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
     w = (torch.randn(2 * inter, 1024, device=DEV, generator=g) / 32).to(dtype)
     tiles = skinny_tiles(2 * inter, 1024, m)
     unfused = tri.silu_mul(skinny_linear(x, w, tiles))
-    fused_tiles = swiglu_tiles(2 * inter, 1024, m) or dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
+    fused_tiles = swiglu_tiles(2 * inter, 1024, m) or gate_up_slabs(tiles)
     fused = skinny_linear(x, w, fused_tiles, swiglu=True)
     assert fused.shape == (m, inter)
     if INTERPRET:

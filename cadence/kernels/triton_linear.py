@@ -141,6 +141,12 @@ def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
     tiles = skinny_tiles(n, k, rows)
     if tiles is None or tiles.split_k > 1 or rows > SKINNY_MAX_ROWS:
         return None
+    return gate_up_slabs(tiles)
+
+
+def gate_up_slabs(tiles: SkinnyTiles) -> SkinnyTiles:
+    """The SwiGLU kernel's tiles for the plain GEMM's `tiles` on the same [gate; up] weight: half the
+    slab rows, since a program streams a gate slab and its up slab (as many weight rows in all)."""
     return dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
 
 
