@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine_steps import admit, release  # noqa: E402
 from graph_timing import replay_ms  # noqa: E402
+from paged_attention import decoder_layers  # noqa: E402
 
 from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
 from cadence.engine.engine import build_core  # noqa: E402
@@ -87,11 +88,11 @@ def main() -> None:
     x = torch.randn(args.batch, stack.norm.shape[0], device="cuda", dtype=kv.k.dtype)
     no_attention = torch.randn(args.batch, stack.heads * stack.head_dim, device="cuda", dtype=kv.k.dtype)
     layers = kv.k.shape[0]
-    caches = {
-        "engine": [(kv.k[i], kv.v[i]) for i in range(layers)],
-        "copy": [(kv.k[i, :used].clone(), kv.v[i, :used].clone()) for i in range(layers)],
-    }
-    caches["random"] = [(torch.randn_like(k), torch.randn_like(v)) for k, v in caches["copy"]]
+    caches = {"engine": [(kv.k[i], kv.v[i]) for i in range(layers)]}  # table32 reads these too
+    if {"copy", "random"} & set(args.caches):  # ~4 GB each at b64: only when asked for
+        caches["copy"] = [(kv.k[i, :used].clone(), kv.v[i, :used].clone()) for i in range(layers)]
+    if "random" in args.caches:
+        caches["random"] = [(torch.randn_like(k), torch.randn_like(v)) for k, v in caches["copy"]]
     tables = {"engine": table, "table32": table.int(), "copy": table, "random": table}
 
     def attend(rows, i: int, k, v, tbl, tiles):
@@ -115,22 +116,14 @@ def main() -> None:
         for L in stack.layers:
             triton_ops.linear(x, L.wqkv)
 
-    def decoder_layers(tiles, with_attention: bool = True):
+    def engine_layers(tiles, with_attention: bool = True):
         """The engine's own layers (weights, KV state) as FusedStack runs them; without the
         attention, the o GEMM reads a fixed tensor instead."""
 
-        def call():
-            h, residual = triton_ops.rms_norm(x, stack.layers[0].ln1, stack.eps)
-            for i, L in enumerate(stack.layers):
-                rows = triton_ops.linear(h, L.wqkv)
-                a = attend(rows, i, kv.k[i], kv.v[i], table, tiles) if with_attention else no_attention
-                h, residual = triton_ops.linear_rms_norm(a, L.wo, L.ln2, stack.eps, residual)
-                after = stack.layers[i + 1].ln1 if i + 1 < layers else stack.norm
-                h, residual = triton_ops.linear_rms_norm(triton_ops.linear_swiglu(h, L.wgu), L.wdown, after,
-                                                         stack.eps, residual)  # fmt: skip
-            return h
+        def attention(i: int, rows):
+            return attend(rows, i, kv.k[i], kv.v[i], table, tiles) if with_attention else no_attention
 
-        return call
+        return lambda: decoder_layers(x, stack.layers, stack.norm, stack.eps, attention)
 
     def fused_stack():
         return stack(x, position, table, ctx, slot_index, kv.k, kv.v, decode=True)
@@ -150,11 +143,11 @@ def main() -> None:
                 cells = [cell(label, replay_ms(attentions(name, tiles, chain)) - base) for label, tiles in tile_choices]
                 print(f"{order:>16}, {name:>8}: " + "; ".join(cells), flush=True)
     with triton_ops.pdl_settings(True, triton_ops.trigger_first_for(args.batch)):
-        base = replay_ms(decoder_layers(None, with_attention=False))
-        totals = {label: replay_ms(decoder_layers(tiles)) for label, tiles in tile_choices}
+        base = replay_ms(engine_layers(None, with_attention=False))
+        totals = {label: replay_ms(engine_layers(tiles)) for label, tiles in tile_choices}
         cells = [cell(label, ms - base) for label, ms in totals.items()]
         print(f"inside the engine's layers, PDL (the layers without it, {base:.3f} ms, taken off): " + "; ".join(cells))
-        same = torch.equal(decoder_layers(None)(), fused_stack())
+        same = torch.equal(engine_layers(None)(), fused_stack())
         print(f"the engine's FusedStack itself: {replay_ms(fused_stack):.3f} ms; the layers above with the shipped "
               f"tiles {totals['shipped']:.3f} ms, the same output: {same}", flush=True)  # fmt: skip
     release(core, admissions)

@@ -76,6 +76,19 @@ def random_layer() -> FusedLayer:
                       ln2=norm(), wgu=w(2 * INTERMEDIATE, HIDDEN), wdown=w(HIDDEN, INTERMEDIATE))  # fmt: skip
 
 
+def decoder_layers(x: torch.Tensor, layers: list[FusedLayer], final_norm: torch.Tensor, eps: float, attend):
+    """`layers` run over rows x as FusedStack's decode runs them (qkv GEMM, attention, o GEMM + norm,
+    gate/up with SwiGLU, down GEMM + the next norm), each layer's attention output attend(i, its qkv
+    rows): here and in engine_attention.py, which must leave the attention out, as FusedStack cannot."""
+    h, residual = triton_ops.rms_norm(x, layers[0].ln1, eps)
+    for i, L in enumerate(layers):
+        a = attend(i, triton_ops.linear(h, L.wqkv))
+        h, residual = triton_ops.linear_rms_norm(a, L.wo, L.ln2, eps, residual)
+        after = layers[i + 1].ln1 if i + 1 < len(layers) else final_norm
+        h, residual = triton_ops.linear_rms_norm(triton_ops.linear_swiglu(h, L.wgu), L.wdown, after, eps, residual)
+    return h
+
+
 def sweep_batch(
     rows: int, context: int, fused: bool, stages: list[int], splits_list: list[int], contiguous: bool, chain: bool,
     layers: bool = False,
@@ -111,25 +124,22 @@ def sweep_batch(
     w_qkv = [
         torch.randn(qkv.shape[1], 1024, device="cuda", dtype=torch.bfloat16) / 32 for _ in range(LAYERS if chain else 0)
     ]
-    # --layers: each attention inside its decoder layer as FusedStack runs it; with_attention=False the
-    # same chain without the attention (the o GEMM reads a fixed tensor), whose time is taken off
+    # --layers: each attention inside its decoder layer as FusedStack runs it; without the attention
+    # the same chain (the o GEMM reads a fixed tensor), whose time is taken off
     stack = [random_layer() for _ in range(LAYERS if layers else 0)]
     no_attention = torch.randn(rows, HQ * D, device="cuda", dtype=torch.bfloat16)
 
-    def decoder_layers(tiles=None, splits=None, with_attention=True):
-        h, residual = triton_ops.rms_norm(x, stack[0].ln1, EPS)
-        for i, ((k, v), L) in enumerate(zip(caches, stack, strict=True)):
-            rows_qkv = triton_ops.linear(h, L.wqkv)
-            a = attend(triton_ops, k, v, splits, tiles, rows_qkv) if with_attention else no_attention
-            h, residual = triton_ops.linear_rms_norm(a, L.wo, L.ln2, EPS, residual)
-            next_norm = stack[(i + 1) % LAYERS].ln1
-            h, residual = triton_ops.linear_rms_norm(triton_ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, EPS,
-                                                     residual)  # fmt: skip
+    def in_layers(tiles=None, splits=None, with_attention=True):
+        def attention(i, rows_qkv):
+            return attend(triton_ops, *caches[i], splits, tiles, rows_qkv) if with_attention else no_attention
+
+        # the first layer's input norm closes the stack, as random layers have no final norm
+        return decoder_layers(x, stack, stack[0].ln1, EPS, attention)
 
     def walk(tiles, splits):
         def call():
             if layers:
-                return decoder_layers(tiles, splits)
+                return in_layers(tiles, splits)
             for i, (k, v) in enumerate(caches):
                 attend(triton_ops, k, v, splits, tiles, triton_ops.linear(x, w_qkv[i]) if chain else qkv)
 
@@ -142,7 +152,7 @@ def sweep_batch(
             return replay_ms(call)
 
     if layers:
-        gemms_ms = timed_ms(lambda: decoder_layers(with_attention=False))
+        gemms_ms = timed_ms(lambda: in_layers(with_attention=False))
     else:
         gemms_ms = timed_ms(lambda: [triton_ops.linear(x, w) for w in w_qkv]) if chain else 0.0
 
