@@ -7,6 +7,8 @@ launched with the engine's PDL order) over:
 
   engine     the engine's KV pool and block table (int64), as the walk reads them
   table32    the same with the block table as int32 (what paged_attention.py passes)
+  int32      the same with the table, context lengths, positions and slots all int32 (as
+             paged_attention.py's; the engine's are int64)
   copy       the pool's used pages copied into a tensor of their own (same values, small)
   random     that copy filled with random values (paged_attention.py's data)
 
@@ -15,8 +17,9 @@ ways: alone without PDL (as `paged_attention.py` times it alone), alone with the
 (one attention right behind the other), and each behind the GEMM that makes its qkv rows, as the
 walk runs it (the GEMMs' own time taken off, as `paged_attention.py --chain`). Then inside the
 engine's own decoder layers (its weights, as `FusedStack` runs them; the layers without it taken
-off, as `paged_attention.py --layers`), and the engine's `FusedStack` itself against those layers
-as a check that they are the same work. GPU only:
+off, as `paged_attention.py --layers`) with and without PDL, inside `paged_attention.py --layers`'s
+random-weight layers over the same state, and the engine's `FusedStack` itself against the engine's
+layers as a check that they are the same work. GPU only:
 
     python benchmarks/engine_attention.py --model CKPT [--batch 64] [--context 500] [--kv-gb 20]
         [--caches engine table32 copy random]
@@ -35,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine_steps import admit, release  # noqa: E402
 from graph_timing import replay_ms  # noqa: E402
-from paged_attention import decoder_layers  # noqa: E402
+from paged_attention import decoder_layers, random_layer  # noqa: E402
 
 from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
 from cadence.engine.engine import build_core  # noqa: E402
@@ -51,7 +54,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--context", type=int, default=500, help="prompt tokens in the KV cache")
     p.add_argument("--kv-gb", type=float, default=20.0)
-    states = ["engine", "table32", "copy", "random"]
+    states = ["engine", "table32", "int32", "copy", "random"]
     p.add_argument("--caches", nargs="+", default=states, choices=states, help="the states to time the kernel on")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -93,22 +96,26 @@ def main() -> None:
         caches["copy"] = [(kv.k[i, :used].clone(), kv.v[i, :used].clone()) for i in range(layers)]
     if "random" in args.caches:
         caches["random"] = [(torch.randn_like(k), torch.randn_like(v)) for k, v in caches["copy"]]
-    tables = {"engine": table, "table32": table.int(), "copy": table, "random": table}
+    # (block table, context lengths, positions, cache slots) each state reads
+    engine_index = (table, ctx, position, slot_index)
+    int32_index = tuple(t.int() for t in engine_index)
+    indices = {"engine": engine_index, "table32": (table.int(), *engine_index[1:]), "int32": int32_index,
+               "copy": engine_index, "random": engine_index}  # fmt: skip
 
-    def attend(rows, i: int, k, v, tbl, tiles):
-        L = stack.layers[i]
+    def attend(rows, i: int, k, v, index, tiles):
+        L, (tbl, context, pos, slots) = stack.layers[i], index
         return triton_ops.qk_norm_rope_attention(
-            rows, L.q_norm, L.k_norm, stack.eps, stack.cos, stack.sin, position, k, v, slot_index, tbl, ctx,
+            rows, L.q_norm, L.k_norm, stack.eps, stack.cos, stack.sin, pos, k, v, slots, tbl, context,
             stack.scale, stack.heads, stack.kv_heads, tiles=tiles, max_context=stack.max_positions,
         )  # fmt: skip
 
     def attentions(name: str, tiles, chain: bool):
         """One attention a layer, each alone or behind the GEMM making its qkv rows."""
-        pairs, tbl = caches.get(name, caches["engine"]), tables[name]
+        pairs, index = caches.get(name, caches["engine"]), indices[name]
 
         def call():
             for i, (k, v) in enumerate(pairs):
-                attend(triton_ops.linear(x, stack.layers[i].wqkv) if chain else qkv, i, k, v, tbl, tiles)
+                attend(triton_ops.linear(x, stack.layers[i].wqkv) if chain else qkv, i, k, v, index, tiles)
 
         return call
 
@@ -116,14 +123,17 @@ def main() -> None:
         for L in stack.layers:
             triton_ops.linear(x, L.wqkv)
 
-    def engine_layers(tiles, with_attention: bool = True):
-        """The engine's own layers (weights, KV state) as FusedStack runs them; without the
-        attention, the o GEMM reads a fixed tensor instead."""
+    shapes = (stack.norm.shape[0], stack.layers[0].wgu.shape[0] // 2, stack.heads, stack.kv_heads, stack.head_dim)
+    random_layers = [random_layer(*shapes) for _ in range(layers)]  # paged_attention.py --layers's, the stack's shapes
+
+    def engine_layers(tiles, with_attention: bool = True, weights=None):
+        """The engine's own layers (weights, KV state) as FusedStack runs them, or `weights` of the same
+        shapes over the same KV state; without the attention, the o GEMM reads a fixed tensor instead."""
 
         def attention(i: int, rows):
-            return attend(rows, i, kv.k[i], kv.v[i], table, tiles) if with_attention else no_attention
+            return attend(rows, i, kv.k[i], kv.v[i], engine_index, tiles) if with_attention else no_attention
 
-        return lambda: decoder_layers(x, stack.layers, stack.norm, stack.eps, attention)
+        return lambda: decoder_layers(x, weights or stack.layers, stack.norm, stack.eps, attention)
 
     def fused_stack():
         return stack(x, position, table, ctx, slot_index, kv.k, kv.v, decode=True)
@@ -142,14 +152,19 @@ def main() -> None:
             for name in args.caches:
                 cells = [cell(label, replay_ms(attentions(name, tiles, chain)) - base) for label, tiles in tile_choices]
                 print(f"{order:>16}, {name:>8}: " + "; ".join(cells), flush=True)
-    with triton_ops.pdl_settings(True, triton_ops.trigger_first_for(args.batch)):
-        base = replay_ms(engine_layers(None, with_attention=False))
-        totals = {label: replay_ms(engine_layers(tiles)) for label, tiles in tile_choices}
+    # inside decoder layers: the engine's weights with and without PDL, and paged_attention.py
+    # --layers's random weights, all over the engine's KV state
+    for where, pdl, weights in (("the engine's layers, PDL", True, None), ("the engine's layers, no PDL", False, None),
+                                ("random layers, PDL", True, random_layers)):  # fmt: skip
+        with triton_ops.pdl_settings(pdl, triton_ops.trigger_first_for(args.batch)):
+            base = replay_ms(engine_layers(None, with_attention=False, weights=weights))
+            totals = {label: replay_ms(engine_layers(tiles, weights=weights)) for label, tiles in tile_choices}
         cells = [cell(label, ms - base) for label, ms in totals.items()]
-        print(f"inside the engine's layers, PDL (the layers without it, {base:.3f} ms, taken off): " + "; ".join(cells))
+        print(f"inside {where} (the layers without it, {base:.3f} ms, taken off): " + "; ".join(cells), flush=True)
+    with triton_ops.pdl_settings(True, triton_ops.trigger_first_for(args.batch)):
         same = torch.equal(engine_layers(None)(), fused_stack())
-        print(f"the engine's FusedStack itself: {replay_ms(fused_stack):.3f} ms; the layers above with the shipped "
-              f"tiles {totals['shipped']:.3f} ms, the same output: {same}", flush=True)  # fmt: skip
+        print(f"the engine's FusedStack itself: {replay_ms(fused_stack):.3f} ms, the same output as the layers above: "
+              f"{same}", flush=True)  # fmt: skip
     release(core, admissions)
 
 

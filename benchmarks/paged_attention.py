@@ -62,18 +62,21 @@ def pdl_as_engine(rows: int):
     return triton_ops.pdl_settings(True, triton_ops.trigger_first_for(rows))
 
 
-def random_layer() -> FusedLayer:
-    """One talker decoder layer's weights in the fused layout, random, of the talker's shapes."""
+def random_layer(
+    hidden: int = HIDDEN, intermediate: int = INTERMEDIATE, heads: int = HQ, kv_heads: int = HKV, head_dim: int = D
+) -> FusedLayer:
+    """One decoder layer's weights in the fused layout, random, of the talker's shapes by default."""
 
     def w(n: int, k: int) -> torch.Tensor:
         return torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
 
     def norm() -> torch.Tensor:
-        return (1 + 0.1 * torch.randn(HIDDEN, device="cuda")).to(torch.bfloat16)
+        return (1 + 0.1 * torch.randn(hidden, device="cuda")).to(torch.bfloat16)
 
-    qn, kn = (1 + 0.1 * torch.randn(2, D, device="cuda")).to(torch.bfloat16)
-    return FusedLayer(ln1=norm(), wqkv=w((HQ + 2 * HKV) * D, HIDDEN), q_norm=qn, k_norm=kn, wo=w(HIDDEN, HQ * D),
-                      ln2=norm(), wgu=w(2 * INTERMEDIATE, HIDDEN), wdown=w(HIDDEN, INTERMEDIATE))  # fmt: skip
+    qn, kn = (1 + 0.1 * torch.randn(2, head_dim, device="cuda")).to(torch.bfloat16)
+    return FusedLayer(ln1=norm(), wqkv=w((heads + 2 * kv_heads) * head_dim, hidden), q_norm=qn, k_norm=kn,
+                      wo=w(hidden, heads * head_dim),
+                      ln2=norm(), wgu=w(2 * intermediate, hidden), wdown=w(hidden, intermediate))  # fmt: skip
 
 
 def decoder_layers(x: torch.Tensor, layers: list[FusedLayer], final_norm: torch.Tensor, eps: float, attend):
