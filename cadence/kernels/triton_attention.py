@@ -75,14 +75,22 @@ def _split_range(ctx, split, FUSED: tl.constexpr, PS: tl.constexpr, SPLITS: tl.c
 
 
 @triton.jit
+def _context_len(ctx_ptr, n, CTX32: tl.constexpr):
+    """Row n's context length; CTX32: as int32 whatever the tensor's dtype (the engine's are int64),
+    so that the block loop's bounds and token indices are 32-bit (perf-notes #83)."""
+    ctx = tl.load(ctx_ptr + n)
+    return ctx.to(tl.int32) if CTX32 else ctx
+
+
+@triton.jit
 def _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t,
                           HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, FUSED: tl.constexpr,
-                          SPLITS: tl.constexpr):  # fmt: skip
+                          SPLITS: tl.constexpr, CTX32: tl.constexpr):  # fmt: skip
     """Pull the split's first block of cached keys and values into L2 before the wait for the kernel
     before. Those cache cells were written by earlier walks or steps, but the context length and
     page table read here may still be changing, so the lines fetched are only a guess: a hint that
     can cost bandwidth, never a wrong value (every index is kept inside the table and the pool)."""
-    ctx = tl.load(ctx_ptr + n)
+    ctx = _context_len(ctx_ptr, n, CTX32)
     start, stop, _ = _split_range(ctx, split, FUSED, PS, SPLITS)
     tok = start + t
     slot = tok // PS
@@ -135,7 +143,7 @@ def _paged_attention_kernel(
     qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
     G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr,
-    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr,
+    STAGES: tl.constexpr, PREFETCH: tl.constexpr, CTX32: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
@@ -165,10 +173,10 @@ def _paged_attention_kernel(
     pdl_trigger(USE_PDL)
     if PREFETCH and USE_PDL:  # only a kernel launched early has a wait to prefetch ahead of
         _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t, HKV, D, PS,
-                              FUSED, SPLITS)  # fmt: skip
+                              FUSED, SPLITS, CTX32)  # fmt: skip
     pdl_wait(USE_PDL)
     heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
-    ctx = tl.load(ctx_ptr + n)
+    ctx = _context_len(ctx_ptr, n, CTX32)
     if FUSED:
         row = q_ptr + n * (HQ + 2 * HKV) * D
         pos = tl.load(pos_ptr + n).to(tl.int64)
@@ -273,6 +281,9 @@ _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
 # CADENCE_ATTENTION_PDL=wait (wait first even in trigger-first graphs: the kernels after them launch
 # once their last wave runs) or end (the kernels after them launch when they complete).
 _ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
+# Experiment (perf-notes #83): CADENCE_ATTENTION_CTX_INT64=1 keeps the context lengths' own dtype in
+# the kernel (the engine's are int64) instead of narrowing them to int32.
+_CTX32 = os.environ.get("CADENCE_ATTENTION_CTX_INT64", "0") != "1"
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
@@ -341,7 +352,7 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
-        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **launch,
+        STAGES=tiles.stages, PREFETCH=tiles.prefetch, CTX32=_CTX32, num_warps=tiles.warps, **launch,
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **launch)
