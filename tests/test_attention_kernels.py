@@ -60,6 +60,24 @@ def test_paged_attention(ops, dtype, splits, shape):
     assert (a.float() - b.float()).abs().max() <= tol(dtype)
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_paged_attention_index_dtypes(ops, index_dtype):
+    """The engine passes int64 context lengths and block tables, paged_attention.py int32; the kernel
+    narrows the lengths to int32 itself (perf-notes #84): either dtype gives the same bits."""
+    tri, _ = ops
+    hq, hkv, d, ps, contexts = ATTENTION_SHAPES[1]
+    g = torch.Generator(device=DEV).manual_seed(4)
+    n, p = len(contexts), -(-max(contexts) // ps)
+    kc = torch.randn(2 * p, ps, hkv, d, device=DEV, generator=g)
+    vc = torch.randn(2 * p, ps, hkv, d, device=DEV, generator=g)
+    bt = torch.stack([torch.randperm(2 * p, device=DEV, generator=g)[:p] for _ in range(n)])
+    ctx = torch.tensor(contexts, device=DEV)
+    q = torch.randn(n, hq, d, device=DEV, generator=g)
+    want = tri.paged_attention(q, kc, vc, bt.int(), ctx.int(), d**-0.5, splits=4)
+    got = tri.paged_attention(q, kc, vc, bt.to(index_dtype), ctx.to(index_dtype), d**-0.5, splits=4)
+    assert torch.equal(got, want)
+
+
 def decode_rows(shape, dtype, seed):
     """Inputs of one decode attention: each row its own sequence's new token, its pages its own,
     and the new tokens' cache cells NaN (a kernel that read them instead of taking the key and value
@@ -156,14 +174,14 @@ def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps, stages):
 def test_attention_tiles_prefetch_only_where_kernels_wait_first(ops):
     """The first block's L2 prefetch before the PDL wait goes to graphs whose kernels wait first (up
     to 32 rows); under trigger first (64 rows) it made the walk slower (perf-notes #72). The
-    code predictor's short contexts keep 32-token blocks; the talker's long ones 64 / 128, and
-    above 64 rows 64 in a pipelined loop."""
+    code predictor's short contexts keep 32-token blocks; the talker's long ones 64-token blocks, in a
+    plain loop below 8 rows (split 4-16 ways) and pipelined from 8 rows up (perf-notes #85)."""
     tri, _ = ops
     assert [tri.attention_tiles(rows, 17).prefetch for rows in (1, 16, 32, 33, 64)] == [True] * 3 + [False] * 2
     assert [tri.attention_tiles(rows).prefetch for rows in (1, 8, 64, 256)] == [True, True, False, False]
     assert {tri.attention_tiles(rows, 17).block_tokens for rows in (1, 64)} == {32}
-    assert [tri.attention_tiles(rows).block_tokens for rows in (1, 8, 64, 65, 256)] == [64, 128, 128, 64, 64]
-    assert [tri.attention_tiles(rows).stages for rows in (1, 8, 64, 65, 256)] == [0, 0, 0, 2, 2]
+    assert [tri.attention_tiles(rows).block_tokens for rows in (1, 7, 8, 64, 65, 256)] == [64] * 6
+    assert [tri.attention_tiles(rows).stages for rows in (1, 7, 8, 64, 65, 256)] == [0, 0, 2, 2, 2, 2]
 
 
 @pytest.mark.skipif(

@@ -75,22 +75,22 @@ def _split_range(ctx, split, FUSED: tl.constexpr, PS: tl.constexpr, SPLITS: tl.c
 
 
 @triton.jit
-def _context_len(ctx_ptr, n, CTX32: tl.constexpr):
-    """Row n's context length; CTX32: as int32 whatever the tensor's dtype (the engine's are int64),
-    so that the block loop's bounds and token indices are 32-bit (perf-notes #83)."""
-    ctx = tl.load(ctx_ptr + n)
-    return ctx.to(tl.int32) if CTX32 else ctx
+def _context_len(ctx_ptr, n):
+    """Row n's context length as int32 whatever the tensor's dtype (the engine's are int64): with
+    64-bit bounds and token indices the pipelined block loop ran 41 -> 55 us a layer at 64 rows of
+    514 tokens, the plain one 50 (perf-notes #83, #84)."""
+    return tl.load(ctx_ptr + n).to(tl.int32)
 
 
 @triton.jit
 def _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t,
                           HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, FUSED: tl.constexpr,
-                          SPLITS: tl.constexpr, CTX32: tl.constexpr):  # fmt: skip
+                          SPLITS: tl.constexpr):  # fmt: skip
     """Pull the split's first block of cached keys and values into L2 before the wait for the kernel
     before. Those cache cells were written by earlier walks or steps, but the context length and
     page table read here may still be changing, so the lines fetched are only a guess: a hint that
     can cost bandwidth, never a wrong value (every index is kept inside the table and the pool)."""
-    ctx = _context_len(ctx_ptr, n, CTX32)
+    ctx = _context_len(ctx_ptr, n)
     start, stop, _ = _split_range(ctx, split, FUSED, PS, SPLITS)
     tok = start + t
     slot = tok // PS
@@ -143,7 +143,7 @@ def _paged_attention_kernel(
     qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
     G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr,
-    STAGES: tl.constexpr, PREFETCH: tl.constexpr, CTX32: tl.constexpr, USE_PDL: tl.constexpr,
+    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
@@ -173,10 +173,10 @@ def _paged_attention_kernel(
     pdl_trigger(USE_PDL)
     if PREFETCH and USE_PDL:  # only a kernel launched early has a wait to prefetch ahead of
         _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t, HKV, D, PS,
-                              FUSED, SPLITS, CTX32)  # fmt: skip
+                              FUSED, SPLITS)  # fmt: skip
     pdl_wait(USE_PDL)
     heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
-    ctx = _context_len(ctx_ptr, n, CTX32)
+    ctx = _context_len(ctx_ptr, n)
     if FUSED:
         row = q_ptr + n * (HQ + 2 * HKV) * D
         pos = tl.load(pos_ptr + n).to(tl.int64)
@@ -254,13 +254,13 @@ class AttentionTiles:
     prefetch: bool = False
 
 
-# Decode batches of more rows than this (no PDL there; the unfused attention, FUSED_ATTENTION_MAX_ROWS)
-# run the talker's long contexts as 64-token blocks with the loop pipelined 2 deep: the b256 walk
-# 10.59 -> 9.81 ms (perf-notes #72). There, under Triton 3.6, ptxas gives the 128-token plain loop
-# 32 registers and ~6.9 KB of spills a thread, the pipelined 64-token one ~90 B
-# (benchmarks/triton_ptxas.py). At 8-64 rows, in PDL chains, the pipelined loop measured no gain in
-# the walk (b64 5.16-5.19 either way), so those keep their tiles.
-PIPELINED_ABOVE_ROWS = 64
+# Decode batches of this many rows or more run the talker's long contexts as 64-token blocks with the
+# loop pipelined 2 deep. Above 64 rows (no PDL there) that took the b256 walk 10.59 -> 9.81 ms
+# (perf-notes #72): under Triton 3.6 ptxas gives the 128-token plain loop ~6.9 KB of spills a thread,
+# the pipelined 64-token one ~90 B (benchmarks/triton_ptxas.py). At 8-64 rows it gained nothing
+# until the kernel narrowed the engine's int64 context lengths (#84): since, b64 4.89 -> 4.52 ms,
+# b8 3.32 -> 3.28 (#85; 128-token pipelined blocks, 8 warps, 3 stages: no better).
+PIPELINED_FROM_ROWS = 8
 
 
 def _experiment_tiles(name: str) -> AttentionTiles | None:
@@ -281,28 +281,24 @@ _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
 # CADENCE_ATTENTION_PDL=wait (wait first even in trigger-first graphs: the kernels after them launch
 # once their last wave runs) or end (the kernels after them launch when they complete).
 _ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
-# Experiment (perf-notes #83): CADENCE_ATTENTION_CTX_INT64=1 keeps the context lengths' own dtype in
-# the kernel (the engine's are int64) instead of narrowing them to int32.
-_CTX32 = os.environ.get("CADENCE_ATTENTION_CTX_INT64", "0") != "1"
 
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
     """The tiles for a decode batch of `rows` query rows, from the sweep of
-    benchmarks/paged_attention.py on the H200 (perf-notes #23): from 8 rows up, 128-token blocks
-    (fewer, longer iterations: 3.4 -> 3.6 TB/s at 256 rows, 2.5 -> 3.3 at 64); below, where the
-    context is split 16 ways and each split is short, 64. Contexts known
+    benchmarks/paged_attention.py on the H200 (perf-notes #23) and of the walks: from
+    PIPELINED_FROM_ROWS up, 64-token blocks in a loop pipelined 2 deep (perf-notes #72, #85); below,
+    where the context is split 4-16 ways and each split is short, 64-token blocks in a plain loop. Contexts known
     to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
     block only adds masked work and registers (with 128-token ones there the batch-256 walk took
-    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25). Above PIPELINED_ABOVE_ROWS the long
-    contexts take 64-token blocks in a pipelined loop (perf-notes #72)."""
+    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
     if max_context is not None and max_context <= 32:
         tiles = (rows < 8 and _SHORT_TILES) or AttentionTiles(block_tokens=32)
     elif rows >= 8 and _LONG_TILES:
         tiles = _LONG_TILES
-    elif rows > PIPELINED_ABOVE_ROWS:
+    elif rows >= PIPELINED_FROM_ROWS:
         tiles = AttentionTiles(block_tokens=64, stages=2)
     else:
-        tiles = AttentionTiles(block_tokens=128 if rows >= 8 else 64)
+        tiles = AttentionTiles(block_tokens=64)
     return replace(tiles, prefetch=True) if _PREFETCH and not trigger_first_for(rows) else tiles
 
 
@@ -352,7 +348,7 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
-        STAGES=tiles.stages, PREFETCH=tiles.prefetch, CTX32=_CTX32, num_warps=tiles.warps, **launch,
+        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **launch,
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **launch)
