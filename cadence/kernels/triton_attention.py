@@ -283,6 +283,11 @@ _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
 _ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
 
 
+# Experiment (perf-notes #86): CADENCE_ATTENTION_PROGRAMS=N aims the long-context calls' splits at N
+# programs instead of attention_splits' 256 (1024: two splits at 64 rows).
+_LONG_PROGRAMS = int(os.environ.get("CADENCE_ATTENTION_PROGRAMS", "0"))
+
+
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
     """The tiles for a decode batch of `rows` query rows, from the sweep of
     benchmarks/paged_attention.py on the H200 (perf-notes #23) and of the walks: from
@@ -329,7 +334,8 @@ def qk_norm_rope_attention(
 def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale, splits, tiles, max_context):
     n, d = q.shape[0], k_cache.shape[3]
     ps, hkv = k_cache.shape[1], k_cache.shape[2]
-    splits = splits or attention_splits(n, hkv)
+    long_context = max_context is None or max_context > 32
+    splits = splits or attention_splits(n, hkv, *([_LONG_PROGRAMS] if long_context and _LONG_PROGRAMS else []))
     tiles = tiles or attention_tiles(n, max_context)
     g = hq // hkv
     out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)
