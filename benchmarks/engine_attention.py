@@ -6,9 +6,9 @@ a few walks, then times the fused decode attention (28 calls, one a layer, in on
 launched with the engine's PDL order) over:
 
   engine     the engine's KV pool and block table (int64), as the walk reads them
-  table32    the same with the block table as int32 (what paged_attention.py passes)
+  table32    the same with the block table as int32
   int32      the same with the table, context lengths, positions and slots all int32 (as
-             paged_attention.py's; the engine's are int64)
+             paged_attention.py passed them before perf-notes #84; the engine's are int64)
   copy       the pool's used pages copied into a tensor of their own (same values, small)
   random     that copy filled with random values (paged_attention.py's data)
 

@@ -112,7 +112,7 @@ def sweep_batch(
     ctx = torch.full((rows,), context, device="cuda", dtype=torch.int64)
     q = torch.randn(rows, HQ, D, device="cuda", dtype=torch.bfloat16)
     qkv, norm_rope = decode_inputs(rows, context)
-    slots = table[:, (context - 1) // PAGE].long() * PAGE + (context - 1) % PAGE
+    slots = table[:, (context - 1) // PAGE] * PAGE + (context - 1) % PAGE
     scale = D**-0.5
 
     def attend(ops, k, v, splits=None, tiles=None, rows_qkv=qkv):

@@ -62,8 +62,8 @@ def test_paged_attention(ops, dtype, splits, shape):
 
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_paged_attention_index_dtypes(ops, index_dtype):
-    """The engine passes int64 context lengths and block tables, paged_attention.py int32; the kernel
-    narrows the lengths to int32 itself (perf-notes #84): either dtype gives the same bits."""
+    """The engine passes int64 context lengths and block tables; the kernel narrows the lengths to
+    int32 itself (perf-notes #84): int32 and int64 indices give the same bits."""
     tri, _ = ops
     hq, hkv, d, ps, contexts = ATTENTION_SHAPES[1]
     g = torch.Generator(device=DEV).manual_seed(4)

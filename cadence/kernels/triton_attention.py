@@ -288,15 +288,20 @@ _ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get(
 _LONG_PROGRAMS = int(os.environ.get("CADENCE_ATTENTION_PROGRAMS", "0"))
 
 
+def _short_context(max_context: int | None) -> bool:
+    """Calls whose contexts are known to be short (the code predictor's <= 17 tokens)."""
+    return max_context is not None and max_context <= 32
+
+
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
     """The tiles for a decode batch of `rows` query rows, from the sweep of
     benchmarks/paged_attention.py on the H200 (perf-notes #23) and of the walks: from
     PIPELINED_FROM_ROWS up, 64-token blocks in a loop pipelined 2 deep (perf-notes #72, #85); below,
     where the context is split 4-16 ways and each split is short, 64-token blocks in a plain loop.
-    Contexts known to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token blocks: a longer
-    block only adds masked work and registers (with 128-token ones there the batch-256 walk took
-    12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
-    if max_context is not None and max_context <= 32:
+    Contexts known to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token
+    blocks: a longer block only adds masked work and registers (with 128-token ones there the
+    batch-256 walk took 12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
+    if _short_context(max_context):
         tiles = (rows < 8 and _SHORT_TILES) or AttentionTiles(block_tokens=32)
     elif rows >= 8 and _LONG_TILES:
         tiles = _LONG_TILES
@@ -335,8 +340,7 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
     n, d = q.shape[0], k_cache.shape[3]
     ps, hkv = k_cache.shape[1], k_cache.shape[2]
     if not splits:
-        long_context = max_context is None or max_context > 32
-        experiment = long_context and _LONG_PROGRAMS
+        experiment = _LONG_PROGRAMS and not _short_context(max_context)
         splits = attention_splits(n, hkv, _LONG_PROGRAMS) if experiment else attention_splits(n, hkv)
     tiles = tiles or attention_tiles(n, max_context)
     g = hq // hkv
