@@ -231,38 +231,3 @@ def test_decode_attention_prefetch_and_stages_give_the_same_bits(ops, trigger_fi
     for out, mine in variants:
         assert torch.equal(out, plain[0])
         assert all(torch.equal(a, b) for a, b in zip(mine, plain[1], strict=True))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("position", [0, 1, 7, 15])
-def test_row_cache_attention(ops, dtype, position):
-    """The code predictor's decode attention (each row owning one 16-token cache row, all at one
-    position: perf-notes #87) bit for bit the paged decode kernel over the same cache as pages, and
-    within rounding of its definition; the new tokens' cells (NaN before) written."""
-    from cadence.models.qwen3_tts.layers import rope_cos_sin
-
-    tri, ref = ops
-    hq, hkv, d, t, n = 16, 8, 128, 16, 5
-    g = torch.Generator(device=DEV).manual_seed(6)
-    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g).to(dtype)
-    qn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    kn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    cos, sin = rope_cos_sin(torch.arange(t, device=DEV), d, 1e6, dtype)
-    caches = [torch.randn(n, t, hkv, d, device=DEV, generator=g).to(dtype) for _ in range(2)]
-    for c in caches:
-        c[:, position] = float("nan")
-    mine, paged, defined = ([c.clone() for c in caches] for _ in range(3))
-    norm_rope = (qn, kn, 1e-6, cos, sin)
-    a = tri.row_cache_attention(qkv, *norm_rope, position, *mine, d**-0.5, hq, hkv)
-    rows, pos = torch.arange(n, device=DEV), torch.full((n,), position, device=DEV)
-    index = (rows * t + position, rows[:, None], pos + 1, d**-0.5, hq, hkv)
-    b = tri.qk_norm_rope_attention(qkv, *norm_rope, pos, *paged, *index, splits=1, max_context=t)
-    c = ref.row_cache_attention(qkv, *norm_rope, position, *defined, d**-0.5, hq, hkv)
-    assert not a.isnan().any()
-    assert torch.equal(a, b)
-    assert (a.float() - c.float()).abs().max() <= 4 * tol(dtype)
-    for x, y in zip(mine, paged, strict=True):
-        assert not x.isnan().any()
-        assert torch.equal(x, y)
-    with pytest.raises(ValueError, match="outside the rows' 16-token caches"):
-        tri.row_cache_attention(qkv, *norm_rope, t, *mine, d**-0.5, hq, hkv)

@@ -114,27 +114,6 @@ def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypa
 
 
 @pytest.mark.parametrize("backend", list(backends()))
-def test_code_predictor_row_cache_attention_changes_no_code(model, backend, monkeypatch):
-    """The code predictor's steps through ops.row_cache_attention (every row at the step's position,
-    its cache row its own: no index read from memory, perf-notes #87) give the paged kernel's codes
-    bit for bit, greedy and sampled, late joiners included."""
-    from cadence.kernels import load_ops
-    from cadence.models.qwen3_tts import fused_stack
-
-    reqs = [request(model, i, 20 + i, greedy=i % 2 == 0, seed=400 + i) for i in range(5)]
-    arrivals = {0: reqs[:2], 3: reqs[2:4], 6: reqs[4:]}
-    paged = run(build_core(model, config(attention_backend=backend)), arrivals)
-    ops, calls = load_ops(backend), []
-    original = ops.row_cache_attention
-    monkeypatch.setattr(ops, "row_cache_attention", lambda *args: calls.append(args[6]) or original(*args))
-    monkeypatch.setattr(fused_stack, "ROW_CACHE_ATTENTION", True)
-    rows = run(build_core(model, config(attention_backend=backend)), arrivals)
-    assert set(calls) == set(range(2, model.config.talker.code_predictor.num_code_groups))  # every step's position
-    for r in reqs:
-        assert torch.equal(codes_of(rows[r.request_id]), codes_of(paged[r.request_id])), r.request_id
-
-
-@pytest.mark.parametrize("backend", list(backends()))
 def test_eos_is_emitted_by_the_fused_walk(model, backend):
     """Regression: a graph replay must read the EOS ban from device state, not a placeholder."""
     eos = model.config.talker.codec_eos_token_id

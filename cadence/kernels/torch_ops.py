@@ -134,34 +134,6 @@ def qk_norm_rope_attention(
     return paged_attention(q, k_cache, v_cache, block_table, context_lens, scale, splits, max_context)
 
 
-def row_cache_attention(
-    qkv: torch.Tensor,
-    q_norm: torch.Tensor,
-    k_norm: torch.Tensor,
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    position: int,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    scale: float,
-    num_heads: int,
-    num_kv_heads: int,
-) -> torch.Tensor:
-    """qk_norm_rope_attention for rows whose caches are rows of their own, k_cache [rows, T, Hkv, D]
-    (row n of qkv owns cache row n: a page of T tokens), every row at `position` (the code
-    predictor's step), which the Triton backend runs without reading any index from memory."""
-    n, t = qkv.shape[0], k_cache.shape[1]
-    if not 0 <= position < t:
-        raise ValueError(f"position {position} is outside the rows' {t}-token caches")
-    rows = torch.arange(n, device=qkv.device)
-    positions = torch.full((n,), position, device=qkv.device)
-    return qk_norm_rope_attention(
-        qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, rows * t + position, rows[:, None],
-        positions + 1, scale, num_heads, num_kv_heads,
-    )  # fmt: skip
-
-
 def embed_frame(
     codes: torch.Tensor, table: torch.Tensor, offsets: torch.Tensor, plus: torch.Tensor | None = None
 ) -> torch.Tensor:

@@ -232,59 +232,12 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, D: tl.constexpr, SPLITS: 
     tl.store(o_ptr + row * D + d, total.to(o_ptr.dtype.element_ty))
 
 
-@triton.jit
-def _row_cache_attention_kernel(
-    qkv_ptr, kc_ptr, vc_ptr, o_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos, scale, eps,
-    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, T: tl.constexpr, G: tl.constexpr, G_PAD: tl.constexpr,
-    BT: tl.constexpr, IEEE: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr,
-):  # fmt: skip
-    """The fused decode kernel's work for rows whose caches are rows of their own (row n's T tokens
-    are cache row n) and who all sit at the same position `pos` (the code predictor's step): no
-    context length, position, page or slot is read from memory, so after the PDL wait the qkv row
-    and the cached keys and values load together, and before it the cached lines are prefetched by
-    address alone. One program per (row, kv head); the arithmetic of _paged_attention_kernel's
-    one split (a block of BT tokens masked at `pos`, then the new token from registers), so the
-    same bits."""
-    n = tl.program_id(0)
-    kvh = tl.program_id(1)
-    g = tl.arange(0, G_PAD)
-    d = tl.arange(0, D)
-    t = tl.arange(0, BT)
-    valid = t < pos
-    cells = (n * T + tl.minimum(t, tl.maximum(pos - 1, 0))) * HKV + kvh  # masked tokens point at a cached one
-    pdl_trigger(USE_PDL)
-    if PREFETCH and USE_PDL:  # cells written by earlier kernels; a hint, never a value
-        line: tl.constexpr = 128 * 8 // kc_ptr.dtype.element_ty.primitive_bitwidth
-        lines = tl.arange(0, (D + line - 1) // line) * line
-        prefetch_l2(kc_ptr + cells[:, None] * D + lines[None, :])
-        prefetch_l2(vc_ptr + cells[:, None] * D + lines[None, :])
-    pdl_wait(USE_PDL)
-    row = qkv_ptr + n * (HQ + 2 * HKV) * D
-    k = tl.load(kc_ptr + cells[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
-    v = tl.load(vc_ptr + cells[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
-    q = norm_rope_heads(row, kvh * G + g, g < G, qn_ptr, cos_ptr, sin_ptr, pos, eps, D)  # [G_PAD, D]
-    one = tl.arange(0, 1)
-    k_new = norm_rope_heads(row, HQ + kvh + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, eps, D)  # [1, D]
-    v_new = tl.load(row + (HQ + HKV + kvh) * D + one[:, None] * D + d[None, :])
-    cell = ((n * T + pos) * HKV + kvh) * D + d[None, :]
-    tl.store(kc_ptr + cell, k_new)
-    tl.store(vc_ptr + cell, v_new)
-    m_i = tl.full([G_PAD], -float("inf"), tl.float32)
-    l_i = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, D], tl.float32)
-    if pos > 0:  # an all-masked block would make the softmax's rescale NaN (the paged kernel skips its loop)
-        m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
-    m_i, l_i, acc = _attend_one(q, k_new, v_new, m_i, l_i, acc, scale, IEEE)
-    heads = n * HQ + kvh * G + g
-    out = acc / l_i[:, None]
-    tl.store(o_ptr + heads[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
-
-
-def attention_splits(rows: int, kv_heads: int, target_programs: int = 256) -> int:
+def attention_splits(rows: int, kv_heads: int) -> int:
     """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice (the
-    sweep of benchmarks/paged_attention.py, perf-notes #23: batch 8 best at 4 splits, 1 at 16)."""
+    sweep of benchmarks/paged_attention.py, perf-notes #23: batch 8 best at 4 splits, 1 at 16). Not
+    more at 64 rows: two splits there took the walk 4.54 -> 4.77 ms (perf-notes #86)."""
     splits = 1
-    while splits < 16 and rows * kv_heads * splits < target_programs:
+    while splits < 16 and rows * kv_heads * splits < 256:
         splits *= 2
     return splits
 
@@ -329,11 +282,6 @@ _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
 # CADENCE_ATTENTION_PDL=wait (wait first even in trigger-first graphs: the kernels after them launch
 # once their last wave runs) or end (the kernels after them launch when they complete).
 _ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
-
-
-# Experiment (perf-notes #86): CADENCE_ATTENTION_PROGRAMS=N aims the long-context calls' splits at N
-# programs instead of attention_splits' 256 (1024: two splits at 64 rows).
-_LONG_PROGRAMS = int(os.environ.get("CADENCE_ATTENTION_PROGRAMS", "0"))
 
 
 def _short_context(max_context: int | None) -> bool:
@@ -387,9 +335,7 @@ def qk_norm_rope_attention(
 def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale, splits, tiles, max_context):
     n, d = q.shape[0], k_cache.shape[3]
     ps, hkv = k_cache.shape[1], k_cache.shape[2]
-    if not splits:
-        experiment = _LONG_PROGRAMS and not _short_context(max_context)
-        splits = attention_splits(n, hkv, _LONG_PROGRAMS) if experiment else attention_splits(n, hkv)
+    splits = splits or attention_splits(n, hkv)
     tiles = tiles or attention_tiles(n, max_context)
     g = hq // hkv
     out = torch.empty(n, hq * d, dtype=q.dtype, device=q.device)
@@ -412,25 +358,4 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **launch)
-    return out
-
-
-def row_cache_attention(
-    qkv, q_norm, k_norm, eps, cos, sin, position: int, k_cache, v_cache, scale, num_heads: int, num_kv_heads: int
-) -> torch.Tensor:  # fmt: skip
-    """qk_norm_rope_attention for rows whose caches are rows of their own, k_cache [rows, T, Hkv, D]
-    (row n of qkv [N, (Hq+2Hkv)*D] owns cache row n), every row at `position` < T: the code
-    predictor's step. Returns [N, Hq*D]."""
-    n, (t, hkv, d) = qkv.shape[0], k_cache.shape[1:]
-    if not 0 <= position < t:
-        raise ValueError(f"position {position} is outside the rows' {t}-token caches")
-    out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
-    launch = pdl_launch(qkv)
-    g = num_heads // hkv
-    _row_cache_attention_kernel[(n, hkv)](
-        qkv, k_cache, v_cache, out, q_norm, k_norm, cos, sin, position, scale, eps,
-        HQ=num_heads, HKV=hkv, D=d, T=t, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
-        BT=max(32, triton.next_power_of_2(t)), IEEE=k_cache.dtype == torch.float32,
-        PREFETCH=_PREFETCH and launch["USE_PDL"] == PDL_WAIT_FIRST, num_warps=4, **launch,
-    )  # fmt: skip
     return out

@@ -18,7 +18,6 @@ from .triton_attention import (
     attention_tiles,
     norm_rope_heads,
     paged_attention,
-    row_cache_attention,
 )
 from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_launch import pdl_entry, pdl_launch, pdl_settings, pdl_trigger_first, trigger_first_for, use_pdl
@@ -39,8 +38,8 @@ __all__ = [
     "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits",
     "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_swiglu", "paged_attention", "pdl_launch",
     "pdl_settings", "pdl_trigger_first", "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk",
-    "row_cache_attention", "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles",
-    "trigger_first_for", "use_pdl",
+    "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "trigger_first_for",
+    "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------

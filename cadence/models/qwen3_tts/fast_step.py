@@ -273,7 +273,7 @@ class FastDecoder:
                               embed_out=embedded)  # fmt: skip
             h = self.cp_stack(
                 cp.small_to_mtp_projection(embedded), ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b],
-                ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True, shared_position=j + 2,
+                ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True,
             )  # fmt: skip
 
     @torch.no_grad()

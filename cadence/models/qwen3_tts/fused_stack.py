@@ -10,17 +10,12 @@ norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
-
-# Experiment (perf-notes #87): decode rows that share one position and own one cache row each (the
-# code predictor's steps) take ops.row_cache_attention, which reads no index from memory.
-ROW_CACHE_ATTENTION = os.environ.get("CADENCE_ROW_ATTENTION") == "1"
 
 
 @dataclass
@@ -69,29 +64,20 @@ class FusedStack:
         self.cos, self.sin = rope_cos_sin(torch.arange(max_positions, device=dev), cfg.head_dim, cfg.rope_theta, dtype)
 
     def __call__(
-        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False,
-        shared_position: int | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
+    ) -> torch.Tensor:
         """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
         first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D].
         decode: every row is its own sequence's one new token (positions = context_lens - 1), so the
         attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
-        not for prefill, whose rows read each other's keys. shared_position: decode rows that all sit
-        at this position, row n's cache page being page n (the code predictor's steps; the index
-        tensors must say the same), which lets the attention read no index (ROW_CACHE_ATTENTION)."""
+        not for prefill, whose rows read each other's keys."""
         ops = self.ops
-        row_cache = decode and shared_position is not None and ROW_CACHE_ATTENTION
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
         for i, L in enumerate(self.layers):
             qkv = ops.linear(h, L.wqkv)
             cache = (k_cache[i], v_cache[i], slot_index)
             norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
-            if row_cache:
-                attn = ops.row_cache_attention(
-                    qkv, L.q_norm, L.k_norm, self.eps, self.cos, self.sin, shared_position, k_cache[i], v_cache[i],
-                    self.scale, self.heads, self.kv_heads,
-                )  # fmt: skip
-            elif decode:
+            if decode:
                 attn = ops.qk_norm_rope_attention(
                     qkv, *norm_rope, block_table, context_lens, self.scale, self.heads, self.kv_heads, self.splits,
                     max_context=self.max_positions,
