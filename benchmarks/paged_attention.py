@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 
 import torch
+import triton
 from graph_timing import replay_ms
 
 from cadence.kernels import torch_ops, triton_ops
@@ -167,7 +168,11 @@ def sweep_batch(
     ]  # fmt: skip
     timed = {}
     for tiles, splits in itertools.product(grid, splits_list):
-        out = attend(triton_ops, *caches[0], splits, tiles).float()
+        try:
+            out = attend(triton_ops, *caches[0], splits, tiles).float()
+        except triton.runtime.errors.OutOfResources as e:  # deep pipelines of long blocks outgrow shared memory
+            print(f"  {label(tiles, splits)}: skipped ({e})")
+            continue
         assert (out - ref).abs().max() <= 2e-2, label(tiles, splits)
         timed[(tiles, splits)] = timed_ms(walk(tiles, splits)) - gemms_ms
     shipped = (triton_ops.attention_tiles(rows), triton_ops.attention_splits(rows, HKV))
