@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
 import subprocess
 import tempfile
 
@@ -37,7 +38,13 @@ def ptxas_report(
     """Compile `fn` (a @triton.jit function) for sm_{arch}a and return ptxas's register/spill line."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
-    src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
+    # The hint the JIT gives every 16-byte-aligned tensor argument at launch: without it Triton may
+    # not prove a load's alignment and compiles it scalar (the decode attention's K/V loads did,
+    # reporting other registers than the kernel that runs; perf-notes #88).
+    pointers = [n for n in names if n not in constexprs and types[n].startswith("*")]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in pointers}
+    src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constexprs.items()},
+                    attrs=attrs)  # fmt: skip
     kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps, "num_stages": stages})
     ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,7 +54,10 @@ def ptxas_report(
         run = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}a", ptx, "-o", ptx + ".cubin"],
                              capture_output=True, text=True, check=True)  # fmt: skip
     lines = [line.split("info    : ")[-1].strip() for line in run.stderr.splitlines()]
-    return "; ".join(line for line in lines if "registers" in line or "spill" in line)
+    report = "; ".join(line for line in lines if "registers" in line or "spill" in line)
+    # A software-pipelined loop's wait: num = 0 means no copy stays in flight while a step computes
+    waits = re.findall(r"ttg.async_wait[^{]*\{num = (\d+)", kernel.asm["ttgir"])
+    return report + (f"; async_wait num {', '.join(waits)}" if waits else "")
 
 
 def main() -> None:
@@ -67,10 +77,11 @@ def main() -> None:
     print(f"Triton {triton.__version__}, sm_{args.arch}a; paged attention, GQA 16/8 x 128, bf16 cache, 16-token pages")
     for warps in args.warps:
         for fused in (False, True):
-            # batch 1 talker, code predictor, batch 8-64 talker, batch > 64 talker (pipelined loop)
-            for splits, block, stages in ((16, 64, 0), (1, 32, 0), (1, 128, 0), (1, 64, 2)):
+            # batch 1 talker, code predictor, batch 8-256 talker (pipelined loop), and deeper pipelines (#88)
+            for splits, block, stages in ((16, 64, 0), (1, 32, 0), (1, 128, 0), (1, 64, 2), (1, 64, 3), (1, 32, 4)):
                 consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=block, SPLITS=splits, IEEE=False,
-                              FUSED=fused, STAGES=stages, PREFETCH=False, USE_PDL=True)  # fmt: skip
+                              FUSED=fused, STAGES=stages, PREFETCH=False, USE_PDL=True,
+                              ASM_PAGES=stages > 0)  # fmt: skip
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} stages {stages} "
                       f"warps {warps}: {report}")  # fmt: skip
