@@ -277,8 +277,8 @@ class AttentionTiles:
 
 # Decode batches of this many rows or more run the talker's long contexts as 64-token blocks with the
 # loop pipelined 2 deep. Above 64 rows (no PDL there) that took the b256 walk 10.59 -> 9.81 ms
-# (perf-notes #72): under Triton 3.6 ptxas gives the 128-token plain loop ~6.9 KB of spills a thread,
-# the pipelined 64-token one ~90 B (benchmarks/triton_ptxas.py). At 8-64 rows it gained nothing
+# (perf-notes #72; the spills #72 gave as the reason came from compiling without the JIT's pointer
+# hints: with them, neither loop spills, #88). At 8-64 rows it gained nothing
 # until the kernel narrowed the engine's int64 context lengths (#84): since, b64 4.89 -> 4.52 ms,
 # b8 3.32 -> 3.28 (#85; 128-token pipelined blocks, 8 warps, 3 stages: no better).
 PIPELINED_FROM_ROWS = 8
