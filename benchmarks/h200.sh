@@ -105,17 +105,6 @@ for phase in "$@"; do
       need_full
       timeout 300 python3 benchmarks/engine_attention.py --model $full --batch 64 --context 500 --kv-gb 20 ${ENGATTN_CACHES:+--caches $ENGATTN_CACHES} 2>&1 \
         | quiet | tee "$OUT/engattn82.log" | tail -8 ;;
-    attn88)  # perf-notes #88: the block loop with its page ids loaded outside the pipeliner (asm): its gpu tests, then
-      # the decode kernel alone at b64 (fused) and b256 (plain), 2-4 stages with asm pages, 2 without (ATTN88_BATCHES)
-      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention_kernels.py \
-        -k "asm_page or index_dtypes or qk_norm_rope_attention" 2>&1 | tee "$OUT/attn88_tests.log" | tail -2
-      for rows in ${ATTN88_BATCHES:-64 256}; do for asm in 0 1; do
-        stages=2; [ $asm = 1 ] && stages="2 3 4"; fused=""; [ $rows -le 64 ] && fused=--fused
-        CADENCE_ATTENTION_ASM_PAGES=$asm timeout 200 python3 benchmarks/paged_attention.py $fused --batches $rows \
-          --context 500 --stages $stages --splits 1 --json "$OUT/attn88_b${rows}_asm$asm.json" 2>&1 | tail -1
-        python3 -c "import json, sys; [print(f'  {k}: {v * 1e3 / 28:.1f} us a layer') for r in json.load(open(sys.argv[1]))
-          for k, v in sorted(r['all'].items(), key=lambda kv: kv[1])]" "$OUT/attn88_b${rows}_asm$asm.json"
-      done; done ;;
     skinny64)  # issue 4: the weight-streaming GEMM with 32/64-row tiles against cuBLAS (batches 17-64)
       python3 benchmarks/skinny_linear.py --rows 32 64 --json "$OUT/skinny_linear_64.json" 2>&1 | tee "$OUT/skinny64.log" | tail -24 ;;
     barrier)  # issue 4: the cost of a grid-wide barrier inside a kernel (decides the persistent code predictor)

@@ -77,11 +77,10 @@ def main() -> None:
     print(f"Triton {triton.__version__}, sm_{args.arch}a; paged attention, GQA 16/8 x 128, bf16 cache, 16-token pages")
     for warps in args.warps:
         for fused in (False, True):
-            # batch 1 talker, code predictor, batch 8-256 talker (pipelined loop), and deeper pipelines (#88)
+            # batch 1 talker, code predictor, batch 8-256 talker (pipelined loop), deeper pipelines (#88)
             for splits, block, stages in ((16, 64, 0), (1, 32, 0), (1, 128, 0), (1, 64, 2), (1, 64, 3), (1, 32, 4)):
                 consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=block, SPLITS=splits, IEEE=False,
-                              FUSED=fused, STAGES=stages, PREFETCH=False, USE_PDL=True,
-                              ASM_PAGES=stages > 0)  # fmt: skip
+                              FUSED=fused, STAGES=stages, PREFETCH=False, USE_PDL=True)  # fmt: skip
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} stages {stages} "
                       f"warps {warps}: {report}")  # fmt: skip

@@ -231,32 +231,3 @@ def test_decode_attention_prefetch_and_stages_give_the_same_bits(ops, trigger_fi
     for out, mine in variants:
         assert torch.equal(out, plain[0])
         assert all(torch.equal(a, b) for a, b in zip(mine, plain[1], strict=True))
-
-
-@pytest.mark.parametrize("tiles", [(64, 3), (64, 4), (32, 3), (32, 4)], ids=lambda t: f"{t[0]}x{t[1]}")
-@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
-def test_pipelined_loop_with_asm_page_loads(ops, monkeypatch, tiles, index_dtype):
-    """The block loop with its page ids loaded outside the pipeliner's async copies (perf-notes #88;
-    on CUDA devices only: the interpreter runs the tl.load path) and 3-4 stages: the bits of the
-    2-stage loop with the same blocks, for both table dtypes, fused decode rows and plain queries."""
-    from cadence.kernels import triton_attention
-    from cadence.kernels.triton_ops import AttentionTiles
-
-    tri, _ = ops
-    block, stages = tiles
-    qkv, args, caches, (slots, bt, ctx, scale, hq, hkv) = decode_rows(ATTENTION_SHAPES[1], torch.bfloat16, seed=7)
-    rest = (slots, bt.to(index_dtype), ctx.to(index_dtype), scale, hq, hkv)
-    q = torch.randn(qkv.shape[0], hq, qkv.shape[1] // (hq + 2 * hkv), device=DEV).to(torch.bfloat16)
-    out = {}
-    for name, asm, tile in (
-        ("want", False, AttentionTiles(block, stages=2)),
-        ("got", True, AttentionTiles(block, stages=stages)),
-    ):
-        monkeypatch.setattr(triton_attention, "_ASM_PAGES", asm)
-        mine = [c.clone() for c in caches]
-        fused = tri.qk_norm_rope_attention(qkv, *args, *mine, *rest, 1, tiles=tile)
-        plain = tri.paged_attention(q, *mine, rest[1], rest[2], scale, splits=2, tiles=tile)
-        out[name] = (fused, plain, *mine)
-    for got, want in zip(out["got"], out["want"], strict=True):
-        assert not got.isnan().any()
-        assert torch.equal(got, want)

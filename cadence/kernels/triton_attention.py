@@ -50,31 +50,12 @@ def norm_rope_heads(src_ptr, heads, hmask, w_ptr, cos_ptr, sin_ptr, pos, eps, D:
 
 
 @triton.jit
-def _load_pages(bt_ptr, n, slot, valid, bt_stride, ASM: tl.constexpr):
-    """The page ids of row n's table at `slot` (0 where not `valid`). ASM: by an inline-asm load,
-    which Triton's software pipeliner leaves alone. As a `tl.load` in a pipelined loop it becomes one
-    more async copy, and the K/V copies that need its result make every iteration wait for all
-    copies in flight (`async_wait num = 0`, whatever the stages): no block's load overlaps the
-    previous block's dots (perf-notes #88). The table is not written while the kernel runs."""
-    if ASM:
-        ptrs = bt_ptr + n * bt_stride + tl.minimum(slot, bt_stride - 1)  # inside the row's table, valid or not
-        if bt_ptr.dtype.element_ty.primitive_bitwidth == 64:
-            page = tl.inline_asm_elementwise("ld.global.nc.b64 $0, [$1];", "=l,l", [ptrs], dtype=tl.int64,
-                                             is_pure=True, pack=1)  # fmt: skip
-        else:
-            page = tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
-                                             is_pure=True, pack=1).to(tl.int64)  # fmt: skip
-        return tl.where(valid, page, 0)
-    return tl.load(bt_ptr + n * bt_stride + slot, mask=valid, other=0).to(tl.int64)
-
-
-@triton.jit
 def _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, end, bt_stride, t, d, HKV: tl.constexpr, D: tl.constexpr,
-                PS: tl.constexpr, ASM_PAGES: tl.constexpr = False):  # fmt: skip
+                PS: tl.constexpr):  # fmt: skip
     """K and V [BT, D] of context tokens tok0 + t (masked at `end`), gathered through the page table."""
     tok = tok0 + t
     valid = tok < end
-    page = _load_pages(bt_ptr, n, tok // PS, valid, bt_stride, ASM_PAGES)
+    page = tl.load(bt_ptr + n * bt_stride + tok // PS, mask=valid, other=0).to(tl.int64)
     row = (page * PS + tok % PS) * HKV + kvh
     k = tl.load(kc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
     v = tl.load(vc_ptr + row[:, None] * D + d[None, :], mask=valid[:, None], other=0.0)
@@ -162,15 +143,17 @@ def _paged_attention_kernel(
     qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
     G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr,
-    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr, ASM_PAGES: tl.constexpr,
+    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
     tokens gathered from several pages at once, so each iteration has a block's loads in flight
-    rather than one page's. STAGES > 0 runs the loop as a `tl.range`, which Triton software-
-    pipelines even with runtime bounds: the next blocks' K and V go to shared memory by `cp.async`
-    while one is scored, without the registers a hand-written prefetch of the next block took
-    (perf-notes #23, #72). PREFETCH pulls the first block into L2 before the PDL wait. The G query
+    rather than one page's. STAGES > 0 runs the loop as a `tl.range`, whose K and V go to shared
+    memory by `cp.async`; Triton 3.6 makes the page-id load one more async copy, so each iteration
+    waits for all copies in flight (`async_wait num = 0`) and the loads overlap only other programs'
+    work, not the previous block's dots. Loading the page ids outside the pipeliner so that 3-4
+    stages keep blocks in flight measured no faster (perf-notes #88).
+    PREFETCH pulls the first block into L2 before the PDL wait. The G query
     heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free: the kernel
     is bound by reading K and V). With one split the result is final and stored directly;
     otherwise the partial (max, sum, acc) go to the merge.
@@ -221,8 +204,7 @@ def _paged_attention_kernel(
             tok0 += BT
     else:  # software-pipelined: the next STAGES - 1 blocks' K and V copied to shared memory meanwhile
         for tok0 in tl.range(start, stop, BT, num_stages=STAGES):
-            k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, stop, bt_stride, t, d, HKV, D, PS,
-                                      ASM_PAGES)  # fmt: skip
+            k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, stop, bt_stride, t, d, HKV, D, PS)
             m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
     if FUSED:
         if (start <= ctx - 1) & (ctx - 1 < end):  # this split holds the new token
@@ -304,11 +286,6 @@ _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
 _ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
 
 
-# Experiment (perf-notes #88): CADENCE_ATTENTION_ASM_PAGES=1 loads the page ids of a pipelined block loop
-# outside the pipeliner's async copies (_load_pages), so that 3-4 stages keep blocks in flight.
-_ASM_PAGES = os.environ.get("CADENCE_ATTENTION_ASM_PAGES") == "1"
-
-
 def _short_context(max_context: int | None) -> bool:
     """Calls whose contexts are known to be short (the code predictor's <= 17 tokens)."""
     return max_context is not None and max_context <= 32
@@ -379,8 +356,7 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
-        STAGES=tiles.stages, PREFETCH=tiles.prefetch, ASM_PAGES=_ASM_PAGES and tiles.stages > 0 and q.is_cuda,
-        num_warps=tiles.warps, **launch,
+        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **launch,
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **launch)
