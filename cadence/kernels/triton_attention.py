@@ -152,11 +152,10 @@ def _paged_attention_kernel(
     memory by `cp.async`; Triton 3.6 makes the page-id load one more async copy, so each iteration
     waits for all copies in flight (`async_wait num = 0`) and the loads overlap only other programs'
     work, not the previous block's dots. Loading the page ids outside the pipeliner so that 3-4
-    stages keep blocks in flight measured no faster (perf-notes #88).
-    PREFETCH pulls the first block into L2 before the PDL wait. The G query
-    heads sharing the kv head are padded to the 16 rows a tensor-core dot needs (free: the kernel
-    is bound by reading K and V). With one split the result is final and stored directly;
-    otherwise the partial (max, sum, acc) go to the merge.
+    stages keep blocks in flight measured no faster (perf-notes #88). PREFETCH pulls the first
+    block into L2 before the PDL wait. The G query heads sharing the kv head are padded to the 16
+    rows a tensor-core dot needs (free: the kernel is bound by reading K and V). With one split the
+    result is final and stored directly; otherwise the partial (max, sum, acc) go to the merge.
 
     FUSED: q_ptr is the rows' qkv [N, (HQ+2HKV)*D] and each row is its sequence's new token at
     position context_lens - 1. Every program QK-norms and rotates its query heads and the row's key
