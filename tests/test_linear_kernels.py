@@ -137,6 +137,70 @@ def test_linear_swiglu(ops, dtype, m, inter):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("chains", [1, 8])
+@pytest.mark.parametrize("m", [1, 2, 16])
+@pytest.mark.parametrize(
+    "n,k,split_k,swiglu",
+    [(4096, 1024, 1, False), (1024, 2048, 4, False), (1024, 3072, 3, False), (6144, 1024, 1, True)],
+)
+def test_weights_ahead_against_the_streamed_loop(ops, dtype, chains, m, n, k, split_k, swiglu):
+    """The GEMM with its whole slab loaded before the PDL wait (perf-notes #89) on the decode shapes
+    (qkv, o and down split over K, gate/up with SwiGLU): with one chain the streamed loop's bits on
+    a GPU (the same mma order; under the interpreter numpy's matmul may add in another order);
+    with K in 8 chains within rounding of it; the split partials as the norm reads them."""
+    from cadence.kernels.triton_linear import SkinnyTiles, skinny_linear, skinny_linear_partials
+
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(21)
+    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
+    streamed = SkinnyTiles(block_n=32, block_k=256, split_k=split_k)
+    ahead = SkinnyTiles(block_n=32, block_k=256, split_k=split_k, weights_ahead=True, warps=8, chains=chains)
+    out = skinny_linear(x, w, ahead, swiglu=swiglu)
+    expected = skinny_linear(x, w, streamed, swiglu=swiglu)
+    if chains == 1 and not INTERPRET:
+        assert torch.equal(out, expected)
+    else:
+        assert (out.float() - expected.float()).abs().max() <= tol(dtype) * expected.float().abs().max()
+    if split_k > 1:
+        parts = skinny_linear_partials(x, w, ahead)[:, :m].clone()
+        streamed_parts = skinny_linear_partials(x, w, streamed)[:, :m]
+        assert parts.shape == (split_k, m, n)
+        assert (parts - streamed_parts).abs().max() <= 1e-5 * streamed_parts.abs().max()
+    definition = ref.linear_swiglu(x.float(), w.float()) if swiglu else torch.nn.functional.linear(x.float(), w.float())
+    assert (out.float() - definition).abs().max() <= tol(dtype) * 4 * definition.abs().max()
+
+
+def test_weights_ahead_switch_gives_every_decode_shape_a_power_of_2_k(monkeypatch):
+    """CADENCE_WEIGHTS_AHEAD=WARPS:CHAINS (an experiment, perf-notes #89): the tiles up to 16 rows
+    load the slab ahead with those warps and chains, each with a power-of-2 K a program (down_proj
+    split in 3); more rows keep the streamed loop."""
+    from cadence.kernels import triton_linear
+
+    monkeypatch.setattr(triton_linear, "WEIGHTS_AHEAD", (8, 4))
+    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
+        tiles = triton_linear.skinny_tiles(n, k, 1)
+        assert tiles.weights_ahead and (tiles.warps, tiles.chains) == (8, 4)
+        per_program = k // tiles.split_k
+        assert per_program * tiles.split_k == k and per_program & (per_program - 1) == 0
+        assert not triton_linear.skinny_tiles(n, k, 64).weights_ahead
+    assert triton_linear.skinny_tiles(1024, 3072, 16).split_k == 3
+    assert triton_linear.swiglu_tiles(6144, 1024, 1).weights_ahead
+
+
+def test_weights_ahead_need_a_power_of_2_k(ops):
+    """The slab in registers is one tensor a program: down_proj's 3072 in 4 splits (768 each) is a
+    clear error, in 3 it runs."""
+    from cadence.kernels.triton_linear import SkinnyTiles, skinny_linear
+
+    x = torch.ones(1, 3072, device=DEV)
+    w = torch.ones(64, 3072, device=DEV)
+    with pytest.raises(ValueError, match="power-of-2 K per program, got 768"):
+        skinny_linear(x, w, SkinnyTiles(split_k=4, weights_ahead=True))
+    assert torch.equal(skinny_linear(x, w, SkinnyTiles(split_k=3, weights_ahead=True)), torch.full((1, 64), 3072.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 1024, 3072), (24, 1024, 3072), (40, 1024, 2048), (3, 96, 1024)])
 def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, monkeypatch):
     """A layer's o or down projection and the residual-add + RMSNorm after it: where the GEMM splits
