@@ -104,6 +104,10 @@ def main() -> None:
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
             if rows > triton_linear.SKINNY_MAX_ROWS:
                 continue
+            for chains in (2, 4):  # the streamed loop with K in independent accumulations (perf-notes #89)
+                report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, dict(consts, CHAINS=chains),
+                                      tiles.warps, args.arch, tiles.stages)  # fmt: skip
+                print(f"    streamed, chains {chains}: {report}")
             if tiles.split_k == 4 and k == 3072:
                 tiles = dataclasses.replace(tiles, split_k=3)  # a power-of-2 K a program
             consts.update(SPLIT_K=tiles.split_k, K_PER_SPLIT=k // tiles.split_k, AHEAD=True)

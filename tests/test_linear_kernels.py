@@ -186,6 +186,36 @@ def test_weights_ahead_switch_gives_every_decode_shape_a_power_of_2_k(monkeypatc
         assert not triton_linear.skinny_tiles(n, k, 64).weights_ahead
     assert triton_linear.skinny_tiles(1024, 3072, 16).split_k == 3
     assert triton_linear.swiglu_tiles(6144, 1024, 1).weights_ahead
+    monkeypatch.setattr(triton_linear, "WEIGHTS_AHEAD", None)
+    monkeypatch.setattr(triton_linear, "GEMM_CHAINS", 4)
+    assert (
+        triton_linear.skinny_tiles(4096, 1024, 1).chains == 4
+        and not triton_linear.skinny_tiles(4096, 1024, 1).weights_ahead
+    )
+    assert triton_linear.skinny_tiles(4096, 1024, 64).chains == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("chains", [2, 4])
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("n,k,split_k,swiglu", [(4096, 1024, 1, False), (1024, 3072, 4, False), (6144, 1024, 1, True)])
+def test_streamed_loop_in_chains(ops, dtype, chains, m, n, k, split_k, swiglu):
+    """The streamed loop with each K step cut into independent mma accumulations (perf-notes #89):
+    within rounding of the one-chain loop (the sums add in another order), the partials too."""
+    from cadence.kernels.triton_linear import SkinnyTiles, skinny_linear, skinny_linear_partials
+
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(22)
+    x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
+    one = SkinnyTiles(block_n=32, block_k=256, split_k=split_k)
+    many = SkinnyTiles(block_n=32, block_k=256, split_k=split_k, chains=chains)
+    out, expected = skinny_linear(x, w, many, swiglu=swiglu), skinny_linear(x, w, one, swiglu=swiglu)
+    assert (out.float() - expected.float()).abs().max() <= tol(dtype) * expected.float().abs().max()
+    if split_k > 1:
+        parts = skinny_linear_partials(x, w, many)[:, :m].clone()
+        one_parts = skinny_linear_partials(x, w, one)[:, :m]
+        assert (parts - one_parts).abs().max() <= 1e-5 * one_parts.abs().max()
 
 
 def test_weights_ahead_need_a_power_of_2_k(ops):
@@ -197,7 +227,9 @@ def test_weights_ahead_need_a_power_of_2_k(ops):
     w = torch.ones(64, 3072, device=DEV)
     with pytest.raises(ValueError, match="power-of-2 K per program, got 768"):
         skinny_linear(x, w, SkinnyTiles(split_k=4, weights_ahead=True))
-    assert torch.equal(skinny_linear(x, w, SkinnyTiles(split_k=3, weights_ahead=True)), torch.full((1, 64), 3072.0))
+    assert torch.equal(
+        skinny_linear(x, w, SkinnyTiles(split_k=3, weights_ahead=True)), torch.full((1, 64), 3072.0, device=DEV)
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])

@@ -49,7 +49,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                                  SWIGLU, USE_PDL)  # fmt: skip
     else:
         acc, acc_up = _dot_streamed(x_ptr, w_ptr, rm, rn, rk, split, M, N, stride_xm, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                                    K_PER_SPLIT, SWIGLU, USE_PDL)  # fmt: skip
+                                    K_PER_SPLIT, CHAINS, SWIGLU, USE_PDL)  # fmt: skip
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
     dtype = out_ptr.dtype.element_ty
     if SWIGLU:
@@ -75,8 +75,8 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
 @triton.jit
 def _dot_streamed(x_ptr, w_ptr, rm, rn, rk, split, M, N, stride_xm, K: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr,
-                  USE_PDL: tl.constexpr):  # fmt: skip
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, CHAINS: tl.constexpr,
+                  SWIGLU: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
     """The slab's dots in BLOCK_K steps of a pipelined loop, after the wait; the weight only
     prefetched into L2 before it."""
     if USE_PDL:
@@ -90,6 +90,23 @@ def _dot_streamed(x_ptr, w_ptr, rm, rn, rk, split, M, N, stride_xm, K: tl.conste
     pdl_wait(USE_PDL)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if CHAINS > 1:  # each K step cut into CHAINS slices, each its own accumulation (perf-notes #89)
+        KS: tl.constexpr = BLOCK_K // CHAINS
+        c = tl.arange(0, CHAINS)[:, None, None] * KS + tl.arange(0, KS)[None, None, :]
+        m3 = rm[None, :, None]
+        n3 = rn[None, :, None]
+        acc3 = tl.zeros([CHAINS, BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc3_up = tl.zeros([CHAINS, BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for i in range(0, K_PER_SPLIT, BLOCK_K):
+            kc = split * K_PER_SPLIT + i + c
+            x3 = tl.load(x_ptr + m3 * stride_xm + kc, mask=(m3 < M) & (kc < K), other=0.0)
+            w3_mask = (n3 < N) & (kc < K)
+            w3 = tl.load(w_ptr + n3 * K + kc, mask=w3_mask, other=0.0)
+            acc3 = tl.dot(x3, tl.permute(w3, (0, 2, 1)), acc3)
+            if SWIGLU:
+                w3_up = tl.load(w_ptr + (N + n3) * K + kc, mask=w3_mask, other=0.0)
+                acc3_up = tl.dot(x3, tl.permute(w3_up, (0, 2, 1)), acc3_up)
+        return tl.sum(acc3, axis=0), tl.sum(acc3_up, axis=0)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
         kk = split * K_PER_SPLIT + i + rk
         x_mask = (rm[:, None] < M) & (kk[None, :] < K)
@@ -154,7 +171,7 @@ class SkinnyTiles:
     split_k: int = 1
     block_m: int = SKINNY_MAX_ROWS
     weights_ahead: bool = False  # the whole slab into registers before the PDL wait (`_dot_ahead`)
-    chains: int = 1  # with weights_ahead: K cut into this many independent mma accumulations
+    chains: int = 1  # K (each K step, streamed) cut into this many independent mma accumulations
 
 
 def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
@@ -173,6 +190,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             tiles = SkinnyTiles(block_n=32, block_k=256, split_k=4)
         else:
             tiles = SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
+        if GEMM_CHAINS:
+            tiles = dataclasses.replace(tiles, chains=GEMM_CHAINS)
         return _with_weights_ahead(tiles, k) if WEIGHTS_AHEAD else tiles
     if rows <= 32:
         if n <= 1024 and k >= 3072:
@@ -191,6 +210,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
 # tiles up to 16 rows the slab in registers before the PDL wait, WARPS warps, K in CHAINS accumulations.
 WEIGHTS_AHEAD = tuple(int(v) for v in os.environ["CADENCE_WEIGHTS_AHEAD"].split(":")) \
     if os.environ.get("CADENCE_WEIGHTS_AHEAD") else None  # fmt: skip
+# CADENCE_GEMM_CHAINS=C: the same tiles' streamed loop with K in C accumulations (perf-notes #89)
+GEMM_CHAINS = int(os.environ.get("CADENCE_GEMM_CHAINS", "0"))
 
 
 def _with_weights_ahead(tiles: SkinnyTiles, k: int) -> SkinnyTiles:
