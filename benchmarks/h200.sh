@@ -175,18 +175,6 @@ for phase in "$@"; do
           --json "$OUT/walk_${name}_$round.json" > $log 2>&1) || { echo "  walk failed (exit $?; 124: timed out):"; tail -6 $log; }
         quiet < $log | sed -n "/^ *batch/,/tokens:/p"
       done; done ;;
-    ahead89)  # perf-notes #89: the GEMM's K in independent mma chains, its slab loaded before the PDL wait: the
-      # kernel tests, each variant per call (skinny_linear.py --variants), the fast-step gpu tests with a setting
-      # on if AHEAD89_TEST_ENV names one (~170 s), then walks against this tree as shipped (AHEAD89_TREES; ~45 s each)
-      need_full
-      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py 2>&1 \
-        | tee "$OUT/ahead89_tests.log" | grep -E "passed|failed|error|Error" | tail -8
-      timeout -k 10 -s INT 240 python3 benchmarks/skinny_linear.py --variants --rows 1 16 \
-        --json "$OUT/skinny_variants_89.json" 2>&1 | tail -16
-      [ -z "${AHEAD89_TEST_ENV:-}" ] || env ${AHEAD89_TEST_ENV} timeout -k 10 -s INT 240 python3 -m pytest -q -x \
-        -p no:cacheprovider -m gpu tests/test_fast_step.py 2>&1 | tail -3
-      WALKAB_TESTS=0 WALKAB_BATCHES=${WALKAB_BATCHES:-1,8} WALKAB_ROUNDS=${WALKAB_ROUNDS:-1} \
-        TREES=${AHEAD89_TREES:-"c2=.,CADENCE_GEMM_CHAINS=2 c4=.,CADENCE_GEMM_CHAINS=4"} bash "$0" walkab ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size
       need_full
       timeout -k 10 -s INT 300 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_graph_capture.py \

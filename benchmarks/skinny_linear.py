@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -61,52 +60,6 @@ def label(t: triton_ops.SkinnyTiles | None) -> str:
     return f"({t.block_n}, {t.block_k}, {t.warps}, {t.stages}, {t.split_k})"
 
 
-def variants_of(tiles: triton_ops.SkinnyTiles, k: int) -> dict[str, triton_ops.SkinnyTiles]:
-    """The shipped tiles and perf-notes #89's variants of them (down_proj split in 3 for the slab ahead)."""
-    ahead = dataclasses.replace(
-        tiles, weights_ahead=True, warps=8, split_k=3 if tiles.split_k == 4 and k == 3072 else tiles.split_k
-    )
-    return {
-        "shipped": tiles,
-        "chains2": dataclasses.replace(tiles, chains=2),
-        "chains4": dataclasses.replace(tiles, chains=4),
-        "ahead": ahead,
-        "ahead_c4": dataclasses.replace(ahead, chains=4),
-        "ahead_c8": dataclasses.replace(ahead, chains=8),
-    }
-
-
-def time_variants(rows_list: list[int]) -> list[dict]:
-    """us per call of each variant on each decode shape, 50 calls a graph on their own weight copies,
-    without PDL and with it (each kernel's weight read overlapping the one before, as in a walk)."""
-    from cadence.kernels.triton_launch import pdl_settings
-
-    results = []
-    for rows in rows_list:
-        print(f"\nrows={rows}: us per call, without PDL / with PDL")
-        for n, k in SHAPES:
-            swiglu = n == 6144
-            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-            weights = [w] + [w.clone() for _ in range(CALLS - 1)]
-            shipped = triton_ops.swiglu_tiles(n, k, rows) if swiglu else triton_ops.skinny_tiles(n, k, rows)
-            if shipped is None:
-                continue
-            out = torch.empty(rows, n // 2 if swiglu else n, device="cuda", dtype=torch.bfloat16)
-            cells = []
-            for name, tiles in variants_of(shipped, k).items():
-                row = {"rows": rows, "n": n, "k": k, "variant": name, "tiles": dataclasses.asdict(tiles)}
-                for pdl in (False, True):
-                    with pdl_settings(pdl, trigger_first=False):
-                        call = partial(triton_ops.skinny_linear, x, tiles=tiles, out=out, swiglu=swiglu)
-                        us = time_graph(lambda i, call=call, weights=weights: call(weights[i]))
-                    row["pdl_us" if pdl else "plain_us"] = us
-                cells.append(f"{name} {row['plain_us']:.2f}/{row['pdl_us']:.2f}")
-                results.append(row)
-            print(f"{n:>5}x{k:<5}{' swiglu' if swiglu else ''}: " + "  ".join(cells))
-    return results
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -115,20 +68,10 @@ def main() -> None:
         "rows; 'shipped' is what triton_ops.linear runs (skinny_tiles: cuBLAS for some shapes)",
     )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
-    p.add_argument(
-        "--variants", action="store_true",
-        help="instead of the sweep: the shipped tiles against their K in 2 / 4 mma chains and the slab loaded "
-        "before the PDL wait (8 warps, 1 / 4 / 8 chains), each without and with PDL (perf-notes #89)",
-    )  # fmt: skip
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("skinny_linear.py needs a CUDA device")
     torch.manual_seed(0)
-    if args.variants:
-        results = time_variants(args.rows)
-        if args.json:
-            Path(args.json).write_text(json.dumps(results, indent=2))
-        return
     results = []
     if max(args.rows) > 64:
         raise SystemExit("--rows: at most 64 (the kernel holds all rows of a call in one program)")

@@ -19,7 +19,6 @@ a [16, vocab] comparison compiled here under 3.9 without spills, and under 3.6 t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
 import os
 import re
@@ -98,23 +97,10 @@ def main() -> None:
             k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
             consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                           SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, REDUCE=True,
-                          USE_PDL=True, AHEAD=False, CHAINS=1)  # fmt: skip
+                          USE_PDL=True)  # fmt: skip
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
                                   tiles.stages)  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
-            if rows > triton_linear.SKINNY_MAX_ROWS:
-                continue
-            for chains in (2, 4):  # the streamed loop with K in independent accumulations (perf-notes #89)
-                report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, dict(consts, CHAINS=chains),
-                                      tiles.warps, args.arch, tiles.stages)  # fmt: skip
-                print(f"    streamed, chains {chains}: {report}")
-            if tiles.split_k == 4 and k == 3072:
-                tiles = dataclasses.replace(tiles, split_k=3)  # a power-of-2 K a program
-            consts.update(SPLIT_K=tiles.split_k, K_PER_SPLIT=k // tiles.split_k, AHEAD=True)
-            for warps, chains in ((4, 1), (8, 1), (8, 4), (8, 8), (16, 8)):  # perf-notes #89
-                report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, dict(consts, CHAINS=chains),
-                                      warps, args.arch, tiles.stages)  # fmt: skip
-                print(f"    weights ahead, split {tiles.split_k}, warps {warps}, chains {chains}: {report}")
     sample_types = {n: "*fp32" for n in triton_sampler._sample_kernel.arg_names if n.endswith("_ptr")}
     sample_types.update(logits_ptr=ptr, seen_ptr="*i1", ban_ptr="*i1", do_ptr="*i1", topk_ptr="*i64",
                         seed_ptr="*i64", frame_ptr="*i64", out_ptr="*i64", table_ptr=ptr, emb_ptr=ptr)  # fmt: skip

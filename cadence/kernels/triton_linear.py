@@ -4,7 +4,6 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +17,7 @@ from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                           K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr, AHEAD: tl.constexpr = False, CHAINS: tl.constexpr = 1):  # fmt: skip
+                          USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -44,12 +43,27 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     pdl_trigger(USE_PDL)
-    if AHEAD:  # the slab into registers before the wait (K_PER_SPLIT a power of 2)
-        acc, acc_up = _dot_ahead(x_ptr, w_ptr, rm, rn, split, M, N, stride_xm, K, BLOCK_M, BLOCK_N, K_PER_SPLIT, CHAINS,
-                                 SWIGLU, USE_PDL)  # fmt: skip
-    else:
-        acc, acc_up = _dot_streamed(x_ptr, w_ptr, rm, rn, rk, split, M, N, stride_xm, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                                    K_PER_SPLIT, CHAINS, SWIGLU, USE_PDL)  # fmt: skip
+    if USE_PDL:
+        lines = tl.arange(0, BLOCK_K // 64) * 64  # one address per 128-byte line (bf16)
+        rows = tl.minimum(rn, N - 1)
+        for i in range(0, K_PER_SPLIT, BLOCK_K):
+            kk = tl.minimum(split * K_PER_SPLIT + i + lines, K - 1)
+            prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
+            if SWIGLU:
+                prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
+    pdl_wait(USE_PDL)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
+        kk = split * K_PER_SPLIT + i + rk
+        x_mask = (rm[:, None] < M) & (kk[None, :] < K)
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
+        w_mask = (rn[:, None] < N) & (kk[None, :] < K)
+        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=w_mask, other=0.0)
+        acc += tl.dot(x, tl.trans(w))
+        if SWIGLU:
+            w_up = tl.load(w_ptr + (N + rn[:, None]) * K + kk[None, :], mask=w_mask, other=0.0)
+            acc_up += tl.dot(x, tl.trans(w_up))
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
     dtype = out_ptr.dtype.element_ty
     if SWIGLU:
@@ -73,88 +87,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                 tl.atomic_xchg(count_ptr + pid, 0)
 
 
-@triton.jit
-def _dot_streamed(x_ptr, w_ptr, rm, rn, rk, split, M, N, stride_xm, K: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, CHAINS: tl.constexpr,
-                  SWIGLU: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
-    """The slab's dots in BLOCK_K steps of a pipelined loop, after the wait; the weight only
-    prefetched into L2 before it."""
-    if USE_PDL:
-        lines = tl.arange(0, BLOCK_K // 64) * 64  # one address per 128-byte line (bf16)
-        rows = tl.minimum(rn, N - 1)
-        for i in range(0, K_PER_SPLIT, BLOCK_K):
-            kk = tl.minimum(split * K_PER_SPLIT + i + lines, K - 1)
-            prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
-            if SWIGLU:
-                prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
-    pdl_wait(USE_PDL)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if CHAINS > 1:  # each K step cut into CHAINS slices, each its own accumulation (perf-notes #89)
-        KS: tl.constexpr = BLOCK_K // CHAINS
-        c = tl.arange(0, CHAINS)[:, None, None] * KS + tl.arange(0, KS)[None, None, :]
-        m3 = rm[None, :, None]
-        n3 = rn[None, :, None]
-        acc3 = tl.zeros([CHAINS, BLOCK_M, BLOCK_N], dtype=tl.float32)
-        acc3_up = tl.zeros([CHAINS, BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for i in range(0, K_PER_SPLIT, BLOCK_K):
-            kc = split * K_PER_SPLIT + i + c
-            x3 = tl.load(x_ptr + m3 * stride_xm + kc, mask=(m3 < M) & (kc < K), other=0.0)
-            w3_mask = (n3 < N) & (kc < K)
-            w3 = tl.load(w_ptr + n3 * K + kc, mask=w3_mask, other=0.0)
-            acc3 = tl.dot(x3, tl.permute(w3, (0, 2, 1)), acc3)
-            if SWIGLU:
-                w3_up = tl.load(w_ptr + (N + n3) * K + kc, mask=w3_mask, other=0.0)
-                acc3_up = tl.dot(x3, tl.permute(w3_up, (0, 2, 1)), acc3_up)
-        return tl.sum(acc3, axis=0), tl.sum(acc3_up, axis=0)
-    for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
-        kk = split * K_PER_SPLIT + i + rk
-        x_mask = (rm[:, None] < M) & (kk[None, :] < K)
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
-        w_mask = (rn[:, None] < N) & (kk[None, :] < K)
-        w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=w_mask, other=0.0)
-        acc += tl.dot(x, tl.trans(w))
-        if SWIGLU:
-            w_up = tl.load(w_ptr + (N + rn[:, None]) * K + kk[None, :], mask=w_mask, other=0.0)
-            acc_up += tl.dot(x, tl.trans(w_up))
-    return acc, acc_up
-
-
-@triton.jit
-def _dot_ahead(x_ptr, w_ptr, rm, rn, split, M, N, stride_xm, K: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, K_PER_SPLIT: tl.constexpr, CHAINS: tl.constexpr, SWIGLU: tl.constexpr,
-               USE_PDL: tl.constexpr):  # fmt: skip
-    """The slab's dots with the whole slab loaded into registers before the wait (weights are never
-    written), so that after it only the activation rows' round trip is left on the chain; the
-    streamed loop pays the weight's transfer from L2 there too (perf-notes #89).
-
-    CHAINS = 1: one dot over the slab's K, the loop's mma order (the same bits). CHAINS = C > 1: K
-    cut into C slices dotted as one batched dot (C independent mma accumulations, each 1/C as
-    long: an mma's latency is paid K/16 times in a row otherwise) and their sums added: another
-    order, so other bits."""
-    KS: tl.constexpr = K_PER_SPLIT // CHAINS
-    kc = split * K_PER_SPLIT + tl.arange(0, CHAINS)[:, None, None] * KS + tl.arange(0, KS)[None, None, :]
-    n3 = rn[None, :, None]
-    w_mask = (n3 < N) & (kc < K)
-    w = tl.load(w_ptr + n3 * K + kc, mask=w_mask, other=0.0)  # [CHAINS, BLOCK_N, KS]
-    if SWIGLU:
-        w_up = tl.load(w_ptr + (N + n3) * K + kc, mask=w_mask, other=0.0)
-    pdl_wait(USE_PDL)
-    m3 = rm[None, :, None]
-    x = tl.load(x_ptr + m3 * stride_xm + kc, mask=(m3 < M) & (kc < K), other=0.0)  # [CHAINS, BLOCK_M, KS]
-    if CHAINS == 1:
-        acc = tl.dot(tl.reshape(x, [BLOCK_M, KS]), tl.trans(tl.reshape(w, [BLOCK_N, KS])))
-        acc_up = acc
-        if SWIGLU:
-            acc_up = tl.dot(tl.reshape(x, [BLOCK_M, KS]), tl.trans(tl.reshape(w_up, [BLOCK_N, KS])))
-    else:
-        acc = tl.sum(tl.dot(x, tl.permute(w, (0, 2, 1))), axis=0)
-        acc_up = acc
-        if SWIGLU:
-            acc_up = tl.sum(tl.dot(x, tl.permute(w_up, (0, 2, 1))), axis=0)
-    return acc, acc_up
-
-
 SKINNY_MAX_ROWS = 16
 
 
@@ -170,8 +102,6 @@ class SkinnyTiles:
     stages: int = 3
     split_k: int = 1
     block_m: int = SKINNY_MAX_ROWS
-    weights_ahead: bool = False  # the whole slab into registers before the PDL wait (`_dot_ahead`)
-    chains: int = 1  # K (each K step, streamed) cut into this many independent mma accumulations
 
 
 def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
@@ -187,12 +117,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     launch can overlap each GEMM's weight read with the kernel before it. Above 64 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
-            tiles = SkinnyTiles(block_n=32, block_k=256, split_k=4)
-        else:
-            tiles = SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
-        if GEMM_CHAINS:
-            tiles = dataclasses.replace(tiles, chains=GEMM_CHAINS)
-        return _with_weights_ahead(tiles, k) if WEIGHTS_AHEAD else tiles
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
     if rows <= 32:
         if n <= 1024 and k >= 3072:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
@@ -204,22 +130,6 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
         return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
     return None
-
-
-# An experiment until timed in the walk (perf-notes #89): CADENCE_WEIGHTS_AHEAD=WARPS:CHAINS gives the
-# tiles up to 16 rows the slab in registers before the PDL wait, WARPS warps, K in CHAINS accumulations.
-WEIGHTS_AHEAD = tuple(int(v) for v in os.environ["CADENCE_WEIGHTS_AHEAD"].split(":")) \
-    if os.environ.get("CADENCE_WEIGHTS_AHEAD") else None  # fmt: skip
-# CADENCE_GEMM_CHAINS=C: the same tiles' streamed loop with K in C accumulations (perf-notes #89)
-GEMM_CHAINS = int(os.environ.get("CADENCE_GEMM_CHAINS", "0"))
-
-
-def _with_weights_ahead(tiles: SkinnyTiles, k: int) -> SkinnyTiles:
-    """`tiles` with the slab loaded before the wait, in WEIGHTS_AHEAD's warps and chains; down_proj's
-    3072-long K split in 3 (a power-of-2 K a program) where the streamed loop splits it in 4."""
-    warps, chains = WEIGHTS_AHEAD
-    split_k = 3 if tiles.split_k == 4 and k == 3072 else tiles.split_k
-    return dataclasses.replace(tiles, weights_ahead=True, warps=warps, chains=chains, split_k=split_k)
 
 
 def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
@@ -292,15 +202,11 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
         x = x.contiguous()
     if m > tiles.block_m:
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
-    k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
-    if tiles.weights_ahead and k_per_split & (k_per_split - 1):
-        raise ValueError(f"weights ahead need a power-of-2 K per program, got {k_per_split}")
     _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
         x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
-        K_PER_SPLIT=k_per_split, SWIGLU=swiglu, REDUCE=reduce, AHEAD=tiles.weights_ahead, CHAINS=tiles.chains,
-        num_warps=tiles.warps, num_stages=tiles.stages,
-        **pdl_launch(x),
+        K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
+        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
 
 
