@@ -175,6 +175,8 @@ for phase in "$@"; do
           --json "$OUT/walk_${name}_$round.json" > $log 2>&1) || { echo "  walk failed (exit $?; 124: timed out):"; tail -6 $log; }
         quiet < $log | sed -n "/^ *batch/,/tokens:/p"
       done; done ;;
+    kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
+      timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size
       need_full
       timeout -k 10 -s INT 300 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_graph_capture.py \
