@@ -10,17 +10,12 @@ norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
-
-# A look, not a feature (perf-notes #91): CADENCE_TIMING_SKIP=norm,cpattn,silu leaves those decode kernels
-# out of the walk (the codes are then garbage) to time what each kind costs where it runs.
-TIMING_SKIP = set(filter(None, os.environ.get("CADENCE_TIMING_SKIP", "").split(",")))
 
 
 @dataclass
@@ -93,26 +88,8 @@ class FusedStack:
                     q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
                     max_context=self.max_positions,
                 )  # fmt: skip
-            if decode and "cpattn" in TIMING_SKIP and self.max_positions <= 32:
-                attn = qkv[:, : self.heads * self.head_dim]  # timing only: the attention's output left stale
-            h, residual = self._linear_norm(attn, L.wo, L.ln2, residual, x, decode)
+            h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual)
             # The next norm is the next layer's input norm, or the stack's final one after the last.
             next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
-            if decode and "silu" in TIMING_SKIP and ops.swiglu_tiles(L.wgu.shape[0], h.shape[1], h.shape[0]) is None:
-                inner = ops.linear(h, L.wgu)[:, : L.wdown.shape[1]]  # timing only: silu_mul left out
-            else:
-                inner = ops.linear_swiglu(h, L.wgu)
-            h, residual = self._linear_norm(inner, L.wdown, next_norm, residual, x, decode)
+            h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual)
         return h
-
-    def _linear_norm(self, x, weight, norm, residual, stale, decode: bool):
-        """ops.linear_rms_norm, or (timing only, CADENCE_TIMING_SKIP=norm) the GEMM alone as the walk runs
-        it, with `stale` returned for the norm's two outputs."""
-        if not (decode and "norm" in TIMING_SKIP):
-            return self.ops.linear_rms_norm(x, weight, norm, self.eps, residual)
-        tiles = self.ops.linear_tiles(x, weight)
-        if tiles is not None and tiles.split_k > 1:
-            self.ops.skinny_linear_partials(x, weight, tiles)
-        else:
-            self.ops.linear(x, weight)
-        return stale, stale
