@@ -4,6 +4,7 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -88,6 +89,8 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
 
 SKINNY_MAX_ROWS = 16
+# An experiment until timed (perf-notes #92): the K loop's pipeline depth up to 16 rows.
+GEMM_STAGES = int(os.environ.get("CADENCE_GEMM_STAGES", "3"))
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     launch can overlap each GEMM's weight read with the kernel before it. Above 64 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4)
-        return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4, stages=GEMM_STAGES)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256, stages=GEMM_STAGES)
     if rows <= 32:
         if n <= 1024 and k >= 3072:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
