@@ -64,6 +64,19 @@ def test_linear_routes_by_shape_and_rows(ops):
     assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
 
 
+def test_gemm_stages_switch_sets_the_pipeline_depth_up_to_16_rows(monkeypatch):
+    """CADENCE_GEMM_STAGES (an experiment until timed, perf-notes #92) deepens the K loop of the
+    tiles up to 16 rows only; unset, they keep the swept depth, 3."""
+    from cadence.kernels import triton_linear
+
+    assert triton_linear.skinny_tiles(4096, 1024, 1).stages == 3
+    monkeypatch.setattr(triton_linear, "GEMM_STAGES", 5)
+    assert triton_linear.skinny_tiles(4096, 1024, 1).stages == 5
+    assert triton_linear.skinny_tiles(1024, 3072, 16).stages == 5
+    assert triton_linear.swiglu_tiles(6144, 1024, 8).stages == 5
+    assert triton_linear.skinny_tiles(4096, 1024, 64).stages == 3
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("split_k", [2, 3, 8])
 @pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 100, 3072), (16, 96, 1000)])
