@@ -69,7 +69,8 @@ def test_gemm_stages_switch_sets_the_pipeline_depth_up_to_16_rows(monkeypatch):
     tiles up to 16 rows only; unset, they keep the swept depth, 3."""
     from cadence.kernels import triton_linear
 
-    assert triton_linear.skinny_tiles(4096, 1024, 1).stages == 3
+    monkeypatch.setattr(triton_linear, "GEMM_STAGES", 3)  # what the module reads when the variable is unset
+    assert triton_linear.skinny_tiles(4096, 1024, 1) == triton_linear.SkinnyTiles(block_n=32, block_k=256, stages=3)
     monkeypatch.setattr(triton_linear, "GEMM_STAGES", 5)
     assert triton_linear.skinny_tiles(4096, 1024, 1).stages == 5
     assert triton_linear.skinny_tiles(1024, 3072, 16).stages == 5
