@@ -24,10 +24,9 @@ from pathlib import Path
 
 import torch
 from graph_timing import replay_ms
+from paged_attention import HKV, HQ, LAYERS, PAGE, D  # the talker's shapes, as the attention sweep times them
 
 from cadence.kernels import triton_ops
-
-LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
 
 
 def layouts(rows: int, context: int) -> dict[str, tuple]:
