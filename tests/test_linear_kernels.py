@@ -78,6 +78,41 @@ def test_gemm_stages_switch_sets_the_pipeline_depth_up_to_16_rows(monkeypatch):
     assert triton_linear.skinny_tiles(4096, 1024, 64).stages == 3
 
 
+def test_gemm64_k_switch_sets_the_k_step_of_the_64_row_tiles(monkeypatch):
+    """CADENCE_GEMM64_K (an experiment until timed, perf-notes #93) sets BLOCK_K and the pipeline
+    depth of the 33-64-row tiles only; unset, they keep the swept 256-wide steps, 3 deep."""
+    from cadence.kernels import triton_linear
+
+    assert triton_linear.GEMM64_K == (256, 3)  # what the module reads when the variable is unset
+    monkeypatch.setattr(triton_linear, "GEMM64_K", (128, 4))
+    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024)]:
+        tiles = triton_linear.skinny_tiles(n, k, 64)
+        assert (tiles.block_k, tiles.stages, tiles.block_m) == (128, 4, 64)
+    assert triton_linear.skinny_tiles(1024, 3072, 48).split_k == 4
+    assert triton_linear.skinny_tiles(4096, 1024, 16).block_k == 256
+
+
+@pytest.mark.gpu  # the stamps are inline PTX: no interpreter
+def test_traced_gemms_give_the_same_bits_and_ordered_stamps():
+    """trace_gemms (benchmarks/gemm_trace.py): a stamped GEMM computes what the plain one does, and
+    each program's stamps come in program order (start <= prefetched <= waited <= dots <= end)."""
+    from cadence.kernels.triton_linear import linear, skinny_linear, skinny_tiles, trace_gemms
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(3, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    w = (torch.randn(1024, 3072, device="cuda", generator=g) / 55).to(torch.bfloat16)
+    plain = linear(x, w)
+    with trace_gemms(2, x.device) as trace:
+        traced = skinny_linear(x, w, skinny_tiles(1024, 3072, 3))
+    torch.cuda.synchronize()
+    assert torch.equal(plain, traced)
+    ((_, _, tiles, programs),) = trace.calls
+    stamps = trace.stamps[:programs].cpu()
+    assert programs == 32 * tiles.split_k
+    assert (stamps[:, :5].diff(dim=1) >= 0).all() and (stamps[:, 0] > 0).all()
+    assert (trace.stamps[programs:] == 0).all()  # nothing past the call's rows
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("split_k", [2, 3, 8])
 @pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 100, 3072), (16, 96, 1000)])

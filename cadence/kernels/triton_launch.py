@@ -113,3 +113,18 @@ def prefetch_l2(ptrs):
     tl.inline_asm_elementwise(
         "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
     )
+
+
+@triton.jit
+def globaltimer(after):
+    """The GPU's nanosecond clock (32 ns steps on Hopper, the same on every SM), read once the int32
+    tensor or scalar `after` is computed (the data dependency orders the read after the work)."""
+    return tl.inline_asm_elementwise(
+        "mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def sm_id():
+    """The SM this program runs on."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)

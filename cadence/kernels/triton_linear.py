@@ -3,22 +3,26 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
+from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, sm_id
+
+STAMP_FIELDS = tl.constexpr(6)  # a traced program's row: start, prefetched, waited, dots, end (ns), SM
 
 
 @triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr):  # fmt: skip
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, stamp_ptr, M, N, stride_xm, stamp_row,
+                          K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          SPLIT_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
+                          USE_PDL: tl.constexpr, STAMP: tl.constexpr = False):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -37,9 +41,14 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
     never written, so this need not wait), then waits for the kernel before it: the weight read
     overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
-    before the prefetch)."""
+    before the prefetch).
+
+    STAMP (a look, `GemmTrace`): each program writes the clock at its start, after its prefetches,
+    after its wait, after its dots and at its end, and its SM, to row stamp_row + its index."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
+    if STAMP:
+        t_start = globaltimer(pid)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
@@ -52,7 +61,11 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
             prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
             if SWIGLU:
                 prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
+    if STAMP:
+        t_prefetched = globaltimer(pid)
     pdl_wait(USE_PDL)
+    if STAMP:
+        t_waited = globaltimer(pid)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
@@ -65,6 +78,8 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
         if SWIGLU:
             w_up = tl.load(w_ptr + (N + rn[:, None]) * K + kk[None, :], mask=w_mask, other=0.0)
             acc_up += tl.dot(x, tl.trans(w_up))
+    if STAMP:
+        t_dots = tl.max(globaltimer((acc + acc_up).to(tl.int32)))
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
     dtype = out_ptr.dtype.element_ty
     if SWIGLU:
@@ -86,11 +101,23 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                     total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
                 tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
                 tl.atomic_xchg(count_ptr + pid, 0)
+    if STAMP:
+        t_end = globaltimer(pid)
+        row = stamp_ptr + (stamp_row + pid * SPLIT_K + split) * STAMP_FIELDS
+        tl.store(row, t_start)
+        tl.store(row + 1, t_prefetched)
+        tl.store(row + 2, t_waited)
+        tl.store(row + 3, t_dots)
+        tl.store(row + 4, t_end)
+        tl.store(row + 5, sm_id().to(tl.int64))
 
 
 SKINNY_MAX_ROWS = 16
 # An experiment until timed (perf-notes #92): the K loop's pipeline depth up to 16 rows.
 GEMM_STAGES = int(os.environ.get("CADENCE_GEMM_STAGES", "3"))
+# An experiment until timed (perf-notes #93): "BLOCK_K:STAGES" for the 33-64-row tiles, whose 256-wide K
+# steps take 255 registers and spill 100-230 B a thread (Triton 3.6); 128-wide steps do not spill.
+GEMM64_K = tuple(int(v) for v in os.environ.get("CADENCE_GEMM64_K", "256:3").split(":"))
 
 
 @dataclass(frozen=True)
@@ -129,9 +156,11 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
         return None
     if rows <= 64:
+        block_k, stages = GEMM64_K
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
-        return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
+            return SkinnyTiles(block_n=32, block_k=block_k, stages=stages, split_k=4, block_m=64)
+        block_n = 64 if n >= 6144 else 16 if n <= 2048 else 32
+        return SkinnyTiles(block_n=block_n, block_k=block_k, stages=stages, block_m=64)
     return None
 
 
@@ -198,6 +227,34 @@ def skinny_linear_partials(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyT
     return parts.view(tiles.split_k, tiles.block_m, n)
 
 
+@dataclass
+class GemmTrace:
+    """Clock stamps of every weight-streaming GEMM launched (or captured) inside `trace_gemms`: call
+    i's programs write rows [i * programs, ...) of `stamps` ([calls * programs, STAMP_FIELDS] int64:
+    start, prefetches issued, wait returned, dots done, end in ns, and the SM); `calls` has each
+    call's output width, K, tiles and program count. A graph captured inside rewrites the same rows
+    at every replay."""
+
+    stamps: torch.Tensor
+    programs: int
+    calls: list[tuple[int, int, SkinnyTiles, int]] = field(default_factory=list)
+
+
+_trace: GemmTrace | None = None
+
+
+@contextlib.contextmanager
+def trace_gemms(max_calls: int, device: torch.device, programs: int = 512) -> Iterator[GemmTrace]:
+    """Stamp the GEMMs launched inside (benchmarks/gemm_trace.py), at most `max_calls` of them."""
+    global _trace
+    stamps = torch.zeros(max_calls * programs, int(STAMP_FIELDS), dtype=torch.int64, device=device)
+    _trace = trace = GemmTrace(stamps, programs)
+    try:
+        yield trace
+    finally:
+        _trace = None
+
+
 def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu: bool, reduce: bool) -> None:
     """One launch of the kernel: out [m, n] (or, without `reduce`, only the partials)."""
     m, k = x.shape
@@ -205,11 +262,18 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
         x = x.contiguous()
     if m > tiles.block_m:
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
-    _skinny_linear_kernel[(triton.cdiv(n, tiles.block_n), tiles.split_k)](
-        x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
+    grid = (triton.cdiv(n, tiles.block_n), tiles.split_k)
+    stamps, stamp_row = out, 0  # placeholders when not traced
+    if _trace is not None:
+        if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0] or grid[0] * grid[1] > _trace.programs:
+            raise ValueError("trace_gemms: more calls or programs than its buffer holds")
+        stamps, stamp_row = _trace.stamps, len(_trace.calls) * _trace.programs
+        _trace.calls.append((n, k, tiles, grid[0] * grid[1]))
+    _skinny_linear_kernel[grid](
+        x, weight, out, parts, counters, stamps, m, n, x.stride(0), stamp_row, k, BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
+        REDUCE=reduce, STAMP=_trace is not None, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
 
 
