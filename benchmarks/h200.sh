@@ -175,10 +175,12 @@ for phase in "$@"; do
           --json "$OUT/walk_${name}_$round.json" > $log 2>&1) || { echo "  walk failed (exit $?; 124: timed out):"; tail -6 $log; }
         quiet < $log | sed -n "/^ *batch/,/tokens:/p"
       done; done ;;
-    trace93)  # perf-notes #93: the GEMM kernel tests (the stamped kernel's bits among them), then the GEMM chain's stamps (~2 min)
-      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py 2>&1 \
-        | tee "$OUT/trace93_tests.log" | tail -3
-      timeout -k 10 -s INT 300 python3 benchmarks/gemm_trace.py --rows 1 16 64 --json "$OUT/gemm_trace_93.json" ;;
+    trace93)  # perf-notes #93: the GEMM and attention kernel tests (the stamped GEMM's bits among them), then the
+      # stamps of a GEMM chain at 1, 16 and 64 rows and of the talker attention at 64 and 256 (~2-3 min)
+      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py \
+        tests/test_attention_kernels.py 2>&1 | tee "$OUT/trace93_tests.log" | tail -3
+      timeout -k 10 -s INT 300 python3 benchmarks/kernel_trace.py --rows 1 16 64 --attention-rows 64 256 \
+        --json "$OUT/kernel_trace_93.json" ;;
     kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
       timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size

@@ -72,6 +72,7 @@ def main() -> None:
         "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": ptr, "scale": "fp32", "bt_stride": "i32", "num_pages": "i32",
         "qn_ptr": ptr,
         "kn_ptr": ptr, "cos_ptr": ptr, "sin_ptr": ptr, "pos_ptr": "*i64", "slot_ptr": "*i64", "eps": "fp32",
+        "stamp_ptr": "*i64", "stamp_row": "i32",
     }  # fmt: skip
     # Another Triton version (the GPU machine's) may allocate differently: read it as a warning sign.
     print(f"Triton {triton.__version__}, sm_{args.arch}a; paged attention, GQA 16/8 x 128, bf16 cache, 16-token pages")
@@ -80,7 +81,7 @@ def main() -> None:
             # batch 1 talker, code predictor, batch 8-256 talker (pipelined loop), deeper pipelines (#88)
             for splits, block, stages in ((16, 64, 0), (1, 32, 0), (1, 128, 0), (1, 64, 2), (1, 64, 3), (1, 32, 4)):
                 consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=block, SPLITS=splits, IEEE=False,
-                              FUSED=fused, STAGES=stages, PREFETCH=False, USE_PDL=True)  # fmt: skip
+                              FUSED=fused, STAGES=stages, PREFETCH=False, USE_PDL=True, STAMP=False)  # fmt: skip
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} stages {stages} "
                       f"warps {warps}: {report}")  # fmt: skip

@@ -94,21 +94,23 @@ def test_gemm64_k_switch_sets_the_k_step_of_the_64_row_tiles(monkeypatch):
 
 @pytest.mark.gpu  # the stamps are inline PTX: no interpreter
 def test_traced_gemms_give_the_same_bits_and_ordered_stamps():
-    """trace_gemms (benchmarks/gemm_trace.py): a stamped GEMM computes what the plain one does, and
-    each program's stamps come in program order (start <= prefetched <= waited <= dots <= end)."""
-    from cadence.kernels.triton_linear import linear, skinny_linear, skinny_tiles, trace_gemms
+    """trace_kernels (benchmarks/kernel_trace.py): a stamped GEMM computes what the plain one does,
+    and each program's stamps come in program order (start <= prefetched <= waited <= dots <= end)."""
+    from cadence.kernels.triton_launch import trace_kernels
+    from cadence.kernels.triton_linear import linear, skinny_linear, skinny_tiles
 
     g = torch.Generator(device="cuda").manual_seed(11)
     x = torch.randn(3, 1024, device="cuda", generator=g).to(torch.bfloat16)
     w = (torch.randn(1024, 3072, device="cuda", generator=g) / 55).to(torch.bfloat16)
     plain = linear(x, w)
-    with trace_gemms(2, x.device) as trace:
-        traced = skinny_linear(x, w, skinny_tiles(1024, 3072, 3))
+    tiles = skinny_tiles(1024, 3072, 3)
+    with trace_kernels(2, x.device) as trace:
+        traced = skinny_linear(x, w, tiles)
     torch.cuda.synchronize()
     assert torch.equal(plain, traced)
-    ((_, _, tiles, programs),) = trace.calls
+    ((name, programs),) = trace.calls
     stamps = trace.stamps[:programs].cpu()
-    assert programs == 32 * tiles.split_k
+    assert name == "gemm 1024x3072" and programs == 32 * tiles.split_k
     assert (stamps[:, :5].diff(dim=1) >= 0).all() and (stamps[:, 0] > 0).all()
     assert (trace.stamps[programs:] == 0).all()  # nothing past the call's rows
 

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -113,6 +114,65 @@ def prefetch_l2(ptrs):
     tl.inline_asm_elementwise(
         "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
     )
+
+
+# -- clock stamps (a look: benchmarks/kernel_trace.py) ------------------------------------------------
+
+# A traced program's row of stamps: its start, the end of what it does before its PDL wait, the wait's
+# return, the end of its main loop (in ns), its end, and its SM.
+STAMP_FIELDS = tl.constexpr(6)
+
+
+@dataclass
+class KernelTrace:
+    """Clock stamps of the traced kernels launched (or captured) inside `trace_kernels`: call i's
+    programs write rows [i * programs, ...) of `stamps` ([calls * programs, STAMP_FIELDS] int64),
+    `calls` names each call and its program count. A graph captured inside rewrites the same rows
+    at every replay."""
+
+    stamps: torch.Tensor
+    programs: int
+    calls: list[tuple[str, int]] = field(default_factory=list)
+
+
+_trace: KernelTrace | None = None
+
+
+@contextlib.contextmanager
+def trace_kernels(max_calls: int, device: torch.device, programs: int = 1024) -> Iterator[KernelTrace]:
+    """Stamp the traced kernels (the weight-streaming GEMM, the decode attention) launched inside,
+    at most `max_calls` launches of at most `programs` programs each."""
+    global _trace
+    stamps = torch.zeros(max_calls * programs, int(STAMP_FIELDS), dtype=torch.int64, device=device)
+    _trace = trace = KernelTrace(stamps, programs)
+    try:
+        yield trace
+    finally:
+        _trace = None
+
+
+def stamp_args(name: str, programs: int, placeholder: torch.Tensor) -> dict:
+    """A traced kernel's launch arguments: its rows of the active trace, or none (STAMP off)."""
+    if _trace is None:
+        return {"stamp_ptr": placeholder, "stamp_row": 0, "STAMP": False}
+    if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0] or programs > _trace.programs:
+        raise ValueError("trace_kernels: more calls or programs than its buffer holds")
+    row = len(_trace.calls) * _trace.programs
+    _trace.calls.append((name, programs))
+    return {"stamp_ptr": _trace.stamps, "stamp_row": row, "STAMP": True}
+
+
+@triton.jit
+def write_stamps(stamp_ptr, row, t_start, t_ahead, t_waited, t_main):
+    """A traced program's stamps, the end and SM taken here, to `row` of the trace."""
+    t_end = globaltimer(row)
+    ptr = stamp_ptr + row.to(tl.int64) * STAMP_FIELDS
+    tl.store(ptr, t_start)
+    tl.store(ptr + 1, t_ahead)
+    tl.store(ptr + 2, t_waited)
+    tl.store(ptr + 3, t_main)
+    tl.store(ptr + 4, t_end)
+    tl.store(ptr + 5, sm_id().to(tl.int64))
 
 
 @triton.jit

@@ -3,26 +3,22 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, sm_id
-
-STAMP_FIELDS = tl.constexpr(6)  # a traced program's row: start, prefetched, waited, dots, end (ns), SM
+from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, stamp_args, write_stamps
 
 
 @triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, stamp_ptr, M, N, stride_xm, stamp_row,
-                          K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          SPLIT_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr, STAMP: tl.constexpr = False):  # fmt: skip
+def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
+                          USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -43,8 +39,9 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, stamp_ptr,
     overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
     before the prefetch).
 
-    STAMP (a look, `GemmTrace`): each program writes the clock at its start, after its prefetches,
-    after its wait, after its dots and at its end, and its SM, to row stamp_row + its index."""
+    STAMP (a look, `triton_launch.trace_kernels`): each program writes the clock at its start,
+    after its prefetches, after its wait, after its dots and at its end, and its SM, to row
+    stamp_row + its index."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if STAMP:
@@ -102,14 +99,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, stamp_ptr,
                 tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
                 tl.atomic_xchg(count_ptr + pid, 0)
     if STAMP:
-        t_end = globaltimer(pid)
-        row = stamp_ptr + (stamp_row + pid * SPLIT_K + split) * STAMP_FIELDS
-        tl.store(row, t_start)
-        tl.store(row + 1, t_prefetched)
-        tl.store(row + 2, t_waited)
-        tl.store(row + 3, t_dots)
-        tl.store(row + 4, t_end)
-        tl.store(row + 5, sm_id().to(tl.int64))
+        write_stamps(stamp_ptr, stamp_row + pid * SPLIT_K + split, t_start, t_prefetched, t_waited, t_dots)
 
 
 SKINNY_MAX_ROWS = 16
@@ -227,34 +217,6 @@ def skinny_linear_partials(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyT
     return parts.view(tiles.split_k, tiles.block_m, n)
 
 
-@dataclass
-class GemmTrace:
-    """Clock stamps of every weight-streaming GEMM launched (or captured) inside `trace_gemms`: call
-    i's programs write rows [i * programs, ...) of `stamps` ([calls * programs, STAMP_FIELDS] int64:
-    start, prefetches issued, wait returned, dots done, end in ns, and the SM); `calls` has each
-    call's output width, K, tiles and program count. A graph captured inside rewrites the same rows
-    at every replay."""
-
-    stamps: torch.Tensor
-    programs: int
-    calls: list[tuple[int, int, SkinnyTiles, int]] = field(default_factory=list)
-
-
-_trace: GemmTrace | None = None
-
-
-@contextlib.contextmanager
-def trace_gemms(max_calls: int, device: torch.device, programs: int = 512) -> Iterator[GemmTrace]:
-    """Stamp the GEMMs launched inside (benchmarks/gemm_trace.py), at most `max_calls` of them."""
-    global _trace
-    stamps = torch.zeros(max_calls * programs, int(STAMP_FIELDS), dtype=torch.int64, device=device)
-    _trace = trace = GemmTrace(stamps, programs)
-    try:
-        yield trace
-    finally:
-        _trace = None
-
-
 def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu: bool, reduce: bool) -> None:
     """One launch of the kernel: out [m, n] (or, without `reduce`, only the partials)."""
     m, k = x.shape
@@ -263,17 +225,12 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
     if m > tiles.block_m:
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
     grid = (triton.cdiv(n, tiles.block_n), tiles.split_k)
-    stamps, stamp_row = out, 0  # placeholders when not traced
-    if _trace is not None:
-        if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0] or grid[0] * grid[1] > _trace.programs:
-            raise ValueError("trace_gemms: more calls or programs than its buffer holds")
-        stamps, stamp_row = _trace.stamps, len(_trace.calls) * _trace.programs
-        _trace.calls.append((n, k, tiles, grid[0] * grid[1]))
+    stamps = stamp_args(f"gemm {weight.shape[0]}x{k}", grid[0] * grid[1], placeholder=out)
     _skinny_linear_kernel[grid](
-        x, weight, out, parts, counters, stamps, m, n, x.stride(0), stamp_row, k, BLOCK_M=tiles.block_m,
+        x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        REDUCE=reduce, STAMP=_trace is not None, num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
+        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
     )  # fmt: skip
 
 
