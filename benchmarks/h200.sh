@@ -181,6 +181,10 @@ for phase in "$@"; do
         tests/test_attention_kernels.py 2>&1 | tee "$OUT/trace93_tests.log" | tail -3
       timeout -k 10 -s INT 300 python3 benchmarks/kernel_trace.py --rows 1 16 64 --attention-rows 64 256 \
         --json "$OUT/kernel_trace_93.json" ;;
+    stamps93)  # perf-notes #93: one decode walk at b1 and b64 with its GEMMs' and attentions' clock stamps (~3 min)
+      need_full
+      timeout -k 10 -s INT 400 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 1,64 \
+        --json "$OUT/walk_stamps_93.json" 2>&1 | quiet | tail -60 ;;
     kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
       timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size

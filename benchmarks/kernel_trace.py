@@ -131,7 +131,7 @@ def most_per_sm(sm: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> int
 
 def analyse(trace, kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
     """Per kind (call i is kinds[i % len(kinds)]), medians over its calls of the columns (us)."""
-    stamps = trace.stamps.view(len(trace.calls), trace.programs, -1).cpu()
+    stamps = trace.stamps[: len(trace.calls) * trace.programs].view(len(trace.calls), trace.programs, -1).cpu()
     per_kind: dict[str, dict[str, list[float]]] = {kind: {} for kind in kinds}
     prev_end = None
     for i, (_, programs) in enumerate(trace.calls):

@@ -16,6 +16,15 @@ them. perf-notes #65 asks this of the two launch orders at batch 1:
 
 GPU only (the trace has no kernels on a CPU). CUPTI's tracing may add a little to each kernel:
 compare the orders with each other here, and take walk times from engine_steps.py.
+
+--stamps (perf-notes #93): instead of CUPTI, the clock stamps the weight-streaming GEMMs and the
+decode attention write from inside (`triton_launch.trace_kernels`, on for the graphs' capture):
+one walk, each such kernel in time order, grouped by name (shape and grid). Per group, medians over
+its calls, us: lead (how long before the previous stamped kernel's last program ended its first
+started), release (that end -> its first program past its PDL wait: the unstamped kernels between,
+norms, silu, the sampler, run there), loop (a program's main loop, the median program), tail (loop
+done -> end) and span (the previous stamped kernel's end -> its own last end); and each group's
+spans summed over the walk, which with the time before the first stamped kernel make up the walk.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from engine_steps import admit, ints, release  # noqa: E402
 
 from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
 from cadence.engine.engine import build_core  # noqa: E402
+from cadence.kernels.triton_launch import KernelTrace, trace_kernels  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
 
 
@@ -145,6 +155,71 @@ def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int, hal
         return kernels_of_trace(json.loads(path.read_text()))
 
 
+def stamped_walk(core, model: Qwen3TTS, trace: KernelTrace, batch: int, context: int) -> list[dict]:
+    """One decode walk of `batch` streams as the engine runs it, its stamped kernels (those of the
+    graphs captured inside `trace`) in the order they started: name, programs and stamps in us."""
+    admissions = admit(core, model, batch, context, 16)
+    slots = [a.slot for a in admissions]
+    talker = core.talker
+    for _ in range(3):
+        talker.decode(slots).wait()
+        talker.advance()
+    torch.cuda.synchronize(model.device)
+    trace.stamps.zero_()  # what is not zero after the walk is the walk's
+    talker.decode(slots)
+    talker.advance()
+    torch.cuda.synchronize(model.device)
+    release(core, admissions)
+    stamps = trace.stamps[: len(trace.calls) * trace.programs].view(len(trace.calls), trace.programs, -1).cpu()
+    calls = []
+    for i, (name, programs) in enumerate(trace.calls):
+        rows = stamps[i, :programs]
+        if bool((rows[:, 0] > 0).all()):
+            calls.append({"name": name, "programs": programs, "stamps": rows.double() / 1e3})
+    return sorted(calls, key=lambda c: float(c["stamps"][:, 0].min()))
+
+
+def stamp_groups(calls: list[dict]) -> tuple[float, list[dict]]:
+    """The walk's span from its first stamped kernel, and per kernel name the medians and summed spans."""
+    groups: dict[str, dict[str, list[float]]] = {}
+    prev_end = None
+    for call in calls:
+        s = call["stamps"]
+        start, waited, loop, end = s[:, 0], s[:, 2], s[:, 3], s[:, 4]
+        row = {"loop": float((loop - waited).median()), "tail": float((end - loop).median())}
+        if prev_end is not None:
+            row.update(lead=prev_end - float(start.min()), release=float(waited.min()) - prev_end,
+                       span=float(end.max()) - prev_end)  # fmt: skip
+        prev_end = float(end.max()) if prev_end is None else max(prev_end, float(end.max()))
+        for key, value in row.items():
+            groups.setdefault(f"{call['name']} ({call['programs']})", {}).setdefault(key, []).append(value)
+    span = prev_end - float(calls[0]["stamps"][:, 0].min()) if calls else 0.0
+    rows = [
+        {"kernel": name, "calls": len(v["loop"]), "span_total": sum(v.get("span", [])),
+         **{key: statistics.median(vals) for key, vals in v.items()}}
+        for name, v in groups.items()
+    ]  # fmt: skip
+    return span, sorted(rows, key=lambda r: -r["span_total"])
+
+
+def main_stamps(args, model: Qwen3TTS, config: EngineConfig) -> None:
+    """--stamps: the engine built with its graphs' GEMMs and attentions stamped, one walk a batch."""
+    with trace_kernels(16000, torch.device("cuda"), programs=1024) as trace:
+        core = build_core(model, config)
+    results = []
+    for batch in args.batches:
+        span, rows = stamp_groups(stamped_walk(core, model, trace, batch, args.context))
+        print(f"\n== batch {batch}: stamped kernels from the first one's start to the last one's end {span:.1f} us")
+        print(f"{'kernel (programs)':<34} {'calls':>5} {'lead':>6} {'release':>8} {'loop':>6} {'tail':>6} "
+              f"{'span':>6} {'span/walk':>9}")  # fmt: skip
+        for r in rows:
+            print(f"{r['kernel']:<34} {r['calls']:>5} {r.get('lead', 0):>6.2f} {r.get('release', 0):>8.2f} "
+                  f"{r['loop']:>6.2f} {r['tail']:>6.2f} {r.get('span', 0):>6.2f} {r['span_total']:>9.1f}")  # fmt: skip
+        results.append({"batch": batch, "span_us": span, "rows": rows})
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="checkpoint directory (a random full-size one)")
@@ -155,6 +230,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=25, help="kernels printed per batch")
     p.add_argument("--half", choices=["walk", "frame", "advance"], default="walk",
                    help="trace whole walks, or replays of one of the walk's two graphs alone")  # fmt: skip
+    p.add_argument("--stamps", action="store_true",
+                   help="the stamps of the GEMMs and attentions instead of the profiler (perf-notes #93)")  # fmt: skip
     p.add_argument("--json", help="write the totals, every row and the raw kernel list (compact) here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -166,6 +243,8 @@ def main() -> None:
         graph_buckets=tuple(args.batches), max_seq_tokens=max(2048, args.context + args.walks + 64),
         runaway=RunawayGuard(frames_per_token=0, loop_window=0, silence_seconds=0),
     )  # fmt: skip
+    if args.stamps:
+        return main_stamps(args, model, config)
     core = build_core(model, config)
     results = []
     for batch in args.batches:

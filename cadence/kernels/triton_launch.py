@@ -140,8 +140,8 @@ _trace: KernelTrace | None = None
 
 @contextlib.contextmanager
 def trace_kernels(max_calls: int, device: torch.device, programs: int = 1024) -> Iterator[KernelTrace]:
-    """Stamp the traced kernels (the weight-streaming GEMM, the decode attention) launched inside,
-    at most `max_calls` launches of at most `programs` programs each."""
+    """Stamp the traced kernels (the weight-streaming GEMM, the decode attention) launched inside:
+    at most `max_calls` launches, each of at most `programs` programs (wider ones run unstamped)."""
     global _trace
     stamps = torch.zeros(max_calls * programs, int(STAMP_FIELDS), dtype=torch.int64, device=device)
     _trace = trace = KernelTrace(stamps, programs)
@@ -152,11 +152,12 @@ def trace_kernels(max_calls: int, device: torch.device, programs: int = 1024) ->
 
 
 def stamp_args(name: str, programs: int, placeholder: torch.Tensor) -> dict:
-    """A traced kernel's launch arguments: its rows of the active trace, or none (STAMP off)."""
-    if _trace is None:
+    """A traced kernel's launch arguments: its rows of the active trace, or none (STAMP off; also
+    for a launch of more programs than the trace keeps a call, such as a long prefill's attention)."""
+    if _trace is None or programs > _trace.programs:
         return {"stamp_ptr": placeholder, "stamp_row": 0, "STAMP": False}
-    if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0] or programs > _trace.programs:
-        raise ValueError("trace_kernels: more calls or programs than its buffer holds")
+    if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0]:
+        raise ValueError(f"trace_kernels: more than {len(_trace.calls)} calls")
     row = len(_trace.calls) * _trace.programs
     _trace.calls.append((name, programs))
     return {"stamp_ptr": _trace.stamps, "stamp_row": row, "STAMP": True}
