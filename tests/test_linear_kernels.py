@@ -64,18 +64,17 @@ def test_linear_routes_by_shape_and_rows(ops):
     assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
 
 
-def test_gemm_stages_switch_sets_the_pipeline_depth_up_to_16_rows(monkeypatch):
-    """CADENCE_GEMM_STAGES (an experiment until timed, perf-notes #92) deepens the K loop of the
-    tiles up to 16 rows only; unset, they keep the swept depth, 3."""
+def test_gemm16_k_switch_sets_the_k_step_up_to_16_rows(monkeypatch):
+    """CADENCE_GEMM16_K (an experiment until timed, perf-notes #92, #93) sets BLOCK_K and the
+    pipeline depth of the tiles up to 16 rows only; unset, they keep the swept 256-wide steps, 3 deep."""
     from cadence.kernels import triton_linear
 
-    monkeypatch.setattr(triton_linear, "GEMM_STAGES", 3)  # what the module reads when the variable is unset
-    assert triton_linear.skinny_tiles(4096, 1024, 1) == triton_linear.SkinnyTiles(block_n=32, block_k=256, stages=3)
-    monkeypatch.setattr(triton_linear, "GEMM_STAGES", 5)
-    assert triton_linear.skinny_tiles(4096, 1024, 1).stages == 5
-    assert triton_linear.skinny_tiles(1024, 3072, 16).stages == 5
-    assert triton_linear.swiglu_tiles(6144, 1024, 8).stages == 5
-    assert triton_linear.skinny_tiles(4096, 1024, 64).stages == 3
+    assert triton_linear.GEMM16_K == (256, 3)  # what the module reads when the variable is unset
+    monkeypatch.setattr(triton_linear, "GEMM16_K", (512, 4))
+    assert triton_linear.skinny_tiles(4096, 1024, 1) == triton_linear.SkinnyTiles(block_n=32, block_k=512, stages=4)
+    assert triton_linear.skinny_tiles(1024, 3072, 16).stages == 4
+    assert triton_linear.swiglu_tiles(6144, 1024, 8).block_k == 512
+    assert triton_linear.skinny_tiles(4096, 1024, 64).block_k == 256
 
 
 def test_gemm64_k_switch_sets_the_k_step_of_the_64_row_tiles(monkeypatch):
