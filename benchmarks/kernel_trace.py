@@ -22,7 +22,7 @@ Attention: the talker's fused decode attention over 28 layers at --context token
 (#90 put b64's at 40 us a layer against 34 of streaming). Per layer, medians over the layers: the
 same columns (the loop is the block loop), and the programs a SM held at once (the most seen).
 
-    python benchmarks/kernel_trace.py [--rows 1 64] [--attention-rows 64] [--json out.json]
+    python benchmarks/kernel_trace.py [--rows 1 64] [--no-norms] [--attention-rows 64] [--json out.json]
 
 Each part also prints its graph's time with and without the stamps (their own cost). GPU only.
 """
@@ -58,16 +58,24 @@ def layer_weights(layers: int) -> list[tuple[torch.Tensor, ...]]:
     ]
 
 
-def gemm_chain(rows: int, weights) -> Callable[[], None]:
-    """The layer sequence of FusedStack's decode walk without the attention (o reads qkv's q part)."""
+def gemm_chain(rows: int, weights, norms: bool = True) -> Callable[[], None]:
+    """The layer sequence of FusedStack's decode walk without the attention (o reads qkv's q part);
+    without `norms`, the o and down GEMMs only store their partials and the next GEMM reads the
+    layer's input again (what a norm folded into the next GEMM at no cost would leave)."""
     x = torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16)
+
+    def linear_norm(a: torch.Tensor, w: torch.Tensor, norm: torch.Tensor, residual: torch.Tensor):
+        if norms:
+            return triton_ops.linear_rms_norm(a, w, norm, EPS, residual)
+        triton_ops.skinny_linear_partials(a, w, triton_ops.linear_tiles(a, w))
+        return x, residual
 
     def run() -> None:
         h, residual = triton_ops.rms_norm(x, weights[0][4], EPS)
         for wqkv, wo, wgu, wdown, norm in weights:
             qkv = triton_ops.linear(h, wqkv)
-            h, residual = triton_ops.linear_rms_norm(qkv[:, :Q_WIDTH], wo, norm, EPS, residual)
-            h, residual = triton_ops.linear_rms_norm(triton_ops.linear_swiglu(h, wgu), wdown, norm, EPS, residual)
+            h, residual = linear_norm(qkv[:, :Q_WIDTH], wo, norm, residual)
+            h, residual = linear_norm(triton_ops.linear_swiglu(h, wgu), wdown, norm, residual)
 
     return run
 
@@ -173,6 +181,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 64], help="GEMM chain rows (default 1 64)")
     ap.add_argument("--layers", type=int, default=12, help="GEMM chain layers, each its own weights (default 12)")
+    ap.add_argument("--no-norms", action="store_true", help="the GEMM chain without its norms, too")
     ap.add_argument("--attention-rows", type=int, nargs="*", default=[64], help="attention rows (default 64)")
     ap.add_argument("--context", type=int, default=514, help="attention context tokens (default 514)")
     ap.add_argument("--json", type=Path, help="write the results here")
@@ -180,9 +189,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("kernel_trace.py times GPU kernels: no CUDA device here")
     weights = layer_weights(args.layers)
+    chains = [("GEMM chain", True)] + [("GEMM chain without norms", False)] * args.no_norms
     results = [
-        report("GEMM chain", gemm_chain(rows, weights), rows, 4 * args.layers, GEMM_KINDS, args.layers)
+        report(title, gemm_chain(rows, weights, norms), rows, 4 * args.layers, GEMM_KINDS, args.layers)
         for rows in args.rows
+        for title, norms in chains
     ]
     for rows in args.attention_rows:
         attention = attention_layers(rows, args.context)

@@ -99,7 +99,7 @@ def main() -> None:
             k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
             consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                           SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, REDUCE=True,
-                          USE_PDL=True, STAMP=False, PREFETCH=True)  # fmt: skip
+                          USE_PDL=True, STAMP=False)  # fmt: skip
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
                                   tiles.stages)  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")

@@ -64,56 +64,36 @@ def test_linear_routes_by_shape_and_rows(ops):
     assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
 
 
-def test_gemm16_k_switch_sets_the_k_step_up_to_16_rows(monkeypatch):
-    """CADENCE_GEMM16_K (an experiment until timed, perf-notes #92, #93) sets BLOCK_K and the
-    pipeline depth of the tiles up to 16 rows only; unset, they keep the swept 256-wide steps, 3 deep."""
-    from cadence.kernels import triton_linear
-
-    assert triton_linear.GEMM16_K == (256, 3)  # what the module reads when the variable is unset
-    monkeypatch.setattr(triton_linear, "GEMM16_K", (512, 4))
-    assert triton_linear.skinny_tiles(4096, 1024, 1) == triton_linear.SkinnyTiles(block_n=32, block_k=512, stages=4)
-    assert triton_linear.skinny_tiles(1024, 3072, 16).stages == 4
-    assert triton_linear.swiglu_tiles(6144, 1024, 8).block_k == 512
-    assert triton_linear.skinny_tiles(4096, 1024, 64).block_k == 256
-
-
-def test_gemm64_k_switch_sets_the_k_step_of_the_64_row_tiles(monkeypatch):
-    """CADENCE_GEMM64_K (an experiment until timed, perf-notes #93) sets BLOCK_K and the pipeline
-    depth of the 33-64-row tiles only; unset, they keep the swept 256-wide steps, 3 deep."""
-    from cadence.kernels import triton_linear
-
-    assert triton_linear.GEMM64_K == (256, 3)  # what the module reads when the variable is unset
-    monkeypatch.setattr(triton_linear, "GEMM64_K", (128, 4))
-    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 1024)]:
-        tiles = triton_linear.skinny_tiles(n, k, 64)
-        assert (tiles.block_k, tiles.stages, tiles.block_m) == (128, 4, 64)
-    assert triton_linear.skinny_tiles(1024, 3072, 48).split_k == 4
-    assert triton_linear.skinny_tiles(4096, 1024, 16).block_k == 256
-
-
 @pytest.mark.gpu  # the stamps are inline PTX: no interpreter
-def test_traced_gemms_compute_the_product_and_stamp_in_order():
+@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 3072)])  # a plain GEMM, and one split over K with a ticket
+def test_traced_gemms_compute_the_product_and_stamp_in_order(n, k):
     """trace_kernels (benchmarks/kernel_trace.py): a stamped GEMM computes the product (within
-    rounding: on the H200 the stamped build's bits differed from the plain one's, its registers are
-    allocated otherwise), and each program's stamps come in program order (start <= prefetched <=
-    waited <= dots <= end); only the call's rows are written."""
+    rounding: the stamped build allocates its registers otherwise, and on the H200 its bits were
+    not the plain one's), each program's stamps come in program order (start <= prefetched <=
+    waited <= dots <= end), and only the call's rows are written."""
     from cadence.kernels.triton_launch import trace_kernels
     from cadence.kernels.triton_linear import linear, skinny_linear, skinny_tiles
 
     g = torch.Generator(device="cuda").manual_seed(11)
-    x = torch.randn(3, 1024, device="cuda", generator=g).to(torch.bfloat16)
-    w = (torch.randn(1024, 3072, device="cuda", generator=g) / 55).to(torch.bfloat16)
-    plain = linear(x, w)
-    tiles = skinny_tiles(1024, 3072, 3)
+    x = torch.randn(3, k, device="cuda", generator=g).to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(torch.bfloat16)
+    plain = linear(x, w).float()
+    tiles = skinny_tiles(n, k, 3)
     with trace_kernels(2, x.device) as trace:
-        traced = skinny_linear(x, w, tiles)
+        traced = skinny_linear(x, w, tiles).float()
     torch.cuda.synchronize()
-    assert (traced.float() - plain.float()).abs().max() <= 2e-2 * plain.float().abs().max()
+    ref = torch.nn.functional.linear(x.float(), w.float())
+
+    def error(out: torch.Tensor) -> float:
+        return ((out - ref).abs().max() / ref.abs().max()).item()
+
+    assert error(traced) <= 2e-2, f"stamped GEMM off by {error(traced):.3g} (the plain one by {error(plain):.3g})"
     ((name, programs),) = trace.calls
     stamps = trace.stamps[:programs].cpu()
-    assert name == "gemm 1024x3072" and programs == 32 * tiles.split_k
-    assert (stamps[:, :5].diff(dim=1) >= 0).all() and (stamps[:, 0] > 0).all()
-    assert (trace.stamps[programs:] == 0).all()  # nothing past the call's rows
+    assert name == f"gemm {n}x{k}" and programs == n // tiles.block_n * tiles.split_k
+    assert (stamps[:, 0] > 0).all() and (trace.stamps[programs:] == 0).all()
+    steps = stamps[:, :5].diff(dim=1)
+    assert (steps >= 0).all(), f"stamps out of order in {(steps < 0).any(dim=1).sum().item()} programs: {stamps[:2]}"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])

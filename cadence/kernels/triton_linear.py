@@ -4,7 +4,6 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +17,7 @@ from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefe
 def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                           K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False,
-                          PREFETCH: tl.constexpr = True):  # fmt: skip
+                          USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -51,7 +49,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     pdl_trigger(USE_PDL)
-    if USE_PDL and PREFETCH:
+    if USE_PDL:
         lines = tl.arange(0, BLOCK_K // 64) * 64  # one address per 128-byte line (bf16)
         rows = tl.minimum(rn, N - 1)
         for i in range(0, K_PER_SPLIT, BLOCK_K):
@@ -104,13 +102,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
 
 SKINNY_MAX_ROWS = 16
-# Experiments until timed (perf-notes #92, #93): "BLOCK_K:STAGES" of the tiles up to 16 rows, and
-# CADENCE_GEMM_PREFETCH=0 to leave out the L2 prefetch before the PDL wait.
-GEMM16_K = tuple(int(v) for v in os.environ.get("CADENCE_GEMM16_K", "256:3").split(":"))
-GEMM_PREFETCH = os.environ.get("CADENCE_GEMM_PREFETCH", "1") != "0"
-# An experiment until timed (perf-notes #93): "BLOCK_K:STAGES" for the 33-64-row tiles, whose 256-wide K
-# steps take 255 registers and spill 100-230 B a thread (Triton 3.6); 128-wide steps do not spill.
-GEMM64_K = tuple(int(v) for v in os.environ.get("CADENCE_GEMM64_K", "256:3").split(":"))
 
 
 @dataclass(frozen=True)
@@ -140,8 +131,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     launch can overlap each GEMM's weight read with the kernel before it. Above 64 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=GEMM16_K[0], split_k=4, stages=GEMM16_K[1])
-        return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=GEMM16_K[0], stages=GEMM16_K[1])
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
     if rows <= 32:
         if n <= 1024 and k >= 3072:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
@@ -149,11 +140,9 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
         return None
     if rows <= 64:
-        block_k, stages = GEMM64_K
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=block_k, stages=stages, split_k=4, block_m=64)
-        block_n = 64 if n >= 6144 else 16 if n <= 2048 else 32
-        return SkinnyTiles(block_n=block_n, block_k=block_k, stages=stages, block_m=64)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
     return None
 
 
@@ -233,8 +222,7 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
         x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        REDUCE=reduce, PREFETCH=GEMM_PREFETCH, num_warps=tiles.warps, num_stages=tiles.stages, **stamps,
-        **pdl_launch(x),
+        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
     )  # fmt: skip
 
 
