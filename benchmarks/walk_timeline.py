@@ -128,17 +128,24 @@ def raw_kernels(kernels: list[Kernel]) -> dict:
     return {"kernel_names": list(names), "kernels": rows}
 
 
+def warm_walks(core, model: Qwen3TTS, batch: int, context: int, frames: int) -> tuple[list, list[int]]:
+    """`batch` streams admitted at `context` tokens with room for `frames` frames, after three walks
+    (graphs and caches warm); their admissions and slots."""
+    admissions = admit(core, model, batch, context, frames)
+    slots = [a.slot for a in admissions]
+    for _ in range(3):
+        core.talker.decode(slots).wait()
+        core.talker.advance()
+    torch.cuda.synchronize(model.device)
+    return admissions, slots
+
+
 def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int, half: str = "walk") -> list[Kernel]:
     """`walks` decode walks of `batch` streams at `context` tokens, replayed as the engine runs them
     (frames, then the talker's half), under the profiler; their kernels. half "frame" or "advance":
     only that graph of the walk, replayed `walks` times on its own (perf-notes #81)."""
-    admissions = admit(core, model, batch, context, walks + 8)
-    slots = [a.slot for a in admissions]
+    admissions, slots = warm_walks(core, model, batch, context, walks + 8)
     talker = core.talker
-    for _ in range(3):
-        talker.decode(slots).wait()
-        talker.advance()
-    torch.cuda.synchronize(model.device)
     graph = talker.fast.graphs[talker.fast.bucket(batch)] if half != "walk" else None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(walks):
@@ -158,13 +165,8 @@ def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int, hal
 def stamped_walk(core, model: Qwen3TTS, trace: KernelTrace, batch: int, context: int) -> list[dict]:
     """One decode walk of `batch` streams as the engine runs it, its stamped kernels (those of the
     graphs captured inside `trace`) in the order they started: name, programs and stamps in us."""
-    admissions = admit(core, model, batch, context, 16)
-    slots = [a.slot for a in admissions]
+    admissions, slots = warm_walks(core, model, batch, context, 16)
     talker = core.talker
-    for _ in range(3):
-        talker.decode(slots).wait()
-        talker.advance()
-    torch.cuda.synchronize(model.device)
     trace.stamps.zero_()  # what is not zero after the walk is the walk's
     talker.decode(slots)
     talker.advance()
