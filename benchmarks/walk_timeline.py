@@ -46,7 +46,6 @@ from engine_steps import admit, ints, release  # noqa: E402
 
 from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
 from cadence.engine.engine import build_core  # noqa: E402
-from cadence.kernels.triton_launch import KernelTrace, trace_kernels  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
 
 
@@ -162,9 +161,10 @@ def trace_walks(core, model: Qwen3TTS, batch: int, context: int, walks: int, hal
         return kernels_of_trace(json.loads(path.read_text()))
 
 
-def stamped_walk(core, model: Qwen3TTS, trace: KernelTrace, batch: int, context: int) -> list[dict]:
+def stamped_walk(core, model: Qwen3TTS, trace, batch: int, context: int) -> list[dict]:
     """One decode walk of `batch` streams as the engine runs it, its stamped kernels (those of the
-    graphs captured inside `trace`) in the order they started: name, programs and stamps in us."""
+    graphs captured inside `trace`, a `triton_launch.KernelTrace`) in the order they started: name,
+    programs and stamps in us."""
     admissions, slots = warm_walks(core, model, batch, context, 16)
     talker = core.talker
     trace.stamps.zero_()  # what is not zero after the walk is the walk's
@@ -206,6 +206,8 @@ def stamp_groups(calls: list[dict]) -> tuple[float, list[dict]]:
 
 def main_stamps(args, model: Qwen3TTS, config: EngineConfig) -> None:
     """--stamps: the engine built with its graphs' GEMMs and attentions stamped, one walk a batch."""
+    from cadence.kernels.triton_launch import trace_kernels  # Triton: only where there is a GPU
+
     with trace_kernels(16000, torch.device("cuda"), programs=1024) as trace:
         core = build_core(model, config)
     results = []

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from walk_timeline import Kernel, kernels_of_trace, raw_kernels, summarize  # noqa: E402
+from walk_timeline import Kernel, kernels_of_trace, raw_kernels, stamp_groups, summarize  # noqa: E402
 
 
 def event(name: str, ts: float, dur: float, grid=(128, 1, 1), cat: str = "kernel") -> dict:
@@ -61,3 +61,30 @@ def test_raw_kernels_are_written_compactly_and_read_back():
     assert raw["kernels"] == [[0, [128, 1, 1], 0.0, 5.5], [1, [1], 4.0, 6.0], [0, [128, 1, 1], 7.0, 12.25]]
     back = [Kernel(raw["kernel_names"][i], tuple(g), s, e) for i, g, s, e in raw["kernels"]]
     assert summarize(back, walks=1) == summarize(kernels, walks=1)
+
+
+def stamped(name: str, start: float, waited: float, loop: float, end: float, programs: int = 2) -> dict:
+    """A stamped call (--stamps) whose programs all stamp the same times, in us."""
+    import torch
+
+    row = torch.tensor([start, start, waited, loop, end, 0.0], dtype=torch.float64)
+    return {"name": name, "programs": programs, "stamps": row.repeat(programs, 1)}
+
+
+def test_stamp_groups_split_the_walk_into_each_kernels_span():
+    """--stamps: each call's span runs from the previous call's end to its own, so the groups' spans
+    add up to the walk from the first call's end; the release is the previous end to its wait's
+    return, and a call launched before the previous one ends has a positive lead."""
+    calls = [
+        stamped("gemm a", 0, 1, 4, 5),
+        stamped("attention", 3, 5.5, 8, 9),  # launched 2 us early, released 0.5 us after gemm a's end
+        stamped("gemm a", 10, 11, 13, 14),  # launched 1 us after the attention's end (a norm between)
+    ]
+    span, rows = stamp_groups(calls)
+    assert span == 14
+    by_name = {r["kernel"]: r for r in rows}
+    gemm, attention = by_name["gemm a (2)"], by_name["attention (2)"]
+    assert (attention["lead"], attention["release"], attention["span"]) == (2, 0.5, 4)
+    assert (gemm["calls"], gemm["lead"], gemm["release"], gemm["span_total"]) == (2, -1, 2, 5)
+    assert gemm["loop"] == 2.5 and gemm["tail"] == 1  # medians over its two calls: 3 and 2, 1 and 1
+    assert gemm["span_total"] + attention["span_total"] == span - 5  # all but the first call's own time
