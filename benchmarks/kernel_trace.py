@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 from graph_timing import graph_replay_ms
 from paged_attention import HKV, HQ, LAYERS, PAGE, D  # the talker's attention shapes
+from walk_timeline import call_columns  # the columns a stamped call is read into, as for a walk
 
 from cadence.kernels import triton_ops
 from cadence.kernels.triton_launch import pdl_settings, trace_kernels, trigger_first_for
@@ -139,23 +140,18 @@ def most_per_sm(sm: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> int
 
 def analyse(trace, kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
     """Per kind (call i is kinds[i % len(kinds)]), medians over its calls of the columns (us)."""
-    stamps = trace.stamps[: len(trace.calls) * trace.programs].view(len(trace.calls), trace.programs, -1).cpu()
+    stamps = trace.by_call()
     per_kind: dict[str, dict[str, list[float]]] = {kind: {} for kind in kinds}
     prev_end = None
     for i, (_, programs) in enumerate(trace.calls):
         s = stamps[i, :programs].double() / 1e3  # us
-        start, waited, loop, end = s[:, 0], s[:, 2], s[:, 3], s[:, 4]
-        row = {
-            "waited": float(waited.max() - waited.min()),
-            "loop": float((loop - waited).median()),
-            "tail": float((end - loop).median()),
+        row = call_columns(s, prev_end)
+        row.update({
+            "waited": float(s[:, 2].max() - s[:, 2].min()),
             "per SM": most_per_sm(stamps[i, :programs, 5], stamps[i, :programs, 0], stamps[i, :programs, 4]),
             "programs": programs,
-        }
-        if prev_end is not None:
-            row.update(lead=prev_end - float(start.min()), release=float(waited.min()) - prev_end,
-                       span=float(end.max()) - prev_end)  # fmt: skip
-        prev_end = float(end.max())
+        })  # fmt: skip
+        prev_end = float(s[:, 4].max())
         for key, value in row.items():
             per_kind[kinds[i % len(kinds)]].setdefault(key, []).append(value)
     return {kind: {key: statistics.median(v) for key, v in vals.items()} for kind, vals in per_kind.items()}

@@ -172,7 +172,7 @@ def stamped_walk(core, model: Qwen3TTS, trace, batch: int, context: int) -> list
     talker.advance()
     torch.cuda.synchronize(model.device)
     release(core, admissions)
-    stamps = trace.stamps[: len(trace.calls) * trace.programs].view(len(trace.calls), trace.programs, -1).cpu()
+    stamps = trace.by_call()
     calls = []
     for i, (name, programs) in enumerate(trace.calls):
         rows = stamps[i, :programs]
@@ -181,18 +181,26 @@ def stamped_walk(core, model: Qwen3TTS, trace, batch: int, context: int) -> list
     return sorted(calls, key=lambda c: float(c["stamps"][:, 0].min()))
 
 
+def call_columns(stamps: torch.Tensor, prev_end: float | None) -> dict[str, float]:
+    """One stamped call's columns from its programs' stamps ([programs, fields], us): loop and tail
+    (medians over its programs) and, after the previous stamped call's end `prev_end`, its lead,
+    release and span (the module docstring's --stamps paragraph)."""
+    start, waited, loop, end = stamps[:, 0], stamps[:, 2], stamps[:, 3], stamps[:, 4]
+    row = {"loop": float((loop - waited).median()), "tail": float((end - loop).median())}
+    if prev_end is not None:
+        row.update(lead=prev_end - float(start.min()), release=float(waited.min()) - prev_end,
+                   span=float(end.max()) - prev_end)  # fmt: skip
+    return row
+
+
 def stamp_groups(calls: list[dict]) -> tuple[float, list[dict]]:
     """The walk's span from its first stamped kernel, and per kernel name the medians and summed spans."""
     groups: dict[str, dict[str, list[float]]] = {}
     prev_end = None
     for call in calls:
-        s = call["stamps"]
-        start, waited, loop, end = s[:, 0], s[:, 2], s[:, 3], s[:, 4]
-        row = {"loop": float((loop - waited).median()), "tail": float((end - loop).median())}
-        if prev_end is not None:
-            row.update(lead=prev_end - float(start.min()), release=float(waited.min()) - prev_end,
-                       span=float(end.max()) - prev_end)  # fmt: skip
-        prev_end = float(end.max()) if prev_end is None else max(prev_end, float(end.max()))
+        row = call_columns(call["stamps"], prev_end)
+        end = float(call["stamps"][:, 4].max())
+        prev_end = end if prev_end is None else max(prev_end, end)
         for key, value in row.items():
             groups.setdefault(f"{call['name']} ({call['programs']})", {}).setdefault(key, []).append(value)
     span = prev_end - float(calls[0]["stamps"][:, 0].min()) if calls else 0.0

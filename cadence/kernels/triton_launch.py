@@ -134,6 +134,11 @@ class KernelTrace:
     programs: int
     calls: list[tuple[str, int]] = field(default_factory=list)
 
+    def by_call(self) -> torch.Tensor:
+        """The stamps of the calls so far, on the host: [calls, programs, STAMP_FIELDS] (a call's rows
+        past its own program count stay 0)."""
+        return self.stamps[: len(self.calls) * self.programs].view(len(self.calls), self.programs, -1).cpu()
+
 
 _trace: KernelTrace | None = None
 
