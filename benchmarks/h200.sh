@@ -185,6 +185,14 @@ for phase in "$@"; do
       need_full
       timeout -k 10 -s INT 400 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 1,64 \
         --json "$OUT/walk_stamps_93.json" 2>&1 | quiet | tail -60 ;;
+    pdlchain94)  # perf-notes #94: a one-row GEMM chain as CUDA kernels under PDL, each CTA's weight slab bulk-copied
+      # into shared memory before its wait; then the Triton layer kernels' chain on the same machine (~2 min)
+      nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -o /tmp/pdl_chain \
+        benchmarks/cuda/pdl_chain.cu 2>&1 | grep -E "error|registers|spill" | head -6
+      timeout -k 10 -s INT 200 /tmp/pdl_chain layers=${PDL_LAYERS:-24} reps=30 json="$OUT/pdl_chain_94.json" \
+        2>&1 | tee "$OUT/pdl_chain_94.log"
+      timeout -k 10 -s INT 200 python3 benchmarks/kernel_trace.py --rows 1 --layers ${PDL_LAYERS:-24} --no-norms \
+        --attention-rows --json "$OUT/kernel_trace_94.json" 2>&1 | tail -30 ;;
     kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
       timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size

@@ -1,0 +1,421 @@
+// A chain of one-row GEMMs as separate kernels under programmatic dependent launch (PDL), each
+// CTA's whole weight slab copied into shared memory by the copy engine (cp.async.bulk) *before*
+// the kernel waits for the one before it (perf-notes #94).
+//
+// Question it answers: the Triton layer kernels stream each GEMM's weights at ~2.5 TB/s into the
+// SMs once their wait returns, whatever their lead, depth or L2 prefetch (#92, #93), and that is
+// ~75 % of the batch-1 walk. Here a kernel's weights are in flight while the kernel before it
+// runs, and after its wait only the activation row (2-6 KB from L2), the dots and the store are
+// left on the chain. If a GEMM then costs ~2-3 us (release + input + dots) instead of the layer
+// kernels' 3-7.75, the walk's 103 layers lose ~0.7 ms and batch 1 nears issue 4's 2.0 ms.
+//
+// Model: L layers of the 0.6B code predictor / talker shapes at one row, bf16 weights and
+// activations, four GEMMs a layer, each reading the previous one's output (a real data chain):
+//   qkv 1024 -> 4096, o 2048 -> 1024 (qkv's first 2048 outputs stand in for the attention),
+//   gate/up 1024 -> 2 x 3072 with SwiGLU, down 3072 -> 1024 (the next layer's input).
+// No norms and no attention: the chain of `benchmarks/kernel_trace.py --rows 1 --no-norms`
+// (Triton: 18.8 us a layer on the H200, #93). Every GEMM uses 128 CTAs (n / 128 output rows each).
+//
+// Build and run (on the H200; `bash benchmarks/h200.sh pdlchain94`):
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pdl_chain benchmarks/cuda/pdl_chain.cu
+//   /tmp/pdl_chain [layers=24] [reps=30] [json=FILE]
+// Variants (mode bits below): the copy before or after the wait, trigger first or wait first,
+// without weights (the chain alone), without waits (the weight stream alone), without PDL, with
+// L2-resident weights (every layer the same), evict-first copies. Each variant is timed as a CUDA
+// graph of 4 x layers launches, then run once more with clock stamps (globaltimer) per CTA. Every
+// GEMM of a checked variant is compared with a plain reference kernel fed the same input.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../../cadence/kernels/cuda/sm90.cuh"
+
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    if (err_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+constexpr int THREADS = 256;
+constexpr int CTAS = 128;  // every GEMM: n / 128 output rows a CTA (<= the H200's 132 SMs)
+constexpr int STAMPS = 6;  // start, copy issued, wait returned, input in, weights in, end
+// Mode bits. AHEAD: the weight copy before the PDL wait (else after it). TRIGGER_FIRST: let the next
+// kernel launch at once (else after the wait). NOWEIGHTS: no copy (the chain alone). NOWAIT: no wait
+// (the weight stream alone; outputs garbage). EVICT: the copy marked evict-first in L2.
+constexpr int AHEAD = 1, TRIGGER_FIRST = 2, NOWEIGHTS = 4, NOWAIT = 8, EVICT = 16;
+
+struct Gemm {
+  const __nv_bfloat16* x;  // [k]
+  const __nv_bfloat16* w;  // [n, k] row-major; swiglu: [gate; up], 2n rows
+  __nv_bfloat16* y;        // [n]
+  int k, n, rows, swiglu;  // rows: outputs a CTA
+};
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+// One weight row (bf16, shared memory) against x (fp32, shared memory), summed over the warp.
+__device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int k, int lane) {
+  const uint4* w = reinterpret_cast<const uint4*>(row);
+  const float4* x = reinterpret_cast<const float4*>(xs);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const int end = k / 8;
+  for (int base = lane; base < end; base += 128) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = base + 32 * u;
+      if (i < end) {
+        const uint4 v = w[i];
+        const float4 x0 = x[2 * i], x1 = x[2 * i + 1];
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+        const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+        const float2 c = __bfloat1622float2(h[2]), d = __bfloat1622float2(h[3]);
+        acc[u] += a.x * x0.x + a.y * x0.y + b.x * x0.z + b.y * x0.w + c.x * x1.x + c.y * x1.y + d.x * x1.z + d.y * x1.w;
+      }
+    }
+  }
+  return warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+__global__ void __launch_bounds__(THREADS) gemv_kernel(Gemm g, int mode, unsigned long long* stamps) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int slab_rows = g.rows * (g.swiglu ? 2 : 1);
+  const unsigned slab_bytes = (unsigned)g.rows * g.k * 2;
+  __nv_bfloat16* ws = reinterpret_cast<__nv_bfloat16*>(smem);
+  float* xs = reinterpret_cast<float*>(smem + (size_t)slab_rows * g.k * 2);
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(xs + g.k);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int n0 = blockIdx.x * g.rows;
+  unsigned long long t[STAMPS] = {};
+  if (stamps) t[0] = globaltimer();
+  if (mode & TRIGGER_FIRST) pdl_trigger();
+  const bool weights = !(mode & NOWEIGHTS);
+  auto issue = [&] {  // one thread: the whole slab (the gate and up slabs for SwiGLU) on one mbarrier
+    if (tid != 0 || !weights) return;
+    mbar_init(bar, 1);
+    mbar_init_fence();
+    mbar_expect_tx(bar, slab_bytes * (g.swiglu ? 2 : 1));
+    const __nv_bfloat16* src = g.w + (size_t)n0 * g.k;
+    if (mode & EVICT) bulk_load_once(ws, src, slab_bytes, bar);
+    else bulk_load(ws, src, slab_bytes, bar);
+    if (g.swiglu) {
+      const __nv_bfloat16* up = g.w + (size_t)(g.n + n0) * g.k;
+      if (mode & EVICT) bulk_load_once(ws + (size_t)g.rows * g.k, up, slab_bytes, bar);
+      else bulk_load(ws + (size_t)g.rows * g.k, up, slab_bytes, bar);
+    }
+  };
+  if (mode & AHEAD) issue();
+  if (stamps) t[1] = globaltimer();
+  if (!(mode & NOWAIT)) pdl_wait();
+  if (!(mode & TRIGGER_FIRST)) pdl_trigger();
+  if (stamps) t[2] = globaltimer();
+  if (!(mode & AHEAD)) issue();
+  // The input row: written by the kernel before, so only after the wait.
+  const uint4* x8 = reinterpret_cast<const uint4*>(g.x);
+  for (int i = tid; i < g.k / 8; i += THREADS) {
+    const uint4 v = x8[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+    float4* dst = reinterpret_cast<float4*>(xs + 8 * i);
+    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    const float2 c = __bfloat1622float2(h[2]), d = __bfloat1622float2(h[3]);
+    dst[0] = make_float4(a.x, a.y, b.x, b.y);
+    dst[1] = make_float4(c.x, c.y, d.x, d.y);
+  }
+  __syncthreads();
+  if (stamps) t[3] = globaltimer();
+  if (weights) mbar_wait(bar, 0);
+  if (stamps) t[4] = globaltimer();
+  for (int r = warp; r < g.rows; r += THREADS / 32) {
+    const float gate = row_dot(ws + (size_t)r * g.k, xs, g.k, lane);
+    float out = gate;
+    if (g.swiglu) {  // rounded where the unfused GEMM and silu_mul round
+      const float up = row_dot(ws + (size_t)(g.rows + r) * g.k, xs, g.k, lane);
+      const float gb = bf16_round(gate);
+      out = bf16_round(gb / (1.f + __expf(-gb))) * bf16_round(up);
+    }
+    if (lane == 0 && n0 + r < g.n) g.y[n0 + r] = __float2bfloat16(out);
+  }
+  if (stamps) {
+    __syncthreads();
+    t[5] = globaltimer();
+    if (tid == 0)
+      for (int s = 0; s < STAMPS; ++s) stamps[(size_t)blockIdx.x * STAMPS + s] = t[s];
+  }
+}
+
+// The check: one warp an output, fp32 sums, the same roundings.
+__global__ void reference_kernel(Gemm g, float* out) {
+  const int o = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (o >= g.n) return;
+  float gate = 0.f, up = 0.f;
+  for (int i = lane; i < g.k; i += 32) {
+    const float x = __bfloat162float(g.x[i]);
+    gate += x * __bfloat162float(g.w[(size_t)o * g.k + i]);
+    if (g.swiglu) up += x * __bfloat162float(g.w[(size_t)(g.n + o) * g.k + i]);
+  }
+  gate = warp_sum(gate), up = warp_sum(up);
+  if (lane) return;
+  if (!g.swiglu) {
+    out[o] = gate;
+    return;
+  }
+  const float gb = bf16_round(gate);
+  out[o] = bf16_round(gb / (1.f + __expf(-gb))) * bf16_round(up);
+}
+
+__global__ void fill_kernel(__nv_bfloat16* p, size_t n, float scale, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+    p[i] = __float2bfloat16(scale * ((h & 0xffffff) / 8388608.f - 1.f));
+  }
+}
+
+struct Chain {
+  std::vector<Gemm> gemms;  // 4 a layer: qkv, o, gate/up, down
+  double weight_bytes = 0;
+};
+
+static __nv_bfloat16* alloc_bf16(size_t n) {
+  __nv_bfloat16* p;
+  CHECK(cudaMalloc(&p, n * 2));
+  return p;
+}
+
+// shared_weights: every layer reads the same weights (30 MB: they stay in the 50 MB L2).
+static Chain build_chain(int layers, bool shared_weights) {
+  const int hidden = 1024, q = 2048, qkv = 4096, inter = 3072;
+  Chain c;
+  __nv_bfloat16* h = alloc_bf16(hidden);
+  fill_kernel<<<4, 256>>>(h, hidden, 1.f, 7);
+  struct Shape { int k, n, swiglu; };
+  const Shape shapes[4] = {{hidden, qkv, 0}, {q, hidden, 0}, {hidden, inter, 1}, {inter, hidden, 0}};
+  std::vector<__nv_bfloat16*> weights(4);
+  for (int l = 0; l < layers; ++l) {
+    __nv_bfloat16* out[4];
+    for (int j = 0; j < 4; ++j) {
+      const Shape s = shapes[j];
+      const size_t count = (size_t)s.n * (s.swiglu ? 2 : 1) * s.k;
+      if (l == 0 || !shared_weights) {
+        weights[j] = alloc_bf16(count);
+        fill_kernel<<<512, 256>>>(weights[j], count, std::sqrt(3.f / s.k) * (j == 3 ? 3.f : 1.f), 1000 * l + j);
+      }
+      if (l == 0 || !shared_weights) c.weight_bytes += count * 2.0;
+      out[j] = alloc_bf16(s.n);
+    }
+    const __nv_bfloat16* ins[4] = {h, out[0], out[1], out[2]};
+    for (int j = 0; j < 4; ++j)
+      c.gemms.push_back({ins[j], weights[j], out[j], shapes[j].k, shapes[j].n, shapes[j].n / CTAS, shapes[j].swiglu});
+    h = out[3];
+  }
+  if (shared_weights) c.weight_bytes *= layers;  // bytes the chain reads, from L2 or not
+  CHECK(cudaDeviceSynchronize());
+  return c;
+}
+
+static size_t smem_bytes(const Gemm& g) {
+  return (size_t)g.rows * (g.swiglu ? 2 : 1) * g.k * 2 + (size_t)g.k * 4 + 16;
+}
+
+static void launch(const Gemm& g, int mode, bool pdl, unsigned long long* stamps, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((g.n + g.rows - 1) / g.rows);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = smem_bytes(g);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel, g, mode, stamps));
+}
+
+static cudaGraphExec_t capture(const Chain& c, int mode, bool pdl, unsigned long long* stamps, cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (size_t i = 0; i < c.gemms.size(); ++i)
+    launch(c.gemms[i], mode, pdl, stamps ? stamps + i * CTAS * STAMPS : nullptr, stream);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+// The largest |y - ref| / max |ref| over the chain's GEMMs, each against its own input.
+static double max_error(const Chain& c) {
+  float* ref;
+  CHECK(cudaMalloc(&ref, 4096 * sizeof(float)));
+  std::vector<float> r(4096);
+  std::vector<__nv_bfloat16> y(4096);
+  double err = 0;
+  for (const Gemm& g : c.gemms) {
+    reference_kernel<<<(g.n + 7) / 8, 256>>>(g, ref);
+    CHECK(cudaMemcpy(r.data(), ref, g.n * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(y.data(), g.y, g.n * 2, cudaMemcpyDeviceToHost));
+    double ref_max = 1e-30, diff = 0;
+    for (int i = 0; i < g.n; ++i) {
+      ref_max = std::max(ref_max, (double)std::fabs(r[i]));
+      const double d = std::fabs((double)__bfloat162float(y[i]) - r[i]);
+      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    }
+    err = std::max(err, diff / ref_max);
+  }
+  CHECK(cudaFree(ref));
+  return err;
+}
+
+struct Variant {
+  const char* name;
+  int mode;
+  bool pdl, shared_weights, checked;
+};
+
+static const char* KINDS[4] = {"qkv", "o", "gate_up", "down"};
+
+// Per GEMM kind, averaged over the layers after the first two (us): span (this kernel's last CTA
+// end - the one before's), release (its first wait return - the one before's last end), lead (a
+// CTA's start to its wait's return), input (wait -> input row in shared memory), weights (input in
+// -> weights in: 0 when they came ahead), dots (weights in -> end).
+static void print_stamps(const std::vector<unsigned long long>& s, int layers, FILE* json, const char* name) {
+  auto at = [&](int gemm, int cta, int k) { return (double)s[((size_t)gemm * CTAS + cta) * STAMPS + k]; };
+  auto last_end = [&](int gemm) {
+    double m = 0;
+    for (int b = 0; b < CTAS; ++b) m = std::max(m, at(gemm, b, 5));
+    return m;
+  };
+  std::printf("  %-8s %7s %8s %7s %7s %8s %7s\n", "gemm", "span", "release", "lead", "input", "weights", "dots");
+  for (int kind = 0; kind < 4; ++kind) {
+    double span = 0, release = 0, lead = 0, input = 0, wait_w = 0, dots = 0;
+    int count = 0;
+    for (int l = 2; l < layers; ++l, ++count) {
+      const int gi = 4 * l + kind;
+      double first_wait = 1e300;
+      for (int b = 0; b < CTAS; ++b) {
+        first_wait = std::min(first_wait, at(gi, b, 2));
+        lead += (at(gi, b, 2) - at(gi, b, 0)) / CTAS;
+        input += (at(gi, b, 3) - at(gi, b, 2)) / CTAS;
+        wait_w += (at(gi, b, 4) - at(gi, b, 3)) / CTAS;
+        dots += (at(gi, b, 5) - at(gi, b, 4)) / CTAS;
+      }
+      span += last_end(gi) - last_end(gi - 1);
+      release += first_wait - last_end(gi - 1);
+    }
+    const double k = 1e-3 / count;  // ns -> us, averaged
+    std::printf("  %-8s %7.2f %8.2f %7.2f %7.2f %8.2f %7.2f\n", KINDS[kind], span * k, release * k, lead * k,
+                input * k, wait_w * k, dots * k);
+    if (json)
+      std::fprintf(json,
+                   ",\n  {\"variant\": \"%s\", \"gemm\": \"%s\", \"span_us\": %.3f, \"release_us\": %.3f, "
+                   "\"lead_us\": %.3f, \"input_us\": %.3f, \"weights_us\": %.3f, \"dots_us\": %.3f}",
+                   name, KINDS[kind], span * k, release * k, lead * k, input * k, wait_w * k, dots * k);
+  }
+}
+
+int main(int argc, char** argv) {
+  int layers = 24, reps = 30;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strncmp(argv[i], "layers=", 7)) layers = std::atoi(argv[i] + 7);
+    else if (!std::strncmp(argv[i], "reps=", 5)) reps = std::atoi(argv[i] + 5);
+    else if (!std::strncmp(argv[i], "json=", 5)) json = argv[i] + 5;
+    else {
+      std::fprintf(stderr, "usage: %s [layers=24] [reps=30] [json=FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (layers < 3) layers = 3;
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  CHECK(cudaFuncSetAttribute(gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 120 * 1024));
+  const Chain chains[2] = {build_chain(layers, false), build_chain(layers, true)};
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  unsigned long long* stamps;
+  const size_t stamp_words = (size_t)4 * layers * CTAS * STAMPS;
+  CHECK(cudaMalloc(&stamps, stamp_words * 8));
+  cudaEvent_t t0, t1;
+  CHECK(cudaEventCreate(&t0));
+  CHECK(cudaEventCreate(&t1));
+
+  const Variant variants[] = {
+      {"ahead", AHEAD, true, false, true},
+      {"ahead_tf", AHEAD | TRIGGER_FIRST, true, false, true},
+      {"ahead_evict", AHEAD | EVICT, true, false, true},
+      {"after", 0, true, false, true},
+      {"after_nopdl", 0, false, false, true},
+      {"noweights", NOWEIGHTS, true, false, false},
+      {"noweights_tf", NOWEIGHTS | TRIGGER_FIRST, true, false, false},
+      {"stream", AHEAD | TRIGGER_FIRST | NOWAIT, true, false, false},
+      {"ahead_l2", AHEAD, true, true, true},
+      {"ahead_tf_l2", AHEAD | TRIGGER_FIRST, true, true, true},
+  };
+  std::printf("%s, %d SMs; %d layers of qkv, o, gate/up (SwiGLU), down at one row, %d CTAs a GEMM\n", prop.name,
+              prop.multiProcessorCount, layers, CTAS);
+  FILE* out = json.empty() ? nullptr : std::fopen(json.c_str(), "w");
+  if (out) std::fprintf(out, "[\n  {\"device\": \"%s\", \"layers\": %d}", prop.name, layers);
+  for (const Variant& v : variants) {
+    const Chain& c = chains[v.shared_weights];
+    cudaGraphExec_t exec = capture(c, v.mode, v.pdl, nullptr, stream);
+    std::vector<float> ms;
+    for (int r = 0; r < reps + 5; ++r) {
+      CHECK(cudaEventRecord(t0, stream));
+      CHECK(cudaGraphLaunch(exec, stream));
+      CHECK(cudaEventRecord(t1, stream));
+      CHECK(cudaEventSynchronize(t1));
+      float t;
+      CHECK(cudaEventElapsedTime(&t, t0, t1));
+      if (r >= 5) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2], per_layer = med * 1e3 / layers;
+    for (const Gemm& g : c.gemms) CHECK(cudaMemsetAsync(g.y, 0xff, g.n * 2, stream));  // NaN: unwritten shows
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    const double err = v.checked ? max_error(c) : -1;
+    std::printf("%-12s %8.3f ms  %7.2f us/layer  %7.0f GB/s  max_err %9.2e\n", v.name, med, per_layer,
+                c.weight_bytes / (med * 1e-3) / 1e9, err);
+    if (out)
+      std::fprintf(out,
+                   ",\n  {\"variant\": \"%s\", \"ms\": %.4f, \"us_per_layer\": %.3f, \"gb_per_s\": %.1f, "
+                   "\"max_rel_err\": %.3e}",
+                   v.name, med, per_layer, c.weight_bytes / (med * 1e-3) / 1e9, err);
+    CHECK(cudaGraphExecDestroy(exec));
+    // The same chain once more with clock stamps in every CTA (a few % slower: a look, not the time).
+    exec = capture(c, v.mode, v.pdl, stamps, stream);
+    for (int r = 0; r < 3; ++r) CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    std::vector<unsigned long long> s(stamp_words);
+    CHECK(cudaMemcpy(s.data(), stamps, stamp_words * 8, cudaMemcpyDeviceToHost));
+    print_stamps(s, layers, out, v.name);
+    CHECK(cudaGraphExecDestroy(exec));
+  }
+  if (out) {
+    std::fprintf(out, "\n]\n");
+    std::fclose(out);
+  }
+  return 0;
+}
