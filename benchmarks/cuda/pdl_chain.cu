@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../cadence/kernels/cuda/sm90.cuh"
@@ -76,36 +77,72 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 __device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// One weight row (bf16, shared memory) against x (fp32, shared memory), summed over the warp.
-__device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int k, int lane) {
-  const uint4* w = reinterpret_cast<const uint4*>(row);
-  const float4* x = reinterpret_cast<const float4*>(xs);
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  const int end = k / 8;
-  for (int base = lane; base < end; base += 128) {
+// Eight bf16 products of a weight chunk and an input chunk (16 bytes each), in fp32.
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float s = 0.f;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = base + 32 * u;
-      if (i < end) {
-        const uint4 v = w[i];
-        const float4 x0 = x[2 * i], x1 = x[2 * i + 1];
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-        const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
-        const float2 c = __bfloat1622float2(h[2]), d = __bfloat1622float2(h[3]);
-        acc[u] += a.x * x0.x + a.y * x0.y + b.x * x0.z + b.y * x0.w + c.x * x1.x + c.y * x1.y + d.x * x1.z + d.y * x1.w;
-      }
-    }
+  for (int e = 0; e < 4; ++e) {
+    const float2 fa = __bfloat1622float2(a[e]), fb = __bfloat1622float2(b[e]);
+    s += fa.x * fb.x + fa.y * fb.y;
   }
-  return warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  return s;
 }
 
-__global__ void __launch_bounds__(THREADS) gemv_kernel(Gemm g, int mode, unsigned long long* stamps) {
+// NR weight rows against the input row (both in shared memory; a lane takes the chunks
+// k = 8 * (lane + 32 j)), each summed over the warp. The rows go together so that their loads and
+// reductions overlap and each input chunk is read once for all of them: a CTA's dots then read its
+// slab from shared memory and little else. Row q is at
+// base + (q / PAIR) * step + (q % PAIR) * up (PAIR 2: a SwiGLU gate row and its up row).
+template <int KC, int NR, int PAIR>
+__device__ __forceinline__ void dot_rows(const uint4* xs, const __nv_bfloat16* base, size_t step, size_t up,
+                                         float (&out)[NR], int lane) {
+  float acc[NR][2] = {};
+#pragma unroll
+  for (int j = 0; j < KC; ++j) {
+    const uint4 x = xs[lane + 32 * j];
+#pragma unroll
+    for (int q = 0; q < NR; ++q) {
+      const uint4* row = reinterpret_cast<const uint4*>(base + (q / PAIR) * step + (q % PAIR) * up);
+      acc[q][j & 1] += dot8(row[lane + 32 * j], x);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < NR; ++q) out[q] = acc[q][0] + acc[q][1];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int q = 0; q < NR; ++q) out[q] += __shfl_xor_sync(0xffffffffu, out[q], o);
+}
+
+// Lane 0 stores the NR / PAIR outputs of rows r, r + 8, ... (SwiGLU rounded where the unfused
+// GEMM and silu_mul round).
+template <int NR, int PAIR>
+__device__ __forceinline__ void store_rows(const float (&v)[NR], __nv_bfloat16* y, int first, int n, int lane) {
+  if (lane) return;
+#pragma unroll
+  for (int i = 0; i < NR / PAIR; ++i) {
+    float out = v[i * PAIR];
+    if (PAIR == 2) {
+      const float gb = bf16_round(v[2 * i]);
+      out = bf16_round(gb / (1.f + __expf(-gb))) * bf16_round(v[2 * i + 1]);
+    }
+    if (first + 8 * i < n) y[first + 8 * i] = __float2bfloat16(out);
+  }
+}
+
+// KC: K / 256. PAIR 2: SwiGLU (gate and up slabs). At most 128 registers, so that the next
+// kernel's CTA fits on the SM beside this one (perf-notes #89).
+template <int KC, int PAIR>
+__global__ void __launch_bounds__(THREADS, 2) gemv_kernel(Gemm g, int mode, unsigned long long* stamps) {
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int K = KC * 256;
   const int slab_rows = g.rows * (g.swiglu ? 2 : 1);
-  const unsigned slab_bytes = (unsigned)g.rows * g.k * 2;
+  const unsigned slab_bytes = (unsigned)g.rows * K * 2;
   __nv_bfloat16* ws = reinterpret_cast<__nv_bfloat16*>(smem);
-  float* xs = reinterpret_cast<float*>(smem + (size_t)slab_rows * g.k * 2);
-  unsigned long long* bar = reinterpret_cast<unsigned long long*>(xs + g.k);
+  uint4* xs = reinterpret_cast<uint4*>(smem + (size_t)slab_rows * K * 2);
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(xs + K / 8);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n0 = blockIdx.x * g.rows;
   unsigned long long t[STAMPS] = {};
@@ -117,13 +154,13 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(Gemm g, int mode, unsigne
     mbar_init(bar, 1);
     mbar_init_fence();
     mbar_expect_tx(bar, slab_bytes * (g.swiglu ? 2 : 1));
-    const __nv_bfloat16* src = g.w + (size_t)n0 * g.k;
+    const __nv_bfloat16* src = g.w + (size_t)n0 * K;
     if (mode & EVICT) bulk_load_once(ws, src, slab_bytes, bar);
     else bulk_load(ws, src, slab_bytes, bar);
     if (g.swiglu) {
-      const __nv_bfloat16* up = g.w + (size_t)(g.n + n0) * g.k;
-      if (mode & EVICT) bulk_load_once(ws + (size_t)g.rows * g.k, up, slab_bytes, bar);
-      else bulk_load(ws + (size_t)g.rows * g.k, up, slab_bytes, bar);
+      const __nv_bfloat16* up = g.w + (size_t)(g.n + n0) * K;
+      if (mode & EVICT) bulk_load_once(ws + (size_t)g.rows * K, up, slab_bytes, bar);
+      else bulk_load(ws + (size_t)g.rows * K, up, slab_bytes, bar);
     }
   };
   if (mode & AHEAD) issue();
@@ -132,30 +169,27 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(Gemm g, int mode, unsigne
   if (!(mode & TRIGGER_FIRST)) pdl_trigger();
   if (stamps) t[2] = globaltimer();
   if (!(mode & AHEAD)) issue();
-  // The input row: written by the kernel before, so only after the wait.
-  const uint4* x8 = reinterpret_cast<const uint4*>(g.x);
-  for (int i = tid; i < g.k / 8; i += THREADS) {
-    const uint4 v = x8[i];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-    float4* dst = reinterpret_cast<float4*>(xs + 8 * i);
-    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
-    const float2 c = __bfloat1622float2(h[2]), d = __bfloat1622float2(h[3]);
-    dst[0] = make_float4(a.x, a.y, b.x, b.y);
-    dst[1] = make_float4(c.x, c.y, d.x, d.y);
-  }
+  // The input row: written by the kernel before, so only after the wait; into shared memory once.
+  for (int i = tid; i < K / 8; i += THREADS) xs[i] = reinterpret_cast<const uint4*>(g.x)[i];
   __syncthreads();
   if (stamps) t[3] = globaltimer();
   if (weights) mbar_wait(bar, 0);
   if (stamps) t[4] = globaltimer();
-  for (int r = warp; r < g.rows; r += THREADS / 32) {
-    const float gate = row_dot(ws + (size_t)r * g.k, xs, g.k, lane);
-    float out = gate;
-    if (g.swiglu) {  // rounded where the unfused GEMM and silu_mul round
-      const float up = row_dot(ws + (size_t)(g.rows + r) * g.k, xs, g.k, lane);
-      const float gb = bf16_round(gate);
-      out = bf16_round(gb / (1.f + __expf(-gb))) * bf16_round(up);
-    }
-    if (lane == 0 && n0 + r < g.n) g.y[n0 + r] = __float2bfloat16(out);
+  // This warp's rows: r = warp, warp + 8, ...; four at a time (two SwiGLU pairs) where K is short
+  // enough for the registers (the long-K shapes have one row a warp), then one by one.
+  constexpr int NR = KC <= 4 ? 4 : PAIR;
+  const int count = g.rows > warp ? (g.rows - warp + 7) / 8 : 0;
+  const size_t step = (size_t)8 * K, up = (size_t)g.rows * K;
+  int i = 0;
+  for (; i + NR / PAIR <= count; i += NR / PAIR) {
+    float v[NR];
+    dot_rows<KC, NR, PAIR>(xs, ws + (size_t)(warp + 8 * i) * K, step, up, v, lane);
+    store_rows<NR, PAIR>(v, g.y, n0 + warp + 8 * i, g.n, lane);
+  }
+  for (; i < count; ++i) {
+    float v[PAIR];
+    dot_rows<KC, PAIR, PAIR>(xs, ws + (size_t)(warp + 8 * i) * K, step, up, v, lane);
+    store_rows<PAIR, PAIR>(v, g.y, n0 + warp + 8 * i, g.n, lane);
   }
   if (stamps) {
     __syncthreads();
@@ -163,6 +197,17 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(Gemm g, int mode, unsigne
     if (tid == 0)
       for (int s = 0; s < STAMPS; ++s) stamps[(size_t)blockIdx.x * STAMPS + s] = t[s];
   }
+}
+
+using KernelFn = void (*)(Gemm, int, unsigned long long*);
+static KernelFn kernel_for(int k, bool swiglu) {
+  switch (k) {
+    case 1024: return swiglu ? gemv_kernel<4, 2> : gemv_kernel<4, 1>;
+    case 2048: if (!swiglu) return gemv_kernel<8, 1>; break;
+    case 3072: if (!swiglu) return gemv_kernel<12, 1>; break;
+  }
+  std::fprintf(stderr, "no kernel for k = %d, swiglu %d\n", k, swiglu);
+  std::exit(1);
 }
 
 // The check: one warp an output, fp32 sums, the same roundings.
@@ -236,7 +281,7 @@ static Chain build_chain(int layers, bool shared_weights) {
 }
 
 static size_t smem_bytes(const Gemm& g) {
-  return (size_t)g.rows * (g.swiglu ? 2 : 1) * g.k * 2 + (size_t)g.k * 4 + 16;
+  return (size_t)g.rows * (g.swiglu ? 2 : 1) * g.k * 2 + (size_t)g.k * 2 + 16;
 }
 
 static void launch(const Gemm& g, int mode, bool pdl, unsigned long long* stamps, cudaStream_t stream) {
@@ -250,7 +295,7 @@ static void launch(const Gemm& g, int mode, bool pdl, unsigned long long* stamps
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel, g, mode, stamps));
+  CHECK(cudaLaunchKernelEx(&cfg, kernel_for(g.k, g.swiglu), g, mode, stamps));
 }
 
 static cudaGraphExec_t capture(const Chain& c, int mode, bool pdl, unsigned long long* stamps, cudaStream_t stream) {
@@ -350,7 +395,8 @@ int main(int argc, char** argv) {
   if (layers < 3) layers = 3;
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  CHECK(cudaFuncSetAttribute(gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 120 * 1024));
+  for (auto [k, swiglu] : {std::pair{1024, false}, {1024, true}, {2048, false}, {3072, false}})
+    CHECK(cudaFuncSetAttribute(kernel_for(k, swiglu), cudaFuncAttributeMaxDynamicSharedMemorySize, 120 * 1024));
   const Chain chains[2] = {build_chain(layers, false), build_chain(layers, true)};
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
