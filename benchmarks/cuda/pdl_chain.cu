@@ -55,13 +55,21 @@ constexpr int STAMPS = 6;  // start, copy issued, wait returned, input in, weigh
 // Mode bits. AHEAD: the weight copy before the PDL wait (else after it). TRIGGER_FIRST: let the next
 // kernel launch at once (else after the wait). NOWEIGHTS: no copy (the chain alone). NOWAIT: no wait
 // (the weight stream alone; outputs garbage). EVICT: the copy marked evict-first in L2.
-constexpr int AHEAD = 1, TRIGGER_FIRST = 2, NOWEIGHTS = 4, NOWAIT = 8, EVICT = 16;
+// NORM: the residual add and RMSNorm before qkv and gate/up done by every CTA of those GEMMs on its
+// input row (no norm kernel between them and the GEMM before).
+constexpr int AHEAD = 1, TRIGGER_FIRST = 2, NOWEIGHTS = 4, NOWAIT = 8, EVICT = 16, NORM = 32;
+constexpr float EPS = 1e-6f;
 
 struct Gemm {
   const __nv_bfloat16* x;  // [k]
   const __nv_bfloat16* w;  // [n, k] row-major; swiglu: [gate; up], 2n rows
   __nv_bfloat16* y;        // [n]
   int k, n, rows, swiglu;  // rows: outputs a CTA
+  // The norm folded in (mode NORM; qkv and gate/up): the input is rms_norm(x + res) * norm_w, and
+  // CTA 0 stores the sum x + res to res_out (the next residual). Null for o and down.
+  const __nv_bfloat16* res;
+  const __nv_bfloat16* norm_w;
+  __nv_bfloat16* res_out;
 };
 
 __device__ __forceinline__ unsigned long long globaltimer() {
@@ -132,6 +140,55 @@ __device__ __forceinline__ void store_rows(const float (&v)[NR], __nv_bfloat16* 
   }
 }
 
+// xs = rms_norm(x + res) * norm_w, rounded where the norm kernel rounds (the sum, the normalised
+// row, the product); the CTA's threads each take at most two 8-element chunks. store_sum: also
+// write the sum (the next residual).
+template <int K>
+__device__ __forceinline__ void normed_input(const Gemm& g, uint4* xs, bool store_sum) {
+  constexpr int CHUNKS = K / 8, PER = (CHUNKS + THREADS - 1) / THREADS;
+  static_assert(PER <= 2, "at most two chunks a thread");
+  __shared__ float partial[THREADS / 32];
+  const int tid = threadIdx.x;
+  float v[PER][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < PER; ++c) {
+    const int i = tid + c * THREADS;
+    if (i >= CHUNKS) break;
+    const uint4 a = reinterpret_cast<const uint4*>(g.x)[i], b = reinterpret_cast<const uint4*>(g.res)[i];
+    const __nv_bfloat16* ha = reinterpret_cast<const __nv_bfloat16*>(&a);
+    const __nv_bfloat16* hb = reinterpret_cast<const __nv_bfloat16*>(&b);
+    uint4 sum;
+    __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(&sum);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      hs[e] = __float2bfloat16(__bfloat162float(ha[e]) + __bfloat162float(hb[e]));
+      v[c][e] = __bfloat162float(hs[e]);
+      ss += v[c][e] * v[c][e];
+    }
+    if (store_sum) reinterpret_cast<uint4*>(g.res_out)[i] = sum;
+  }
+  ss = warp_sum(ss);
+  if (tid % 32 == 0) partial[tid / 32] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < THREADS / 32; ++w) total += partial[w];
+  const float inv = 1.f / sqrtf(total / K + EPS);
+#pragma unroll
+  for (int c = 0; c < PER; ++c) {
+    const int i = tid + c * THREADS;
+    if (i >= CHUNKS) break;
+    const uint4 wv = reinterpret_cast<const uint4*>(g.norm_w)[i];
+    const __nv_bfloat16* hw = reinterpret_cast<const __nv_bfloat16*>(&wv);
+    uint4 out;
+    __nv_bfloat16* ho = reinterpret_cast<__nv_bfloat16*>(&out);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ho[e] = __float2bfloat16(__bfloat162float(hw[e]) * bf16_round(v[c][e] * inv));
+    xs[i] = out;
+  }
+}
+
 // KC: K / 256. PAIR 2: SwiGLU (gate and up slabs). At most 128 registers, so that the next
 // kernel's CTA fits on the SM beside this one (perf-notes #89).
 template <int KC, int PAIR>
@@ -170,7 +227,9 @@ __global__ void __launch_bounds__(THREADS, 2) gemv_kernel(Gemm g, int mode, unsi
   if (stamps) t[2] = globaltimer();
   if (!(mode & AHEAD)) issue();
   // The input row: written by the kernel before, so only after the wait; into shared memory once.
-  for (int i = tid; i < K / 8; i += THREADS) xs[i] = reinterpret_cast<const uint4*>(g.x)[i];
+  if ((mode & NORM) && g.norm_w) normed_input<K>(g, xs, blockIdx.x == 0);
+  else
+    for (int i = tid; i < K / 8; i += THREADS) xs[i] = reinterpret_cast<const uint4*>(g.x)[i];
   __syncthreads();
   if (stamps) t[3] = globaltimer();
   if (weights) mbar_wait(bar, 0);
@@ -208,6 +267,25 @@ static KernelFn kernel_for(int k, bool swiglu) {
   }
   std::fprintf(stderr, "no kernel for k = %d, swiglu %d\n", k, swiglu);
   std::exit(1);
+}
+
+// The check's norm: one block writes rms_norm(x + res) * norm_w for the reference GEMM to read.
+__global__ void reference_norm_kernel(Gemm g, __nv_bfloat16* normed) {
+  __shared__ float total;
+  if (threadIdx.x == 0) {
+    float ss = 0.f;
+    for (int i = 0; i < g.k; ++i) {
+      const float v = bf16_round(__bfloat162float(g.x[i]) + __bfloat162float(g.res[i]));
+      ss += v * v;
+    }
+    total = ss;
+  }
+  __syncthreads();
+  const float inv = 1.f / sqrtf(total / g.k + EPS);
+  for (int i = threadIdx.x; i < g.k; i += blockDim.x) {
+    const float v = bf16_round(__bfloat162float(g.x[i]) + __bfloat162float(g.res[i]));
+    normed[i] = __float2bfloat16(__bfloat162float(g.norm_w[i]) * bf16_round(v * inv));
+  }
 }
 
 // The check: one warp an output, fp32 sums, the same roundings.
@@ -258,6 +336,8 @@ static Chain build_chain(int layers, bool shared_weights) {
   struct Shape { int k, n, swiglu; };
   const Shape shapes[4] = {{hidden, qkv, 0}, {q, hidden, 0}, {hidden, inter, 1}, {inter, hidden, 0}};
   std::vector<__nv_bfloat16*> weights(4);
+  __nv_bfloat16* residual = alloc_bf16(hidden);  // the residual stream: qkv and gate/up add to it
+  fill_kernel<<<4, 256>>>(residual, hidden, 1.f, 11);
   for (int l = 0; l < layers; ++l) {
     __nv_bfloat16* out[4];
     for (int j = 0; j < 4; ++j) {
@@ -271,8 +351,15 @@ static Chain build_chain(int layers, bool shared_weights) {
       out[j] = alloc_bf16(s.n);
     }
     const __nv_bfloat16* ins[4] = {h, out[0], out[1], out[2]};
-    for (int j = 0; j < 4; ++j)
-      c.gemms.push_back({ins[j], weights[j], out[j], shapes[j].k, shapes[j].n, shapes[j].n / CTAS, shapes[j].swiglu});
+    for (int j = 0; j < 4; ++j) {
+      Gemm g = {ins[j], weights[j], out[j], shapes[j].k, shapes[j].n, shapes[j].n / CTAS, shapes[j].swiglu};
+      if (j == 0 || j == 2) {  // the norms before qkv and gate/up
+        __nv_bfloat16* norm_w = alloc_bf16(hidden);
+        fill_kernel<<<4, 256>>>(norm_w, hidden, 1.f, 5000 + 10 * l + j);
+        g.res = residual, g.norm_w = norm_w, g.res_out = residual = alloc_bf16(hidden);
+      }
+      c.gemms.push_back(g);
+    }
     h = out[3];
   }
   if (shared_weights) c.weight_bytes *= layers;  // bytes the chain reads, from L2 or not
@@ -311,13 +398,27 @@ static cudaGraphExec_t capture(const Chain& c, int mode, bool pdl, unsigned long
 }
 
 // The largest |y - ref| / max |ref| over the chain's GEMMs, each against its own input.
-static double max_error(const Chain& c) {
+static double max_error(const Chain& c, bool norm) {
   float* ref;
+  __nv_bfloat16* normed = alloc_bf16(4096);
   CHECK(cudaMalloc(&ref, 4096 * sizeof(float)));
   std::vector<float> r(4096);
   std::vector<__nv_bfloat16> y(4096);
   double err = 0;
-  for (const Gemm& g : c.gemms) {
+  for (const Gemm& c_g : c.gemms) {
+    Gemm g = c_g;
+    if (norm && g.norm_w) {  // the reference of the folded norm, and the sum CTA 0 stored
+      reference_norm_kernel<<<1, 256>>>(g, normed);
+      std::vector<__nv_bfloat16> x(g.k), res(g.k), sum(g.k);
+      CHECK(cudaMemcpy(x.data(), g.x, g.k * 2, cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(res.data(), g.res, g.k * 2, cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(sum.data(), g.res_out, g.k * 2, cudaMemcpyDeviceToHost));
+      for (int i = 0; i < g.k; ++i) {
+        const float want = __bfloat162float(__float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(res[i])));
+        if (__bfloat162float(sum[i]) != want) err = INFINITY;
+      }
+      g.x = normed;
+    }
     reference_kernel<<<(g.n + 7) / 8, 256>>>(g, ref);
     CHECK(cudaMemcpy(r.data(), ref, g.n * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(y.data(), g.y, g.n * 2, cudaMemcpyDeviceToHost));
@@ -330,6 +431,7 @@ static double max_error(const Chain& c) {
     err = std::max(err, diff / ref_max);
   }
   CHECK(cudaFree(ref));
+  CHECK(cudaFree(normed));
   return err;
 }
 
@@ -416,6 +518,8 @@ int main(int argc, char** argv) {
       {"noweights", NOWEIGHTS, true, false, false},
       {"noweights_tf", NOWEIGHTS | TRIGGER_FIRST, true, false, false},
       {"stream", AHEAD | TRIGGER_FIRST | NOWAIT, true, false, false},
+      {"ahead_norm", AHEAD | NORM, true, false, true},
+      {"noweights_norm", NOWEIGHTS | NORM, true, false, false},
       {"ahead_l2", AHEAD, true, true, true},
       {"ahead_tf_l2", AHEAD | TRIGGER_FIRST, true, true, true},
   };
@@ -441,7 +545,7 @@ int main(int argc, char** argv) {
     for (const Gemm& g : c.gemms) CHECK(cudaMemsetAsync(g.y, 0xff, g.n * 2, stream));  // NaN: unwritten shows
     CHECK(cudaGraphLaunch(exec, stream));
     CHECK(cudaStreamSynchronize(stream));
-    const double err = v.checked ? max_error(c) : -1;
+    const double err = v.checked ? max_error(c, v.mode & NORM) : -1;
     std::printf("%-12s %8.3f ms  %7.2f us/layer  %7.0f GB/s  max_err %9.2e\n", v.name, med, per_layer,
                 c.weight_bytes / (med * 1e-3) / 1e9, err);
     if (out)
