@@ -33,6 +33,7 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
+from ...kernels.cuda_gemv import SLAB_MAX_ROWS
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
@@ -127,9 +128,13 @@ class FastDecoder:
         self.eos = cfg.codec_eos_token_id
         self.suppress = cfg.suppressed_code0_range[0]
         self.pad_text = model.config.tts_pad_token_id
-        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions)
+        # Up to SLAB_MAX_ROWS rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16).
+        slab = SLAB_MAX_ROWS if ops.__name__.endswith("triton_ops") else 0
+        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab)
         # The code predictor's context is one 16-token page: splitting it would only add empty programs.
-        self.cp_stack = FusedStack(talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1)
+        self.cp_stack = FusedStack(
+            talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1, slab_max_rows=slab
+        )
         self.talker = talker
         self.groups = cfg.num_code_groups
         # The 16 codebooks' input tables as one (a copy, ~70 MB for the 0.6B in bf16), so that a

@@ -6,10 +6,16 @@ to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/
 SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
 norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm. `ops` is
 `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
+
+With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
+instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
+and the norms before qkv and gate/up done inside those GEMMs, so a layer is five kernels (four
+GEMMs and the attention) and only the stack's final norm is a kernel of its own (perf-notes #94).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -49,7 +55,8 @@ class FusedLayer:
 class FusedStack:
     """A Qwen3 stack (layers + final norm) run with the fused ops over a paged KV cache."""
 
-    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int, attention_splits: int | None = None):
+    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int, attention_splits: int | None = None,
+                 slab_max_rows: int = 0):  # fmt: skip
         cfg = stack.cfg
         self.ops = ops
         self.splits = attention_splits  # None: the kernel picks by batch size
@@ -62,6 +69,7 @@ class FusedStack:
         dev, dtype = self.norm.device, self.norm.dtype
         # The eager model's own RoPE table, so the fused path rotates by exactly the same numbers.
         self.cos, self.sin = rope_cos_sin(torch.arange(max_positions, device=dev), cfg.head_dim, cfg.rope_theta, dtype)
+        self.slab_max_rows = slab_max_rows if dtype == torch.bfloat16 and _slab_supported(dev) else 0
 
     def __call__(
         self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
@@ -71,25 +79,60 @@ class FusedStack:
         decode: every row is its own sequence's one new token (positions = context_lens - 1), so the
         attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
         not for prefill, whose rows read each other's keys."""
+        attend = functools.partial(self._attend, positions, block_table, context_lens, slot_index, k_cache, v_cache,
+                                   decode)  # fmt: skip
+        if x.shape[0] <= self.slab_max_rows and (plans := self._slab_plans(x.shape[0])) is not None:
+            return self._slab_layers(x, plans, attend)
         ops = self.ops
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
         for i, L in enumerate(self.layers):
-            qkv = ops.linear(h, L.wqkv)
-            cache = (k_cache[i], v_cache[i], slot_index)
-            norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
-            if decode:
-                attn = ops.qk_norm_rope_attention(
-                    qkv, *norm_rope, block_table, context_lens, self.scale, self.heads, self.kv_heads, self.splits,
-                    max_context=self.max_positions,
-                )  # fmt: skip
-            else:
-                q = ops.qk_norm_rope_store(qkv, *norm_rope, self.heads, self.kv_heads)
-                attn = ops.paged_attention(
-                    q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
-                    max_context=self.max_positions,
-                )  # fmt: skip
+            attn = attend(i, L, ops.linear(h, L.wqkv))
             h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual)
             # The next norm is the next layer's input norm, or the stack's final one after the last.
             next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
             h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual)
         return h
+
+    def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool, i: int,
+                L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """Layer i's attention of its qkv rows: QK-norm, RoPE, the cache write and paged attention."""
+        ops = self.ops
+        cache = (k_cache[i], v_cache[i], slot_index)
+        norm_rope = (L.q_norm, L.k_norm, self.eps, self.cos, self.sin, positions, *cache)
+        if decode:
+            return ops.qk_norm_rope_attention(
+                qkv, *norm_rope, block_table, context_lens, self.scale, self.heads, self.kv_heads, self.splits,
+                max_context=self.max_positions,
+            )  # fmt: skip
+        q = ops.qk_norm_rope_store(qkv, *norm_rope, self.heads, self.kv_heads)
+        return ops.paged_attention(
+            q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
+            max_context=self.max_positions,
+        )  # fmt: skip
+
+    def _slab_plans(self, rows: int):
+        """The slab GEMM's plans for a layer at `rows` rows, or None if one of the four has none."""
+        from ...kernels.cuda_gemv import LayerPlans
+
+        L = self.layers[0]
+        return LayerPlans.of(L.wqkv.shape, L.wo.shape, L.wgu.shape, L.wdown.shape, rows)
+
+    def _slab_layers(self, x: torch.Tensor, plans, attend) -> torch.Tensor:
+        """The layers with the slab GEMM (norms folded into qkv and gate/up), then the final norm."""
+        from ...kernels.cuda_gemv import slab_linear
+
+        h, residual, eps = x, None, self.eps
+        for i, L in enumerate(self.layers):
+            qkv, residual = slab_linear(h, L.wqkv, plans.qkv if i else plans.qkv_first, L.ln1, residual, eps)
+            o, _ = slab_linear(attend(i, L, qkv), L.wo, plans.o)
+            act, residual = slab_linear(o, L.wgu, plans.gate_up, L.ln2, residual, eps)
+            h, _ = slab_linear(act, L.wdown, plans.down)
+        return self.ops.rms_norm(h, self.norm, eps, residual)[0]
+
+
+def _slab_supported(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    from ...kernels.cuda_gemv import slab_supported
+
+    return slab_supported(device)

@@ -1,0 +1,192 @@
+"""The decode GEMM whose weights arrive before it may start (kernels/cuda/slab_gemv.cu), for one
+or two activation rows: batch 1's talker and code-predictor steps and its code predictor's first
+pass.
+
+Every CTA copies its slab of weight rows into shared memory with the copy engine before it waits
+for the kernel before it (programmatic dependent launch), so a GEMM's weight read overlaps the
+kernel before instead of following its wait, and the RMSNorm before qkv and gate/up is done by
+those GEMMs' CTAs on their input rows (no norm kernel between two GEMMs). perf-notes #94 measured
+the chain of a layer's four GEMMs at one row: 14.5 µs a layer with the norms folded in, against
+19.6 for the Triton layer kernels with theirs.
+
+Compiled at first use by NVRTC (`torch.cuda._compile_kernel`), one instance per shape; launched
+through the driver's cuLaunchKernelEx so that PDL can be asked for (PyTorch's launcher cannot).
+Hopper and newer (bulk copies, mbarriers, griddepcontrol). Off unless asked for:
+CADENCE_SLAB_MAX_ROWS=1 or 2 (FastDecoder), until measured in the walk.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
+CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
+THREADS = 256
+MAX_ROWS = 2
+# A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
+# copies its slab while this one runs).
+SMEM_LIMIT = 112 * 1024
+SLAB_MAX_ROWS = int(os.environ.get("CADENCE_SLAB_MAX_ROWS", "0"))
+
+
+@dataclass(frozen=True)
+class SlabPlan:
+    """One instance of the kernel and its launch: y [m, n] from an [n, k] weight (SwiGLU: [2n, k]),
+    `rows_per_cta` weight rows (outputs) a CTA, the norm folded in or not."""
+
+    n: int
+    k: int
+    m: int
+    swiglu: bool
+    norm: bool
+    residual: bool
+    rows_per_cta: int
+
+    @property
+    def grid(self) -> int:
+        return -(-self.n // self.rows_per_cta)
+
+    @property
+    def smem(self) -> int:
+        """The slab, the input rows, the mbarrier and the norm's partial sums (16-byte aligned)."""
+        slab = (2 if self.swiglu else 1) * self.rows_per_cta * self.k * 2
+        partials = self.m * (THREADS // 32) * 4
+        return -(-(slab + self.m * self.k * 2 + 8 + partials) // 16) * 16
+
+    @property
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
+                ("HAS_RES", int(self.residual)), ("THREADS", THREADS))  # fmt: skip
+
+
+def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, residual: bool = False):
+    """The kernel's plan for this GEMM, or None where it does not apply: more than MAX_ROWS rows, K
+    not a multiple of 256, or a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up)."""
+    if not 1 <= m <= MAX_ROWS or k % 256 or k > 16 * THREADS:
+        return None
+    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS))
+    return plan if plan.smem <= SMEM_LIMIT else None
+
+
+@dataclass(frozen=True)
+class LayerPlans:
+    """A decoder layer's four GEMMs as slab GEMMs: qkv with the input norm folded in (the first
+    layer's without a residual to add), o, gate/up with SwiGLU and the post-attention norm, down."""
+
+    qkv_first: SlabPlan
+    qkv: SlabPlan
+    o: SlabPlan
+    gate_up: SlabPlan
+    down: SlabPlan
+
+    @classmethod
+    def of(cls, qkv: tuple, o: tuple, gate_up: tuple, down: tuple, rows: int) -> LayerPlans | None:
+        """From the weights' shapes ([n, k]; gate/up's [2n, k]); None if one GEMM has no plan."""
+        plans = (
+            slab_plan(qkv[0], qkv[1], rows, norm=True),
+            slab_plan(qkv[0], qkv[1], rows, norm=True, residual=True),
+            slab_plan(o[0], o[1], rows),
+            slab_plan(gate_up[0] // 2, gate_up[1], rows, swiglu=True, norm=True, residual=True),
+            slab_plan(down[0], down[1], rows),
+        )
+        return None if None in plans else cls(*plans)
+
+
+def slab_supported(device: torch.device) -> bool:
+    """Whether the kernel can run on `device`: compute capability 9.0 or newer, NVRTC at hand."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0) and _nvrtc_available()
+
+
+@functools.cache
+def _nvrtc_available() -> bool:
+    return hasattr(torch.cuda, "_compile_kernel")
+
+
+@functools.cache
+def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
+    """The compiled instance for these constants, allowed `smem` bytes of dynamic shared memory."""
+    from .cuda_code_predictor import allow_shared_memory
+
+    source = "".join(f"#define {name} {value}\n" for name, value in defines) + SOURCE.read_text()
+    kernel = torch.cuda._compile_kernel(
+        source, "slab_gemv_kernel", compute_capability="90", cuda_include_dirs=[str(SOURCE.parent)]
+    )
+    allow_shared_memory(kernel, smem)
+    return kernel
+
+
+# -- the driver's cuLaunchKernelEx, for programmatic dependent launch -------------------------------
+
+
+class _AttrValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64), ("programmatic_stream_serialization", ctypes.c_int)]
+
+
+class _Attr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [
+        ("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
+        ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+        ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_Attr)), ("num_attrs", ctypes.c_uint),
+    ]  # fmt: skip
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+def _launch(kernel, grid: int, smem: int, args: list, pdl: bool) -> None:
+    """kernel<<<grid, THREADS, smem, current stream>>>(args) through cuLaunchKernelEx, with PDL if
+    asked (a CUDA graph being captured on the stream records it as a programmatic edge)."""
+    values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args]
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value.programmatic_stream_serialization = 1
+    config = _LaunchConfig(grid, 1, 1, THREADS, 1, 1, smem, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
+                           ctypes.pointer(attr), 1 if pdl else 0)  # fmt: skip
+    libcuda = torch.cuda._utils._get_gpu_runtime_library()
+    status = libcuda.cuLaunchKernelEx(ctypes.byref(config), kernel.func, pointers, None)
+    if status != 0:
+        raise RuntimeError(f"cuLaunchKernelEx(slab_gemv_kernel) failed: CUresult {status}")
+
+
+def _pdl_on(x: torch.Tensor) -> bool:
+    from .triton_launch import pdl_launch
+
+    return bool(pdl_launch(x).get("launch_pdl"))
+
+
+def slab_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    plan: SlabPlan,
+    norm_weight: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """y = in @ weight^T (plan.swiglu: silu(in @ gate^T) * (in @ up^T) for weight = [gate; up]),
+    where in = x, or with plan.norm rms_norm(x + residual) * norm_weight. Returns y and, with the
+    norm, the rows' residual for the layer's next norm (x + residual, or x without one)."""
+    m, k = x.shape
+    if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
+        raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
+    if plan.norm and norm_weight is None:
+        raise ValueError("the plan folds a norm in: norm_weight is needed")
+    x = x.contiguous()
+    y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
+    res_out = torch.empty_like(x) if plan.residual else x
+    res = residual.contiguous() if plan.residual else x
+    nw = norm_weight if plan.norm else x
+    kernel = _kernel(plan.defines, plan.smem)
+    args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps)]
+    _launch(kernel, plan.grid, plan.smem, args, _pdl_on(x))
+    return y, (res_out if plan.norm else None)

@@ -1,0 +1,156 @@
+"""The slab GEMM (kernels/cuda/slab_gemv.cu: weights copied into shared memory before the PDL
+wait, the norm before qkv and gate/up folded in) against its PyTorch definition, and a decoder stack
+run with it against the same stack on the Triton layer kernels. The kernel needs a Hopper GPU
+("gpu" marker); its plans (which GEMMs it takes, their shared memory) are checked everywhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cadence.kernels import torch_ops
+from cadence.kernels.cuda_gemv import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")
+EPS = 1e-6
+
+SHAPES_06B = dict(qkv=(4096, 1024), o=(1024, 2048), gate_up=(6144, 1024), down=(1024, 3072))
+
+
+def test_plans_cover_the_06b_layers_at_one_and_two_rows():
+    """Every GEMM of a 0.6B layer (talker and code predictor alike) has a plan at 1 and 2 rows:
+    128 CTAs, each a slab that leaves room for the next kernel's CTA on its SM."""
+    for rows in (1, 2):
+        plans = LayerPlans.of(*SHAPES_06B.values(), rows)
+        assert plans is not None
+        for plan in (plans.qkv_first, plans.qkv, plans.o, plans.gate_up, plans.down):
+            assert plan.grid == 128 and plan.smem <= SMEM_LIMIT and plan.m == rows
+        assert plans.qkv.residual and not plans.qkv_first.residual and plans.gate_up.swiglu and plans.gate_up.norm
+        assert (plans.qkv.rows_per_cta, plans.o.rows_per_cta, plans.gate_up.rows_per_cta) == (32, 8, 24)
+
+
+def test_plans_refuse_what_the_kernel_cannot_hold():
+    """More rows than MAX_ROWS, K not a multiple of 256, and slabs too big for two CTAs an SM (the
+    1.7B's gate/up: 48 rows x 2 x 2048) get no plan, so those GEMMs stay on the layer kernels."""
+    assert slab_plan(4096, 1024, MAX_ROWS + 1) is None
+    assert slab_plan(4096, 1000, 1) is None
+    assert slab_plan(6144, 2048, 1, swiglu=True, norm=True) is None
+    assert LayerPlans.of((4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144), 1) is None
+    # a residual without the norm means nothing: the plan drops it
+    assert not slab_plan(1024, 2048, 1, residual=True).residual
+
+
+def _reference(x, w, swiglu, norm_w, res):
+    """The GEMM's definition: torch_ops' norm (rounded as the kernels round), then an fp32 product
+    (SwiGLU as torch_ops defines it, from the fp32 projections rounded to bf16)."""
+    inp, total = (x, None) if norm_w is None else torch_ops.rms_norm(x, norm_w, EPS, res)
+    if not swiglu:
+        return torch.nn.functional.linear(inp.float(), w.float()), total
+    gate_up = torch.nn.functional.linear(inp.float(), w.float()).to(x.dtype)
+    return torch_ops.silu_mul(gate_up).float(), total
+
+
+@pytest.mark.parametrize("m", [1, 2])
+@pytest.mark.parametrize(
+    "n,k,kind", [(4096, 1024, "norm"), (4096, 1024, "norm+res"), (1024, 2048, ""), (3072, 1024, "swiglu+norm+res"),
+                 (1024, 3072, ""), (1030, 1024, ""), (2048, 1024, "")],
+)  # fmt: skip
+@pytest.mark.gpu
+@needs_hopper
+def test_slab_linear_matches_the_definition(m, n, k, kind):
+    """Each shape of a 0.6B layer (and 1030 outputs: a last CTA with fewer rows than the others)
+    within bf16 rounding of the definition; the residual it returns is the exact bf16 sum."""
+    from cadence.kernels.cuda_gemv import slab_linear
+
+    swiglu, norm, residual = "swiglu" in kind, "norm" in kind, "res" in kind
+    g = torch.Generator(device="cuda").manual_seed(n + k + m)
+    dev, dt = "cuda", torch.bfloat16
+    x = torch.randn(m, k, device=dev, generator=g).to(dt)
+    w = (torch.randn((2 if swiglu else 1) * n, k, device=dev, generator=g) / k**0.5).to(dt)
+    norm_w = (1 + 0.5 * torch.randn(k, device=dev, generator=g)).to(dt) if norm else None
+    res = torch.randn(m, k, device=dev, generator=g).to(dt) if residual else None
+    plan = slab_plan(n, k, m, swiglu, norm, residual)
+    y, total = slab_linear(x, w, plan, norm_w, res, EPS)
+    ref, ref_total = _reference(x, w, swiglu, norm_w, res)
+    assert y.shape == (m, n) and torch.isfinite(y).all()
+    assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    if norm:
+        assert torch.equal(total, ref_total)
+    else:
+        assert total is None
+
+
+def _stack(layers: int = 3):
+    """A 0.6B-shaped decoder stack (talker / code predictor layers) of random bf16 weights, norms
+    included, on the GPU."""
+    from cadence.models.qwen3_tts.config import DecoderStackConfig
+    from cadence.models.qwen3_tts.layers import Qwen3Stack
+
+    cfg = DecoderStackConfig(hidden_size=1024, intermediate_size=3072, num_hidden_layers=layers,
+                             num_attention_heads=16, num_key_value_heads=8, head_dim=128, rms_norm_eps=EPS,
+                             rope_theta=1e6, vocab_size=2048, num_code_groups=16)  # fmt: skip
+    torch.manual_seed(0)
+    stack = Qwen3Stack(cfg)
+    with torch.no_grad():
+        for name, p in stack.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+    return stack.to("cuda", torch.bfloat16)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("rows,decode", [(1, True), (2, True), (2, False)])
+def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
+    """Three full-size layers over a paged cache of 40 earlier tokens: the slab path (its GEMMs,
+    the norms folded into qkv and gate/up, the final norm) gives the layer kernels' hidden states
+    and cache writes within bf16 rounding, eagerly and replayed from a CUDA graph captured with
+    programmatic dependent launch (the launch the decode graphs use). decode=False: the code
+    predictor's first pass (two rows of one stream, attention through the prefill kernels)."""
+    from cadence.kernels import triton_ops
+    from cadence.models.qwen3_tts.fused_stack import FusedStack
+
+    stack = _stack()
+    plain = FusedStack(stack, triton_ops, 64)
+    slab = FusedStack(stack, triton_ops, 64, slab_max_rows=2)
+    assert slab.slab_max_rows == 2 and slab._slab_plans(rows) is not None
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    ps, ctx = 16, 40
+    pages = 4 * rows
+    cache_shape = (3, pages, ps, 8, 128)
+    k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    if decode:  # each row its own stream at position ctx - 1
+        table = torch.arange(pages, device="cuda").view(rows, 4)
+        positions = torch.full((rows,), ctx - 1, device="cuda")
+        lens = torch.full((rows,), ctx, device="cuda")
+        slots = table[:, (ctx - 1) // ps] * ps + (ctx - 1) % ps
+    else:  # one stream's two new positions, each row attending its own prefix
+        table = torch.arange(pages, device="cuda")[:4].expand(rows, 4).contiguous()
+        positions = torch.arange(ctx - rows, ctx, device="cuda")
+        lens = positions + 1
+        slots = positions.clone()
+
+    def run(fused, k, v):
+        return fused(x, positions, table, lens, slots, k, v, decode=decode)
+
+    k_ref, v_ref = k0.clone(), v0.clone()
+    ref = run(plain, k_ref, v_ref).float()
+    k_eager, v_eager = k0.clone(), v0.clone()
+    eager = run(slab, k_eager, v_eager)
+    k_graph, v_graph = k0.clone(), v0.clone()
+    run(slab, k_graph.clone(), v_graph.clone())  # compiles every instance before the capture
+    graph = torch.cuda.CUDAGraph()
+    with triton_ops.pdl_settings(True, False), torch.cuda.graph(graph):
+        out = run(slab, k_graph, v_graph)
+    graph.replay()
+    torch.cuda.synchronize()
+    scale = ref.abs().max()
+    for got in (eager, out):
+        assert (got.float() - ref).abs().max() <= 3e-2 * scale
+    assert torch.equal(out, eager)  # the graph with PDL is the eager launches' bits
+    for got, want in ((k_eager, k_ref), (v_eager, v_ref), (k_graph, k_ref)):
+        assert (got.float() - want.float()).abs().max() <= 3e-2 * want.float().abs().max()
