@@ -6,6 +6,11 @@ run with it against the same stack on the Triton layer kernels. The kernel needs
 
 from __future__ import annotations
 
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -154,3 +159,49 @@ def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
     assert torch.equal(out, eager)  # the graph with PDL is the eager launches' bits
     for got, want in ((k_eager, k_ref), (v_eager, v_ref), (k_graph, k_ref)):
         assert (got.float() - want.float()).abs().max() <= 3e-2 * want.float().abs().max()
+
+
+EMULATION = Path(__file__).parent / "cuda_emulation"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
+@pytest.mark.parametrize(
+    "m,k,kind", [(1, 512, "norm"), (2, 512, "swiglu+norm+res"), (2, 1280, "")]
+)  # fmt: skip
+def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
+    """The kernel's source run on the CPU (tests/cuda_emulation: every CUDA thread a fiber, the bulk
+    copies and mbarriers emulated) for small shapes: 40 outputs over four CTAs of 12 rows (the last
+    with 4, so its warps' groups reach past the slab), the dots four rows at a time (short K) or
+    one by one (K of 1280), one and two input rows, the folded norm with and without a residual,
+    SwiGLU. Within bf16 rounding of the definition; the residual sum exact."""
+    from cadence.kernels.cuda_gemv import SOURCE, SlabPlan
+
+    swiglu, norm, residual = "swiglu" in kind, "norm" in kind, "res" in kind
+    n, rows = 40, 12
+    plan = SlabPlan(n, k, m, swiglu, norm, residual, rows_per_cta=rows)
+    exe = tmp_path / "slab_driver"
+    flags = [f"-D{name}={value}" for name, value in plan.defines]
+    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", "-DACT_BF16=1", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
+           f"-I{EMULATION}", str(EMULATION / "slab_driver.cpp"), "-o", str(exe)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    g = torch.Generator().manual_seed(m * k)
+    dt = torch.bfloat16
+    x = torch.randn(m, k, generator=g).to(dt)
+    w = (torch.randn((2 if swiglu else 1) * n, k, generator=g) / k**0.5).to(dt)
+    norm_w = (1 + 0.5 * torch.randn(k, generator=g)).to(dt)
+    res = torch.randn(m, k, generator=g).to(dt)
+    with open(tmp_path / "args", "wb") as f:
+        for t in (x, w, res, norm_w):
+            data = t.contiguous().view(torch.int16).numpy().tobytes()
+            f.write(struct.pack("<Q", len(data)) + data)
+        f.write(struct.pack("<qqqqd", n, rows, plan.grid, plan.smem, EPS))
+    done = subprocess.run([str(exe), str(tmp_path / "args"), str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    raw = torch.frombuffer(bytearray((tmp_path / "out").read_bytes()), dtype=torch.int16)
+    y, total = raw[: m * n].view(dt).view(m, n), raw[m * n :].view(dt).view(m, k)
+    ref, ref_total = _reference(x, w, swiglu, norm_w if norm else None, res if residual else None)
+    assert torch.isfinite(y).all()
+    assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    if residual:
+        assert torch.equal(total, ref_total)

@@ -1,6 +1,6 @@
 // Runs CUDA kernel source on the CPU, for tests: every CUDA thread a cooperative fiber (ucontext)
 // in one OS thread, switching at each barrier, shuffle and spin. Enough of CUDA for
-// cadence/kernels/cuda/code_predictor.cu (its PTX section is replaced below): thread and block
+// cadence/kernels/cuda/code_predictor.cu and slab_gemv.cu (their PTX sections are replaced below): thread and block
 // indices, __syncthreads, a named barrier over the consumer warps, warp shuffles, mbarriers with
 // transaction counts, bulk copies (done at once), the grid barrier's counter.
 //
@@ -208,6 +208,9 @@ inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++
 inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do
 inline unsigned long long global_ns() { return emu::switches; }
 inline void poll_pause() { emu::yield(); }  // a poll must let the fiber that writes the word run
+// Programmatic dependent launch (slab_gemv.cu): one grid at a time here, nothing to wait for.
+inline void pdl_wait() {}
+inline void pdl_trigger() {}
 inline void grid_sync(unsigned* counter, unsigned& passed) {
   consumers_sync();
   passed += gridDim.x;

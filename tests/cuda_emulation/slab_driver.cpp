@@ -1,0 +1,48 @@
+// Runs cadence/kernels/cuda/slab_gemv.cu on the CPU through emulate.h, for tests/test_slab_gemv.py
+// (which builds it: g++ -std=c++20 -DCADENCE_EMULATE -DACT_BF16=1, the kernel's macros and
+// KERNEL_SOURCE as -D flags). Usage: slab_driver ARGS_FILE OUT_FILE
+// ARGS_FILE: x, w, res, norm_w as (u64 byte count, bytes); then n, rows a CTA, grid, shared memory
+// as i64 and eps as f64. OUT_FILE gets y's bytes (M x n bf16), then res_out's (M x K bf16).
+
+#include "emulate.h"
+#include KERNEL_SOURCE  // -DKERNEL_SOURCE='"path/to/slab_gemv.cu"'
+
+#include <fstream>
+#include <iostream>
+
+static std::ifstream in;
+
+static std::vector<unsigned char> buffer() {
+  unsigned long long n;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::vector<unsigned char> b(n + 16);
+  in.read(reinterpret_cast<char*>(b.data()), n);
+  return b;
+}
+template <class T>
+static T scalar() {
+  T v;
+  in.read(reinterpret_cast<char*>(&v), 8);
+  return v;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: slab_driver ARGS_FILE OUT_FILE\n";
+    return 2;
+  }
+  in.open(argv[1], std::ios::binary);
+  auto x = buffer(), w = buffer(), res = buffer(), norm_w = buffer();
+  const long long n = scalar<long long>(), rows = scalar<long long>(), grid = scalar<long long>();
+  const long long smem = scalar<long long>();
+  const double eps = scalar<double>();
+  std::vector<u16> y((size_t)M * n, 0xffff), res_out((size_t)M * K, 0xffff);  // NaN: what is never written shows
+  auto p = [](std::vector<unsigned char>& b) { return reinterpret_cast<const u16*>(b.data()); };
+  emu::launch((unsigned)grid, THREADS, THREADS, (size_t)smem, [&] {
+    slab_gemv_kernel(p(x), p(w), y.data(), p(res), p(norm_w), res_out.data(), (int)n, (int)rows, (float)eps);
+  });
+  std::ofstream out(argv[2], std::ios::binary);
+  out.write(reinterpret_cast<const char*>(y.data()), y.size() * 2);
+  out.write(reinterpret_cast<const char*>(res_out.data()), res_out.size() * 2);
+  return 0;
+}
