@@ -18,8 +18,10 @@ CADENCE_SLAB_MAX_ROWS=1 or 2 (FastDecoder), until measured in the walk.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,10 @@ MAX_ROWS = 2
 # copies its slab while this one runs).
 SMEM_LIMIT = 112 * 1024
 SLAB_MAX_ROWS = int(os.environ.get("CADENCE_SLAB_MAX_ROWS", "0"))
+# Experiment switch (perf-notes #95): the layer's GEMMs, by name (qkv, o, gate_up, down; separated by
+# "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
+# one kernel earlier.
+TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE_SLAB_TRIGGER_FIRST", ""))))
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class SlabPlan:
     norm: bool
     residual: bool
     rows_per_cta: int
+    trigger_first: bool = False
 
     @property
     def grid(self) -> int:
@@ -62,7 +69,8 @@ class SlabPlan:
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
-                ("HAS_RES", int(self.residual)), ("THREADS", THREADS))  # fmt: skip
+                ("HAS_RES", int(self.residual)), ("THREADS", THREADS),
+                ("TRIGGER_FIRST", int(self.trigger_first)))  # fmt: skip
 
 
 def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, residual: bool = False):
@@ -95,7 +103,11 @@ class LayerPlans:
             slab_plan(gate_up[0] // 2, gate_up[1], rows, swiglu=True, norm=True, residual=True),
             slab_plan(down[0], down[1], rows),
         )
-        return None if None in plans else cls(*plans)
+        if None in plans:
+            return None
+        names = ("qkv", "qkv", "o", "gate_up", "down")
+        early = (n in TRIGGER_FIRST for n in names)
+        return cls(*(dataclasses.replace(p, trigger_first=e) for p, e in zip(plans, early, strict=True)))
 
 
 def slab_supported(device: torch.device) -> bool:

@@ -15,6 +15,8 @@
 //   K        the input width (a multiple of 256)       M        activation rows (1 or 2)
 //   PAIR     1, or 2 for SwiGLU                         NORM     1: the norm folded in
 //   HAS_RES  1: NORM adds a residual first              THREADS  threads a CTA (8 warps)
+//   TRIGGER_FIRST  1: let the next kernel launch before this one's wait (its slab copy starts a
+//                  kernel earlier); 0: after it
 // Rounding follows the layer kernels (triton_ops): bf16 storage, fp32 products and sums.
 
 typedef unsigned short u16;
@@ -178,6 +180,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   float* partial = reinterpret_cast<float*>(bar + 1);  // M x WARPS: the norm's sums of squares
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n0 = blockIdx.x * rows, mine = imin(rows, n - n0);
+  if (TRIGGER_FIRST) pdl_trigger();
   if (tid == 0) {  // the slab, on its way before the wait: weights are never written
     const unsigned bytes = (unsigned)mine * K * 2;
     mbar_init(bar, 1);
@@ -190,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   if (NORM)
     for (int c = 0; c < 2 && tid + c * THREADS < K / 8; ++c) nw[c] = reinterpret_cast<const uint4*>(norm_w)[tid + c * THREADS];
   pdl_wait();
-  pdl_trigger();
+  if (!TRIGGER_FIRST) pdl_trigger();
   load_input(x, res, nw, res_out, eps, xs, partial);
   __syncthreads();
   mbar_wait(bar, 0);
