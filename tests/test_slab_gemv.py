@@ -205,3 +205,17 @@ def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
     assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
     if residual:
         assert torch.equal(total, ref_total)
+
+
+def test_slab_path_is_off_where_the_kernel_cannot_run(tiny_model):
+    """On the CPU (and for fp32 weights, or GPUs before Hopper) a stack asked for the slab GEMM runs
+    the layer kernels; the engine's setting takes 0-2 rows and says which values it allows."""
+    from cadence.engine.config import EngineConfig
+    from cadence.kernels import torch_ops
+    from cadence.models.qwen3_tts.fused_stack import FusedStack
+
+    stack = FusedStack(tiny_model.talker.model, torch_ops, 64, slab_max_rows=2)
+    assert stack.slab_max_rows == 0
+    assert EngineConfig(slab_max_rows=2).slab_max_rows == 2
+    with pytest.raises(ValueError, match="slab_max_rows must be 0 \\(off\\), 1 or 2"):
+        EngineConfig(slab_max_rows=3)

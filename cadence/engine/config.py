@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 AUTO_DEADLINE = 0.2  # seconds: ChunkPolicy.deadline on a GPU unless set
@@ -146,6 +147,12 @@ class EngineConfig:
     # and newer, up to 4 streams, compiled at first use by NVRTC; experimental, perf-notes #45), or
     # "cuda-ll" (the same without grid barriers: activations as polled {value, tag} words, #46).
     persistent_kernel: str = "triton"
+    # Decode graphs of at most this many rows (1 or 2; the code predictor's first pass counts two rows
+    # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/cuda_gemv.py: each CTA's
+    # weights copied into shared memory by the copy engine before it waits for the kernel before,
+    # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
+    # first use by NVRTC). 0: off. The environment's CADENCE_SLAB_MAX_ROWS sets the default.
+    slab_max_rows: int = field(default_factory=lambda: int(os.environ.get("CADENCE_SLAB_MAX_ROWS", "0")))
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
@@ -154,6 +161,8 @@ class EngineConfig:
             raise ValueError("pdl_max_rows must be >= 0 (0: off)")
         if self.persistent_max_rows < 0:
             raise ValueError("persistent_max_rows must be >= 0 (0: off)")
+        if not 0 <= self.slab_max_rows <= 2:
+            raise ValueError(f"slab_max_rows must be 0 (off), 1 or 2, got {self.slab_max_rows}")
         if self.persistent_kernel not in PERSISTENT_KERNELS:
             raise ValueError(
                 f"unknown persistent kernel '{self.persistent_kernel}'; allowed: {', '.join(PERSISTENT_KERNELS)}"

@@ -11,8 +11,8 @@ the chain of a layer's four GEMMs at one row: 14.5 µs a layer with the norms fo
 
 Compiled at first use by NVRTC (`torch.cuda._compile_kernel`), one instance per shape; launched
 through the driver's cuLaunchKernelEx so that PDL can be asked for (PyTorch's launcher cannot).
-Hopper and newer (bulk copies, mbarriers, griddepcontrol). Off unless asked for:
-CADENCE_SLAB_MAX_ROWS=1 or 2 (FastDecoder), until measured in the walk.
+Hopper and newer (bulk copies, mbarriers, griddepcontrol). EngineConfig.slab_max_rows (`cadence
+serve --slab-max-rows`) says up to how many rows the decode graphs use it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ MAX_ROWS = 2
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
 # copies its slab while this one runs).
 SMEM_LIMIT = 112 * 1024
-SLAB_MAX_ROWS = int(os.environ.get("CADENCE_SLAB_MAX_ROWS", "0"))
 # Experiment switch (perf-notes #95): the layer's GEMMs, by name (qkv, o, gate_up, down; separated by
 # "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
 # one kernel earlier.

@@ -149,6 +149,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(the same with polled {value, tag} activations instead of grid barriers; slower, #46) "
         f"(default {defaults['persistent_kernel']})",
     )
+    g.add_argument(
+        "--slab-max-rows",
+        type=int,
+        choices=[0, 1, 2],
+        help="decode graphs of at most N rows (1 or 2) run the decoder GEMMs as the slab GEMM: weights copied "
+        "into shared memory before each kernel waits for the one before, norms folded in (Hopper and newer, "
+        f"bf16; docs/perf-notes.md #94-#95); 0: off (default {defaults['slab_max_rows']})",
+    )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")
     g.add_argument("--voice-map", help="OpenAI voice aliases: 'alloy=ryan,nova=serena' or a JSON file (docs/api.md)")
@@ -281,6 +289,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
             pdl_max_rows=args.pdl_max_rows,
             persistent_max_rows=args.persistent_max_rows,
             persistent_kernel=args.persistent_kernel,
+            slab_max_rows=args.slab_max_rows,
         )
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:

@@ -33,7 +33,6 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
-from ...kernels.cuda_gemv import SLAB_MAX_ROWS
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
@@ -115,6 +114,7 @@ class FastDecoder:
         pdl_max_rows: int = 0,
         persistent_max_rows: int = 0,
         persistent_kernel: str = "triton",
+        slab_max_rows: int = 0,
     ):
         self.p = partition
         model = partition.model
@@ -128,8 +128,8 @@ class FastDecoder:
         self.eos = cfg.codec_eos_token_id
         self.suppress = cfg.suppressed_code0_range[0]
         self.pad_text = model.config.tts_pad_token_id
-        # Up to SLAB_MAX_ROWS rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16).
-        slab = SLAB_MAX_ROWS if ops.__name__.endswith("triton_ops") else 0
+        # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16).
+        slab = slab_max_rows if ops.__name__.endswith("triton_ops") else 0
         self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab)
         # The code predictor's context is one 16-token page: splitting it would only add empty programs.
         self.cp_stack = FusedStack(

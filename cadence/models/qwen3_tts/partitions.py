@@ -143,6 +143,7 @@ class Qwen3TTSTalker:
         pdl_max_rows: int = 0,
         persistent_max_rows: int = 0,
         persistent_kernel: str = "triton",
+        slab_max_rows: int = 0,
     ):
         if attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(
@@ -177,6 +178,7 @@ class Qwen3TTSTalker:
             self.fast = FastDecoder(
                 self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS, prefill_token_budget,
                 pdl_max_rows, persistent_max_rows if attention_backend == "triton" else 0, persistent_kernel,
+                slab_max_rows if attention_backend == "triton" else 0,
             )  # fmt: skip
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
