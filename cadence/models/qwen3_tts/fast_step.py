@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,11 +34,13 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
+from ...kernels.cuda_gemv import slab_linear, slab_plan
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
 from .sampling import MIN_NEW_TOKENS
 
+SLAB_HEADS = os.environ.get("CADENCE_SLAB_HEADS", "1") != "0"  # perf-notes #95's A/B
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -179,7 +182,7 @@ class FastDecoder:
         st, ops, talker = self.state, self.ops, self.talker
         hidden, step, seed = st.hidden[slots], st.step[slots], st.seed[slots]
 
-        logits = ops.linear(hidden, talker.codec_head.weight)  # the sampler computes in fp32
+        logits = self._head(hidden, talker.codec_head.weight)  # the sampler computes in fp32
         ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[slots]
         # The samplers write the frame's codes in place and each code's embedding where the next
         # code-predictor step reads it: no lookup, stack or cat kernels between them.
@@ -243,6 +246,15 @@ class FastDecoder:
 
         return PersistentCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
 
+    def _head(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """A head's logits: the slab GEMM where the stacks run it (CADENCE_SLAB_HEADS=0: the layer
+        kernels' GEMM, an experiment switch), else ops.linear."""
+        if h.shape[0] <= self.talker_stack.slab_max_rows and SLAB_HEADS:
+            plan = slab_plan(weight.shape[0], weight.shape[1], h.shape[0])
+            if plan is not None:
+                return slab_linear(h, weight, plan)[0]
+        return self.ops.linear(h, weight)
+
     def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:
         """Codes 1..15 [B, 15] of talker hidden states and their code0s, as a walk predicts them (the
         tests and benchmarks compare the code predictor's paths through this)."""
@@ -268,7 +280,7 @@ class FastDecoder:
             first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v
         )[1::2]  # fmt: skip
         for j in range(self.groups - 1):
-            logits = ops.linear(h, cp.lm_head[j].weight)
+            logits = self._head(h, cp.lm_head[j].weight)
             if j + 2 == self.groups:  # the last code: nothing reads its embedding
                 ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1])
                 break
