@@ -193,13 +193,17 @@ for phase in "$@"; do
         2>&1 | tee "$OUT/pdl_chain_94.log"
       timeout -k 10 -s INT 200 python3 benchmarks/kernel_trace.py --rows 1 --layers ${PDL_LAYERS:-24} --no-norms \
         --attention-rows --json "$OUT/kernel_trace_94.json" 2>&1 | tail -30 ;;
-    slab95)  # perf-notes #95: the slab GEMM's gpu tests, then walks at b1 and b2 with it (CADENCE_SLAB_MAX_ROWS=2)
-      # and without, interleaved (walkab; ~3 min). The walks run only if the tests pass.
-      timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_slab_gemv.py 2>&1 \
-        | tee "$OUT/slab_tests.log" | tail -20
+    slab95)  # perf-notes #95: the slab GEMM's gpu tests and the fast walk's, the bf16 walk's greedy agreement with
+      # the fp32 model with and without it, then walks of this tree (slab on by default), with it off
+      # (`off`) and TREES, interleaved (walkab; SLAB_BATCHES, default 1,2,8; ~6 min). The rest only if the tests pass.
+      timeout -k 10 -s INT 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_slab_gemv.py -m "gpu or not gpu" \
+        tests/test_fast_step.py 2>&1 | tee "$OUT/slab_tests.log" | tail -6
       grep -q " passed" "$OUT/slab_tests.log" && ! grep -qE "failed|error" "$OUT/slab_tests.log" || continue
-      WALKAB_TESTS=0 WALKAB_BATCHES=${SLAB_BATCHES:-1,2} WALKAB_ROUNDS=${SLAB_ROUNDS:-1} \
-        TREES="slab=.,CADENCE_SLAB_MAX_ROWS=2 ${TREES:-}" bash "$0" walkab 2>&1 | tail -30 ;;
+      need_full
+      timeout -k 10 -s INT 300 python3 benchmarks/walk_agreement.py --model $full --frames 48 --slab 0 2 \
+        --json "$OUT/walk_agreement.json" 2>&1 | quiet | tail -10
+      WALKAB_TESTS=0 WALKAB_BATCHES=${SLAB_BATCHES:-1,2,8} WALKAB_ROUNDS=${SLAB_ROUNDS:-1} \
+        TREES="off=.,CADENCE_SLAB_MAX_ROWS=0 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
     kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
       timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size

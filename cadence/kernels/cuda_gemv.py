@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
 CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
 THREADS = 256
@@ -109,14 +111,20 @@ class LayerPlans:
         return cls(*(dataclasses.replace(p, trigger_first=e) for p, e in zip(plans, early, strict=True)))
 
 
-def slab_supported(device: torch.device) -> bool:
-    """Whether the kernel can run on `device`: compute capability 9.0 or newer, NVRTC at hand."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0) and _nvrtc_available()
-
-
 @functools.cache
-def _nvrtc_available() -> bool:
-    return hasattr(torch.cuda, "_compile_kernel")
+def slab_supported(device: torch.device) -> bool:
+    """Whether the kernel can run on `device`: compute capability 9.0 or newer, and NVRTC compiles
+    it there (a small instance is built to find out; where it cannot be, the layer kernels run)."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        return False
+    probe = slab_plan(CTAS, 256, 1)
+    try:
+        with torch.cuda.device(device):
+            _kernel(probe.defines, probe.smem)
+    except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
+        log.warning("the slab GEMM is off: NVRTC could not compile it (%s)", e)
+        return False
+    return True
 
 
 @functools.cache
