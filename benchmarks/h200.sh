@@ -196,7 +196,7 @@ for phase in "$@"; do
     slab95)  # perf-notes #95: the slab GEMM's gpu tests and the fast walk's, the bf16 walk's greedy agreement with
       # the fp32 model with and without it, then walks of this tree (slab on by default), with it off
       # (`off`) and TREES, interleaved (walkab; SLAB_BATCHES, default 1,2,8; ~6 min). The rest only if the tests pass.
-      timeout -k 10 -s INT 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_slab_gemv.py -m "gpu or not gpu" \
+      timeout -k 10 -s INT 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_slab_gemv.py -m gpu \
         tests/test_fast_step.py 2>&1 | tee "$OUT/slab_tests.log" | tail -6
       grep -q " passed" "$OUT/slab_tests.log" && ! grep -qE "failed|error" "$OUT/slab_tests.log" || continue
       need_full
