@@ -40,14 +40,7 @@
 
 #include "../../cadence/kernels/cuda/sm90.cuh"
 
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    cudaError_t err_ = (call);                                                                     \
-    if (err_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "check.cuh"
 
 constexpr int THREADS = 256;
 constexpr int CTAS = 128;  // every GEMM: n / 128 output rows a CTA (<= the H200's 132 SMs)

@@ -36,14 +36,7 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                           \
-  do {                                                                                        \
-    cudaError_t err_ = (call);                                                                \
-    if (err_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "check.cuh"
 
 constexpr int MAX_K = 4096;  // the widest phase input (qkv output feeding attention)
 constexpr int MIX_ROWS = 128;  // the attention / sampler stand-ins: one 128-wide "head" per CTA
