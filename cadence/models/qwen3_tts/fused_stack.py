@@ -21,6 +21,7 @@ from types import ModuleType
 
 import torch
 
+from ...kernels.cuda_gemv import LayerPlans, slab_linear, slab_supported
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
 
 
@@ -69,7 +70,7 @@ class FusedStack:
         dev, dtype = self.norm.device, self.norm.dtype
         # The eager model's own RoPE table, so the fused path rotates by exactly the same numbers.
         self.cos, self.sin = rope_cos_sin(torch.arange(max_positions, device=dev), cfg.head_dim, cfg.rope_theta, dtype)
-        self.slab_max_rows = slab_max_rows if dtype == torch.bfloat16 and _slab_supported(dev) else 0
+        self.slab_max_rows = slab_max_rows if dtype == torch.bfloat16 and slab_supported(dev) else 0
 
     def __call__(
         self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
@@ -110,17 +111,13 @@ class FusedStack:
             max_context=self.max_positions,
         )  # fmt: skip
 
-    def _slab_plans(self, rows: int):
+    def _slab_plans(self, rows: int) -> LayerPlans | None:
         """The slab GEMM's plans for a layer at `rows` rows, or None if one of the four has none."""
-        from ...kernels.cuda_gemv import LayerPlans
-
         L = self.layers[0]
         return LayerPlans.of(L.wqkv.shape, L.wo.shape, L.wgu.shape, L.wdown.shape, rows)
 
-    def _slab_layers(self, x: torch.Tensor, plans, attend) -> torch.Tensor:
+    def _slab_layers(self, x: torch.Tensor, plans: LayerPlans, attend) -> torch.Tensor:
         """The layers with the slab GEMM (norms folded into qkv and gate/up), then the final norm."""
-        from ...kernels.cuda_gemv import slab_linear
-
         h, residual, eps = x, None, self.eps
         for i, L in enumerate(self.layers):
             qkv, residual = slab_linear(h, L.wqkv, plans.qkv if i else plans.qkv_first, L.ln1, residual, eps)
@@ -128,11 +125,3 @@ class FusedStack:
             act, residual = slab_linear(o, L.wgu, plans.gate_up, L.ln2, residual, eps)
             h, _ = slab_linear(act, L.wdown, plans.down)
         return self.ops.rms_norm(h, self.norm, eps, residual)[0]
-
-
-def _slab_supported(device: torch.device) -> bool:
-    if device.type != "cuda":
-        return False
-    from ...kernels.cuda_gemv import slab_supported
-
-    return slab_supported(device)
