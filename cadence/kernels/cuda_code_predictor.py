@@ -17,7 +17,6 @@ Experimental (perf-notes #45): EngineConfig.persistent_kernel = "cuda" selects i
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 
 from ..engine.sampler import RowParams
 from .code_predictor_buffers import CodePredictorBuffers
+from .nvrtc import allow_shared_memory, compile_source
 
 SOURCE = Path(__file__).with_name("cuda") / "code_predictor.cu"
 MAX_STREAMS = 4
@@ -116,29 +116,9 @@ def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Te
     ]  # fmt: skip
 
 
-@functools.cache
 def compile_kernel(defines: tuple[tuple[str, int], ...]):
     """The kernel for these compile-time constants (NVRTC, for compute capability 9.0)."""
-    source = "".join(f"#define {name} {value}\n" for name, value in defines) + SOURCE.read_text()
-    return torch.cuda._compile_kernel(
-        source, "code_predictor_kernel", compute_capability="90", cuda_include_dirs=[str(SOURCE.parent)]
-    )
-
-
-def allow_shared_memory(kernel, nbytes: int) -> None:
-    """Lets `kernel` take `nbytes` (> 48 KB) of dynamic shared memory: through the kernel's own
-    method where this PyTorch has it, else the driver's cuFuncSetAttribute."""
-    if hasattr(kernel, "set_shared_memory_config"):
-        kernel.set_shared_memory_config(nbytes)
-        return
-    import ctypes
-
-    max_dynamic_shared_size_bytes = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    status = torch.cuda._utils._get_gpu_runtime_library().cuFuncSetAttribute(
-        kernel.func, max_dynamic_shared_size_bytes, ctypes.c_int(nbytes)
-    )
-    if status != 0:
-        raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared memory {nbytes}) failed: CUresult {status}")
+    return compile_source(SOURCE, "code_predictor_kernel", defines)
 
 
 class CudaCodePredictor(CodePredictorBuffers):

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from .nvrtc import allow_shared_memory, compile_source
+
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
 CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
@@ -130,12 +132,7 @@ def slab_supported(device: torch.device) -> bool:
 @functools.cache
 def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
     """The compiled instance for these constants, allowed `smem` bytes of dynamic shared memory."""
-    from .cuda_code_predictor import allow_shared_memory
-
-    source = "".join(f"#define {name} {value}\n" for name, value in defines) + SOURCE.read_text()
-    kernel = torch.cuda._compile_kernel(
-        source, "slab_gemv_kernel", compute_capability="90", cuda_include_dirs=[str(SOURCE.parent)]
-    )
+    kernel = compile_source(SOURCE, "slab_gemv_kernel", defines)
     allow_shared_memory(kernel, smem)
     return kernel
 
