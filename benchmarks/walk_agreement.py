@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cadence.engine.config import EngineConfig, RunawayGuard  # noqa: E402
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
-from cadence.models.qwen3_tts.reference import generate  # noqa: E402
+from cadence.models.qwen3_tts.reference import greedy_misses  # noqa: E402
 
 TEXTS = [
     ("Precision matters most where the margins are thin.", "ryan"),
@@ -56,19 +56,8 @@ def agreement(oracle: Qwen3TTS, codes: torch.Tensor, text: str, voice: str) -> t
     """(codes that are the fp32 argmax, codes, the largest fp32 margin top1 - chosen where not)."""
     req = prepare_request(oracle, SynthesisRequest(text, voice=voice, greedy=True, max_new_tokens=codes.shape[0],
                                                    ignore_eos=True), 4096)  # fmt: skip
-    trace = generate(oracle, [req.prompt], req.params, teacher=[codes.to(oracle.device)], record=True).trace
-    same = total = 0
-    worst = 0.0
-    for k in range(codes.shape[0]):
-        scores = [trace[k].code0_logits[0]] + list(trace[k].code_logits[0])
-        for j, s in enumerate(scores):
-            chosen = int(codes[k, j])
-            total += 1
-            if int(s.argmax()) == chosen:
-                same += 1
-            else:
-                worst = max(worst, float(s.max() - s[chosen]))
-    return same, total, worst
+    misses = greedy_misses(oracle, req.prompt, req.params, codes)
+    return codes.numel() - len(misses), codes.numel(), max((m.margin for m in misses), default=0.0)
 
 
 def main() -> None:

@@ -147,6 +147,34 @@ def generate(
     return BatchResult(generations, trace)
 
 
+@dataclass
+class GreedyMiss:
+    """A code that is not the model's argmax: frame, codebook, the code chosen, how much the model's
+    logits preferred their own top choice over it (top1 - chosen), and the model's own margin
+    between its two best (top1 - top2: below rounding's reach, a near-tie either may flip)."""
+
+    frame: int
+    codebook: int
+    chosen: int
+    margin: float
+    gap: float
+
+
+def greedy_misses(model: Qwen3TTS, prompt: Prompt, params: SamplingParams, codes: torch.Tensor) -> list[GreedyMiss]:
+    """Teacher-force `model` on `codes` [T, 16] (another walk's greedy choices for `prompt`) and
+    return every code that is not the model's own argmax at that step, with its margin."""
+    trace = generate(model, [prompt], params, teacher=[codes.to(model.device)], record=True).trace
+    misses = []
+    for k in range(codes.shape[0]):
+        scores = [trace[k].code0_logits[0]] + list(trace[k].code_logits[0])
+        for j, s in enumerate(scores):
+            chosen = int(codes[k, j])
+            if int(s.argmax()) != chosen:
+                top = s.topk(2).values
+                misses.append(GreedyMiss(k, j, chosen, float(top[0] - s[chosen]), float(top[0] - top[1])))
+    return misses
+
+
 def _teacher_frame(codes: torch.Tensor, k: int, eos: int, groups: int, dev: torch.device) -> torch.Tensor:
     if k < codes.shape[0]:
         return codes[k].to(dev)
