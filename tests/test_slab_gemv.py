@@ -47,6 +47,19 @@ def test_plans_refuse_what_the_kernel_cannot_hold():
     assert not slab_plan(1024, 2048, 1, residual=True).residual
 
 
+def test_slab_linear_names_what_its_plan_is_missing():
+    """Arguments that do not fit the plan are refused before anything is launched."""
+    from cadence.kernels.cuda_gemv import slab_linear
+
+    x, w = torch.zeros(1, 1024, dtype=torch.bfloat16), torch.zeros(4096, 1024, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="norm_weight is needed"):
+        slab_linear(x, w, slab_plan(4096, 1024, 1, norm=True))
+    with pytest.raises(ValueError, match="residual is needed"):
+        slab_linear(x, w, slab_plan(4096, 1024, 1, norm=True, residual=True), torch.ones(1024, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="do not fit"):
+        slab_linear(torch.zeros(2, 1024, dtype=torch.bfloat16), w, slab_plan(4096, 1024, 1))
+
+
 def _reference(x, w, swiglu, norm_w, res):
     """The GEMM's definition: torch_ops' norm (rounded as the kernels round), then an fp32 product
     (SwiGLU as torch_ops defines it, from the fp32 projections rounded to bf16)."""

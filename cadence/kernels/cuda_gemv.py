@@ -197,6 +197,8 @@ def slab_linear(
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
     if plan.norm and norm_weight is None:
         raise ValueError("the plan folds a norm in: norm_weight is needed")
+    if plan.residual and residual is None:
+        raise ValueError("the plan adds a residual before its norm: residual is needed")
     x = x.contiguous()
     y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
     res_out = torch.empty_like(x) if plan.residual else x
