@@ -42,6 +42,9 @@ SMEM_LIMIT = 112 * 1024
 # "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
 # one kernel earlier.
 TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE_SLAB_TRIGGER_FIRST", ""))))
+# Experiment switch (perf-notes #96): the dots on tensor cores (mma.sync, K split over the warps)
+# instead of the CUDA cores (a warp a weight row).
+MMA = os.environ.get("CADENCE_SLAB_MMA", "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class SlabPlan:
     residual: bool
     rows_per_cta: int
     trigger_first: bool = False
+    mma: bool = False
 
     @property
     def grid(self) -> int:
@@ -64,16 +68,21 @@ class SlabPlan:
 
     @property
     def smem(self) -> int:
-        """The slab, the input rows, the mbarrier and the norm's partial sums (16-byte aligned)."""
-        slab = (2 if self.swiglu else 1) * self.rows_per_cta * self.k * 2
+        """The slab, the input rows, the mbarrier, the norm's partial sums and with mma the warps'
+        sums of every output (16-byte aligned)."""
+        pair = 2 if self.swiglu else 1
+        slab = pair * self.rows_per_cta * self.k * 2
         partials = self.m * (THREADS // 32) * 4
+        if self.mma:
+            partials += (THREADS // 32) * self.m * pair * -(-self.rows_per_cta // 8) * 8 * 4
         return -(-(slab + self.m * self.k * 2 + 8 + partials) // 16) * 16
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
                 ("HAS_RES", int(self.residual)), ("THREADS", THREADS),
-                ("TRIGGER_FIRST", int(self.trigger_first)))  # fmt: skip
+                ("TRIGGER_FIRST", int(self.trigger_first)), ("MMA", int(self.mma)),
+                ("ROWS", self.rows_per_cta))  # fmt: skip
 
 
 def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, residual: bool = False):
@@ -81,7 +90,7 @@ def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, 
     not a multiple of 256, or a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up)."""
     if not 1 <= m <= MAX_ROWS or k % 256 or k > 16 * THREADS:
         return None
-    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS))
+    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS), mma=MMA)
     return plan if plan.smem <= SMEM_LIMIT else None
 
 

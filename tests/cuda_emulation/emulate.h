@@ -16,6 +16,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <cmath>
 #include <cstdint>
@@ -68,6 +69,7 @@ struct Cta {
   Barrier all, consumers;
   std::vector<Barrier> warps;
   std::vector<unsigned long long> exchange;  // a slot per thread for shuffles
+  std::vector<std::array<unsigned, 6>> fragments;  // a thread's A and B registers for an mma
 };
 
 struct Fiber {
@@ -208,6 +210,24 @@ inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++
 inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do
 inline unsigned long long global_ns() { return emu::switches; }
 inline void poll_pause() { emu::yield(); }  // a poll must let the fiber that writes the word run
+// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 for the warp (slab_gemv.cu): every lane leaves its
+// fragments, then works out its own four D entries from all of them, in k order.
+inline void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  emu::Cta* cta = emu::current->cta;
+  const unsigned tid = threadIdx.x, base = tid & ~31u, lane = tid & 31u;
+  cta->fragments[tid] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  __syncwarp();
+  auto half = [](unsigned word, int high) { return __uint_as_float(high ? word & 0xffff0000u : word << 16); };
+  auto A = [&](int r, int k) {  // lane (r % 8) * 4 + (k % 8) / 2, register (r >= 8) + 2 (k >= 8)
+    return half(cta->fragments[base + (r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k & 1);
+  };
+  auto B = [&](int k, int col) { return half(cta->fragments[base + col * 4 + (k % 8) / 2][4 + (k >= 8)], k & 1); };
+  for (int i = 0; i < 4; ++i) {
+    const int r = (int)lane / 4 + 8 * (i / 2), col = 2 * (int)(lane % 4) + i % 2;
+    for (int k = 0; k < 16; ++k) d[i] += A(r, k) * B(k, col);
+  }
+  __syncwarp();  // every lane has read before any lane leaves its next fragments
+}
 // Programmatic dependent launch (slab_gemv.cu): one grid at a time here, nothing to wait for.
 inline void pdl_wait() {}
 inline void pdl_trigger() {}
@@ -245,6 +265,7 @@ inline void launch(unsigned grid, unsigned threads, unsigned consumer_threads, s
     ctas[c].warps.resize((threads + 31) / 32);
     for (auto& w : ctas[c].warps) w.count = 32;
     ctas[c].exchange.assign(threads, 0);
+    ctas[c].fragments.assign(threads, {});
   }
   for (unsigned i = 0; i < fibers.size(); ++i) {
     Fiber& f = fibers[i];

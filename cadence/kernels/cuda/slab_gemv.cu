@@ -17,6 +17,8 @@
 //   HAS_RES  1: NORM adds a residual first              THREADS  threads a CTA (8 warps)
 //   TRIGGER_FIRST  1: let the next kernel launch before this one's wait (its slab copy starts a
 //                  kernel earlier); 0: after it
+//   MMA      1: the dots on tensor cores (mma.sync, K split over the warps, dot_tiles); 0: on the
+//            CUDA cores, a warp a weight row (dot_rows)          ROWS  weight rows a CTA (rows_per_cta)
 // Rounding follows the layer kernels (triton_ops): bf16 storage, fp32 products and sums.
 
 typedef unsigned short u16;
@@ -36,6 +38,14 @@ __device__ __forceinline__ u16 from_f(float f) {  // round to nearest even, as P
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 #include "sm90.cuh"  // mbarriers and bulk copies
+// d += a . b on the tensor cores for the warp: A 16 x 16 (row-major), B 16 x 8 (column-major), bf16
+// in, fp32 sums; each lane holds its fragments as the PTX ISA lays them out for m16n8k16.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 #endif  // CADENCE_EMULATE
 
 constexpr int WARPS = THREADS / 32;
@@ -150,6 +160,12 @@ __device__ __forceinline__ void dot_rows(const uint4* xs, const u16* ws, int fir
       for (int m = 0; m < M; ++m) out[q][m] += __shfl_xor_sync(0xffffffffu, out[q][m], o);
 }
 
+// silu(gate) * up from the fp32 projections, rounded where the unfused GEMM and silu_mul round.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+  const float g = round_bf16(gate);
+  return round_bf16(g / (1.f + __expf(-g))) * round_bf16(up);
+}
+
 // Lane 0 stores the outputs of weight rows first, first + WARPS, ... (NR / PAIR of them) below
 // `end`; y's rows are n wide.
 __device__ __forceinline__ void store_rows(const float (&v)[NR][M], u16* y, int n, int first, int end, int lane) {
@@ -158,13 +174,72 @@ __device__ __forceinline__ void store_rows(const float (&v)[NR][M], u16* y, int 
     const int row = first + WARPS * i;
     if (row >= end) break;
     for (int m = 0; m < M; ++m) {
-      float out = v[i * PAIR][m];
-      if (PAIR == 2) {
-        const float g = round_bf16(out);
-        out = round_bf16(g / (1.f + __expf(-g))) * round_bf16(v[i * PAIR + 1][m]);
-      }
-      y[(size_t)m * n + row] = from_f(out);
+      y[(size_t)m * n + row] = from_f(PAIR == 2 ? swiglu(v[i * PAIR][m], v[i * PAIR + 1][m]) : v[i * PAIR][m]);
     }
+  }
+}
+
+// ---- the dots on tensor cores (MMA) -------------------------------------------------------------
+// One m16n8k16 takes 8 weight rows as B's 8 columns (n) and the input rows as A's rows, so a CTA's
+// slab is ceil(ROWS / 8) tiles (twice for SwiGLU), and K is split over the warps in 64-wide steps
+// (warp w takes steps w, w + WARPS, ...); each warp's sums meet in shared memory (reduce_store).
+//
+// Bank conflicts: lane (g, c) holds weight row g's k = 2c, 2c + 1 (and + 8), so a quarter warp
+// (lanes 8j..8j + 7) reads two weight rows, whose starts share banks (rows are K * 2 bytes, a
+// multiple of 128). A lane therefore reads a whole 16-byte chunk (two mmas' worth: K's order inside
+// a dot is ours to choose, as long as A and B agree), and in a step of 8 chunks row g reads chunk
+// c + 4 (s ^ (g & 1)) in its load s: the quarter warp's two rows read different halves of 128 bytes.
+// A must then give even and odd weight rows their k in different orders; its rows are spare (one
+// input row needs one of 16): A's row 2m + p is input row m in the order of rows of parity p, and
+// output (m, n) is D[2m + (n & 1)][n], the other D entries pairing mismatched k and unused.
+constexpr int TILES = (ROWS + 7) / 8;  // n8 tiles of a slab
+constexpr int STEPS = K / 64;
+constexpr int RED = PAIR * TILES * 8;  // a warp's sums for one input row: its gate (then up) tiles' outputs
+
+__device__ __forceinline__ void dot_tiles(const uint4* xs, const u16* ws, int mine, int up, float* red, int warp,
+                                          int lane) {
+  const int g = lane / 4, c = lane % 4, parity = g & 1;
+  const bool feeds = g < 2 * M;  // this lane holds A's row g: input row g / 2
+  const uint4* xrow = xs + (feeds ? g / 2 : 0) * (K / 8);
+  const uint4* wrow[PAIR * TILES];  // this lane's weight row (B's column g) of each tile
+#pragma unroll
+  for (int t = 0; t < PAIR * TILES; ++t)
+    wrow[t] = reinterpret_cast<const uint4*>(ws + (size_t)(imin((t % TILES) * 8 + g, mine - 1) + (t / TILES) * up) * K);
+  float acc[PAIR * TILES][2][4] = {};  // two sums a tile (the loads s = 0, 1) for two chains of mmas
+#pragma unroll
+  for (int j = 0; j < (STEPS + WARPS - 1) / WARPS; ++j) {
+    const int step = warp + WARPS * j;
+    if (step >= STEPS) break;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int chunk = step * 8 + c + 4 * (s ^ parity);
+      uint4 x = {};
+      if (feeds) x = xrow[chunk];
+      const u32 a0[4] = {x.x, 0u, x.y, 0u}, a1[4] = {x.z, 0u, x.w, 0u};
+#pragma unroll
+      for (int t = 0; t < PAIR * TILES; ++t) {
+        const uint4 w = wrow[t][chunk];
+        const u32 b0[2] = {w.x, w.y}, b1[2] = {w.z, w.w};
+        mma_16816(acc[t][s], a0, b0);
+        mma_16816(acc[t][s], a1, b1);
+      }
+    }
+  }
+  if (!feeds) return;  // lane (g, c) holds D[g][2c + parity] in acc[.][.][parity]: output n = 2c + parity
+#pragma unroll
+  for (int t = 0; t < PAIR * TILES; ++t)
+    red[(warp * M + g / 2) * RED + t * 8 + 2 * c + parity] =  // selects: acc stays in registers
+        parity ? acc[t][0][1] + acc[t][1][1] : acc[t][0][0] + acc[t][1][0];
+}
+
+// After the warps' dots: each output's warp sums added in warp order, SwiGLU, one coalesced store.
+__device__ __forceinline__ void reduce_store(const float* red, u16* y, int n, int n0, int mine) {
+  for (int i = threadIdx.x; i < M * mine; i += THREADS) {
+    const int m = i / mine, r = i % mine;
+    float v[PAIR] = {};
+    for (int w = 0; w < WARPS; ++w)
+      for (int p = 0; p < PAIR; ++p) v[p] += red[(w * M + m) * RED + p * TILES * 8 + r];
+    y[(size_t)m * n + n0 + r] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
   }
 }
 
@@ -178,6 +253,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   uint4* xs = reinterpret_cast<uint4*>(smem + (size_t)PAIR * rows * K * 2);  // M x K
   u64* bar = reinterpret_cast<u64*>(xs + M * (K / 8));
   float* partial = reinterpret_cast<float*>(bar + 1);  // M x WARPS: the norm's sums of squares
+  float* red = partial + M * WARPS;                    // MMA: WARPS x M x RED, the warps' sums
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n0 = blockIdx.x * rows, mine = imin(rows, n - n0);
   if (TRIGGER_FIRST) pdl_trigger();
@@ -197,6 +273,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   load_input(x, res, nw, res_out, eps, xs, partial);
   __syncthreads();
   mbar_wait(bar, 0);
+#if MMA
+  dot_tiles(xs, ws, mine, rows, red, warp, lane);
+  __syncthreads();
+  reduce_store(red, y, n, n0, mine);
+#else
+  (void)red;
   const int count = warp < mine ? (mine - warp + WARPS - 1) / WARPS : 0;  // this warp's rows: warp + WARPS i
   constexpr int GROUP = NR / PAIR;
   for (int i = 0; i < count; i += GROUP) {
@@ -204,4 +286,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
     dot_rows(xs, ws, warp + WARPS * i, mine - 1, rows, v, lane);
     store_rows(v, y, n, n0 + warp + WARPS * i, n0 + mine, lane);
   }
+#endif
 }
