@@ -6,7 +6,6 @@ run with it against the same stack on the Triton layer kernels. The kernel needs
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import struct
 import subprocess
@@ -71,7 +70,6 @@ def _reference(x, w, swiglu, norm_w, res):
     return torch_ops.silu_mul(gate_up).float(), total
 
 
-@pytest.mark.parametrize("mma", [False, True], ids=["cuda-cores", "mma"])
 @pytest.mark.parametrize("m", [1, 2])
 @pytest.mark.parametrize(
     "n,k,kind", [(4096, 1024, "norm"), (4096, 1024, "norm+res"), (1024, 2048, ""), (3072, 1024, "swiglu+norm+res"),
@@ -79,7 +77,7 @@ def _reference(x, w, swiglu, norm_w, res):
 )  # fmt: skip
 @pytest.mark.gpu
 @needs_hopper
-def test_slab_linear_matches_the_definition(m, n, k, kind, mma):
+def test_slab_linear_matches_the_definition(m, n, k, kind):
     """Each shape of a 0.6B layer (and 1030 outputs: a last CTA with fewer rows than the others)
     within bf16 rounding of the definition; the residual it returns is the exact bf16 sum."""
     from cadence.kernels.cuda_gemv import slab_linear
@@ -91,7 +89,7 @@ def test_slab_linear_matches_the_definition(m, n, k, kind, mma):
     w = (torch.randn((2 if swiglu else 1) * n, k, device=dev, generator=g) / k**0.5).to(dt)
     norm_w = (1 + 0.5 * torch.randn(k, device=dev, generator=g)).to(dt) if norm else None
     res = torch.randn(m, k, device=dev, generator=g).to(dt) if residual else None
-    plan = dataclasses.replace(slab_plan(n, k, m, swiglu, norm, residual), mma=mma)
+    plan = slab_plan(n, k, m, swiglu, norm, residual)
     y, total = slab_linear(x, w, plan, norm_w, res, EPS)
     ref, ref_total = _reference(x, w, swiglu, norm_w, res)
     assert y.shape == (m, n) and torch.isfinite(y).all()
@@ -122,18 +120,16 @@ def _stack(layers: int = 3):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("mma", [False, True], ids=["cuda-cores", "mma"])
 @pytest.mark.parametrize("rows,decode", [(1, True), (2, True), (2, False)])
-def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode, mma, monkeypatch):
+def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
     """Three full-size layers over a paged cache of 40 earlier tokens: the slab path (its GEMMs,
     the norms folded into qkv and gate/up, the final norm) gives the layer kernels' hidden states
     and cache writes within bf16 rounding, eagerly and replayed from a CUDA graph captured with
     programmatic dependent launch (the launch the decode graphs use). decode=False: the code
     predictor's first pass (two rows of one stream, attention through the prefill kernels)."""
-    from cadence.kernels import cuda_gemv, triton_ops
+    from cadence.kernels import triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
-    monkeypatch.setattr(cuda_gemv, "MMA", mma)
     stack = _stack()
     plain = FusedStack(stack, triton_ops, 64)
     slab = FusedStack(stack, triton_ops, 64, slab_max_rows=2)
@@ -182,23 +178,20 @@ EMULATION = Path(__file__).parent / "cuda_emulation"
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
-@pytest.mark.parametrize("mma", [False, True], ids=["cuda-cores", "mma"])
 @pytest.mark.parametrize(
     "m,k,kind", [(1, 512, "norm"), (2, 512, "swiglu+norm+res"), (2, 1280, "")]
 )  # fmt: skip
-def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind, mma):
+def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
     """The kernel's source run on the CPU (tests/cuda_emulation: every CUDA thread a fiber, the bulk
     copies, mbarriers and mma.sync emulated) for small shapes: 40 outputs over four CTAs of 12 rows
-    (the last with 4, so its warps' groups and tiles reach past the slab), one and two input rows,
-    the folded norm with and without a residual, SwiGLU. On the CUDA cores the dots go four rows at
-    a time (short K) or one by one (K of 1280); on tensor cores K's 64-wide steps are spread over
-    the 8 warps (1280: some warps take 3 steps, some 2). Within bf16 rounding of the definition;
-    the residual sum exact."""
+    (the last with 4, so its tiles reach past the slab), one and two input rows, the folded norm
+    with and without a residual, SwiGLU, K's 64-wide steps spread over the 8 warps (1280: some take
+    3 steps, some 2). Within bf16 rounding of the definition; the residual sum exact."""
     from cadence.kernels.cuda_gemv import SOURCE, SlabPlan
 
     swiglu, norm, residual = "swiglu" in kind, "norm" in kind, "res" in kind
     n, rows = 40, 12
-    plan = SlabPlan(n, k, m, swiglu, norm, residual, rows_per_cta=rows, mma=mma)
+    plan = SlabPlan(n, k, m, swiglu, norm, residual, rows_per_cta=rows)
     exe = tmp_path / "slab_driver"
     flags = [f"-D{name}={value}" for name, value in plan.defines]
     cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", "-DACT_BF16=1", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',

@@ -42,9 +42,6 @@ SMEM_LIMIT = 112 * 1024
 # "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
 # one kernel earlier.
 TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE_SLAB_TRIGGER_FIRST", ""))))
-# Experiment switch (perf-notes #96): the dots on tensor cores (mma.sync, K split over the warps)
-# instead of the CUDA cores (a warp a weight row).
-MMA = os.environ.get("CADENCE_SLAB_MMA", "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,6 @@ class SlabPlan:
     residual: bool
     rows_per_cta: int
     trigger_first: bool = False
-    mma: bool = False
 
     @property
     def grid(self) -> int:
@@ -68,21 +64,19 @@ class SlabPlan:
 
     @property
     def smem(self) -> int:
-        """The slab, the input rows, the mbarrier, the norm's partial sums and with mma the warps'
-        sums of every output (16-byte aligned)."""
+        """The slab, the input rows, the mbarrier, the norm's partial sums and the warps' sums of
+        every output, its tiles rounded up to 8 rows (16-byte aligned)."""
         pair = 2 if self.swiglu else 1
         slab = pair * self.rows_per_cta * self.k * 2
         partials = self.m * (THREADS // 32) * 4
-        if self.mma:
-            partials += (THREADS // 32) * self.m * pair * -(-self.rows_per_cta // 8) * 8 * 4
+        partials += (THREADS // 32) * self.m * pair * -(-self.rows_per_cta // 8) * 8 * 4
         return -(-(slab + self.m * self.k * 2 + 8 + partials) // 16) * 16
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
                 ("HAS_RES", int(self.residual)), ("THREADS", THREADS),
-                ("TRIGGER_FIRST", int(self.trigger_first)), ("MMA", int(self.mma)),
-                ("ROWS", self.rows_per_cta))  # fmt: skip
+                ("TRIGGER_FIRST", int(self.trigger_first)), ("ROWS", self.rows_per_cta))  # fmt: skip
 
 
 def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, residual: bool = False):
@@ -90,7 +84,7 @@ def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, 
     not a multiple of 256, or a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up)."""
     if not 1 <= m <= MAX_ROWS or k % 256 or k > 16 * THREADS:
         return None
-    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS), mma=MMA)
+    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS))
     return plan if plan.smem <= SMEM_LIMIT else None
 
 

@@ -2,7 +2,8 @@
 // CTA's slab of weight rows is copied into shared memory by the copy engine (one cp.async.bulk,
 // completing on an mbarrier) *before* the kernel waits for the one before it (programmatic
 // dependent launch), so the weight read overlaps that kernel and after the wait only the input
-// rows, the dots and the stores are left on the chain (perf-notes #94; kernels/cuda_gemv.py).
+// rows, the dots (on tensor cores, #96) and the stores are left on the chain (perf-notes #94;
+// kernels/cuda_gemv.py).
 //
 // y[m, n] = in[m, :] . w[n, :] for every row m < M, where `in` is x, or with NORM
 // rms_norm(x + res) * norm_w computed by every CTA for itself (the decoder's input and
@@ -17,8 +18,7 @@
 //   HAS_RES  1: NORM adds a residual first              THREADS  threads a CTA (8 warps)
 //   TRIGGER_FIRST  1: let the next kernel launch before this one's wait (its slab copy starts a
 //                  kernel earlier); 0: after it
-//   MMA      1: the dots on tensor cores (mma.sync, K split over the warps, dot_tiles); 0: on the
-//            CUDA cores, a warp a weight row (dot_rows)          ROWS  weight rows a CTA (rows_per_cta)
+//   ROWS     weight rows (outputs) a CTA: ceil(ROWS / 8) tiles of mma.sync (dot_tiles)
 // Rounding follows the layer kernels (triton_ops): bf16 storage, fp32 products and sums.
 
 typedef unsigned short u16;
@@ -49,28 +49,13 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], cons
 #endif  // CADENCE_EMULATE
 
 constexpr int WARPS = THREADS / 32;
-constexpr int KC = K / 256;                 // 16-byte chunks of a row a lane takes: k = 8 (lane + 32 j)
-constexpr int NR = KC <= 4 ? 4 / M : PAIR;  // weight rows dotted together (registers allow more at short K)
 static_assert(K % 256 == 0, "K must be a multiple of 256");
-static_assert(NR % PAIR == 0, "rows go in whole SwiGLU pairs");
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ float to_f(u16 v) { return __uint_as_float((u32)v << 16); }
 __device__ __forceinline__ float round_bf16(float f) { return to_f(from_f(f)); }
 __device__ __forceinline__ float lo(u32 v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
-
-// The sum of the eight products of two 16-byte chunks of bf16.
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
-  float s = lo(a.x) * lo(b.x);
-  s += hi(a.x) * hi(b.x);
-  s += lo(a.y) * lo(b.y);
-  s += hi(a.y) * hi(b.y);
-  s += lo(a.z) * lo(b.z);
-  s += hi(a.z) * hi(b.z);
-  s += lo(a.w) * lo(b.w);
-  return s + hi(a.w) * hi(b.w);
-}
 
 // The input rows into shared memory (xs, M x K bf16), normalised with NORM. Each thread takes the
 // same 8-element chunks of every row: at most two a row (K <= 4096).
@@ -128,58 +113,13 @@ __device__ __forceinline__ void load_input(const u16* x, const u16* res, const u
   }
 }
 
-// NR weight rows of the slab ws (shared memory) against the M input rows (shared memory), each
-// sum over the warp: the rows go together so that their loads and reductions overlap and each input
-// chunk is read once for all of them. Row q is slab row first + WARPS (q / PAIR), of the up slab
-// (`up` rows on) where q % PAIR is 1; rows past `last` read row `last` (their sums are not stored).
-__device__ __forceinline__ void dot_rows(const uint4* xs, const u16* ws, int first, int last, int up,
-                                         float (&out)[NR][M], int lane) {
-  float acc[NR][M][2] = {};
-#pragma unroll
-  for (int j = 0; j < KC; ++j) {
-    uint4 x[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) x[m] = xs[m * (K / 8) + lane + 32 * j];
-#pragma unroll
-    for (int q = 0; q < NR; ++q) {
-      const int row = imin(first + WARPS * (q / PAIR), last) + (q % PAIR) * up;
-      const uint4 w = reinterpret_cast<const uint4*>(ws + (size_t)row * K)[lane + 32 * j];
-#pragma unroll
-      for (int m = 0; m < M; ++m) acc[q][m][j & 1] += dot8(w, x[m]);
-    }
-  }
-#pragma unroll
-  for (int q = 0; q < NR; ++q)
-#pragma unroll
-    for (int m = 0; m < M; ++m) out[q][m] = acc[q][m][0] + acc[q][m][1];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int q = 0; q < NR; ++q)
-#pragma unroll
-      for (int m = 0; m < M; ++m) out[q][m] += __shfl_xor_sync(0xffffffffu, out[q][m], o);
-}
-
 // silu(gate) * up from the fp32 projections, rounded where the unfused GEMM and silu_mul round.
 __device__ __forceinline__ float swiglu(float gate, float up) {
   const float g = round_bf16(gate);
   return round_bf16(g / (1.f + __expf(-g))) * round_bf16(up);
 }
 
-// Lane 0 stores the outputs of weight rows first, first + WARPS, ... (NR / PAIR of them) below
-// `end`; y's rows are n wide.
-__device__ __forceinline__ void store_rows(const float (&v)[NR][M], u16* y, int n, int first, int end, int lane) {
-  if (lane) return;
-  for (int i = 0; i < NR / PAIR; ++i) {
-    const int row = first + WARPS * i;
-    if (row >= end) break;
-    for (int m = 0; m < M; ++m) {
-      y[(size_t)m * n + row] = from_f(PAIR == 2 ? swiglu(v[i * PAIR][m], v[i * PAIR + 1][m]) : v[i * PAIR][m]);
-    }
-  }
-}
-
-// ---- the dots on tensor cores (MMA) -------------------------------------------------------------
+// ---- the dots, on tensor cores -------------------------------------------------------------------
 // One m16n8k16 takes 8 weight rows as B's 8 columns (n) and the input rows as A's rows, so a CTA's
 // slab is ceil(ROWS / 8) tiles (twice for SwiGLU), and K is split over the warps in 64-wide steps
 // (warp w takes steps w, w + WARPS, ...); each warp's sums meet in shared memory (reduce_store).
@@ -253,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   uint4* xs = reinterpret_cast<uint4*>(smem + (size_t)PAIR * rows * K * 2);  // M x K
   u64* bar = reinterpret_cast<u64*>(xs + M * (K / 8));
   float* partial = reinterpret_cast<float*>(bar + 1);  // M x WARPS: the norm's sums of squares
-  float* red = partial + M * WARPS;                    // MMA: WARPS x M x RED, the warps' sums
+  float* red = partial + M * WARPS;                    // WARPS x M x RED: the warps' sums
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n0 = blockIdx.x * rows, mine = imin(rows, n - n0);
   if (TRIGGER_FIRST) pdl_trigger();
@@ -273,18 +213,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   load_input(x, res, nw, res_out, eps, xs, partial);
   __syncthreads();
   mbar_wait(bar, 0);
-#if MMA
   dot_tiles(xs, ws, mine, rows, red, warp, lane);
   __syncthreads();
   reduce_store(red, y, n, n0, mine);
-#else
-  (void)red;
-  const int count = warp < mine ? (mine - warp + WARPS - 1) / WARPS : 0;  // this warp's rows: warp + WARPS i
-  constexpr int GROUP = NR / PAIR;
-  for (int i = 0; i < count; i += GROUP) {
-    float v[NR][M];
-    dot_rows(xs, ws, warp + WARPS * i, mine - 1, rows, v, lane);
-    store_rows(v, y, n, n0 + warp + WARPS * i, n0 + mine, lane);
-  }
-#endif
 }
