@@ -6,6 +6,7 @@ run with it against the same stack on the Triton layer kernels. The kernel needs
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import struct
 import subprocess
@@ -174,10 +175,105 @@ def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
         assert (got.float() - want.float()).abs().max() <= 3e-2 * want.float().abs().max()
 
 
+@pytest.mark.gpu
+@needs_hopper
+def test_slab_attention_matches_the_definition():
+    """The o projection with the decode attention inside, on the GPU at the 0.6B code predictor's
+    shapes (1024 outputs, 128 CTAs): within bf16 rounding of torch_ops' definition, the cache's new
+    key and value the definition's (the key within a bf16 step), the rest of the cache untouched."""
+    from cadence.kernels.cuda_gemv import AttentionShape, DecodeAttention, slab_attention_linear, slab_plan
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g, "cuda")
+    w = (torch.randn(1024, 2048, device="cuda", generator=g) / 2048**0.5).to(torch.bfloat16)
+    plan = slab_plan(1024, 2048, 1, attention=AttentionShape(16, 8, 128, 16))
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    ref = _attention_reference(qkv, w, q_norm, k_norm, cos, sin, k_ref, v_ref, index)
+    args = DecodeAttention(q_norm, k_norm, cos, sin, *index.values(), k_cache, v_cache, 128**-0.5)
+    y = slab_attention_linear(qkv, w, plan, args, EPS)
+    torch.cuda.synchronize()
+    assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    assert torch.equal(v_cache, v_ref)
+    assert (k_cache.float() - k_ref.float()).abs().max() <= 1e-2 * k_ref.float().abs().max()
+    assert torch.equal(k_cache[:, :9], k_ref[:, :9]) and torch.equal(k_cache[2], k_ref[2])
+    with pytest.raises(ValueError, match="must be int64"):
+        slab_attention_linear(qkv, w, plan, dataclasses.replace(args, positions=index["positions"].int()))
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_stack_with_attention_inside_o_matches_the_layer_kernels(monkeypatch):
+    """The code predictor's decode step (one row, a context of one 16-token page) with the
+    attention inside the o GEMMs (CADENCE_SLAB_ATTENTION): three full-size layers give the layer
+    kernels' hidden states and cache writes within bf16 rounding, eagerly and under a PDL graph."""
+    from cadence.kernels import cuda_gemv, triton_ops
+    from cadence.models.qwen3_tts.fused_stack import FusedStack
+
+    monkeypatch.setattr(cuda_gemv, "ATTENTION", True)
+    stack = _stack()
+    plain = FusedStack(stack, triton_ops, 16, attention_splits=1)
+    inside = FusedStack(stack, triton_ops, 16, attention_splits=1, slab_max_rows=2)
+    assert inside._slab_plans(1, cuda_gemv.AttentionShape(16, 8, 128, 16)).o_attention is not None
+    g = torch.Generator(device="cuda").manual_seed(5)
+    cache_shape = (3, 3, 16, 8, 128)  # layers, pages (one a stream), page size, kv heads, head dim
+    k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(1, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    index = [torch.tensor(v, device="cuda") for v in ([12], [[1]], [13], [16 + 12])]  # position, table, context, slot
+
+    def run(fused, k, v):
+        return fused(x, *index, k, v, decode=True)
+
+    k_ref, v_ref = k0.clone(), v0.clone()
+    ref = run(plain, k_ref, v_ref).float()
+    k_eager, v_eager = k0.clone(), v0.clone()
+    eager = run(inside, k_eager, v_eager)
+    k_graph, v_graph = k0.clone(), v0.clone()
+    run(inside, k_graph.clone(), v_graph.clone())  # compiles every instance before the capture
+    graph = torch.cuda.CUDAGraph()
+    with triton_ops.pdl_settings(True, False), torch.cuda.graph(graph):
+        out = run(inside, k_graph, v_graph)
+    graph.replay()
+    torch.cuda.synchronize()
+    for got in (eager, out):
+        assert (got.float() - ref).abs().max() <= 3e-2 * ref.abs().max()
+    assert torch.equal(out, eager)
+    for got, want in ((k_eager, k_ref), (v_eager, v_ref), (k_graph, k_ref), (v_graph, v_ref)):
+        assert (got.float() - want.float()).abs().max() <= 3e-2 * want.float().abs().max()
+
+
 EMULATION = Path(__file__).parent / "cuda_emulation"
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
+
+
+def _bf16_bytes(t: torch.Tensor) -> bytes:
+    data = t.contiguous().view(torch.int16).numpy().tobytes()
+    return struct.pack("<Q", len(data)) + data
+
+
+def _emulate(tmp_path: Path, plan, tensors: list[torch.Tensor], n: int, tail: bytes = b"") -> torch.Tensor:
+    """The kernel of `plan` built for the CPU emulation and run on x, w, res, norm_w (and with an
+    attention its tensors and `tail`); its output file as int16 words."""
+    from cadence.kernels.cuda_gemv import SOURCE
+
+    exe = tmp_path / "slab_driver"
+    flags = [f"-D{name}={value}" for name, value in plan.defines]
+    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", "-DACT_BF16=1", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
+           f"-I{EMULATION}", str(EMULATION / "slab_driver.cpp"), "-o", str(exe)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with open(tmp_path / "args", "wb") as f:
+        f.write(b"".join(_bf16_bytes(t) for t in tensors[:4]))
+        f.write(struct.pack("<qqqqd", n, plan.rows_per_cta, plan.grid, plan.smem, EPS))
+        f.write(b"".join(_bf16_bytes(t) for t in tensors[4:]) + tail)
+    done = subprocess.run([str(exe), str(tmp_path / "args"), str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return torch.frombuffer(bytearray((tmp_path / "out").read_bytes()), dtype=torch.int16)
+
+
+@needs_gxx
 @pytest.mark.parametrize(
     "m,k,kind", [(1, 512, "norm"), (2, 512, "swiglu+norm+res"), (2, 1280, "")]
 )  # fmt: skip
@@ -187,37 +283,76 @@ def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
     (the last with 4, so its tiles reach past the slab), one and two input rows, the folded norm
     with and without a residual, SwiGLU, K's 64-wide steps spread over the 8 warps (1280: some take
     3 steps, some 2). Within bf16 rounding of the definition; the residual sum exact."""
-    from cadence.kernels.cuda_gemv import SOURCE, SlabPlan
+    from cadence.kernels.cuda_gemv import SlabPlan
 
     swiglu, norm, residual = "swiglu" in kind, "norm" in kind, "res" in kind
     n, rows = 40, 12
     plan = SlabPlan(n, k, m, swiglu, norm, residual, rows_per_cta=rows)
-    exe = tmp_path / "slab_driver"
-    flags = [f"-D{name}={value}" for name, value in plan.defines]
-    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", "-DACT_BF16=1", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
-           f"-I{EMULATION}", str(EMULATION / "slab_driver.cpp"), "-o", str(exe)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
     g = torch.Generator().manual_seed(m * k)
     dt = torch.bfloat16
     x = torch.randn(m, k, generator=g).to(dt)
     w = (torch.randn((2 if swiglu else 1) * n, k, generator=g) / k**0.5).to(dt)
     norm_w = (1 + 0.5 * torch.randn(k, generator=g)).to(dt)
     res = torch.randn(m, k, generator=g).to(dt)
-    with open(tmp_path / "args", "wb") as f:
-        for t in (x, w, res, norm_w):
-            data = t.contiguous().view(torch.int16).numpy().tobytes()
-            f.write(struct.pack("<Q", len(data)) + data)
-        f.write(struct.pack("<qqqqd", n, rows, plan.grid, plan.smem, EPS))
-    done = subprocess.run([str(exe), str(tmp_path / "args"), str(tmp_path / "out")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    raw = torch.frombuffer(bytearray((tmp_path / "out").read_bytes()), dtype=torch.int16)
+    raw = _emulate(tmp_path, plan, [x, w, res, norm_w], n)
     y, total = raw[: m * n].view(dt).view(m, n), raw[m * n :].view(dt).view(m, k)
     ref, ref_total = _reference(x, w, swiglu, norm_w if norm else None, res if residual else None)
     assert torch.isfinite(y).all()
     assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
     if residual:
         assert torch.equal(total, ref_total)
+
+
+def _attention_case(g: torch.Generator, device="cpu", heads=16, kv_heads=8, dim=128, page=16, pages=3, position=9):
+    """A code-predictor-shaped decode row: qkv, norms, RoPE tables, a cache of `pages` pages whose
+    page 1 holds the row's earlier tokens, and its indices (int64) at `position`."""
+    dt = torch.bfloat16
+    qkv = torch.randn(1, (heads + 2 * kv_heads) * dim, generator=g, device=device).to(dt)
+    q_norm, k_norm = ((1 + 0.3 * torch.randn(dim, generator=g, device=device)).to(dt) for _ in range(2))
+    angles = torch.arange(page, device=device)[:, None] * 0.1 * torch.arange(1, dim + 1, device=device)[None, :] / dim
+    cos, sin = angles.cos().to(dt), angles.sin().to(dt)
+    k_cache, v_cache = (torch.randn(pages, page, kv_heads, dim, generator=g, device=device).to(dt) for _ in range(2))
+    index = dict(positions=[position], slots=[page + position], context_lens=[position + 1], block_table=[[1]])
+    index = {name: torch.tensor(value, device=device) for name, value in index.items()}
+    return qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index
+
+
+def _attention_reference(qkv, w, q_norm, k_norm, cos, sin, k_cache, v_cache, index, heads=16, kv_heads=8):
+    """torch_ops' definition: QK-norm, RoPE and the cache write, paged attention, then o."""
+    q = torch_ops.qk_norm_rope_store(qkv, q_norm, k_norm, EPS, cos, sin, index["positions"], k_cache, v_cache,
+                                     index["slots"], heads, kv_heads)  # fmt: skip
+    out = torch_ops.paged_attention(q, k_cache, v_cache, index["block_table"], index["context_lens"], 128**-0.5)
+    return torch.nn.functional.linear(out.float(), w.float())
+
+
+@needs_gxx
+def test_slab_attention_logic_on_the_cpu(tmp_path):
+    """The o projection with the code predictor's decode attention inside (ATTN) on the CPU
+    emulation: a row at position 9 of page 1 (its 9 earlier tokens copied from the cache before the
+    wait), 16 query and 8 kv heads of 128, 40 outputs over four CTAs. The output within bf16
+    rounding of torch_ops' definition; the cache holds the definition's new key and value (CTA 0
+    writes them; the key equal here, the kernel's 1 / sqrt may differ from rsqrt in the last bit)
+    and nothing else changed."""
+    from cadence.kernels.cuda_gemv import AttentionShape, slab_plan
+
+    g = torch.Generator().manual_seed(7)
+    qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g)
+    n = 40
+    w = (torch.randn(n, 2048, generator=g) / 2048**0.5).to(torch.bfloat16)
+    plan = slab_plan(n, 2048, 1, attention=AttentionShape(16, 8, 128, 16))
+    assert plan is not None and plan.grid == 40
+    plan = dataclasses.replace(plan, rows_per_cta=12)
+    tail = struct.pack("<qqqqd", *(int(t.reshape(-1)[0]) for t in index.values()), 128**-0.5)
+    raw = _emulate(tmp_path, plan, [qkv, w, qkv, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache], n, tail)
+    y = raw[:n].view(torch.bfloat16).view(1, n)
+    caches = raw[n + 2048 :].view(torch.bfloat16).view(2, *k_cache.shape)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    ref = _attention_reference(qkv, w, q_norm, k_norm, cos, sin, k_ref, v_ref, index)
+    assert torch.isfinite(y).all()
+    assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
+    assert torch.equal(caches[1], v_ref)
+    assert (caches[0].float() - k_ref.float()).abs().max() <= 1e-2 * k_ref.float().abs().max()
+    assert torch.equal(caches[0][:, :9], k_cache[:, :9]) and torch.equal(caches[0][2], k_cache[2])
 
 
 def test_slab_path_is_off_where_the_kernel_cannot_run(tiny_model):

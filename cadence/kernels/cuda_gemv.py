@@ -42,6 +42,24 @@ SMEM_LIMIT = 112 * 1024
 # "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
 # one kernel earlier.
 TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE_SLAB_TRIGGER_FIRST", ""))))
+# Experiment switch (perf-notes #97): the code predictor's decode attention inside its o GEMM.
+ATTENTION = os.environ.get("CADENCE_SLAB_ATTENTION", "0") == "1"
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The decode attention an o projection's slab GEMM takes in (kernels/cuda/slab_attention.cuh):
+    one row whose whole context is one cache page of `page_size` tokens."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    page_size: int
+
+    def fits(self, k: int, m: int) -> bool:
+        """The kernel's lane layout: one row, a warp a kv head, a lane a (query head, token)."""
+        return (m == 1 and self.kv_heads == THREADS // 32 and self.head_dim == 128 and k == self.heads * self.head_dim
+                and self.heads % self.kv_heads == 0 and self.heads // self.kv_heads * self.page_size == 32)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,7 @@ class SlabPlan:
     residual: bool
     rows_per_cta: int
     trigger_first: bool = False
+    attention: AttentionShape | None = None  # x is a qkv row, the input its decode attention
 
     @property
     def grid(self) -> int:
@@ -70,37 +89,52 @@ class SlabPlan:
         slab = pair * self.rows_per_cta * self.k * 2
         partials = self.m * (THREADS // 32) * 4
         partials += (THREADS // 32) * self.m * pair * -(-self.rows_per_cta // 8) * 8 * 4
+        if (a := self.attention) is not None:  # the page's keys and values, the row's queries
+            slab += (2 * a.page_size * a.kv_heads + a.heads) * a.head_dim * 2
         return -(-(slab + self.m * self.k * 2 + 8 + partials) // 16) * 16
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
                 ("HAS_RES", int(self.residual)), ("THREADS", THREADS),
-                ("TRIGGER_FIRST", int(self.trigger_first)), ("ROWS", self.rows_per_cta))  # fmt: skip
+                ("TRIGGER_FIRST", int(self.trigger_first)), ("ROWS", self.rows_per_cta),
+                ("ATTN", int(self.attention is not None))) + self._attention_defines  # fmt: skip
+
+    @property
+    def _attention_defines(self) -> tuple[tuple[str, int], ...]:
+        a = self.attention
+        return () if a is None else (("HQ", a.heads), ("HKV", a.kv_heads), ("HD", a.head_dim), ("PS", a.page_size))
 
 
-def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, residual: bool = False):
+def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, residual: bool = False,
+              attention: AttentionShape | None = None):  # fmt: skip
     """The kernel's plan for this GEMM, or None where it does not apply: more than MAX_ROWS rows, K
-    not a multiple of 256, or a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up)."""
+    not a multiple of 256, a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up), or an
+    attention the kernel cannot take in (more than one row, another head layout)."""
     if not 1 <= m <= MAX_ROWS or k % 256 or k > 16 * THREADS:
         return None
-    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS))
+    if attention is not None and (norm or swiglu or not attention.fits(k, m)):
+        return None
+    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS), attention=attention)
     return plan if plan.smem <= SMEM_LIMIT else None
 
 
 @dataclass(frozen=True)
 class LayerPlans:
     """A decoder layer's four GEMMs as slab GEMMs: qkv with the input norm folded in (the first
-    layer's without a residual to add), o, gate/up with SwiGLU and the post-attention norm, down."""
+    layer's without a residual to add), o, gate/up with SwiGLU and the post-attention norm, down;
+    and where asked and possible o with the decode attention before it taken in (o_attention)."""
 
     qkv_first: SlabPlan
     qkv: SlabPlan
     o: SlabPlan
     gate_up: SlabPlan
     down: SlabPlan
+    o_attention: SlabPlan | None = None
 
     @classmethod
-    def of(cls, qkv: tuple, o: tuple, gate_up: tuple, down: tuple, rows: int) -> LayerPlans | None:
+    def of(cls, qkv: tuple, o: tuple, gate_up: tuple, down: tuple, rows: int,
+           attention: AttentionShape | None = None) -> LayerPlans | None:  # fmt: skip
         """From the weights' shapes ([n, k]; gate/up's [2n, k]); None if one GEMM has no plan."""
         plans = (
             slab_plan(qkv[0], qkv[1], rows, norm=True),
@@ -113,7 +147,14 @@ class LayerPlans:
             return None
         names = ("qkv", "qkv", "o", "gate_up", "down")
         early = (n in TRIGGER_FIRST for n in names)
-        return cls(*(dataclasses.replace(p, trigger_first=e) for p, e in zip(plans, early, strict=True)))
+        # The attention reads the page's earlier tokens before its wait: the qkv GEMM before it must
+        # have passed its own wait when it lets the o GEMM launch (no trigger first), so that every
+        # kernel before it, the tokens' writers among them, has completed.
+        inside = attention is not None and "qkv" not in TRIGGER_FIRST
+        o_attention = slab_plan(o[0], o[1], rows, attention=attention) if inside else None
+        if o_attention is not None:
+            o_attention = dataclasses.replace(o_attention, trigger_first="o" in TRIGGER_FIRST)
+        return cls(*(dataclasses.replace(p, trigger_first=e) for p, e in zip(plans, early, strict=True)), o_attention)
 
 
 @functools.cache
@@ -158,6 +199,11 @@ class _LaunchConfig(ctypes.Structure):
         ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
         ("attrs", ctypes.POINTER(_Attr)), ("num_attrs", ctypes.c_uint),
     ]  # fmt: skip
+
+
+class _Attention(ctypes.Structure):  # slab_gemv.cu's struct Attention
+    _POINTERS = ("q_norm", "k_norm", "cos", "sin", "position", "slot", "context", "page", "k_cache", "v_cache")
+    _fields_ = [(name, ctypes.c_void_p) for name in _POINTERS] + [("scale", ctypes.c_float)]
 
 
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
@@ -207,7 +253,62 @@ def slab_linear(
     res_out = torch.empty_like(x) if plan.residual else x
     res = residual.contiguous() if plan.residual else x
     nw = norm_weight if plan.norm else x
-    kernel = _kernel(plan.defines, plan.smem)
-    args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps)]
-    _launch(kernel, plan.grid, plan.smem, args, _pdl_on(x))
+    if plan.attention is not None:
+        raise ValueError("the plan takes an attention in: call slab_attention_linear")
+    _run(plan, x, weight, y, res, nw, res_out, eps, _Attention())
     return y, (res_out if plan.norm else None)
+
+
+def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: _Attention) -> None:
+    kernel = _kernel(plan.defines, plan.smem)
+    args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps),
+            attention]  # fmt: skip
+    _launch(kernel, plan.grid, plan.smem, args, _pdl_on(x))
+
+
+@dataclass
+class DecodeAttention:
+    """One row's decode attention as slab_attention_linear takes it in: torch_ops'
+    qk_norm_rope_store (QK-norm weights, RoPE tables [positions, head_dim], the cache of one layer
+    [pages, page_size, kv heads, head_dim]) and paged_attention (the row's position, flat cache slot,
+    context length and page table [1, 1]; int64, read by the kernel before its PDL wait, so they must
+    not be written by the kernel before it)."""
+
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    positions: torch.Tensor
+    slots: torch.Tensor
+    context_lens: torch.Tensor
+    block_table: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    scale: float
+
+    def struct(self) -> _Attention:
+        indices = (self.positions, self.slots, self.context_lens, self.block_table)
+        if any(t.dtype != torch.int64 for t in indices):
+            raise ValueError("positions, slots, context_lens and block_table must be int64")
+        tensors = (self.q_norm, self.k_norm, self.cos, self.sin, self.k_cache, self.v_cache)
+        if not all(t.is_contiguous() for t in tensors):
+            raise ValueError("the norms, RoPE tables and caches must be contiguous")
+        ptr = [t.data_ptr() for t in (*tensors[:4], *indices, *tensors[4:])]
+        return _Attention(*ptr, self.scale)
+
+
+def slab_attention_linear(qkv: torch.Tensor, weight: torch.Tensor, plan: SlabPlan, attention: DecodeAttention,
+                          eps: float = 1e-6) -> torch.Tensor:  # fmt: skip
+    """o = attention(qkv) @ weight^T for one decode row, the attention (QK-norm, RoPE, the new key
+    and value written to the cache, attention over the row's page) done inside the GEMM
+    (plan.attention; perf-notes #97)."""
+    a = plan.attention
+    if a is None or qkv.shape != (1, (a.heads + 2 * a.kv_heads) * a.head_dim) or weight.shape != (plan.n, plan.k):
+        raise ValueError(f"qkv {tuple(qkv.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
+    if attention.k_cache.shape[1:] != (a.page_size, a.kv_heads, a.head_dim):
+        want = f"[pages, {a.page_size}, {a.kv_heads}, {a.head_dim}]"
+        raise ValueError(f"the cache {tuple(attention.k_cache.shape)} is not {want}")
+    qkv = qkv.contiguous()
+    y = torch.empty(1, plan.n, dtype=qkv.dtype, device=qkv.device)
+    _run(plan, qkv, weight, y, qkv, qkv, qkv, eps, attention.struct())
+    return y

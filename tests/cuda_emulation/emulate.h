@@ -32,6 +32,7 @@
 #define __launch_bounds__(...)
 
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
@@ -123,6 +124,22 @@ inline T __shfl_xor_sync(unsigned, T v, int offset) {
   __syncwarp();
   raw = cta->exchange[partner];
   __syncwarp();  // every lane has read before any lane writes its next value
+  T out;
+  std::memcpy(&out, &raw, sizeof out);
+  return out;
+}
+
+template <class T>
+inline T __shfl_sync(unsigned, T v, int source) {  // every lane reads lane `source`'s value
+  static_assert(sizeof(T) <= 8, "shuffles of up to 8 bytes");
+  emu::Cta* cta = emu::current->cta;
+  const unsigned tid = threadIdx.x;
+  unsigned long long raw = 0;
+  std::memcpy(&raw, &v, sizeof v);
+  cta->exchange[tid] = raw;
+  __syncwarp();
+  raw = cta->exchange[(tid & ~31u) | ((unsigned)source & 31u)];
+  __syncwarp();
   T out;
   std::memcpy(&out, &raw, sizeof out);
   return out;

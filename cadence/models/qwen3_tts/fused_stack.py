@@ -21,7 +21,15 @@ from types import ModuleType
 
 import torch
 
-from ...kernels.cuda_gemv import LayerPlans, slab_linear, slab_supported
+from ...kernels import cuda_gemv
+from ...kernels.cuda_gemv import (
+    AttentionShape,
+    DecodeAttention,
+    LayerPlans,
+    slab_attention_linear,
+    slab_linear,
+    slab_supported,
+)
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
 
 
@@ -82,8 +90,14 @@ class FusedStack:
         not for prefill, whose rows read each other's keys."""
         attend = functools.partial(self._attend, positions, block_table, context_lens, slot_index, k_cache, v_cache,
                                    decode)  # fmt: skip
-        if x.shape[0] <= self.slab_max_rows and (plans := self._slab_plans(x.shape[0])) is not None:
-            return self._slab_layers(x, plans, attend)
+        if x.shape[0] <= self.slab_max_rows:
+            # The code predictor's decode steps (one page of context): its attention can go inside o.
+            one_page = decode and cuda_gemv.ATTENTION and self.max_positions <= k_cache.shape[2]
+            shape = AttentionShape(self.heads, self.kv_heads, self.head_dim, k_cache.shape[2]) if one_page else None
+            if (plans := self._slab_plans(x.shape[0], shape)) is not None:
+                inside = functools.partial(self._attention_inside, positions, block_table, context_lens, slot_index,
+                                           k_cache, v_cache)  # fmt: skip
+                return self._slab_layers(x, plans, attend, inside)
         ops = self.ops
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
         for i, L in enumerate(self.layers):
@@ -111,17 +125,27 @@ class FusedStack:
             max_context=self.max_positions,
         )  # fmt: skip
 
-    def _slab_plans(self, rows: int) -> LayerPlans | None:
+    def _slab_plans(self, rows: int, attention: AttentionShape | None = None) -> LayerPlans | None:
         """The slab GEMM's plans for a layer at `rows` rows, or None if one of the four has none."""
         L = self.layers[0]
-        return LayerPlans.of(L.wqkv.shape, L.wo.shape, L.wgu.shape, L.wdown.shape, rows)
+        return LayerPlans.of(L.wqkv.shape, L.wo.shape, L.wgu.shape, L.wdown.shape, rows, attention)
 
-    def _slab_layers(self, x: torch.Tensor, plans: LayerPlans, attend) -> torch.Tensor:
-        """The layers with the slab GEMM (norms folded into qkv and gate/up), then the final norm."""
+    def _attention_inside(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, i: int,
+                          L: FusedLayer) -> DecodeAttention:  # fmt: skip
+        """Layer i's decode attention as the o projection's slab GEMM takes it in."""
+        return DecodeAttention(L.q_norm, L.k_norm, self.cos, self.sin, positions, slot_index, context_lens, block_table,
+                               k_cache[i], v_cache[i], self.scale)  # fmt: skip
+
+    def _slab_layers(self, x: torch.Tensor, plans: LayerPlans, attend, inside) -> torch.Tensor:
+        """The layers with the slab GEMM (norms folded into qkv and gate/up; with plans.o_attention the
+        attention inside o), then the final norm."""
         h, residual, eps = x, None, self.eps
         for i, L in enumerate(self.layers):
             qkv, residual = slab_linear(h, L.wqkv, plans.qkv if i else plans.qkv_first, L.ln1, residual, eps)
-            o, _ = slab_linear(attend(i, L, qkv), L.wo, plans.o)
+            if plans.o_attention is not None:
+                o = slab_attention_linear(qkv, L.wo, plans.o_attention, inside(i, L), eps)
+            else:
+                o, _ = slab_linear(attend(i, L, qkv), L.wo, plans.o)
             act, residual = slab_linear(o, L.wgu, plans.gate_up, L.ln2, residual, eps)
             h, _ = slab_linear(act, L.wdown, plans.down)
         return self.ops.rms_norm(h, self.norm, eps, residual)[0]
