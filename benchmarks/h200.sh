@@ -204,17 +204,6 @@ for phase in "$@"; do
         --json "$OUT/walk_agreement.json" 2>&1 | quiet | tail -10
       WALKAB_TESTS=0 WALKAB_BATCHES=${SLAB_BATCHES:-1,2,8} WALKAB_ROUNDS=${SLAB_ROUNDS:-1} \
         TREES="off=.,CADENCE_SLAB_MAX_ROWS=0 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
-    attn97)  # perf-notes #97: the code predictor's attention inside the o slab GEMM: the slab gpu tests and the
-      # fast walk's with it on, the bf16 walk's greedy agreement with it, then walks of this tree (off), with
-      # it (`att`) and TREES, interleaved (ATT_BATCHES, default 1,2; ATT_ROUNDS "1 2"; ~8 min)
-      CADENCE_SLAB_ATTENTION=1 timeout -k 10 -s INT 260 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
-        tests/test_slab_gemv.py tests/test_fast_step.py 2>&1 | tee "$OUT/att_tests.log" | tail -4
-      grep -q " passed" "$OUT/att_tests.log" && ! grep -qE "failed|error" "$OUT/att_tests.log" || continue
-      need_full
-      CADENCE_SLAB_ATTENTION=1 timeout -k 10 -s INT 200 python3 benchmarks/walk_agreement.py --model $full \
-        --frames 48 --slab 2 --json "$OUT/walk_agreement_att.json" 2>&1 | quiet | tail -6
-      WALKAB_TESTS=0 WALKAB_BATCHES=${ATT_BATCHES:-1,2} WALKAB_ROUNDS=${ATT_ROUNDS:-1 2} \
-        TREES="att=.,CADENCE_SLAB_ATTENTION=1 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -40 ;;
     kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
       timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size

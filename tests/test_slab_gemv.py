@@ -202,14 +202,13 @@ def test_slab_attention_matches_the_definition():
 
 @pytest.mark.gpu
 @needs_hopper
-def test_stack_with_attention_inside_o_matches_the_layer_kernels(monkeypatch):
+def test_stack_with_attention_inside_o_matches_the_layer_kernels():
     """The code predictor's decode step (one row, a context of one 16-token page) with the
-    attention inside the o GEMMs (CADENCE_SLAB_ATTENTION): three full-size layers give the layer
+    attention inside the o GEMMs: three full-size layers give the layer
     kernels' hidden states and cache writes within bf16 rounding, eagerly and under a PDL graph."""
     from cadence.kernels import cuda_gemv, triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
-    monkeypatch.setattr(cuda_gemv, "ATTENTION", True)
     stack = _stack()
     plain = FusedStack(stack, triton_ops, 16, attention_splits=1)
     inside = FusedStack(stack, triton_ops, 16, attention_splits=1, slab_max_rows=2)

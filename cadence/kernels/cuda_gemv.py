@@ -42,8 +42,6 @@ SMEM_LIMIT = 112 * 1024
 # "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
 # one kernel earlier.
 TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE_SLAB_TRIGGER_FIRST", ""))))
-# Experiment switch (perf-notes #97): the code predictor's decode attention inside its o GEMM.
-ATTENTION = os.environ.get("CADENCE_SLAB_ATTENTION", "0") == "1"
 
 
 @dataclass(frozen=True)
