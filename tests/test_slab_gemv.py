@@ -204,9 +204,8 @@ def test_slab_attention_matches_the_definition():
 @needs_hopper
 def test_stack_with_attention_inside_o_matches_the_layer_kernels():
     """The code predictor's decode step (one row, a context of one 16-token page) with the
-    attention inside the o GEMMs: three full-size layers give the layer kernels' hidden states and
-    cache writes within bf16 rounding, eagerly and under a PDL graph; and with a head, the stack's
-    final norm folded into the head's GEMM, the layer kernels' logits (norm, then the GEMM)."""
+    attention inside the o GEMMs: three full-size layers give the layer
+    kernels' hidden states and cache writes within bf16 rounding, eagerly and under a PDL graph."""
     from cadence.kernels import cuda_gemv, triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
@@ -240,10 +239,6 @@ def test_stack_with_attention_inside_o_matches_the_layer_kernels():
     assert torch.equal(out, eager)
     for got, want in ((k_eager, k_ref), (v_eager, v_ref), (k_graph, k_ref), (v_graph, v_ref)):
         assert (got.float() - want.float()).abs().max() <= 3e-2 * want.float().abs().max()
-    head = (torch.randn(2048, 1024, device="cuda", generator=g) / 32).to(torch.bfloat16)
-    want = plain(x, *index, k0.clone(), v0.clone(), decode=True, head=head).float()
-    got = inside(x, *index, k0.clone(), v0.clone(), decode=True, head=head)
-    assert got.shape == (1, 2048) and (got.float() - want).abs().max() <= 3e-2 * want.abs().max()
 
 
 EMULATION = Path(__file__).parent / "cuda_emulation"

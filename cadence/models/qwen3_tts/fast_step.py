@@ -277,8 +277,8 @@ class FastDecoder:
         h = self.cp_stack(
             first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v
         )[1::2]  # fmt: skip
-        logits = self._head(h, cp.lm_head[0].weight)
         for j in range(self.groups - 1):
+            logits = self._head(h, cp.lm_head[j].weight)
             if j + 2 == self.groups:  # the last code: nothing reads its embedding
                 ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1])
                 break
@@ -286,10 +286,9 @@ class FastDecoder:
             embedded = torch.empty(b, table.shape[1], dtype=table.dtype, device=self.dev)
             ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1], embed_table=table,
                               embed_out=embedded)  # fmt: skip
-            # The next code's logits: the stack's final norm goes into the head's GEMM where it can.
-            logits = self.cp_stack(
+            h = self.cp_stack(
                 cp.small_to_mtp_projection(embedded), ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b],
-                ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True, head=cp.lm_head[j + 1].weight,
+                ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True,
             )  # fmt: skip
 
     @torch.no_grad()

@@ -27,7 +27,6 @@ from ...kernels.cuda_gemv import (
     LayerPlans,
     slab_attention_linear,
     slab_linear,
-    slab_plan,
     slab_supported,
 )
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
@@ -81,15 +80,13 @@ class FusedStack:
         self.slab_max_rows = slab_max_rows if dtype == torch.bfloat16 and slab_supported(dev) else 0
 
     def __call__(
-        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False,
-        head: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
+    ) -> torch.Tensor:
         """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
         first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D].
         decode: every row is its own sequence's one new token (positions = context_lens - 1), so the
         attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
-        not for prefill, whose rows read each other's keys. head [V, H]: return head's logits of the
-        normed hidden states instead of them (the slab path folds the final norm into that GEMM)."""
+        not for prefill, whose rows read each other's keys."""
         attend = functools.partial(self._attend, positions, block_table, context_lens, slot_index, k_cache, v_cache,
                                    decode)  # fmt: skip
         if x.shape[0] <= self.slab_max_rows:
@@ -100,7 +97,7 @@ class FusedStack:
             if (plans := self._slab_plans(x.shape[0], shape)) is not None:
                 inside = functools.partial(self._attention_inside, positions, block_table, context_lens, slot_index,
                                            k_cache, v_cache)  # fmt: skip
-                return self._slab_layers(x, plans, attend, inside, head)
+                return self._slab_layers(x, plans, attend, inside)
         ops = self.ops
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
         for i, L in enumerate(self.layers):
@@ -109,7 +106,7 @@ class FusedStack:
             # The next norm is the next layer's input norm, or the stack's final one after the last.
             next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
             h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual)
-        return h if head is None else ops.linear(h, head)
+        return h
 
     def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool, i: int,
                 L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
@@ -139,9 +136,9 @@ class FusedStack:
         return DecodeAttention(L.q_norm, L.k_norm, self.cos, self.sin, positions, slot_index, context_lens, block_table,
                                k_cache[i], v_cache[i], self.scale)  # fmt: skip
 
-    def _slab_layers(self, x: torch.Tensor, plans: LayerPlans, attend, inside, head: torch.Tensor | None):
+    def _slab_layers(self, x: torch.Tensor, plans: LayerPlans, attend, inside) -> torch.Tensor:
         """The layers with the slab GEMM (norms folded into qkv and gate/up; with plans.o_attention the
-        attention inside o), then the final norm, or the head with the final norm folded in."""
+        attention inside o), then the final norm."""
         h, residual, eps = x, None, self.eps
         for i, L in enumerate(self.layers):
             qkv, residual = slab_linear(h, L.wqkv, plans.qkv if i else plans.qkv_first, L.ln1, residual, eps)
@@ -151,7 +148,4 @@ class FusedStack:
                 o, _ = slab_linear(attend(i, L, qkv), L.wo, plans.o)
             act, residual = slab_linear(o, L.wgu, plans.gate_up, L.ln2, residual, eps)
             h, _ = slab_linear(act, L.wdown, plans.down)
-        if head is not None and (plan := slab_plan(*head.shape, x.shape[0], norm=True, residual=True)) is not None:
-            return slab_linear(h, head, plan, self.norm, residual, eps)[0]  # perf-notes #98
-        h = self.ops.rms_norm(h, self.norm, eps, residual)[0]
-        return h if head is None else self.ops.linear(h, head)
+        return self.ops.rms_norm(h, self.norm, eps, residual)[0]
