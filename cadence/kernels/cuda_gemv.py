@@ -240,6 +240,8 @@ def slab_linear(
     where in = x, or with plan.norm rms_norm(x + residual) * norm_weight. Returns y and, with the
     norm, the rows' residual for the layer's next norm (x + residual, or x without one)."""
     m, k = x.shape
+    if plan.attention is not None:
+        raise ValueError("the plan takes an attention in: call slab_attention_linear")
     if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
     if plan.norm and norm_weight is None:
@@ -251,8 +253,6 @@ def slab_linear(
     res_out = torch.empty_like(x) if plan.residual else x
     res = residual.contiguous() if plan.residual else x
     nw = norm_weight if plan.norm else x
-    if plan.attention is not None:
-        raise ValueError("the plan takes an attention in: call slab_attention_linear")
     _run(plan, x, weight, y, res, nw, res_out, eps, _Attention())
     return y, (res_out if plan.norm else None)
 
@@ -289,8 +289,8 @@ class DecodeAttention:
         if any(t.dtype != torch.int64 for t in indices):
             raise ValueError("positions, slots, context_lens and block_table must be int64")
         tensors = (self.q_norm, self.k_norm, self.cos, self.sin, self.k_cache, self.v_cache)
-        if not all(t.is_contiguous() for t in tensors):
-            raise ValueError("the norms, RoPE tables and caches must be contiguous")
+        if not all(t.is_contiguous() and t.dtype == torch.bfloat16 for t in tensors):
+            raise ValueError("the norms, RoPE tables and caches must be contiguous bfloat16")
         ptr = [t.data_ptr() for t in (*tensors[:4], *indices, *tensors[4:])]
         return _Attention(*ptr, self.scale)
 

@@ -11,6 +11,8 @@ With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.
 instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
 and the norms before qkv and gate/up done inside those GEMMs, so a layer is five kernels (four
 GEMMs and the attention) and only the stack's final norm is a kernel of its own (perf-notes #94).
+At one decode row whose context is one cache page (the code predictor's steps) the attention goes
+inside the o GEMM too (`slab_attention_linear`, #97): four kernels a layer.
 """
 
 from __future__ import annotations
