@@ -204,6 +204,14 @@ for phase in "$@"; do
         --json "$OUT/walk_agreement.json" 2>&1 | quiet | tail -10
       WALKAB_TESTS=0 WALKAB_BATCHES=${SLAB_BATCHES:-1,2,8} WALKAB_ROUNDS=${SLAB_ROUNDS:-1} \
         TREES="off=.,CADENCE_SLAB_MAX_ROWS=0 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
+    first99)  # perf-notes #99: the code predictor's first pass with its attention inside o (CADENCE_SLAB_FIRST_PASS):
+      # the slab gpu tests and the fast walk's with it on, then walks of this tree and with it (`first`) and
+      # TREES, interleaved (FIRST_BATCHES, default 1,2; FIRST_ROUNDS "1 2"; ~7 min)
+      CADENCE_SLAB_FIRST_PASS=1 timeout -k 10 -s INT 260 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
+        tests/test_slab_gemv.py tests/test_fast_step.py 2>&1 | tee "$OUT/first_tests.log" | tail -4
+      grep -q " passed" "$OUT/first_tests.log" && ! grep -qE "failed|error" "$OUT/first_tests.log" || continue
+      WALKAB_TESTS=0 WALKAB_BATCHES=${FIRST_BATCHES:-1,2} WALKAB_ROUNDS=${FIRST_ROUNDS:-1 2} \
+        TREES="first=.,CADENCE_SLAB_FIRST_PASS=1 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -40 ;;
     kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
       timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size

@@ -184,16 +184,18 @@ def _check_against_layer_kernels(plain, slab, x, index: list, k0, v0, decode: bo
 
 @pytest.mark.gpu
 @needs_hopper
-def test_slab_attention_matches_the_definition():
-    """The o projection with the decode attention inside, on the GPU at the 0.6B code predictor's
-    shapes (1024 outputs, 128 CTAs): within bf16 rounding of torch_ops' definition, the cache's new
-    key and value the definition's (the key within a bf16 step), the rest of the cache untouched."""
+@pytest.mark.parametrize("rows,position", [(1, 9), (2, 0)])
+def test_slab_attention_matches_the_definition(rows, position):
+    """The o projection with the attention inside, on the GPU at the 0.6B code predictor's shapes
+    (1024 outputs, 128 CTAs), for a decode row and for the first pass's two tokens: within bf16
+    rounding of torch_ops' definition, the cache's new keys and values the definition's (the keys
+    within a bf16 step), the rest of the cache untouched."""
     from cadence.kernels.cuda_gemv import AttentionShape, DecodeAttention, slab_attention_linear, slab_plan
 
     g = torch.Generator(device="cuda").manual_seed(3)
-    qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g, "cuda")
+    qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g, "cuda", rows, position)
     w = (torch.randn(1024, 2048, device="cuda", generator=g) / 2048**0.5).to(torch.bfloat16)
-    plan = slab_plan(1024, 2048, 1, attention=AttentionShape(16, 8, 128, 16))
+    plan = slab_plan(1024, 2048, rows, attention=AttentionShape(16, 8, 128, 16))
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     ref = _attention_reference(qkv, w, q_norm, k_norm, cos, sin, k_ref, v_ref, index)
     args = DecodeAttention(q_norm, k_norm, cos, sin, *index.values(), k_cache, v_cache, 128**-0.5)
@@ -202,32 +204,37 @@ def test_slab_attention_matches_the_definition():
     assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
     assert torch.equal(v_cache, v_ref)
     assert (k_cache.float() - k_ref.float()).abs().max() <= 1e-2 * k_ref.float().abs().max()
-    assert torch.equal(k_cache[:, :9], k_ref[:, :9]) and torch.equal(k_cache[2], k_ref[2])
+    assert torch.equal(k_cache[:, :position], k_ref[:, :position]) and torch.equal(k_cache[2], k_ref[2])
     with pytest.raises(ValueError, match="must be int64"):
         slab_attention_linear(qkv, w, plan, dataclasses.replace(args, positions=index["positions"].int()))
 
 
 @pytest.mark.gpu
 @needs_hopper
-def test_stack_with_attention_inside_o_matches_the_layer_kernels():
-    """The code predictor's decode step (one row, a context of one 16-token page) with the
-    attention inside the o GEMMs: three full-size layers give the layer kernels' hidden states and
-    cache writes within bf16 rounding, eagerly and under a PDL graph."""
+@pytest.mark.parametrize("decode", [True, False], ids=["decode-step", "first-pass"])
+def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode, monkeypatch):
+    """The code predictor's decode step (one row, a context of one 16-token page) and its first pass
+    (two tokens of one stream at positions 0 and 1; CADENCE_SLAB_FIRST_PASS) with the attention
+    inside the o GEMMs: three full-size layers give the layer kernels' hidden states and cache
+    writes within bf16 rounding, eagerly and under a PDL graph."""
     from cadence.kernels import cuda_gemv, triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
+    monkeypatch.setattr(cuda_gemv, "FIRST_PASS_INSIDE", True)
     stack = _stack()
     plain = FusedStack(stack, triton_ops, 16, attention_splits=1)
     inside = FusedStack(stack, triton_ops, 16, attention_splits=1, slab_max_rows=2)
-    assert inside._slab_plans(1, cuda_gemv.AttentionShape(16, 8, 128, 16)).o_attention is not None
+    rows = 1 if decode else 2
+    assert inside._slab_plans(rows, cuda_gemv.AttentionShape(16, 8, 128, 16)).o_attention is not None
     g = torch.Generator(device="cuda").manual_seed(5)
     cache_shape = (3, 3, 16, 8, 128)  # layers, pages (one a stream), page size, kv heads, head dim
     k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
     v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
-    x = torch.randn(1, 1024, device="cuda", generator=g).to(torch.bfloat16)
-    index = [torch.tensor(v, device="cuda") for v in ([12], [[1]], [13], [16 + 12])]  # position, table, context, slot
-
-    _check_against_layer_kernels(plain, inside, x, index, k0, v0, decode=True)
+    x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    at = [12] if decode else [0, 1]  # positions; then the page table, contexts and flat slots
+    values = (at, [[1]] * rows, [p + 1 for p in at], [16 + p for p in at])
+    index = [torch.tensor(v, device="cuda") for v in values]
+    _check_against_layer_kernels(plain, inside, x, index, k0, v0, decode=decode)
 
 
 EMULATION = Path(__file__).parent / "cuda_emulation"
@@ -291,16 +298,18 @@ def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
         assert torch.equal(total, ref_total)
 
 
-def _attention_case(g: torch.Generator, device="cpu", heads=16, kv_heads=8, dim=128, page=16, pages=3, position=9):
-    """A code-predictor-shaped decode row: qkv, norms, RoPE tables, a cache of `pages` pages whose
-    page 1 holds the row's earlier tokens, and its indices (int64) at `position`."""
+def _attention_case(g: torch.Generator, device="cpu", rows=1, position=9, heads=16, kv_heads=8, dim=128, page=16):
+    """Code-predictor-shaped rows of one stream: qkv, norms, RoPE tables, a cache of 3 pages whose
+    page 1 holds the stream's earlier tokens, and the rows' indices (int64) at `position` and on."""
     dt = torch.bfloat16
-    qkv = torch.randn(1, (heads + 2 * kv_heads) * dim, generator=g, device=device).to(dt)
+    pages = 3
+    qkv = torch.randn(rows, (heads + 2 * kv_heads) * dim, generator=g, device=device).to(dt)
     q_norm, k_norm = ((1 + 0.3 * torch.randn(dim, generator=g, device=device)).to(dt) for _ in range(2))
     angles = torch.arange(page, device=device)[:, None] * 0.1 * torch.arange(1, dim + 1, device=device)[None, :] / dim
     cos, sin = angles.cos().to(dt), angles.sin().to(dt)
     k_cache, v_cache = (torch.randn(pages, page, kv_heads, dim, generator=g, device=device).to(dt) for _ in range(2))
-    index = dict(positions=[position], slots=[page + position], context_lens=[position + 1], block_table=[[1]])
+    at = [position + m for m in range(rows)]
+    index = dict(positions=at, slots=[page + p for p in at], context_lens=[p + 1 for p in at], block_table=[[1]] * rows)
     index = {name: torch.tensor(value, device=device) for name, value in index.items()}
     return qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index
 
@@ -314,33 +323,36 @@ def _attention_reference(qkv, w, q_norm, k_norm, cos, sin, k_cache, v_cache, ind
 
 
 @needs_gxx
-def test_slab_attention_logic_on_the_cpu(tmp_path):
-    """The o projection with the code predictor's decode attention inside (ATTN) on the CPU
-    emulation: a row at position 9 of page 1 (its 9 earlier tokens copied from the cache before the
-    wait), 16 query and 8 kv heads of 128, 40 outputs over four CTAs. The output within bf16
-    rounding of torch_ops' definition; the cache holds the definition's new key and value (CTA 0
-    writes them; the key equal here, the kernel's 1 / sqrt may differ from rsqrt in the last bit)
-    and nothing else changed."""
+@pytest.mark.parametrize("rows,position", [(1, 9), (2, 0), (2, 5)])
+def test_slab_attention_logic_on_the_cpu(tmp_path, rows, position):
+    """The o projection with the code predictor's attention inside (ATTN) on the CPU emulation, 16
+    query and 8 kv heads of 128, 40 outputs over four CTAs: a decode row at position 9 of page 1
+    (its 9 earlier tokens copied from the cache before the wait); the first pass's two tokens at
+    positions 0 and 1 (nothing from the cache, the second attending over the first); two tokens at
+    5 and 6 (both). The output within bf16 rounding of torch_ops' definition; the cache holds the
+    definition's new keys and values (CTA 0 writes them; the keys equal here, the kernel's 1 / sqrt
+    may differ from rsqrt in the last bit) and nothing else changed."""
     from cadence.kernels.cuda_gemv import AttentionShape, slab_plan
 
-    g = torch.Generator().manual_seed(7)
-    qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g)
+    g = torch.Generator().manual_seed(7 + rows + position)
+    qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g, rows=rows, position=position)
     n = 40
     w = (torch.randn(n, 2048, generator=g) / 2048**0.5).to(torch.bfloat16)
-    plan = slab_plan(n, 2048, 1, attention=AttentionShape(16, 8, 128, 16))
+    plan = slab_plan(n, 2048, rows, attention=AttentionShape(16, 8, 128, 16))
     assert plan is not None and plan.grid == 40
     plan = dataclasses.replace(plan, rows_per_cta=12)
-    tail = struct.pack("<qqqqd", *(int(t.reshape(-1)[0]) for t in index.values()), 128**-0.5)
+    values = [int(v) for t in index.values() for v in t.reshape(-1)]
+    tail = struct.pack(f"<{len(values)}qd", *values, 128**-0.5)
     raw = _emulate(tmp_path, plan, [qkv, w, qkv, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache], n, tail)
-    y = raw[:n].view(torch.bfloat16).view(1, n)
-    caches = raw[n + 2048 :].view(torch.bfloat16).view(2, *k_cache.shape)
+    y = raw[: rows * n].view(torch.bfloat16).view(rows, n)
+    caches = raw[rows * n + rows * 2048 :].view(torch.bfloat16).view(2, *k_cache.shape)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     ref = _attention_reference(qkv, w, q_norm, k_norm, cos, sin, k_ref, v_ref, index)
     assert torch.isfinite(y).all()
     assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
     assert torch.equal(caches[1], v_ref)
     assert (caches[0].float() - k_ref.float()).abs().max() <= 1e-2 * k_ref.float().abs().max()
-    assert torch.equal(caches[0][:, :9], k_cache[:, :9]) and torch.equal(caches[0][2], k_cache[2])
+    assert torch.equal(caches[0][:, :position], k_cache[:, :position]) and torch.equal(caches[0][2], k_cache[2])
 
 
 def test_slab_path_is_off_where_the_kernel_cannot_run(tiny_model):

@@ -38,6 +38,9 @@ MAX_ROWS = 2
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
 # copies its slab while this one runs).
 SMEM_LIMIT = 112 * 1024
+# Experiment switch (perf-notes #99, not yet timed): the code predictor's first pass (two rows of one
+# stream, positions 0 and 1) with its attention inside o as well, as its decode steps have it (#97).
+FIRST_PASS_INSIDE = os.environ.get("CADENCE_SLAB_FIRST_PASS", "0") == "1"
 # Experiment switch (perf-notes #95): the layer's GEMMs, by name (qkv, o, gate_up, down; separated by
 # "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
 # one kernel earlier.
@@ -46,8 +49,9 @@ TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE
 
 @dataclass(frozen=True)
 class AttentionShape:
-    """The decode attention an o projection's slab GEMM takes in (kernels/cuda/slab_attention.cuh):
-    one row whose whole context is one cache page of `page_size` tokens."""
+    """The attention an o projection's slab GEMM takes in (kernels/cuda/slab_attention.cuh): rows
+    whose whole context is one cache page of `page_size` tokens, either one decode row or up to
+    MAX_ROWS consecutive tokens of one stream (the code predictor's first pass)."""
 
     heads: int
     kv_heads: int
@@ -55,9 +59,10 @@ class AttentionShape:
     page_size: int
 
     def fits(self, k: int, m: int) -> bool:
-        """The kernel's lane layout: one row, a warp a kv head, a lane a (query head, token)."""
-        return (m == 1 and self.kv_heads == THREADS // 32 and self.head_dim == 128 and k == self.heads * self.head_dim
-                and self.heads % self.kv_heads == 0 and self.heads // self.kv_heads * self.page_size == 32)  # fmt: skip
+        """The kernel's lane layout: a warp a kv head, a lane a (query head, token)."""
+        lanes = self.heads // self.kv_heads * self.page_size
+        return (m <= MAX_ROWS and self.kv_heads == THREADS // 32 and self.head_dim == 128
+                and k == self.heads * self.head_dim and self.heads % self.kv_heads == 0 and lanes == 32)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,8 @@ class SlabPlan:
         slab = pair * self.rows_per_cta * self.k * 2
         partials = self.m * (THREADS // 32) * 4
         partials += (THREADS // 32) * self.m * pair * -(-self.rows_per_cta // 8) * 8 * 4
-        if (a := self.attention) is not None:  # the page's keys and values, the row's queries
-            slab += (2 * a.page_size * a.kv_heads + a.heads) * a.head_dim * 2
+        if (a := self.attention) is not None:  # the page's keys and values
+            slab += 2 * a.page_size * a.kv_heads * a.head_dim * 2
         return -(-(slab + self.m * self.k * 2 + 8 + partials) // 16) * 16
 
     @property
@@ -108,7 +113,7 @@ def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, 
               attention: AttentionShape | None = None):  # fmt: skip
     """The kernel's plan for this GEMM, or None where it does not apply: more than MAX_ROWS rows, K
     not a multiple of 256, a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up), or an
-    attention the kernel cannot take in (more than one row, another head layout)."""
+    attention the kernel cannot take in (another head layout)."""
     if not 1 <= m <= MAX_ROWS or k % 256 or k > 16 * THREADS:
         return None
     if attention is not None and (norm or swiglu or not attention.fits(k, m)):
@@ -266,11 +271,11 @@ def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: 
 
 @dataclass
 class DecodeAttention:
-    """One row's decode attention as slab_attention_linear takes it in: torch_ops'
+    """The attention of rows in one cache page as slab_attention_linear takes it in: torch_ops'
     qk_norm_rope_store (QK-norm weights, RoPE tables [positions, head_dim], the cache of one layer
-    [pages, page_size, kv heads, head_dim]) and paged_attention (the row's position, flat cache slot,
-    context length and page table [1, 1]; int64, read by the kernel before its PDL wait, so they must
-    not be written by the kernel before it)."""
+    [pages, page_size, kv heads, head_dim]) and paged_attention (each row's position, flat cache
+    slot and context length, the page table [rows, 1] whose first entry is the page; int64, read by
+    the kernel before its PDL wait, so they must not be written by the kernel before it)."""
 
     q_norm: torch.Tensor
     k_norm: torch.Tensor
@@ -297,16 +302,17 @@ class DecodeAttention:
 
 def slab_attention_linear(qkv: torch.Tensor, weight: torch.Tensor, plan: SlabPlan, attention: DecodeAttention,
                           eps: float = 1e-6) -> torch.Tensor:  # fmt: skip
-    """o = attention(qkv) @ weight^T for one decode row, the attention (QK-norm, RoPE, the new key
-    and value written to the cache, attention over the row's page) done inside the GEMM
-    (plan.attention; perf-notes #97)."""
+    """o = attention(qkv) @ weight^T for one decode row, or plan.m consecutive tokens of one stream
+    in one page, the attention (QK-norm, RoPE, the new keys and values written to the cache,
+    attention over the page) done inside the GEMM (plan.attention; perf-notes #97)."""
     a = plan.attention
-    if a is None or qkv.shape != (1, (a.heads + 2 * a.kv_heads) * a.head_dim) or weight.shape != (plan.n, plan.k):
+    width = (a.heads + 2 * a.kv_heads) * a.head_dim if a is not None else 0
+    if a is None or qkv.shape != (plan.m, width) or weight.shape != (plan.n, plan.k):
         raise ValueError(f"qkv {tuple(qkv.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
     if attention.k_cache.shape[1:] != (a.page_size, a.kv_heads, a.head_dim):
         want = f"[pages, {a.page_size}, {a.kv_heads}, {a.head_dim}]"
         raise ValueError(f"the cache {tuple(attention.k_cache.shape)} is not {want}")
     qkv = qkv.contiguous()
-    y = torch.empty(1, plan.n, dtype=qkv.dtype, device=qkv.device)
+    y = torch.empty(plan.m, plan.n, dtype=qkv.dtype, device=qkv.device)
     _run(plan, qkv, weight, y, qkv, qkv, qkv, eps, attention.struct())
     return y

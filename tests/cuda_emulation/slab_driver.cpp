@@ -40,11 +40,12 @@ int main(int argc, char** argv) {
   std::vector<u16> y((size_t)M * n, 0xffff), res_out((size_t)M * K, 0xffff);  // NaN: what is never written shows
   auto p = [](std::vector<unsigned char>& b) { return reinterpret_cast<const u16*>(b.data()); };
   Attention at = {};
-#if ATTN  // then: q_norm, k_norm, cos, sin, k_cache, v_cache; position, slot, context, page (i64); scale (f64)
+#if ATTN  // then: q_norm, k_norm, cos, sin, k_cache, v_cache; M positions, slots, contexts, pages (i64); scale (f64)
   auto q_norm = buffer(), k_norm = buffer(), cos = buffer(), sin = buffer(), k_cache = buffer(), v_cache = buffer();
-  long long index[4];
-  for (auto& i : index) i = scalar<long long>();
-  at = {p(q_norm), p(k_norm), p(cos), p(sin), &index[0], &index[1], &index[2], &index[3],
+  long long index[4][M];
+  for (auto& row : index)
+    for (auto& i : row) i = scalar<long long>();
+  at = {p(q_norm), p(k_norm), p(cos), p(sin), index[0], index[1], index[2], index[3],
         reinterpret_cast<u16*>(k_cache.data()), reinterpret_cast<u16*>(v_cache.data()), (float)scalar<double>()};
 #endif
   emu::launch((unsigned)grid, THREADS, THREADS, (size_t)smem, [&] {

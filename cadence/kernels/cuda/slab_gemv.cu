@@ -19,8 +19,8 @@
 //   TRIGGER_FIRST  1: let the next kernel launch before this one's wait (its slab copy starts a
 //                  kernel earlier); 0: after it
 //   ROWS     weight rows (outputs) a CTA: ceil(ROWS / 8) tiles of mma.sync (dot_tiles)
-//   ATTN     1: x is a qkv row and the input is its decode attention (slab_attention.cuh, with its
-//            macros HQ, HKV, HD, PS): the code predictor's o projection
+//   ATTN     1: x is qkv rows and the input is their attention over one cache page
+//            (slab_attention.cuh, with its macros HQ, HKV, HD, PS): the code predictor's o
 // Rounding follows the layer kernels (triton_ops): bf16 storage, fp32 products and sums.
 
 typedef unsigned short u16;
@@ -191,7 +191,7 @@ struct Attention {
   const u16* k_norm;  // [HD]
   const u16* cos;     // [positions, HD]
   const u16* sin;     // [positions, HD]
-  const long long *position, *slot, *context, *page;  // the row's; constant (read before the wait)
+  const long long *position, *slot, *context, *page;  // M rows' (one page); constant (read before the wait)
   u16* k_cache;  // the layer's [pages, PS, HKV, HD]
   u16* v_cache;
   float scale;
@@ -199,20 +199,19 @@ struct Attention {
 #if ATTN
 #include "slab_attention.cuh"
 #else
-constexpr int KV_ELEMS = 0, Q_ELEMS = 0;
+constexpr int KV_ELEMS = 0;
 #endif
 
 // x [M, K] (rows contiguous; ATTN: the qkv row); w [PAIR * n, K]; y [M, n]. NORM: res [M, K]
 // (HAS_RES), norm_w [K], res_out [M, K] (HAS_RES: x + res, stored by CTA 0). `rows` weight rows
-// (outputs) a CTA. Shared memory: the slab, (ATTN) the page's keys and values and the queries, the
-// input rows, the mbarrier, the norm's partial sums, the warps' sums.
+// (outputs) a CTA. Shared memory: the slab, (ATTN) the page's keys and values, the input rows, the mbarrier, the norm's partial sums, the warps' sums.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     slab_gemv_kernel(const u16* x, const u16* w, u16* y, const u16* res, const u16* norm_w, u16* res_out, int n,
                      int rows, float eps, Attention at) {
   DYNAMIC_SHARED(smem);
   u16* ws = reinterpret_cast<u16*>(smem);  // PAIR x rows x K: the gate slab, then the up slab
-  u16* kv = ws + (size_t)PAIR * rows * K;  // ATTN: KV_ELEMS, then the queries (Q_ELEMS)
-  uint4* xs = reinterpret_cast<uint4*>(kv + KV_ELEMS + Q_ELEMS);  // M x K
+  u16* kv = ws + (size_t)PAIR * rows * K;  // ATTN: the page's keys and values (KV_ELEMS)
+  uint4* xs = reinterpret_cast<uint4*>(kv + KV_ELEMS);  // M x K
   u64* bar = reinterpret_cast<u64*>(xs + M * (K / 8));
   float* partial = reinterpret_cast<float*>(bar + 1);  // M x WARPS: the norm's sums of squares
   float* red = partial + M * WARPS;                    // WARPS x M x RED: the warps' sums
@@ -238,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
 #if ATTN
-  attend(x, at, kv, kv + KV_ELEMS, xs, bar, warp, lane, eps);
+  attend(x, at, kv, xs, bar, warp, lane, eps);
 #else
   load_input(x, res, nw, res_out, eps, xs, partial);
 #endif

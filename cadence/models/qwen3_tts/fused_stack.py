@@ -23,6 +23,7 @@ from types import ModuleType
 
 import torch
 
+from ...kernels import cuda_gemv
 from ...kernels.cuda_gemv import (
     AttentionShape,
     DecodeAttention,
@@ -92,9 +93,11 @@ class FusedStack:
         attend = functools.partial(self._attend, positions, block_table, context_lens, slot_index, k_cache, v_cache,
                                    decode)  # fmt: skip
         if x.shape[0] <= self.slab_max_rows:
-            # The code predictor's decode steps (one page of context): the attention goes inside o
-            # (perf-notes #97: -0.14 ms at batch 1).
-            one_page = decode and self.max_positions <= k_cache.shape[2]
+            # The code predictor's decode steps at one row (one page of context): the attention goes
+            # inside o (perf-notes #97: -0.14 ms at batch 1); its first pass too (two tokens of one
+            # stream, not decode; no other stack has a one-page context) with the switch of #99.
+            inside_o = x.shape[0] == 1 if decode else cuda_gemv.FIRST_PASS_INSIDE
+            one_page = inside_o and self.max_positions <= k_cache.shape[2]
             shape = AttentionShape(self.heads, self.kv_heads, self.head_dim, k_cache.shape[2]) if one_page else None
             if (plans := self._slab_plans(x.shape[0], shape)) is not None:
                 inside = functools.partial(self._attention_inside, positions, block_table, context_lens, slot_index,
