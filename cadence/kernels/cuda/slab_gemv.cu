@@ -202,9 +202,10 @@ struct Attention {
 constexpr int KV_ELEMS = 0;
 #endif
 
-// x [M, K] (rows contiguous; ATTN: the qkv row); w [PAIR * n, K]; y [M, n]. NORM: res [M, K]
+// x [M, K] (rows contiguous; ATTN: M qkv rows); w [PAIR * n, K]; y [M, n]. NORM: res [M, K]
 // (HAS_RES), norm_w [K], res_out [M, K] (HAS_RES: x + res, stored by CTA 0). `rows` weight rows
-// (outputs) a CTA. Shared memory: the slab, (ATTN) the page's keys and values, the input rows, the mbarrier, the norm's partial sums, the warps' sums.
+// (outputs) a CTA. Shared memory: the slab, (ATTN) the page's keys and values, the input rows,
+// the mbarrier, the norm's partial sums, the warps' sums.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     slab_gemv_kernel(const u16* x, const u16* w, u16* y, const u16* res, const u16* norm_w, u16* res_out, int n,
                      int rows, float eps, Attention at) {
