@@ -113,52 +113,38 @@ inline void wait(Barrier& b) {
 inline void __syncthreads() { emu::wait(emu::current->cta->all); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::wait(emu::current->cta->warps[threadIdx.x / 32]); }
 
-template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int offset) {
+namespace emu {
+// A warp shuffle: every lane leaves its value, then reads lane source(lane)'s (its own where the
+// source is outside the warp, as __shfl_up_sync leaves the lanes below its offset).
+template <class T, class Source>
+inline T shuffle(T v, Source source) {
   static_assert(sizeof(T) <= 8, "shuffles of up to 8 bytes");
-  emu::Cta* cta = emu::current->cta;
-  const unsigned tid = threadIdx.x, partner = (tid & ~31u) | ((tid & 31u) ^ (unsigned)offset);
+  Cta* cta = current->cta;
+  const unsigned tid = threadIdx.x;
+  const int from = source((int)(tid & 31u));
   unsigned long long raw = 0;
   std::memcpy(&raw, &v, sizeof v);
   cta->exchange[tid] = raw;
   __syncwarp();
-  raw = cta->exchange[partner];
+  if (0 <= from && from < 32) raw = cta->exchange[(tid & ~31u) | (unsigned)from];
   __syncwarp();  // every lane has read before any lane writes its next value
   T out;
   std::memcpy(&out, &raw, sizeof out);
   return out;
 }
+}  // namespace emu
 
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int offset) {
+  return emu::shuffle(v, [&](int lane) { return lane ^ offset; });
+}
 template <class T>
 inline T __shfl_sync(unsigned, T v, int source) {  // every lane reads lane `source`'s value
-  static_assert(sizeof(T) <= 8, "shuffles of up to 8 bytes");
-  emu::Cta* cta = emu::current->cta;
-  const unsigned tid = threadIdx.x;
-  unsigned long long raw = 0;
-  std::memcpy(&raw, &v, sizeof v);
-  cta->exchange[tid] = raw;
-  __syncwarp();
-  raw = cta->exchange[(tid & ~31u) | ((unsigned)source & 31u)];
-  __syncwarp();
-  T out;
-  std::memcpy(&out, &raw, sizeof out);
-  return out;
+  return emu::shuffle(v, [&](int) { return source & 31; });
 }
-
 template <class T>
 inline T __shfl_up_sync(unsigned, T v, unsigned offset) {  // lanes below `offset` keep their own
-  static_assert(sizeof(T) <= 8, "shuffles of up to 8 bytes");
-  emu::Cta* cta = emu::current->cta;
-  const unsigned tid = threadIdx.x, lane = tid & 31u;
-  unsigned long long raw = 0;
-  std::memcpy(&raw, &v, sizeof v);
-  cta->exchange[tid] = raw;
-  __syncwarp();
-  if (lane >= offset) raw = cta->exchange[tid - offset];
-  __syncwarp();
-  T out;
-  std::memcpy(&out, &raw, sizeof out);
-  return out;
+  return emu::shuffle(v, [&](int lane) { return lane - (int)offset; });
 }
 
 // ---- the kernel's PTX section, on the CPU -------------------------------------------------------
