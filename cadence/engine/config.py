@@ -151,8 +151,9 @@ class EngineConfig:
     # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/cuda_gemv.py: each CTA's
     # weights copied into shared memory by the copy engine before it waits for the kernel before,
     # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
-    # first use by NVRTC). On an H200 the batch-1 walk 2.88 -> 2.35 ms, batch 2 2.99 -> 2.68
-    # (perf-notes #95). 0: off. The environment's CADENCE_SLAB_MAX_ROWS sets the default.
+    # first use by NVRTC; at one row the code predictor's attention inside its o GEMM). On an H200
+    # the batch-1 walk 2.88 -> 2.09 ms, batch 2 2.99 -> 2.44 (perf-notes #95-#97). 0: off. The
+    # environment's CADENCE_SLAB_MAX_ROWS sets the default.
     slab_max_rows: int = field(default_factory=lambda: int(os.environ.get("CADENCE_SLAB_MAX_ROWS", "2")))
 
     def __post_init__(self):

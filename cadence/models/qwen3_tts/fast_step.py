@@ -129,12 +129,12 @@ class FastDecoder:
         self.eos = cfg.codec_eos_token_id
         self.suppress = cfg.suppressed_code0_range[0]
         self.pad_text = model.config.tts_pad_token_id
-        # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16).
-        slab = slab_max_rows if ops.__name__.endswith("triton_ops") else 0
-        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab)
+        # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16;
+        # the partition passes 0 but for the Triton walk).
+        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows)
         # The code predictor's context is one 16-token page: splitting it would only add empty programs.
         self.cp_stack = FusedStack(
-            talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1, slab_max_rows=slab
+            talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1, slab_max_rows=slab_max_rows
         )
         self.talker = talker
         self.groups = cfg.num_code_groups
