@@ -26,6 +26,10 @@ class RowParams:
     top_k: torch.Tensor  # long, 0 = off
     top_p: torch.Tensor  # float, 1.0 = off
 
+    def take(self, rows: torch.Tensor) -> RowParams:
+        """The parameters of table rows `rows` (e.g. a batch's slots)."""
+        return RowParams(self.do_sample[rows], self.temperature[rows], self.top_k[rows], self.top_p[rows])
+
 
 def repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
     """Penalise every id already generated once (HF semantics). seen [B,V] bool, penalty [B]."""

@@ -112,10 +112,6 @@ def _scalar_fields(requests: list[EngineRequest], prompt_lens: list[int]) -> tup
     return np.array(longs, dtype=np.int64), np.array(floats, dtype=np.float32), np.array(bools, dtype=np.bool_)
 
 
-def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
-    return RowParams(rows.do_sample[idx], rows.temperature[idx], rows.top_k[idx], rows.top_p[idx])
-
-
 ATTENTION_BACKENDS = ("sdpa", "triton", "torch")
 
 
@@ -238,10 +234,10 @@ class Qwen3TTSTalker:
         logits = repetition_penalty(logits, st.seen[idx], st.rep_penalty[idx])
         ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[idx]
         logits = mask_control_tokens(logits, self._eos, self._suppress_start, ban_eos)
-        code0 = sample(logits, _gather(st.code0, idx), seed, step, codebook=0)
+        code0 = sample(logits, st.code0.take(idx), seed, step, codebook=0)
         st.seen[idx, code0] = True
 
-        code_params = _gather(st.codes, idx)
+        code_params = st.codes.take(idx)
         rest = talker.predict_codes(
             hidden, code0, lambda j, scores: sample(scores, code_params, seed, step, codebook=j + 1)
         )
