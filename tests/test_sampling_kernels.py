@@ -159,6 +159,86 @@ def test_tokens_and_their_embeddings_written_in_place(ops):
         assert torch.equal(pair[:, 1], table[want]) and not pair[:, 0].any()
 
 
+def _slot_tables(slots: int, v: int, g: torch.Generator) -> dict:
+    """Slot-indexed sampler inputs as a walk holds them (SlotState): parameters, seeds, frame
+    counters, code0 histories, penalties and ignore_eos flags, a row per slot."""
+    params = RowParams(
+        do_sample=torch.rand(slots, device=DEV, generator=g) < 0.7,
+        temperature=torch.rand(slots, device=DEV, generator=g) + 0.5,
+        top_k=torch.randint(0, 80, (slots,), device=DEV, generator=g),
+        top_p=torch.where(torch.rand(slots, device=DEV, generator=g) < 0.5, 1.0, 0.85),
+    )
+    return dict(
+        params=params, seed=torch.randint(0, 2**40, (slots,), device=DEV, generator=g),
+        frame=torch.randint(0, 4, (slots,), device=DEV, generator=g),
+        seen=torch.rand(slots, v, device=DEV, generator=g) < 0.05,
+        penalty=torch.rand(slots, device=DEV, generator=g) + 1,
+        ban_eos=torch.rand(slots, device=DEV, generator=g) < 0.3,
+    )  # fmt: skip
+
+
+def test_rows_read_the_slot_tables_as_gathered_rows():
+    """With `rows` (a walk's slots, the dummy slot repeated in padding rows) the definition samples
+    each logits row with its slot's parameters, seed, frame counter, history and flags: the tokens
+    of the same call on the gathered rows with EOS banned by hand below `eos_min_frames`; and
+    `mark_seen` records each token in its slot's history, touching no other slot."""
+    g = torch.Generator(device=DEV).manual_seed(12)
+    v, eos = 300, 250
+    t = _slot_tables(9, v, g)
+    rows = torch.tensor([6, 2, 8, 8, 0], device=DEV)  # 8: the dummy slot, twice
+    logits = torch.randn(5, v, device=DEV, generator=g) * 3
+    logits[:, eos] = 20.0  # EOS is the argmax wherever it is allowed
+    seen_before = t["seen"].clone()
+    got = torch_ops.sample_tokens(
+        logits, t["params"], t["seed"], t["frame"], 0, seen=t["seen"], penalty=t["penalty"], ban_eos=t["ban_eos"],
+        eos_id=eos, suppress_start=200, rows=rows, eos_min_frames=2, mark_seen=True,
+    )  # fmt: skip
+    gathered = {k: (val.take(rows) if k == "params" else val[rows]) for k, val in t.items()}
+    ban = seen_before[rows], gathered["ban_eos"] | (gathered["frame"] < 2)
+    want = torch_ops.sample_tokens(
+        logits, gathered["params"], gathered["seed"], gathered["frame"], 0, seen=ban[0],
+        penalty=gathered["penalty"], ban_eos=ban[1], eos_id=eos, suppress_start=200,
+    )  # fmt: skip
+    assert torch.equal(got, want)
+    assert ((got == eos) == ~ban[1]).all()  # the ban (flag or frame counter) decides EOS here
+    marked = seen_before.clone()
+    marked[rows, got] = True
+    assert torch.equal(t["seen"], marked) and not torch.equal(t["seen"], seen_before)
+    with pytest.raises(ValueError, match="pass seen"):
+        torch_ops.sample_tokens(logits, t["params"], t["seed"], t["frame"], 0, rows=rows, mark_seen=True)
+
+
+@NEEDS_TRITON
+def test_rows_match_definition(ops):
+    """The kernel with `rows`, the EOS ban below `eos_min_frames` and `mark_seen`: the definition's
+    tokens, embedding rows and histories over several frames (the histories carried from frame to
+    frame, as a walk's code0 samplers carry them)."""
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(13)
+    v, h, eos = 3072, 64, 2150
+    t = _slot_tables(7, v, g)
+    rows = torch.tensor([3, 0, 6, 6], device=DEV)
+    table = torch.randn(v, h, device=DEV, generator=g)
+    seen = {"tri": t["seen"].clone(), "ref": t["seen"].clone()}
+    for frame in range(4):
+        logits = torch.randn(4, v, device=DEV, generator=g) * 3
+        logits[:, eos] = 4.0
+        t["frame"].fill_(frame)
+        out = {}
+        for name, ops_ in (("tri", tri), ("ref", ref)):
+            emb = torch.zeros(4, h, device=DEV)
+            tokens = ops_.sample_tokens(
+                logits, t["params"], t["seed"], t["frame"], 0, seen=seen[name], penalty=t["penalty"],
+                ban_eos=t["ban_eos"], eos_id=eos, suppress_start=2048, embed_table=table, embed_out=emb, rows=rows,
+                eos_min_frames=2, mark_seen=True,
+            )  # fmt: skip
+            out[name] = tokens, emb
+        assert torch.equal(out["tri"][0], out["ref"][0]), (frame, out)
+        assert torch.equal(out["tri"][1], out["ref"][1]) and torch.equal(seen["tri"], seen["ref"])
+        codes = tri.sample_tokens(logits, t["params"], t["seed"], t["frame"], 5, rows=rows)
+        assert torch.equal(codes, ref.sample_tokens(logits, t["params"], t["seed"], t["frame"], 5, rows=rows))
+
+
 def test_token_outputs_are_checked():
     """Wrong outputs fail before any kernel runs, with what was expected."""
     logits = torch.randn(3, 64)

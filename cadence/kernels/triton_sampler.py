@@ -142,27 +142,32 @@ def _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, see
 
 @triton.jit
 def _sample_kernel(
-    logits_ptr, seen_ptr, pen_ptr, ban_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr, out_ptr,
-    table_ptr, emb_ptr, V, eos_id, suppress_start, codebook_key, out_stride, emb_stride, H,
-    HAS_SEEN: tl.constexpr, HAS_BAN: tl.constexpr, HAS_EMBED: tl.constexpr, BLOCK: tl.constexpr,
-    BLOCK_H: tl.constexpr, TOPK_WAYS: tl.constexpr, TOPK_PASSES: tl.constexpr, USE_PDL: tl.constexpr,
+    logits_ptr, rows_ptr, seen_ptr, pen_ptr, ban_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr,
+    out_ptr, table_ptr, emb_ptr, V, eos_id, suppress_start, eos_min_frames, codebook_key, out_stride, emb_stride, H,
+    HAS_ROWS: tl.constexpr, HAS_SEEN: tl.constexpr, MARK_SEEN: tl.constexpr, HAS_BAN: tl.constexpr,
+    HAS_EMBED: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr, TOPK_WAYS: tl.constexpr,
+    TOPK_PASSES: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     pdl_entry(USE_PDL)
     row = tl.program_id(0)
+    # The per-row inputs' table row: the row itself, or its slot in the walk's slot-indexed state.
+    trow = tl.load(rows_ptr + row) if HAS_ROWS else row
     col = tl.arange(0, BLOCK)
     valid = col < V
     x = tl.load(logits_ptr + row * V + col, mask=valid, other=-float("inf")).to(tl.float32)
     if HAS_SEEN:
-        seen = tl.load(seen_ptr + row * V + col, mask=valid, other=0) != 0
-        p = tl.load(pen_ptr + row)
+        seen = tl.load(seen_ptr + trow * V + col, mask=valid, other=0) != 0
+        p = tl.load(pen_ptr + trow)
         x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
     if HAS_BAN:
-        ban = tl.load(ban_ptr + row) != 0
+        ban = (tl.load(ban_ptr + trow) != 0) | (tl.load(frame_ptr + trow) < eos_min_frames)
         banned = ((col >= suppress_start) & (col != eos_id)) | ((col == eos_id) & ban)
         x = tl.where(banned, -float("inf"), x)
-    choice = _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr,
+    choice = _sample_choice(x, col, valid, trow, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr, frame_ptr,
                             codebook_key, V, TOPK_WAYS, TOPK_PASSES)  # fmt: skip
     tl.store(out_ptr + row * out_stride, choice.to(tl.int64))
+    if MARK_SEEN:  # the token joins the row's history: no index_put kernel after
+        tl.store(seen_ptr + trow * V + choice, 1)
     if HAS_EMBED:  # the token's embedding row: the next step's input, without a lookup kernel
         for h0 in range(0, H, BLOCK_H):
             hc = h0 + tl.arange(0, BLOCK_H)
@@ -184,19 +189,23 @@ def sample_tokens(
     out: torch.Tensor | None = None,
     embed_table: torch.Tensor | None = None,
     embed_out: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+    eos_min_frames: int = 0,
+    mark_seen: bool = False,
 ) -> torch.Tensor:
     n, v = logits.shape
-    out = check_token_outputs(n, logits.device, out, embed_table, embed_out)
+    out = check_token_outputs(n, logits.device, out, embed_table, embed_out, seen, mark_seen)
     dummy = logits
     h = embed_table.shape[1] if embed_table is not None else 0
     block = triton.next_power_of_2(v)
     ways, passes = topk_search(block)
     _sample_kernel[(n,)](
-        logits, seen if seen is not None else dummy, penalty if penalty is not None else dummy,
-        ban_eos if ban_eos is not None else dummy, params.do_sample, params.temperature, params.top_k,
-        params.top_p, seed, frame, out, embed_table if h else dummy, embed_out if h else dummy, v, eos_id,
-        suppress_start, (codebook * 0x1E3779B9) & 0xFFFFFFFF, out.stride(0), embed_out.stride(0) if h else 0, h,
-        HAS_SEEN=seen is not None, HAS_BAN=ban_eos is not None, HAS_EMBED=h > 0, BLOCK=block,
+        logits, rows if rows is not None else dummy, seen if seen is not None else dummy,
+        penalty if penalty is not None else dummy, ban_eos if ban_eos is not None else dummy, params.do_sample,
+        params.temperature, params.top_k, params.top_p, seed, frame, out, embed_table if h else dummy,
+        embed_out if h else dummy, v, eos_id, suppress_start, eos_min_frames, (codebook * 0x1E3779B9) & 0xFFFFFFFF,
+        out.stride(0), embed_out.stride(0) if h else 0, h, HAS_ROWS=rows is not None, HAS_SEEN=seen is not None,
+        MARK_SEEN=mark_seen, HAS_BAN=ban_eos is not None, HAS_EMBED=h > 0, BLOCK=block,
         BLOCK_H=min(1024, triton.next_power_of_2(max(h, 1))), TOPK_WAYS=ways, TOPK_PASSES=passes,
         num_warps=SAMPLE_WARPS, **pdl_launch(logits),
     )  # fmt: skip
