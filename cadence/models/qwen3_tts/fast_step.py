@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Token rows of one prefill captured as graphs, up to the engine's prefill token budget.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
+# The walk's small kernels off its critical path on a second stream (FastDecoder._beside, perf-notes
+# #100); "0" keeps them inline, to measure what the branch buys.
+SIDE_STREAM = os.environ.get("CADENCE_WALK_SIDE_STREAM", "1") != "0"
 
 
 @dataclass
@@ -57,15 +61,29 @@ class PrefillGraph:
 
 
 @dataclass
+class WalkInputs:
+    """What a walk's talker layers read besides its frame, per batch row. None of it depends on the
+    frame, so frame() gathers it beside the code predictor (perf-notes #100)."""
+
+    text: torch.Tensor  # [B, H] the step's trailing-text embedding (tts_pad's past the text)
+    step: torch.Tensor  # [B] frames generated before this one
+    position: torch.Tensor  # [B] the frame's talker position
+    context: torch.Tensor  # [B] position + 1: the tokens it attends over
+    block_table: torch.Tensor  # [B, pages]
+    slot_index: torch.Tensor  # [B] the flat KV-cache slot its key and value go to
+
+
+@dataclass
 class DecodeGraph:
-    """One batch bucket's walk as two captured graphs over shared buffers: `frame` writes `frames`
-    and `eos` for the slots in `slots`; `advance` runs the talker layers over those frames."""
+    """One batch bucket's walk as two captured graphs over shared buffers: `frame` writes `frames`,
+    `eos` and `inputs` for the slots in `slots`; `advance` runs the talker layers over those frames."""
 
     frame: torch.cuda.CUDAGraph
     advance: torch.cuda.CUDAGraph
     slots: torch.Tensor  # [bucket] slot per row, the dummy slot in padding rows
     frames: torch.Tensor  # [bucket, 16]
     eos: torch.Tensor  # [bucket]
+    inputs: WalkInputs  # written by `frame`, read by `advance`
 
 
 @dataclass(frozen=True)
@@ -96,10 +114,6 @@ class CodePredictorIndex:
             first_slot=r.repeat_interleave(2) * groups + pos2, page=r[:, None],
             step_pos=pos, step_ctx=pos + 1, step_slot=r[None, :] * groups + pos,
         )  # fmt: skip
-
-
-def _gather(rows: RowParams, idx: torch.Tensor) -> RowParams:
-    return RowParams(rows.do_sample[idx], rows.temperature[idx], rows.top_k[idx], rows.top_p[idx])
 
 
 class FastDecoder:
@@ -144,7 +158,8 @@ class FastDecoder:
         tables = [talker.model.codec_embedding.weight] + [e.weight for e in talker.code_predictor.model.codec_embedding]
         self.frame_table = torch.cat(tables)
         self.frame_offsets = torch.tensor([0] + [t.shape[0] for t in tables[:-1]], device=self.dev).cumsum(0)
-        self._true = torch.ones((), dtype=torch.bool, device=self.dev)
+        use_side = SIDE_STREAM and self.dev.type == "cuda"
+        self.side = torch.cuda.Stream(self.dev) if use_side else None  # see _beside
         rows = partition.max_slots + 1
         shape = (cp_cfg.num_hidden_layers, rows, cp_cfg.num_code_groups, cp_cfg.num_key_value_heads, cp_cfg.head_dim)
         # The code predictor's 16-position cache: one "page" of 16 tokens per batch row.
@@ -170,52 +185,83 @@ class FastDecoder:
     def step(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One whole walk for every slot in `slots` [B] (device): frame() then advance_rows(). Returns
         (frames [B,16], eos [B])."""
-        frame, eos = self.frame(slots)
-        self.advance_rows(slots, frame)
+        frame, eos, inputs = self.frame(slots)
+        self.advance_rows(slots, frame, inputs)
         return frame, eos
 
-    def frame(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A walk's first half: code0 and the 15 code-predictor codes of each slot's next frame. The
-        frame is final here; only the next frame needs the talker layers over it (advance_rows)."""
+    def frame(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, WalkInputs]:
+        """A walk's first half: code0 and the 15 code-predictor codes of each slot's next frame, and
+        the talker layers' other inputs (gathered beside the code predictor). The frame is final
+        here; only the next frame needs the talker layers over it (advance_rows)."""
         st, ops, talker = self.state, self.ops, self.talker
-        hidden, step, seed = st.hidden[slots], st.step[slots], st.seed[slots]
-
+        with self._beside():
+            inputs = self._walk_inputs(slots)
+        hidden = st.hidden[slots]
         logits = self._head(hidden, talker.codec_head.weight)  # the sampler computes in fp32
-        ban_eos = (step < MIN_NEW_TOKENS) | st.ignore_eos[slots]
         # The samplers write the frame's codes in place and each code's embedding where the next
-        # code-predictor step reads it: no lookup, stack or cat kernels between them.
+        # code-predictor step reads it: no lookup, stack or cat kernels between them. They read each
+        # row's parameters, seed, frame counter and code0 history from the slot-indexed state through
+        # `slots` (no gather kernels); code0's also bans EOS for the first MIN_NEW_TOKENS frames or
+        # where ignore_eos is set, and records its token in `seen`.
         frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
         pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
         pair[:, 0] = hidden  # code-predictor position 0; position 1 is code0's embedding
         code0 = ops.sample_tokens(
-            logits, _gather(st.code0, slots), seed, step, 0, seen=st.seen[slots], penalty=st.rep_penalty[slots],
-            ban_eos=ban_eos, eos_id=self.eos, suppress_start=self.suppress, out=frame[:, 0],
-            embed_table=talker.model.codec_embedding.weight, embed_out=pair[:, 1],
+            logits, st.code0, st.seed, st.step, 0, seen=st.seen, penalty=st.rep_penalty, ban_eos=st.ignore_eos,
+            eos_min_frames=MIN_NEW_TOKENS, eos_id=self.eos, suppress_start=self.suppress, out=frame[:, 0],
+            embed_table=talker.model.codec_embedding.weight, embed_out=pair[:, 1], rows=slots, mark_seen=True,
         )  # fmt: skip
-        st.seen.index_put_((slots, code0), self._true)  # a device scalar: no host copy inside a graph
-        self._predict_into(pair, frame, step, seed, slots)
-        return frame, code0 == self.eos
+        self._predict_into(pair, frame, st.codes, st.seed, st.step, slots)
+        eos = code0 == self.eos
+        self._join()
+        return frame, eos, inputs
 
-    def advance_rows(self, slots: torch.Tensor, frame: torch.Tensor) -> None:
-        """A walk's second half: the frame's 16 embeddings plus this step's trailing text through the
-        28 talker layers (the next walk's hidden state), and the slots' step and position moved on."""
-        st, talker = self.state, self.talker
+    def _walk_inputs(self, slots: torch.Tensor) -> WalkInputs:
+        """What the talker layers read besides the frame: this step's trailing-text embedding (the
+        text projection's two GEMMs) and the slots' positions, pages and cache slots."""
+        st = self.state
         step, position = st.step[slots], st.position[slots]
         col = step.clamp(max=st.trailing.shape[1] - 1)
         text_ids = torch.where(step < st.trailing_len[slots], st.trailing[slots, col], self.pad_text)
-        x = self.ops.embed_frame(frame, self.frame_table, self.frame_offsets, talker.embed_text(text_ids))
         block_table = st.block_table[slots]
         page = block_table.gather(1, (position // self.ps)[:, None])[:, 0]
-        slot_index = page * self.ps + position % self.ps
-        kv = self.p.kv
-        st.hidden[slots] = self.talker_stack(
-            x, position, block_table, position + 1, slot_index, kv.k, kv.v, decode=True
+        return WalkInputs(
+            self.talker.embed_text(text_ids), step, position, position + 1, block_table,
+            page * self.ps + position % self.ps,
         )  # fmt: skip
-        st.step[slots] = step + 1
-        st.position[slots] = position + 1
-        # The dummy slot that pads batches up to a bucket must not advance into real pages.
-        st.position.narrow(0, self.dummy, 1).zero_()
-        st.step.narrow(0, self.dummy, 1).zero_()
+
+    def advance_rows(self, slots: torch.Tensor, frame: torch.Tensor, inputs: WalkInputs) -> None:
+        """A walk's second half: the frame's 16 embeddings plus this step's trailing text through the
+        28 talker layers (the next walk's hidden state), and the slots' step and position moved on."""
+        st, kv = self.state, self.p.kv
+        with self._beside():  # nothing in the layers reads the state's step and position (they take `inputs`)
+            st.step[slots] = inputs.step + 1
+            st.position[slots] = inputs.position + 1
+            # The dummy slot that pads batches up to a bucket must not advance into real pages.
+            st.position.narrow(0, self.dummy, 1).zero_()
+            st.step.narrow(0, self.dummy, 1).zero_()
+        x = self.ops.embed_frame(frame, self.frame_table, self.frame_offsets, inputs.text)
+        st.hidden[slots] = self.talker_stack(
+            x, inputs.position, inputs.block_table, inputs.context, inputs.slot_index, kv.k, kv.v, decode=True
+        )  # fmt: skip
+        self._join()
+
+    @contextlib.contextmanager
+    def _beside(self) -> Iterator[None]:
+        """Work queued inside runs on a second stream forked off the current one (under capture, a
+        branch of the graph beside the main chain), so that small kernels nothing near reads stay
+        off the walk's critical path (perf-notes #100: ~40 kernels a batch-1 walk); _join() waits
+        for it. Inline where there is no second stream (CPU, or CADENCE_WALK_SIDE_STREAM=0)."""
+        if self.side is None:
+            yield
+            return
+        self.side.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(self.side):
+            yield
+
+    def _join(self) -> None:
+        if self.side is not None:
+            torch.cuda.current_stream(self.dev).wait_stream(self.side)
 
     def code_predictor_weights(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The code predictor's 15 heads and the 14 input tables (codebooks 1..14) that a persistent
@@ -255,22 +301,25 @@ class FastDecoder:
 
     def _predict_codes(self, hidden, code0, step, seed, slots) -> torch.Tensor:
         """Codes 1..15 [B, 15] of talker hidden states and their code0s, as a walk predicts them (the
-        tests and benchmarks compare the code predictor's paths through this)."""
+        tests and benchmarks compare the code predictor's paths through this); step and seed per
+        row, the sampling parameters those of `slots`."""
         pair = torch.stack([hidden, self.talker.embed_codec(code0)], dim=1)
         frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
-        self._predict_into(pair, frame, step, seed, slots)
+        self._predict_into(pair, frame, self.state.codes.take(slots), seed, step)
         return frame[:, 1:]
 
-    def _predict_into(self, pair: torch.Tensor, frame: torch.Tensor, step, seed, slots) -> None:
+    def _predict_into(self, pair: torch.Tensor, frame: torch.Tensor, params: RowParams, seed, step, rows=None) -> None:
         """Codes 1..15 of each row into frame[:, 1:], from pair [B, 2, H] (the talker's hidden state
-        and code0's embedding: the code predictor's positions 0 and 1)."""
+        and code0's embedding: the code predictor's positions 0 and 1). params, seed and step (the
+        noise's frame counter) are per row, or with `rows` tables read at those rows (the slots)."""
         talker, ops = self.talker, self.ops
         cp = talker.code_predictor
         b = pair.shape[0]
-        params = _gather(self.state.codes, slots)
         # Positions 0 and 1 as 2B query rows sharing their page.
         first = cp.small_to_mtp_projection(pair).flatten(0, 1)
         if self.persistent is not None and b <= self.persistent.max_streams:
+            if rows is not None:
+                params, seed, step = params.take(rows), seed[rows], step[rows]
             frame[:, 1:] = self.persistent(first, params, seed, step)
             return
         ix, n = self.cp_index, 2 * b
@@ -280,12 +329,12 @@ class FastDecoder:
         for j in range(self.groups - 1):
             logits = self._head(h, cp.lm_head[j].weight)
             if j + 2 == self.groups:  # the last code: nothing reads its embedding
-                ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1])
+                ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1], rows=rows)
                 break
             table = cp.model.codec_embedding[j].weight
             embedded = torch.empty(b, table.shape[1], dtype=table.dtype, device=self.dev)
             ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1], embed_table=table,
-                              embed_out=embedded)  # fmt: skip
+                              embed_out=embedded, rows=rows)  # fmt: skip
             h = self.cp_stack(
                 cp.small_to_mtp_projection(embedded), ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b],
                 ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True,
@@ -370,10 +419,11 @@ class FastDecoder:
             for b in sorted(self.buckets, reverse=True):  # largest first: smaller graphs reuse its pool
                 slots = torch.full((b,), self.dummy, dtype=torch.long, device=self.dev)
                 with self._pdl(b):
-                    frame, (frames, eos) = capture(lambda: self.frame(slots), self.dev, pool)  # noqa: B023
-                    # `frames` stays referenced (DecodeGraph), so the advance's capture cannot reuse its memory.
-                    advance, _ = capture(lambda: self.advance_rows(slots, frames), self.dev, pool)  # noqa: B023
-                self.graphs[b] = DecodeGraph(frame, advance, slots, frames, eos)
+                    frame, (frames, eos, inputs) = capture(lambda: self.frame(slots), self.dev, pool)  # noqa: B023
+                    # `frames` and `inputs` stay referenced (DecodeGraph), so the advance's capture cannot
+                    # reuse their memory.
+                    advance, _ = capture(lambda: self.advance_rows(slots, frames, inputs), self.dev, pool)  # noqa: B023
+                self.graphs[b] = DecodeGraph(frame, advance, slots, frames, eos, inputs)
                 bar.update(2)
             # Prefill graphs get a pool of their own: a prefill runs between a decode walk and the
             # moment its frames are read, so it must not reuse the decode graphs' output memory.
@@ -416,8 +466,8 @@ class FastDecoder:
         n = len(slots)
         if not self.graphs:
             idx = torch.tensor(slots, device=self.dev)
-            frames, eos = self.frame(idx)
-            self._pending_advance = functools.partial(self.advance_rows, idx, frames)
+            frames, eos, inputs = self.frame(idx)
+            self._pending_advance = functools.partial(self.advance_rows, idx, frames, inputs)
         else:
             g = self.graphs[self.bucket(n)]
             g.slots.fill_(self.dummy)
