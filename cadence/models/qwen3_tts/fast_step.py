@@ -84,6 +84,7 @@ class DecodeGraph:
     frames: torch.Tensor  # [bucket, 16]
     eos: torch.Tensor  # [bucket]
     inputs: WalkInputs  # written by `frame`, read by `advance`
+    host_slots: tuple[int, ...] = ()  # the batch `slots` holds now: an unchanged batch copies nothing
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class FastDecoder:
         self.frame_offsets = torch.tensor([0] + [t.shape[0] for t in tables[:-1]], device=self.dev).cumsum(0)
         use_side = SIDE_STREAM and self.dev.type == "cuda"
         self.side = torch.cuda.Stream(self.dev) if use_side else None  # see _beside
+        self.copies = torch.cuda.Stream(self.dev) if self.dev.type == "cuda" else None  # see _read_back
         rows = partition.max_slots + 1
         shape = (cp_cfg.num_hidden_layers, rows, cp_cfg.num_code_groups, cp_cfg.num_key_value_heads, cp_cfg.head_dim)
         # The code predictor's 16-position cache: one "page" of 16 tokens per batch row.
@@ -463,6 +465,8 @@ class FastDecoder:
         """Queue the first half of a walk (the frames) and their copies to the host; the second half
         waits for advance(), so that work queued in between (the frames' codec chunks) runs first."""
         self.advance()
+        if self.copies is not None:  # the last walk's frames read before this walk overwrites them
+            torch.cuda.current_stream(self.dev).wait_stream(self.copies)
         n = len(slots)
         if not self.graphs:
             idx = torch.tensor(slots, device=self.dev)
@@ -470,8 +474,10 @@ class FastDecoder:
             self._pending_advance = functools.partial(self.advance_rows, idx, frames, inputs)
         else:
             g = self.graphs[self.bucket(n)]
-            g.slots.fill_(self.dummy)
-            g.slots[:n].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+            if g.host_slots != tuple(slots):  # padding rows point at the dummy slot
+                padded = list(slots) + [self.dummy] * (g.slots.shape[0] - n)
+                g.slots.copy_(torch.tensor(padded, dtype=torch.long), non_blocking=True)
+                g.host_slots = tuple(slots)
             g.frame.replay()
             self._pending_advance = g.advance.replay
             frames, eos = g.frames[:n], g.eos[:n]
@@ -501,8 +507,15 @@ class FastDecoder:
             ]  # fmt: skip
         self._flip ^= 1
         host_frames, host_eos = (t[:n] for t in self._host[self._flip])
-        host_frames.copy_(frames, non_blocking=True)
-        host_eos.copy_(eos, non_blocking=True)
-        ready = torch.cuda.Event()
-        ready.record()
+        # On a stream of their own, so that the walk's second half starts as soon as its first ends
+        # (perf-notes #102); decode() waits for them before the next walk writes the frames again.
+        self.copies.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(self.copies):
+            host_frames.copy_(frames, non_blocking=True)
+            host_eos.copy_(eos, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+        if not self.graphs:  # allocator memory: not handed out again before the copies are done
+            frames.record_stream(self.copies)
+            eos.record_stream(self.copies)
         return DecodeOutput(host_frames, host_eos, frames, ready)
