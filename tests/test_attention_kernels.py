@@ -60,30 +60,6 @@ def test_paged_attention(ops, dtype, splits, shape):
     assert (a.float() - b.float()).abs().max() <= tol(dtype)
 
 
-@pytest.mark.parametrize("splits", [2, 16])
-def test_merge_by_ticket_matches_the_merge_kernel_call_after_call(ops, splits, monkeypatch):
-    """The splits merged by the last program of each (row, kv head) (perf-notes #101) against the
-    merge kernel, in fp32, over three calls of one shape: the tickets reset themselves, so each
-    call's last program is found again (a ticket left at SPLITS would merge nothing, or too early)."""
-    tri, _ = ops
-    from cadence.kernels import triton_attention
-
-    hq, hkv, d, ps, contexts = ATTENTION_SHAPES[1]
-    g = torch.Generator(device=DEV).manual_seed(21)
-    n, p = len(contexts), -(-max(contexts) // ps)
-    kc, vc = (torch.randn(2 * p, ps, hkv, d, device=DEV, generator=g) for _ in range(2))
-    bt = torch.stack([torch.randperm(2 * p, device=DEV, generator=g)[:p] for _ in range(n)])
-    ctx = torch.tensor(contexts, device=DEV)
-    for _ in range(3):
-        q = torch.randn(n, hq, d, device=DEV, generator=g)
-        monkeypatch.setattr(triton_attention, "MERGE_BY_TICKET", True)
-        by_ticket = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits)
-        assert not triton_attention._merge_tickets(q.device, n * hkv).any()
-        monkeypatch.setattr(triton_attention, "MERGE_BY_TICKET", False)
-        by_kernel = tri.paged_attention(q, kc, vc, bt, ctx, d**-0.5, splits=splits)
-        assert (by_ticket - by_kernel).abs().max() <= 1e-5
-
-
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_paged_attention_index_dtypes(ops, index_dtype):
     """The engine passes int64 context lengths and block tables; the kernel narrows the lengths to

@@ -1,6 +1,5 @@
 """Paged decode attention (Triton): blocks of context tokens gathered through the page table,
-tensor-core dots, the context split over programs when a batch is small, the splits merged by the
-last of them to finish (a ticket per row and kv head). In decode, where
+tensor-core dots, the context split over programs and merged when a batch is small. In decode, where
 each query row is its own sequence's one new token, the kernel also takes the rows' QK-norm, RoPE
 and cache write (`qk_norm_rope_attention`): one kernel a layer fewer."""
 
@@ -143,12 +142,12 @@ def _attend_one(q, k, v, m_i, l_i, acc, scale, IEEE: tl.constexpr):
 
 @triton.jit
 def _paged_attention_kernel(
-    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, ticket_ptr, scale, bt_stride, num_pages,
+    q_ptr, kc_ptr, vc_ptr, bt_ptr, ctx_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, scale, bt_stride, num_pages,
     qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
     G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr,
-    STAGES: tl.constexpr, PREFETCH: tl.constexpr, TICKET: tl.constexpr, USE_PDL: tl.constexpr, stamp_ptr=None,
-    stamp_row=0, STAMP: tl.constexpr = False,
+    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0,
+    STAMP: tl.constexpr = False,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
@@ -160,9 +159,7 @@ def _paged_attention_kernel(
     stages keep blocks in flight measured no faster (perf-notes #88). PREFETCH pulls the first
     block into L2 before the PDL wait. The G query heads sharing the kv head are padded to the 16
     rows a tensor-core dot needs (free: the kernel is bound by reading K and V). With one split the
-    result is final and stored directly; otherwise each program stores its partial (max, sum, acc)
-    and takes a ticket of its (row, kv head), and the last to arrive merges the SPLITS partials
-    (TICKET; else the merge kernel does, after).
+    result is final and stored directly; otherwise the partial (max, sum, acc) go to the merge.
 
     FUSED: q_ptr is the rows' qkv [N, (HQ+2HKV)*D] and each row is its sequence's new token at
     position context_lens - 1. Every program QK-norms and rotates its query heads and the row's key
@@ -234,34 +231,8 @@ def _paged_attention_kernel(
         tl.store(m_ptr + part, m_i, mask=g < G)
         tl.store(l_ptr + part, l_i, mask=g < G)
         tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=g[:, None] < G)
-        if TICKET:  # no merge kernel and its release between this and the o projection (perf-notes #101)
-            tl.debug_barrier()  # every thread's partial written before the ticket releases them
-            pair = n * HKV + kvh
-            if tl.atomic_add(ticket_ptr + pair, 1, sem="acq_rel") == SPLITS - 1:
-                _merge_parts(m_ptr, l_ptr, acc_ptr, o_ptr, heads, g < G, d, SPLITS)
-                tl.atomic_xchg(ticket_ptr + pair, 0)  # ready for the next call (graph replays reuse it)
     if STAMP:
         write_stamps(stamp_ptr, stamp_row + (n * HKV + kvh) * SPLITS + split, t_start, t_ahead, t_waited, t_loop)
-
-
-@triton.jit
-def _merge_parts(m_ptr, l_ptr, acc_ptr, o_ptr, heads, hmask, d, SPLITS: tl.constexpr):
-    """The output rows `heads` [G_PAD] (masked by hmask) from their SPLITS partials, as the merge
-    kernel adds them; read through L2 (.cg), where the other programs' stores are."""
-    s = tl.arange(0, SPLITS)
-    parts = heads[:, None] * SPLITS + s[None, :]
-    m_max = tl.max(tl.load(m_ptr + parts, mask=hmask[:, None], other=0.0, cache_modifier=".cg"), axis=1)
-    total = tl.zeros([heads.shape[0], d.shape[0]], tl.float32)
-    denom = tl.zeros([heads.shape[0]], tl.float32)
-    for i in range(SPLITS):
-        m = tl.load(m_ptr + heads * SPLITS + i, mask=hmask, other=0.0, cache_modifier=".cg")
-        w = tl.where(m > -float("inf"), tl.exp(m - m_max), 0.0)
-        denom += w * tl.load(l_ptr + heads * SPLITS + i, mask=hmask, other=0.0, cache_modifier=".cg")
-        acc = tl.load(acc_ptr + (heads[:, None] * SPLITS + i) * d.shape[0] + d[None, :], mask=hmask[:, None],
-                      other=0.0, cache_modifier=".cg")  # fmt: skip
-        total += acc * w[:, None]
-    out = total / tl.where(hmask, denom, 1.0)[:, None]
-    tl.store(o_ptr + heads[:, None] * d.shape[0] + d[None, :], out.to(o_ptr.dtype.element_ty), mask=hmask[:, None])
 
 
 @triton.jit
@@ -331,24 +302,6 @@ _PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
 _ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
 
 
-# The splits' partials merged by the last program of each (row, kv head) to finish (perf-notes #101)
-# or, with CADENCE_ATTENTION_MERGE=kernel, by a merge kernel after (an experiment switch).
-MERGE_BY_TICKET = os.environ.get("CADENCE_ATTENTION_MERGE", "ticket") != "kernel"
-_tickets: dict[torch.device, list[torch.Tensor]] = {}
-
-
-def _merge_tickets(device: torch.device, pairs: int) -> torch.Tensor:
-    """Zeroed int32 tickets for `pairs` (row, kv head) pairs, kept for the process: a CUDA graph
-    captures their address, and each merge resets its own. As the GEMMs' split-K tickets
-    (triton_linear._split_k_workspace): calls on one stream run one after another, so one set a
-    device serves them all. A call with more pairs gets a larger set; the smaller ones stay
-    allocated, since graphs captured before may hold their addresses."""
-    sets = _tickets.setdefault(device, [])
-    if not sets or sets[-1].numel() < pairs:
-        sets.append(torch.zeros(max(pairs, 256), dtype=torch.int32, device=device))
-    return sets[-1]
-
-
 def _short_context(max_context: int | None) -> bool:
     """Calls whose contexts are known to be short (the code predictor's <= 17 tokens)."""
     return max_context is not None and max_context <= 32
@@ -410,21 +363,18 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         acc = torch.empty(n * hq * splits, d, dtype=torch.float32, device=q.device)
     else:  # one split writes `out` itself: the partial buffers are never touched
         m = l = acc = out
-    ticket = splits > 1 and MERGE_BY_TICKET
-    tickets = _merge_tickets(q.device, n * hkv) if ticket else out
     qn, kn, cos, sin, pos, slot, eps = fused or (q, q, q, q, context_lens, context_lens, 0.0)
     launch = pdl_launch(q)
     if _ORDER and launch["USE_PDL"]:
         launch["USE_PDL"] = _ORDER
     stamps = stamp_args(f"attention {n}x{hkv}x{splits}", n * hkv * splits, placeholder=out)
     _paged_attention_kernel[(n, hkv, splits)](
-        q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, tickets, scale, block_table.stride(0),
-        k_cache.shape[0],
+        q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0), k_cache.shape[0],
         qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
-        STAGES=tiles.stages, PREFETCH=tiles.prefetch, TICKET=ticket, num_warps=tiles.warps, **stamps, **launch,
+        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **stamps, **launch,
     )  # fmt: skip
-    if splits > 1 and not ticket:
+    if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **launch)
     return out
