@@ -204,6 +204,33 @@ for phase in "$@"; do
         --json "$OUT/walk_agreement.json" 2>&1 | quiet | tail -10
       WALKAB_TESTS=0 WALKAB_BATCHES=${SLAB_BATCHES:-1,2,8} WALKAB_ROUNDS=${SLAB_ROUNDS:-1} \
         TREES="off=.,CADENCE_SLAB_MAX_ROWS=0 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
+    timeline29)  # perf-notes "Next device session" 1 (session 29): each kernel's adds in the b1 walk's graph replays,
+      # this tree as shipped (~90 s)
+      need_full
+      timeout -k 10 -s INT 240 python3 benchmarks/walk_timeline.py --model $full --batches 1 --walks 5 --rows 45 \
+        --json "$OUT/timeline_b1_29.json" 2>&1 | quiet | tee "$OUT/timeline_b1_29.log" | tail -50 ;;
+    glue100b)  # perf-notes #100-#102 in a short call: the fast walk's gpu tests (the walk under graphs against
+      # the eager one), b1 walks of this tree and of TREES (prev=prev100), two rounds, then the sampler's and
+      # the ticket merge's kernel tests (~6 min); logs under $OUT as they come
+      need_full
+      timeout -k 10 -s INT 170 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py 2>&1 \
+        | tee "$OUT/fast_tests.log" | grep -E "passed|failed|error|Error" | tail -4
+      WALKAB_TESTS=0 WALKAB_BATCHES=${GLUE_BATCHES:-1} WALKAB_ROUNDS=${GLUE_ROUNDS:-1 2} bash "$0" walkab 2>&1 \
+        | grep -E "^==|^ +[0-9]|failed"
+      timeout -k 10 -s INT 90 python3 -m pytest -q -x -p no:cacheprovider tests/test_sampling_kernels.py \
+        tests/test_attention_kernels.py -k "rows or matches_definition or ticket" 2>&1 | tee "$OUT/kernel_tests.log" \
+        | grep -E "passed|failed|error|Error" | tail -4 ;;
+    timeline100)  # perf-notes #100-#101, session 29's last call: the b1 walk's timeline with the glue beside the
+      # code predictor (set against call 1's, `timeline29`), the ticket merge's kernel test (#101, reverted
+      # since: the test selects nothing now), then b1 walks of this tree and with the glue inline (`inline`),
+      # one round (~2.5 min)
+      need_full
+      timeout -k 10 -s INT 150 python3 benchmarks/walk_timeline.py --model $full --batches 1 --walks 5 --rows 45 \
+        --json "$OUT/timeline_b1_100.json" 2>&1 | quiet > "$OUT/timeline_b1_100.log"; head -30 "$OUT/timeline_b1_100.log"
+      timeout -k 10 -s INT 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention_kernels.py -k ticket \
+        2>&1 | tail -1
+      WALKAB_TESTS=0 WALKAB_BATCHES=1 WALKAB_ROUNDS=1 TREES="inline=.,CADENCE_WALK_SIDE_STREAM=0" bash "$0" walkab \
+        2>&1 | grep -E "^==|^ +[0-9]|failed" ;;
     first99)  # perf-notes #99: the code predictor's first pass with its attention inside o (CADENCE_SLAB_FIRST_PASS):
       # the slab gpu tests and the fast walk's with it on, then walks of this tree and with it (`first`) and
       # TREES, interleaved (FIRST_BATCHES, default 1,2; FIRST_ROUNDS "1 2"; ~7 min)
