@@ -34,6 +34,7 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
+from ...engine.transfer import to_device
 from ...kernels.cuda_gemv import slab_linear, slab_plan
 from .fused_stack import FusedStack
 from .model import prefill_tracks
@@ -469,14 +470,15 @@ class FastDecoder:
             torch.cuda.current_stream(self.dev).wait_stream(self.copies)
         n = len(slots)
         if not self.graphs:
-            idx = torch.tensor(slots, device=self.dev)
+            idx = to_device(slots, self.dev)
             frames, eos, inputs = self.frame(idx)
             self._pending_advance = functools.partial(self.advance_rows, idx, frames, inputs)
         else:
             g = self.graphs[self.bucket(n)]
             if g.host_slots != tuple(slots):  # padding rows point at the dummy slot
-                padded = list(slots) + [self.dummy] * (g.slots.shape[0] - n)
-                g.slots.copy_(torch.tensor(padded, dtype=torch.long), non_blocking=True)
+                padded = torch.tensor(list(slots) + [self.dummy] * (g.slots.shape[0] - n), dtype=torch.long)
+                # From pinned memory: a copy from pageable memory may wait for the stream (engine/transfer.py).
+                g.slots.copy_(padded.pin_memory(), non_blocking=True)
                 g.host_slots = tuple(slots)
             g.frame.replay()
             self._pending_advance = g.advance.replay
