@@ -33,8 +33,9 @@ from cadence.engine.config import EngineConfig  # noqa: E402
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
 from cadence.engine.partition import Admission  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
-from cadence.models.qwen3_tts.fast_step import FastDecoder, PrefillGraph  # noqa: E402
+from cadence.models.qwen3_tts.fast_step import FastDecoder  # noqa: E402
 from cadence.models.qwen3_tts.partitions import SlotState  # noqa: E402
+from cadence.models.qwen3_tts.walk_buffers import PrefillGraph  # noqa: E402
 
 PARTS = (
     (Qwen3TTS, "prefill_embeddings_batch", "embeddings"),  # the eager walk's; the fused one's are in its graph
