@@ -211,8 +211,9 @@ def check_token_outputs(
     seen: torch.Tensor | None = None,
     mark_seen: bool = False,
 ) -> torch.Tensor:
-    """sample_tokens' outputs checked (shapes, dtypes, unit inner stride for the kernels' row
-    addressing); returns the tokens' tensor, a new one when `out` is None."""
+    """sample_tokens' outputs and code history checked (shapes, dtypes, unit inner stride for the
+    kernels' row addressing; `seen` given where `mark_seen` writes it); returns the tokens' tensor,
+    a new one when `out` is None."""
     if mark_seen and seen is None:
         raise ValueError("mark_seen records the tokens in seen: pass seen")
     if seen is not None and (seen.dtype != torch.bool or not seen.is_contiguous()):
