@@ -194,13 +194,13 @@ def test_rows_read_the_slot_tables_as_gathered_rows():
         eos_id=eos, suppress_start=200, rows=rows, eos_min_frames=2, mark_seen=True,
     )  # fmt: skip
     gathered = {k: (val.take(rows) if k == "params" else val[rows]) for k, val in t.items()}
-    ban = seen_before[rows], gathered["ban_eos"] | (gathered["frame"] < 2)
+    ban = gathered["ban_eos"] | (gathered["frame"] < 2)
     want = torch_ops.sample_tokens(
-        logits, gathered["params"], gathered["seed"], gathered["frame"], 0, seen=ban[0],
-        penalty=gathered["penalty"], ban_eos=ban[1], eos_id=eos, suppress_start=200,
+        logits, gathered["params"], gathered["seed"], gathered["frame"], 0, seen=seen_before[rows],
+        penalty=gathered["penalty"], ban_eos=ban, eos_id=eos, suppress_start=200,
     )  # fmt: skip
     assert torch.equal(got, want)
-    assert ((got == eos) == ~ban[1]).all()  # the ban (flag or frame counter) decides EOS here
+    assert ((got == eos) == ~ban).all()  # the ban (flag or frame counter) decides EOS here
     marked = seen_before.clone()
     marked[rows, got] = True
     assert torch.equal(t["seen"], marked) and not torch.equal(t["seen"], seen_before)

@@ -38,8 +38,9 @@ MAX_ROWS = 2
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
 # copies its slab while this one runs).
 SMEM_LIMIT = 112 * 1024
-# Experiment switch (perf-notes #99, not yet timed): the code predictor's first pass (two rows of one
-# stream, positions 0 and 1) with its attention inside o as well, as its decode steps have it (#97).
+# Experiment switch (perf-notes #99: +0.02 ms at batch 1, so off): the code predictor's first pass
+# (two rows of one stream, positions 0 and 1) with its attention inside o as well, as its decode
+# steps have it (#97).
 FIRST_PASS_INSIDE = os.environ.get("CADENCE_SLAB_FIRST_PASS", "0") == "1"
 # Experiment switch (perf-notes #95): the layer's GEMMs, by name (qkv, o, gate_up, down; separated by
 # "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts

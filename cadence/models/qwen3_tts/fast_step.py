@@ -172,7 +172,7 @@ class FastDecoder:
         st, kv = self.state, self.p.kv
         with self._beside():  # nothing in the layers reads the state's step and position (they take `inputs`)
             st.step[slots] = inputs.step + 1
-            st.position[slots] = inputs.position + 1
+            st.position[slots] = inputs.context  # position + 1
             # The dummy slot that pads batches up to a bucket must not advance into real pages.
             st.position.narrow(0, self.dummy, 1).zero_()
             st.step.narrow(0, self.dummy, 1).zero_()
