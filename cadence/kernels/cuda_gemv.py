@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import allow_shared_memory, compile_source
+from .nvrtc import allow_shared_memory, compile_source, launch, pdl_on
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
@@ -185,53 +185,9 @@ def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
     return kernel
 
 
-# -- the driver's cuLaunchKernelEx, for programmatic dependent launch -------------------------------
-
-
-class _AttrValue(ctypes.Union):
-    _fields_ = [("pad", ctypes.c_char * 64), ("programmatic_stream_serialization", ctypes.c_int)]
-
-
-class _Attr(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [
-        ("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
-        ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
-        ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
-        ("attrs", ctypes.POINTER(_Attr)), ("num_attrs", ctypes.c_uint),
-    ]  # fmt: skip
-
-
 class _Attention(ctypes.Structure):  # slab_gemv.cu's struct Attention
     _POINTERS = ("q_norm", "k_norm", "cos", "sin", "position", "slot", "context", "page", "k_cache", "v_cache")
     _fields_ = [(name, ctypes.c_void_p) for name in _POINTERS] + [("scale", ctypes.c_float)]
-
-
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-
-
-def _launch(kernel, grid: int, smem: int, args: list, pdl: bool) -> None:
-    """kernel<<<grid, THREADS, smem, current stream>>>(args) through cuLaunchKernelEx, with PDL if
-    asked (a CUDA graph being captured on the stream records it as a programmatic edge)."""
-    values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args]
-    pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
-    attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
-    attr.value.programmatic_stream_serialization = 1
-    config = _LaunchConfig(grid, 1, 1, THREADS, 1, 1, smem, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
-                           ctypes.pointer(attr), 1 if pdl else 0)  # fmt: skip
-    libcuda = torch.cuda._utils._get_gpu_runtime_library()
-    status = libcuda.cuLaunchKernelEx(ctypes.byref(config), kernel.func, pointers, None)
-    if status != 0:
-        raise RuntimeError(f"cuLaunchKernelEx(slab_gemv_kernel) failed: CUresult {status}")
-
-
-def _pdl_on(x: torch.Tensor) -> bool:
-    from .triton_launch import pdl_launch
-
-    return bool(pdl_launch(x).get("launch_pdl"))
 
 
 def slab_linear(
@@ -267,7 +223,7 @@ def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: 
     kernel = _kernel(plan.defines, plan.smem)
     args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps),
             attention]  # fmt: skip
-    _launch(kernel, plan.grid, plan.smem, args, _pdl_on(x))
+    launch(kernel, plan.grid, THREADS, plan.smem, args, pdl_on(x))
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """CUDA kernels compiled at run time by NVRTC through `torch.cuda._compile_kernel` (no compiler to
 install: PyTorch's CUDA wheels carry NVRTC), for the kernels in kernels/cuda/: the persistent code
-predictor (cuda_code_predictor.py) and the slab GEMM (cuda_gemv.py)."""
+predictor (cuda_code_predictor.py), the slab GEMM (cuda_gemv.py) and the sampler (cuda_sampler.py);
+and launched through the driver's cuLaunchKernelEx, so that programmatic dependent launch (PDL) can
+be asked for (PyTorch's launcher cannot)."""
 
 from __future__ import annotations
 
@@ -31,3 +33,50 @@ def allow_shared_memory(kernel, nbytes: int) -> None:
     )
     if status != 0:
         raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared memory {nbytes}) failed: CUresult {status}")
+
+
+# -- the driver's cuLaunchKernelEx, for programmatic dependent launch -------------------------------
+
+
+class _AttrValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64), ("programmatic_stream_serialization", ctypes.c_int)]
+
+
+class _Attr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [
+        ("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
+        ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+        ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_Attr)), ("num_attrs", ctypes.c_uint),
+    ]  # fmt: skip
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+def launch(kernel, grid: int, threads: int, smem: int, args: list, pdl: bool) -> None:
+    """kernel<<<grid, threads, smem, current stream>>>(args) through cuLaunchKernelEx, with PDL if
+    asked (a CUDA graph being captured on the stream records it as a programmatic edge). Tensors
+    are passed as their data pointers, everything else as the ctypes value it is."""
+    values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args]
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value.programmatic_stream_serialization = 1
+    config = _LaunchConfig(grid, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
+                           ctypes.pointer(attr), 1 if pdl else 0)  # fmt: skip
+    libcuda = torch.cuda._utils._get_gpu_runtime_library()
+    status = libcuda.cuLaunchKernelEx(ctypes.byref(config), kernel.func, pointers, None)
+    if status != 0:
+        raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {status}")
+
+
+def pdl_on(x: torch.Tensor) -> bool:
+    """Whether a kernel on `x`'s device is launched with PDL now (the Triton kernels' setting,
+    triton_launch.use_pdl, so that a graph's kernels all chain alike)."""
+    from .triton_launch import pdl_launch
+
+    return bool(pdl_launch(x).get("launch_pdl"))
