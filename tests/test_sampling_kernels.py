@@ -1,15 +1,36 @@
-"""The sampler kernel (`triton_ops.sample_tokens`: logits processing, top-k / top-p, Gumbel-max,
-and the token's embedding row for the next step) against its PyTorch definition (torch_ops.py),
-and the outputs' checks that both share. Where the kernel tests run: kernel_checks.py."""
+"""The sampler kernels (`triton_ops.sample_tokens`: logits processing, top-k / top-p, Gumbel-max,
+and the token's embedding row for the next step; the Triton kernel, and on a Hopper GPU the CUDA
+one) against their PyTorch definition (torch_ops.py), and the outputs' checks that all share.
+Where the kernel tests run: kernel_checks.py; the CUDA kernel's own tests: test_cuda_sampler.py."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
-from kernel_checks import DEV, NEEDS_TRITON
+from kernel_checks import DEV, INTERPRET, NEEDS_TRITON
 
 from cadence.engine.sampler import RowParams
 from cadence.kernels import torch_ops, triton_available
+
+NEEDS_BF16 = pytest.mark.skipif(INTERPRET, reason="bf16 logits: on a GPU (the interpreter runs fp32)")
+
+
+@pytest.fixture(params=["triton", "cuda"])
+def samplers(request, ops):
+    """(a sampler kernel, the definition): triton_sampler's kernel, and cuda_sampler's where it runs
+    (triton_ops.sample_tokens picks the CUDA one there and the Triton one elsewhere)."""
+    ref = ops[1]
+    if request.param == "triton":
+        from cadence.kernels import triton_sampler
+
+        return SimpleNamespace(sample_tokens=triton_sampler.sample_tokens), ref
+    from cadence.kernels.cuda_sampler import cuda_sample_tokens, sampler_supported
+
+    if DEV != "cuda" or not sampler_supported(torch.device(DEV)):
+        pytest.skip("the CUDA sampler needs a Hopper GPU and NVRTC")
+    return SimpleNamespace(sample_tokens=cuda_sample_tokens), ref
 
 
 def _sampled_rows(n: int, top_k: int) -> RowParams:
@@ -17,9 +38,9 @@ def _sampled_rows(n: int, top_k: int) -> RowParams:
                      torch.full((n,), top_k, device=DEV), torch.ones(n, device=DEV))  # fmt: skip
 
 
-def _assert_same_tokens(ops, logits: torch.Tensor, params: RowParams, frames: int, codebook: int) -> None:
+def _assert_same_tokens(samplers, logits: torch.Tensor, params: RowParams, frames: int, codebook: int) -> None:
     """The kernel picks the definition's tokens for every row over `frames` frames of noise."""
-    tri, ref = ops
+    tri, ref = samplers
     seed = torch.arange(logits.shape[0], device=DEV) * 31 + 5
     for frame in range(frames):
         fr = torch.full((logits.shape[0],), frame, device=DEV)
@@ -29,8 +50,8 @@ def _assert_same_tokens(ops, logits: torch.Tensor, params: RowParams, frames: in
 
 
 @NEEDS_TRITON
-def test_sampling_matches_definition(ops):
-    tri, ref = ops
+def test_sampling_matches_definition(samplers):
+    tri, ref = samplers
     g = torch.Generator(device=DEV).manual_seed(4)
     n, v = 8, 300
     logits = torch.randn(n, v, device=DEV, generator=g) * 3
@@ -54,7 +75,7 @@ def test_sampling_matches_definition(ops):
 
 @NEEDS_TRITON
 @pytest.mark.parametrize("ways", [2, 3, 4, 5])
-def test_top_k_keeps_ties_at_the_kth_value(ops, ways, monkeypatch):
+def test_top_k_keeps_ties_at_the_kth_value(samplers, ways, monkeypatch):
     """The top-k threshold's search (a bisection at 2 ways, the shipped 16 and others) on the
     vocabularies served (2048 and 3072 codes) with logits on a coarse grid, so that many values tie
     at the k-th: the same tokens as the definition (which keeps every tie, as Hugging Face does), k
@@ -66,16 +87,16 @@ def test_top_k_keeps_ties_at_the_kth_value(ops, ways, monkeypatch):
         logits[5] = 0.0  # one row of nothing but ties
         params = _sampled_rows(6, 0)
         params.top_k.copy_(torch.tensor([1, 7, 50, 333, v - 1, 50], device=DEV))
-        _assert_same_tokens(ops, logits, params, frames=4, codebook=2)
+        _assert_same_tokens(samplers, logits, params, frames=4, codebook=2)
 
 
 @NEEDS_TRITON
-def test_noise_of_exactly_one_is_clamped(ops):
+def test_noise_of_exactly_one_is_clamped(samplers):
     """Seed 7164, frame 0, codebook 0: column 2222's 24 noise bits are all ones, and (2^24-1) + 0.5
     rounds to 2^24 in fp32, so u was 1.0 and its Gumbel noise +inf: that column won whatever its
     logit (and a banned one's -inf + inf was a NaN, which PyTorch's argmax picks: a control token
     reached the codec). Clamped below 1, a column 100 below the others loses in both samplers."""
-    tri, ref = ops
+    tri, ref = samplers
     logits = torch.randn(2, 3072, device=DEV, generator=torch.Generator(device=DEV).manual_seed(3))
     logits[:, 2222] = -100.0
     params = RowParams(torch.ones(2, dtype=torch.bool, device=DEV), torch.ones(2, device=DEV),
@@ -120,7 +141,7 @@ def test_one_search_width_for_every_sampler(monkeypatch):
 
 @NEEDS_TRITON
 @pytest.mark.parametrize("ways", [2, 5])
-def test_top_k_at_the_ends_of_the_key_range(ops, ways, monkeypatch):
+def test_top_k_at_the_ends_of_the_key_range(samplers, ways, monkeypatch):
     """Logits near the float range's ends and banned (-inf) ones: the search starts from the whole
     32-bit key range, so the extremes must still count."""
     monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
@@ -133,15 +154,15 @@ def test_top_k_at_the_ends_of_the_key_range(ops, ways, monkeypatch):
     logits[3, 100:] = -float("inf")
     params = _sampled_rows(4, 50)
     params.temperature.fill_(1.0)  # 3e38 / 0.9 would overflow to inf in both
-    _assert_same_tokens(ops, logits, params, frames=3, codebook=1)
+    _assert_same_tokens(samplers, logits, params, frames=3, codebook=1)
 
 
 @NEEDS_TRITON
-def test_tokens_and_their_embeddings_written_in_place(ops):
+def test_tokens_and_their_embeddings_written_in_place(samplers):
     """`out` a column of a frame and `embed_out` the odd rows of a [n, 2, H] pair (the code
     predictor's first input): the tokens the sampler returns without them, and each token's row of
     the table, in both backends; nothing else written."""
-    tri, ref = ops
+    tri, ref = samplers
     g = torch.Generator(device=DEV).manual_seed(6)
     n, v, h = 5, 2048, 1024
     logits = torch.randn(n, v, device=DEV, generator=g) * 2
@@ -209,11 +230,11 @@ def test_rows_read_the_slot_tables_as_gathered_rows():
 
 
 @NEEDS_TRITON
-def test_rows_match_definition(ops):
+def test_rows_match_definition(samplers):
     """The kernel with `rows`, the EOS ban below `eos_min_frames` and `mark_seen`: the definition's
     tokens, embedding rows and histories over several frames (the histories carried from frame to
     frame, as a walk's code0 samplers carry them)."""
-    tri, ref = ops
+    tri, ref = samplers
     g = torch.Generator(device=DEV).manual_seed(13)
     v, h, eos = 3072, 64, 2150
     t = _slot_tables(7, v, g)
@@ -259,20 +280,23 @@ def test_token_outputs_are_checked():
 
 @NEEDS_TRITON
 @pytest.mark.parametrize("ways", [2, 5])
-def test_top_k_separates_neighbouring_floats(ops, ways, monkeypatch):
-    """Logits one float apart (consecutive keys), so a search that stopped short of a single key
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=NEEDS_BF16)])
+def test_top_k_separates_neighbouring_floats(samplers, ways, dtype, monkeypatch):
+    """Logits one float apart (consecutive keys; in bf16 consecutive bf16 values, which the CUDA
+    kernel's 16-bit keys must still tell apart), so a search that stopped short of a single key
     would keep the k-th value's neighbours: over 64 rows of near-equal logits the noise picks among
     the kept set, and a larger set shows in the tokens."""
     monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(10)
     n, v = 64, 2048
-    half = torch.tensor(0.5).view(torch.int32)
-    adjacent = (torch.arange(v, dtype=torch.int32) + half).view(torch.float32).to(DEV)
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    half = torch.tensor(0.5, dtype=dtype).view(bits)
+    adjacent = (torch.arange(v, dtype=bits) + half).view(dtype).to(DEV)
     logits = torch.stack([adjacent[torch.randperm(v, generator=g, device=DEV)] for _ in range(n)])
     params = _sampled_rows(n, 0)
     params.temperature.fill_(1.0)
     params.top_k.copy_(torch.tensor([1, 5, 50, 333], device=DEV).repeat(n // 4))
-    _assert_same_tokens(ops, logits, params, frames=4, codebook=1)
+    _assert_same_tokens(samplers, logits, params, frames=4, codebook=1)
 
 
 @NEEDS_TRITON
@@ -285,4 +309,4 @@ def test_top_k_over_a_vocabulary_of_65536_slots(ops):
     logits = torch.cat([1 + 0.01 * torch.rand(5536, device=DEV, generator=g),
                         -1 - 0.01 * torch.rand(60000, device=DEV, generator=g)])[None]  # fmt: skip
     params = _sampled_rows(1, 5636)
-    _assert_same_tokens(ops, logits, params, frames=8, codebook=1)
+    _assert_same_tokens(ops, logits, params, frames=8, codebook=1)  # the Triton kernel: the CUDA one stops at 4096

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .triton_attention import (
     AttentionTiles,
     attention_splits,
@@ -31,7 +32,6 @@ from .triton_linear import (
     skinny_tiles,
     swiglu_tiles,
 )
-from .triton_sampler import sample_tokens
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [

@@ -1,0 +1,192 @@
+"""The decode step's sampler as a CUDA kernel (kernels/cuda/sampler.cu), one CTA a row: what
+`sample_tokens` does (torch_ops' definition; triton_sampler the same in Triton), with the row's
+parameters, seed, frame counter, history and Gumbel noise taken before its PDL wait and the top-k
+threshold found by a radix select, 16 bits wide on bf16 logits without a penalty (perf-notes #103).
+
+`sample_tokens` here is the one triton_ops exports: the CUDA kernel where it runs (Hopper, NVRTC,
+fp32 or bf16 logits), else the Triton kernel. `CADENCE_SAMPLER=triton` keeps the Triton kernel
+everywhere (an experiment switch, for the A/B).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..engine.sampler import RowParams
+from .nvrtc import compile_source, launch, pdl_on
+from .torch_ops import check_token_outputs
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
+THREADS = 256
+MAX_VOCAB = 4096  # columns a row: 16 a thread at most, every one in registers (the Triton kernel above)
+# Experiment switch: "triton" keeps triton_sampler's kernel (the A/B of perf-notes #103).
+KERNEL = os.environ.get("CADENCE_SAMPLER", "cuda")
+
+
+@dataclass(frozen=True)
+class SamplerPlan:
+    """One compiled instance: the vocabulary, the logits' dtype, which optional inputs and outputs
+    the call has, and the top-k keys' width (16 where the logits are bf16 values: no penalty)."""
+
+    vocab: int
+    bf16: bool
+    rows: bool
+    seen: bool
+    mark_seen: bool
+    ban: bool
+    embed_words: int
+    trigger_first: bool = False
+    threads: int = THREADS
+
+    @property
+    def key_bits(self) -> int:
+        return 16 if self.bf16 and not self.seen else 32
+
+    @property
+    def smem(self) -> int:
+        """sampler.cu's `struct Shared` (which it asserts fits): the bins, one set a pass of 8 bits,
+        the pass's choice and the warps' partial results."""
+        return self.key_bits // 8 * 256 * 4 + 8 + self.threads // 32 * 16
+
+    @property
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        return (("V", self.vocab), ("THREADS", self.threads), ("LOGITS_BF16", int(self.bf16)),
+                ("KEY_BITS", self.key_bits), ("HAS_ROWS", int(self.rows)), ("HAS_SEEN", int(self.seen)),
+                ("MARK_SEEN", int(self.mark_seen)), ("HAS_BAN", int(self.ban)), ("EMBED_WORDS", self.embed_words),
+                ("TRIGGER_FIRST", int(self.trigger_first)), ("SMEM_BYTES", self.smem))  # fmt: skip
+
+
+@functools.cache
+def _kernel(defines: tuple[tuple[str, int], ...]):
+    return compile_source(SOURCE, "sample_kernel", defines)
+
+
+@functools.cache
+def sampler_supported(device: torch.device) -> bool:
+    """Whether the CUDA sampler runs on `device`: compute capability 9.0 or newer (griddepcontrol)
+    and NVRTC compiles it there; else the Triton kernel samples."""
+    if KERNEL != "cuda" or device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        return False
+    try:
+        with torch.cuda.device(device):
+            _kernel(SamplerPlan(2048, True, False, False, False, False, 0).defines)
+    except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
+        log.warning("the CUDA sampler is off: NVRTC could not compile it (%s)", e)
+        return False
+    return True
+
+
+def _words(t: torch.Tensor, what: str) -> int:
+    """A tensor's 4-byte words from its element count, checked to be whole."""
+    if (t.numel() * t.element_size()) % 4:
+        raise ValueError(f"{what} must be a whole number of 4-byte words")
+    return t.numel() * t.element_size() // 4
+
+
+def _cuda_fits(logits: torch.Tensor, params: RowParams, tables: list, embed_table, embed_out) -> bool:
+    """The kernel's argument types (else the Triton kernel, which converts as it loads): `tables`
+    the other per-row tensors (seed, frame, rows, penalty, ban_eos; None where not given)."""
+    if not logits.is_cuda or logits.dtype not in (torch.float32, torch.bfloat16) or not logits.is_contiguous():
+        return False
+    if logits.dim() != 2 or logits.shape[1] > MAX_VOCAB:
+        return False
+    dtypes = (torch.long, torch.long, torch.long, torch.float32, torch.bool)
+    given = [(t, dt) for t, dt in zip(tables, dtypes, strict=True) if t is not None]
+    given += [(params.do_sample, torch.bool), (params.temperature, torch.float32), (params.top_k, torch.long),
+              (params.top_p, torch.float32)]  # fmt: skip
+    if any(t.dtype != dt or not t.is_contiguous() for t, dt in given):
+        return False
+    if embed_table is not None:  # rows copied as 16-byte or 4-byte words
+        row_bytes = embed_table.shape[1] * embed_table.element_size()
+        align = 16 if row_bytes % 16 == 0 else 4
+        starts = (embed_table.data_ptr(), embed_out.data_ptr(), embed_out.stride(0) * embed_out.element_size())
+        if row_bytes % 4 or any(s % align for s in starts):
+            return False
+    return True
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    params: RowParams,
+    seed: torch.Tensor,
+    frame: torch.Tensor,
+    codebook: int,
+    seen: torch.Tensor | None = None,
+    penalty: torch.Tensor | None = None,
+    ban_eos: torch.Tensor | None = None,
+    eos_id: int = -1,
+    suppress_start: int = -1,
+    out: torch.Tensor | None = None,
+    embed_table: torch.Tensor | None = None,
+    embed_out: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+    eos_min_frames: int = 0,
+    mark_seen: bool = False,
+) -> torch.Tensor:
+    """torch_ops.sample_tokens (its docstring has the arguments) by the CUDA kernel where it runs,
+    else by triton_sampler's."""
+    args = (logits, params, seed, frame, codebook, seen, penalty, ban_eos, eos_id, suppress_start, out, embed_table,
+            embed_out, rows, eos_min_frames, mark_seen)  # fmt: skip
+    if sampler_supported(logits.device) and _cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos],
+                                                       embed_table, embed_out):  # fmt: skip
+        return cuda_sample_tokens(*args)
+    from .triton_sampler import sample_tokens as triton_sample_tokens
+
+    return triton_sample_tokens(*args)
+
+
+def cuda_sample_tokens(
+    logits: torch.Tensor,
+    params: RowParams,
+    seed: torch.Tensor,
+    frame: torch.Tensor,
+    codebook: int,
+    seen: torch.Tensor | None = None,
+    penalty: torch.Tensor | None = None,
+    ban_eos: torch.Tensor | None = None,
+    eos_id: int = -1,
+    suppress_start: int = -1,
+    out: torch.Tensor | None = None,
+    embed_table: torch.Tensor | None = None,
+    embed_out: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+    eos_min_frames: int = 0,
+    mark_seen: bool = False,
+    threads: int = THREADS,
+) -> torch.Tensor:
+    """sample_tokens by the CUDA kernel alone (`threads` a CTA: a benchmark's sweep); arguments it
+    does not take (other dtypes, strides or alignments than _cuda_fits allows) are a ValueError."""
+    if not _cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos], embed_table, embed_out):
+        raise ValueError(f"the CUDA sampler takes contiguous fp32 or bf16 logits of up to {MAX_VOCAB} columns, the "
+                         "tables' dtypes as SlotState holds them and 4-byte aligned embedding rows")  # fmt: skip
+    n, v = logits.shape
+    out = check_token_outputs(n, logits.device, out, embed_table, embed_out, seen, mark_seen)
+    if n == 0:
+        return out
+    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
+
+    trigger_first = pdl_launch(logits).get("USE_PDL") == PDL_TRIGGER_FIRST
+    words = _words(embed_table[0], "an embedding row") if embed_table is not None else 0
+    plan = SamplerPlan(v, logits.dtype == torch.bfloat16, rows is not None, seen is not None, mark_seen,
+                       ban_eos is not None, words, trigger_first, threads)  # fmt: skip
+    emb_stride = embed_out.stride(0) * embed_out.element_size() // 4 if words else 0
+    null = ctypes.c_void_p(0)
+    args = [
+        logits, rows if rows is not None else null, seen if seen is not None else null,
+        penalty if penalty is not None else null, ban_eos if ban_eos is not None else null, params.do_sample,
+        params.temperature, params.top_k, params.top_p, seed, frame, out, embed_table if words else null,
+        embed_out if words else null, ctypes.c_int(eos_id), ctypes.c_int(suppress_start),
+        ctypes.c_int(eos_min_frames), ctypes.c_uint((codebook * 0x1E3779B9) & 0xFFFFFFFF),
+        ctypes.c_int(out.stride(0)), ctypes.c_int(emb_stride),
+    ]  # fmt: skip
+    launch(_kernel(plan.defines), n, plan.threads, plan.smem, args, pdl_on(logits))
+    return out
