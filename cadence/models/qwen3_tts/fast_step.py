@@ -130,9 +130,11 @@ class FastDecoder:
         the talker layers' other inputs (gathered beside the code predictor). The frame is final
         here; only the next frame needs the talker layers over it (advance_rows)."""
         st, ops, talker = self.state, self.ops, self.talker
-        with self._beside():
-            inputs = self._walk_inputs(slots)
         hidden = st.hidden[slots]
+        pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
+        # Code-predictor position 0 (position 1 is code0's embedding), copied before the head so
+        # that no copy kernel sits between the head and its sampler (their PDL overlap).
+        pair[:, 0] = hidden
         logits = self._head(hidden, talker.codec_head.weight)  # the sampler computes in fp32
         # The samplers write the frame's codes in place and each code's embedding where the next
         # code-predictor step reads it: no lookup, stack or cat kernels between them. They read each
@@ -140,13 +142,15 @@ class FastDecoder:
         # `slots` (no gather kernels); code0's also bans EOS for the first MIN_NEW_TOKENS frames or
         # where ignore_eos is set, and records its token in `seen`.
         frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
-        pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
-        pair[:, 0] = hidden  # code-predictor position 0; position 1 is code0's embedding
         code0 = ops.sample_tokens(
             logits, st.code0, st.seed, st.step, 0, seen=st.seen, penalty=st.rep_penalty, ban_eos=st.ignore_eos,
             eos_min_frames=MIN_NEW_TOKENS, eos_id=self.eos, suppress_start=self.suppress, out=frame[:, 0],
             embed_table=talker.model.codec_embedding.weight, embed_out=pair[:, 1], rows=slots, mark_seen=True,
         )  # fmt: skip
+        # Forked only now: the branch's first kernels launched at the graph's start held code0's
+        # head GEMM back ~6 us (perf-notes #103); here they run beside the code predictor.
+        with self._beside():
+            inputs = self._walk_inputs(slots)
         self._predict_into(pair, frame, st.codes, st.seed, st.step, slots)
         eos = code0 == self.eos
         self._join()
