@@ -231,6 +231,19 @@ for phase in "$@"; do
         2>&1 | tail -1
       WALKAB_TESTS=0 WALKAB_BATCHES=1 WALKAB_ROUNDS=1 TREES="inline=.,CADENCE_WALK_SIDE_STREAM=0" bash "$0" walkab \
         2>&1 | grep -E "^==|^ +[0-9]|failed" ;;
+    sampler103)  # perf-notes #103: the samplers' kernel tests (the CUDA sampler's and the shared ones, both GPU
+      # samplers), the fast walk's gpu tests (under graphs against the eager walk), the sampler kernels alone, then
+      # walks of this tree, of it with the Triton sampler (`triton`) and of TREES (S103_BATCHES, default 1;
+      # S103_ROUNDS, default 1; ~7 min); logs under $OUT as they come
+      need_full
+      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_sampler.py \
+        tests/test_sampling_kernels.py 2>&1 | tee "$OUT/sampler_tests.log" | grep -E "passed|failed|rror" | tail -4
+      grep -q " passed" "$OUT/sampler_tests.log" && ! grep -qE "failed|error" "$OUT/sampler_tests.log" || continue
+      timeout -k 10 -s INT 170 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py 2>&1 \
+        | tee "$OUT/fast_tests.log" | grep -E "passed|failed|rror" | tail -4
+      timeout -k 10 -s INT 120 python3 benchmarks/sampler.py --rows 1 64 --json "$OUT/sampler_103.json" 2>&1 | tail -12
+      WALKAB_TESTS=0 WALKAB_BATCHES=${S103_BATCHES:-1} WALKAB_ROUNDS=${S103_ROUNDS:-1} \
+        TREES="triton=.,CADENCE_SAMPLER=triton ${TREES:-}" bash "$0" walkab 2>&1 | grep -E "^==|^ +[0-9]|failed" ;;
     first99)  # perf-notes #99: the code predictor's first pass with its attention inside o (CADENCE_SLAB_FIRST_PASS):
       # the slab gpu tests and the fast walk's with it on, then walks of this tree and with it (`first`) and
       # TREES, interleaved (FIRST_BATCHES, default 1,2; FIRST_ROUNDS "1 2"; ~7 min)
