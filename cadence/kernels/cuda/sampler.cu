@@ -40,6 +40,8 @@ __device__ __forceinline__ void smem_add(u32* p, u32 v) {
 }
 #endif
 
+#include "radix_select.cuh"
+
 constexpr int PER = (V + THREADS - 1) / THREADS;  // a thread's columns: c = threadIdx.x + j * THREADS
 constexpr int WARPS = THREADS / 32;
 constexpr int PASSES = KEY_BITS / 8;
@@ -133,25 +135,7 @@ __device__ u32 kth_largest(const u32 (&key)[PER], u32 k, Shared& sh) {
     for (int j = 0; j < PER; ++j)
       if ((int)threadIdx.x + j * THREADS < V && (key[j] & mask) == prefix) smem_add(&count[(key[j] >> shift) & 255u], 1);
     __syncthreads();
-    if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      u32 c[8], mine = 0;  // this lane's bins, from the top: 255 - 8 * lane down to 248 - 8 * lane
-      for (int e = 0; e < 8; ++e) c[e] = count[255 - 8 * lane - e], mine += c[e];
-      u32 through = mine;  // the count in the bins above this lane's, and its own
-      for (int o = 1; o < 32; o <<= 1) {
-        const u32 up = __shfl_up_sync(0xffffffffu, through, o);
-        if (lane >= o) through += up;
-      }
-      u32 run = through - mine;
-      if (run < k && k <= through)
-        for (int e = 0; e < 8; ++e) {
-          if (run + c[e] >= k) {
-            sh.choice[0] = 255u - 8u * lane - e, sh.choice[1] = k - run;
-            break;
-          }
-          run += c[e];
-        }
-    }
+    if (threadIdx.x < 32) radix_find_bin(count, k, threadIdx.x, sh.choice);
     __syncthreads();  // (the next pass writes `choice` only after its own counting barrier)
     prefix |= sh.choice[0] << shift, mask |= 255u << shift, k = sh.choice[1];
   }

@@ -2,6 +2,7 @@
 // it, by one CTA per stream with block-wide reductions. code_predictor.cu includes it after its own
 // definitions (act_t, slot_t, load_slot, wait_slot, to_f, neg_inf, warp_sum, consumers_sync, ...).
 #pragma once
+#include "radix_select.cuh"
 
 __device__ __forceinline__ u32 mix32(u32 x) {
   x ^= x >> 16;
@@ -82,25 +83,7 @@ __device__ u32 block_kth_largest(const u32 (&key)[PER_THREAD], u32 k, u32* bins)
       if (threadIdx.x + j * CONSUMERS < VOCAB && (key[j] & mask) == prefix)
         smem_add(&count[(key[j] >> shift) & 255u], 1);
     consumers_sync();
-    if (threadIdx.x < 32) {  // one warp finds the bin where the count from the top reaches k
-      const int lane = threadIdx.x;
-      u32 c[8], mine = 0;  // this lane's bins, from the top: 255 - 8 * lane down to 248 - 8 * lane
-      for (int e = 0; e < 8; ++e) c[e] = count[255 - 8 * lane - e], mine += c[e];
-      u32 through = mine;  // the count in the bins above this lane's, and its own
-      for (int o = 1; o < 32; o <<= 1) {
-        const u32 up = __shfl_up_sync(0xffffffffu, through, o);
-        if (lane >= o) through += up;
-      }
-      u32 run = through - mine;
-      if (run < k && k <= through)
-        for (int e = 0; e < 8; ++e) {
-          if (run + c[e] >= k) {
-            choice[0] = 255u - 8u * lane - e, choice[1] = k - run;
-            break;
-          }
-          run += c[e];
-        }
-    }
+    if (threadIdx.x < 32) radix_find_bin(count, k, threadIdx.x, choice);  // one warp: the bin reaching k
     consumers_sync();  // (the next pass writes `choice` only after its own counting barrier)
     prefix |= choice[0] << shift, mask |= 255u << shift, k = choice[1];
   }
