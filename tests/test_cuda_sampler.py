@@ -52,13 +52,15 @@ def test_plan_keys_and_shared_memory():
 def _tables(slots: int, v: int, g: torch.Generator, device: str = "cpu") -> dict:
     """Slot-indexed tables as SlotState holds them (dtypes included): greedy and sampled rows,
     top-k off, 1, small, large and one short of the vocabulary, top-p on and off."""
-    top_k = torch.tensor([50, 1, 7, 0, v - 1, 50, 3, 200][:slots])
+    def pattern(values: list, dtype=None) -> torch.Tensor:  # the 8 cases, repeated over the slots
+        return torch.tensor(values, dtype=dtype).repeat(-(-slots // 8))[:slots]
+
     tables = dict(
         params=RowParams(
-            do_sample=torch.tensor([1, 1, 1, 1, 1, 0, 1, 1][:slots], dtype=torch.bool),
-            temperature=torch.tensor([0.9, 0.5, 1.3, 0.9, 2.0, 1.0, 0.7, 0.9][:slots]),
-            top_k=top_k,
-            top_p=torch.tensor([1.0, 1.0, 1.0, 0.8, 1.0, 1.0, 0.6, 1.0][:slots]),
+            do_sample=pattern([1, 1, 1, 1, 1, 0, 1, 1], torch.bool),
+            temperature=pattern([0.9, 0.5, 1.3, 0.9, 2.0, 1.0, 0.7, 0.9]),
+            top_k=pattern([50, 1, 7, 0, v - 1, 50, 3, 200]),
+            top_p=pattern([1.0, 1.0, 1.0, 0.8, 1.0, 1.0, 0.6, 1.0]),
         ),
         seed=torch.randint(0, 2**40, (slots,), generator=g),
         frame=torch.randint(0, 4, (slots,), generator=g),
