@@ -49,9 +49,6 @@ PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 # The walk's small kernels off its critical path on a second stream (FastDecoder._beside, perf-notes
 # #100); "0" keeps them inline, to measure what the branch buys.
 SIDE_STREAM = os.environ.get("CADENCE_WALK_SIDE_STREAM", "1") != "0"
-# Experiment switch (perf-notes #103): where frame() forks the side branch off the main chain:
-# "start" (the graph's start), "head" (after code0's head GEMM is queued), "code0" (after its sampler).
-WALK_FORK = os.environ.get("CADENCE_WALK_FORK", "start")
 
 
 class FastDecoder:
@@ -133,32 +130,23 @@ class FastDecoder:
         the talker layers' other inputs (gathered beside the code predictor). The frame is final
         here; only the next frame needs the talker layers over it (advance_rows)."""
         st, ops, talker = self.state, self.ops, self.talker
-        if WALK_FORK == "start":
-            with self._beside():
-                inputs = self._walk_inputs(slots)
+        with self._beside():
+            inputs = self._walk_inputs(slots)
         hidden = st.hidden[slots]
-        pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
-        # Code-predictor position 0 (position 1 is code0's embedding), copied before the head so
-        # that no copy kernel sits between the head and its sampler (their PDL overlap).
-        pair[:, 0] = hidden
         logits = self._head(hidden, talker.codec_head.weight)  # the sampler computes in fp32
-        if WALK_FORK == "head":
-            with self._beside():
-                inputs = self._walk_inputs(slots)
         # The samplers write the frame's codes in place and each code's embedding where the next
         # code-predictor step reads it: no lookup, stack or cat kernels between them. They read each
         # row's parameters, seed, frame counter and code0 history from the slot-indexed state through
         # `slots` (no gather kernels); code0's also bans EOS for the first MIN_NEW_TOKENS frames or
         # where ignore_eos is set, and records its token in `seen`.
         frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
+        pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
+        pair[:, 0] = hidden  # code-predictor position 0; position 1 is code0's embedding
         code0 = ops.sample_tokens(
             logits, st.code0, st.seed, st.step, 0, seen=st.seen, penalty=st.rep_penalty, ban_eos=st.ignore_eos,
             eos_min_frames=MIN_NEW_TOKENS, eos_id=self.eos, suppress_start=self.suppress, out=frame[:, 0],
             embed_table=talker.model.codec_embedding.weight, embed_out=pair[:, 1], rows=slots, mark_seen=True,
         )  # fmt: skip
-        if WALK_FORK == "code0":
-            with self._beside():
-                inputs = self._walk_inputs(slots)
         self._predict_into(pair, frame, st.codes, st.seed, st.step, slots)
         eos = code0 == self.eos
         self._join()
