@@ -15,7 +15,7 @@ import torch
 
 from cadence.engine.sampler import RowParams
 from cadence.kernels import torch_ops
-from cadence.kernels.cuda_sampler import SOURCE, SamplerPlan
+from cadence.kernels.cuda_sampler import SOURCE, SamplerPlan, threads_for
 
 EMULATION = Path(__file__).parent / "cuda_emulation"
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
@@ -47,11 +47,13 @@ def test_plan_keys_and_shared_memory():
     assert SamplerPlan(3072, True, True, True, True, True, 512).key_bits == 32  # the penalty's products
     assert SamplerPlan(2048, False, False, False, False, False, 0).key_bits == 32  # fp32 logits
     assert plan.smem >= 2 * 256 * 4 + 8 + 8 * 16
+    assert (threads_for(2048), threads_for(3072)) == (256, 512)  # the walk's two calls (benchmarks/sampler.py)
 
 
 def _tables(slots: int, v: int, g: torch.Generator, device: str = "cpu") -> dict:
     """Slot-indexed tables as SlotState holds them (dtypes included): greedy and sampled rows,
     top-k off, 1, small, large and one short of the vocabulary, top-p on and off."""
+
     def pattern(values: list, dtype=None) -> torch.Tensor:  # the 8 cases, repeated over the slots
         return torch.tensor(values, dtype=dtype).repeat(-(-slots // 8))[:slots]
 
@@ -125,7 +127,9 @@ def _reference(logits, t: dict, rows, table, plan: SamplerPlan, **kw):
 
 
 @needs_gxx
-@pytest.mark.parametrize("case", ["bf16-16bit-keys", "adjacent-bf16", "fp32-penalty-ban-history", "walk-shape"])
+@pytest.mark.parametrize(
+    "case", ["bf16-16bit-keys", "adjacent-bf16", "fp32-penalty-ban-history", "walk-shape", "code0-shape"]
+)
 def test_kernel_logic_on_the_cpu(tmp_path, case):
     """The kernel's source on the CPU emulation against the definition: tokens, the code history it
     marks and the embedding rows it copies. 300 codes over 64 threads (5 columns a thread, the last
@@ -134,15 +138,16 @@ def test_kernel_logic_on_the_cpu(tmp_path, case):
     ties at the k-th value) with 16-bit keys; fp32 logits with the penalty, the control-token mask
     and EOS banned below a frame count (32-bit keys); consecutive bf16 values with top-k 1 to 5, so
     that keys one bit too coarse would keep a neighbour and the noise would pick it in some rows;
-    and the walk's code-predictor shape, 2048 bf16 logits over 256 threads."""
+    and the walk's two shapes: a code-predictor step's 2048 bf16 logits over 256 threads, and
+    code0's 3072 with the penalty, mask and history over 512."""
     g = torch.Generator().manual_seed(21)
-    walk = case == "walk-shape"
-    v, slots, threads = (2048, 8, 256) if walk else (300, 8, 64)
-    rows = torch.tensor([2, 0] if walk else [6, 2, 7, 7, 0, 3])
+    walk, code0 = case == "walk-shape", case == "code0-shape"
+    v, slots, threads = (2048, 8, 256) if walk else (3072, 8, 512) if code0 else (300, 8, 64)
+    rows = torch.tensor([2, 0] if walk or code0 else [6, 2, 7, 7, 0, 3])
     t = _tables(slots, v, g)
     n = rows.numel()
     kw = {}
-    if case != "fp32-penalty-ban-history":
+    if case not in ("fp32-penalty-ban-history", "code0-shape"):
         logits = (torch.randint(-40, 40, (n, v), generator=g).float() / 8).to(torch.bfloat16)
         if walk:
             logits = (torch.randn(n, v, generator=g) * 2).to(torch.bfloat16)
@@ -159,8 +164,10 @@ def test_kernel_logic_on_the_cpu(tmp_path, case):
         logits = torch.randn(n, v, generator=g) * 3
         logits[:, 250] = 3.0
         table = torch.randn(v, 6, generator=g)  # 6 words: 4-byte copies
-        plan = SamplerPlan(v, False, True, True, True, True, 6, threads=threads)
-        kw = dict(eos_id=250, suppress_start=200, eos_min_frames=2, codebook=0)
+        if code0:
+            logits, table = logits.to(torch.bfloat16), torch.randn(v, 64, generator=g).to(torch.bfloat16)
+        plan = SamplerPlan(v, code0, True, True, True, True, 32 if code0 else 6, threads=threads)
+        kw = dict(eos_id=2150 if code0 else 250, suppress_start=2048 if code0 else 200, eos_min_frames=2, codebook=0)
     tokens, seen, emb = _emulate(tmp_path, plan, logits, t, rows, table, **kw)
     want, want_seen, want_emb = _reference(logits, t, rows, table, plan, **kw)
     assert torch.equal(tokens, want), (tokens, want)

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
 THREADS = 256
+# Wider CTAs above 2048 columns: alone (benchmarks/sampler.py, perf-notes #103) code0's 3072 codes
+# took 7.77 us sampled and 3.87 greedy at 256 threads, 5.66 and 2.81 at 512; 2048 codes the same
+# either way sampled (2.96 / 2.92) and faster greedy at 256 (1.45 / 1.67).
+WIDE_THREADS, WIDE_ABOVE = 512, 2048
 MAX_VOCAB = 4096  # columns a row: 16 a thread at most, every one in registers (the Triton kernel above)
 # Experiment switch: "triton" keeps triton_sampler's kernel (the A/B of perf-notes #103).
 KERNEL = os.environ.get("CADENCE_SAMPLER", "cuda")
@@ -63,6 +67,11 @@ class SamplerPlan:
                 ("KEY_BITS", self.key_bits), ("HAS_ROWS", int(self.rows)), ("HAS_SEEN", int(self.seen)),
                 ("MARK_SEEN", int(self.mark_seen)), ("HAS_BAN", int(self.ban)), ("EMBED_WORDS", self.embed_words),
                 ("TRIGGER_FIRST", int(self.trigger_first)), ("SMEM_BYTES", self.smem))  # fmt: skip
+
+
+def threads_for(vocab: int) -> int:
+    """A CTA's threads for rows of `vocab` columns."""
+    return WIDE_THREADS if vocab > WIDE_ABOVE else THREADS
 
 
 @functools.cache
@@ -161,10 +170,11 @@ def cuda_sample_tokens(
     rows: torch.Tensor | None = None,
     eos_min_frames: int = 0,
     mark_seen: bool = False,
-    threads: int = THREADS,
+    threads: int | None = None,
 ) -> torch.Tensor:
-    """sample_tokens by the CUDA kernel alone (`threads` a CTA: a benchmark's sweep); arguments it
-    does not take (other dtypes, strides or alignments than _cuda_fits allows) are a ValueError."""
+    """sample_tokens by the CUDA kernel alone (`threads` a CTA: threads_for(vocab) unless a
+    benchmark sweeps it); arguments it does not take (other dtypes, strides or alignments than
+    _cuda_fits allows) are a ValueError."""
     if not _cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos], embed_table, embed_out):
         raise ValueError(f"the CUDA sampler takes contiguous fp32 or bf16 logits of up to {MAX_VOCAB} columns, the "
                          "tables' dtypes as SlotState holds them and 4-byte aligned embedding rows")  # fmt: skip
@@ -177,7 +187,7 @@ def cuda_sample_tokens(
     trigger_first = pdl_launch(logits).get("USE_PDL") == PDL_TRIGGER_FIRST
     words = _words(embed_table[0], "an embedding row") if embed_table is not None else 0
     plan = SamplerPlan(v, logits.dtype == torch.bfloat16, rows is not None, seen is not None, mark_seen,
-                       ban_eos is not None, words, trigger_first, threads)  # fmt: skip
+                       ban_eos is not None, words, trigger_first, threads or threads_for(v))  # fmt: skip
     emb_stride = embed_out.stride(0) * embed_out.element_size() // 4 if words else 0
     null = ctypes.c_void_p(0)
     args = [
