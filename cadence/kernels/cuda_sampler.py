@@ -174,7 +174,12 @@ def cuda_sample_tokens(
 ) -> torch.Tensor:
     """sample_tokens by the CUDA kernel alone (`threads` a CTA: threads_for(vocab) unless a
     benchmark sweeps it); arguments it does not take (other dtypes, strides or alignments than
-    _cuda_fits allows) are a ValueError."""
+    _cuda_fits allows) are a ValueError.
+
+    Everything but the logits (rows, the parameters, seed, frame counter, seen, penalty, ban_eos)
+    is read before the kernel's PDL wait, so no kernel launched ahead of it under PDL may write
+    them: the engine writes them with host copies and PyTorch kernels (which never let the next
+    kernel in early) between walks, and the kernel it waits for writes only the logits."""
     if not _cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos], embed_table, embed_out):
         raise ValueError(f"the CUDA sampler takes contiguous fp32 or bf16 logits of up to {MAX_VOCAB} columns, the "
                          "tables' dtypes as SlotState holds them and 4-byte aligned embedding rows")  # fmt: skip
