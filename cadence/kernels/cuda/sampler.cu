@@ -47,7 +47,8 @@ constexpr int WARPS = THREADS / 32;
 constexpr int PASSES = KEY_BITS / 8;
 constexpr float U_MAX = 0.99999994f;  // rng.U_MAX: the noise stays finite
 static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: whole warps");
-static_assert(KEY_BITS == 16 || KEY_BITS == 32, "KEY_BITS: 16 or 32");
+static_assert(KEY_BITS == 32 || (KEY_BITS == 16 && LOGITS_BF16 && !HAS_SEEN),
+              "16-bit keys only where every value is a bf16 one (no penalty's products)");
 
 // Shared memory: the radix select's bins (one set a pass, zeroed before the wait) and its choice,
 // the warps' partial results.
