@@ -40,7 +40,7 @@ __device__ __forceinline__ void smem_add(u32* p, u32 v) {
 }
 #endif
 
-#include "radix_select.cuh"
+#include "sample_math.cuh"  // mix32, ordered, sortable, radix_find_bin
 
 constexpr int PER = (V + THREADS - 1) / THREADS;  // a thread's columns: c = threadIdx.x + j * THREADS
 constexpr int WARPS = THREADS / 32;
@@ -62,25 +62,6 @@ struct Shared {
 static_assert(sizeof(Shared) <= SMEM_BYTES, "cuda_sampler.SamplerPlan.smem must hold struct Shared");
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-__device__ __forceinline__ u32 mix32(u32 x) {  // rng._mix on 32-bit lanes
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x2C1B3C6Du;
-  x ^= x >> 16;
-  return x;
-}
-// Keys whose unsigned order is the floats' order (-0 below +0, as triton_sampler's `_sortable`).
-__device__ __forceinline__ u32 ordered(float x) {
-  const u32 u = __float_as_uint(x);
-  return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-// triton_sampler's signed keys (top-p's search compares them as it does).
-__device__ __forceinline__ i64 sortable(float x) {
-  const i64 bits = (i64)(int)__float_as_uint(x);
-  return bits >= 0 ? bits : bits ^ 0x7FFFFFFF;
-}
-
 // The first column of the largest value over the CTA (torch.argmax's tie rule); every thread gets it.
 __device__ int block_argmax(const float (&v)[PER], Shared& sh) {
   float best = neg_inf();

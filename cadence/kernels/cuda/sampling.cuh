@@ -2,20 +2,7 @@
 // it, by one CTA per stream with block-wide reductions. code_predictor.cu includes it after its own
 // definitions (act_t, slot_t, load_slot, wait_slot, to_f, neg_inf, warp_sum, consumers_sync, ...).
 #pragma once
-#include "radix_select.cuh"
-
-__device__ __forceinline__ u32 mix32(u32 x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x2C1B3C6Du;
-  x ^= x >> 16;
-  return x;
-}
-__device__ __forceinline__ i64 sortable(float x) {
-  const i64 bits = (i64)(int)__float_as_uint(x);
-  return bits >= 0 ? bits : bits ^ 0x7FFFFFFF;
-}
+#include "sample_math.cuh"  // mix32, ordered, sortable, radix_find_bin
 
 constexpr int PER_THREAD = (VOCAB + CONSUMERS - 1) / CONSUMERS;
 
@@ -88,11 +75,6 @@ __device__ u32 block_kth_largest(const u32 (&key)[PER_THREAD], u32 k, u32* bins)
     prefix |= choice[0] << shift, mask |= 255u << shift, k = choice[1];
   }
   return prefix;
-}
-// Keys whose unsigned order is the floats' order (-0 below +0, as `sortable`).
-__device__ __forceinline__ u32 ordered(float x) {
-  const u32 u = __float_as_uint(x);
-  return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
 __device__ __noinline__ int sample_row(const slot_t* logits, u32 logits_tag, int n, const bool* do_sample,

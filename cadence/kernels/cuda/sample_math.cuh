@@ -1,10 +1,31 @@
-// One pass of a radix select's bin search, shared by the samplers' top-k (sampler.cu, and the
-// persistent code predictor's sampling.cuh): `count` holds 256 bins of key counts for the pass's
+// The arithmetic both CUDA samplers share (sampler.cu, and the persistent code predictor's
+// sampling.cuh): the noise's hash, the floats' order-preserving keys, a radix select's bin search.
+#pragma once
+
+__device__ __forceinline__ unsigned mix32(unsigned x) {  // rng._mix on 32-bit lanes
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x2C1B3C6Du;
+  x ^= x >> 16;
+  return x;
+}
+// Keys whose unsigned order is the floats' order (-0 below +0, as triton_sampler's `_sortable`).
+__device__ __forceinline__ unsigned ordered(float x) {
+  const unsigned u = __float_as_uint(x);
+  return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+// triton_sampler's signed keys (top-p's search compares them as it does).
+__device__ __forceinline__ long long sortable(float x) {
+  const long long bits = (long long)(int)__float_as_uint(x);
+  return bits >= 0 ? bits : bits ^ 0x7FFFFFFF;
+}
+
+// One pass of a radix select's bin search: `count` holds 256 bins of key counts for the pass's
 // digit. One warp (lane 0-31 calling) reads them from the top (lane l: bins 255 - 8l down to
 // 248 - 8l), scans its lanes' sums, and the lane where the count from the top reaches k writes the
 // bin to choice[0] and the k left within it to choice[1]. The caller's barriers order the counts
 // before and the choice after.
-#pragma once
 
 __device__ __forceinline__ void radix_find_bin(const unsigned* count, unsigned k, int lane, unsigned* choice) {
   unsigned c[8], mine = 0;
