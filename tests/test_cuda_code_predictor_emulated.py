@@ -189,6 +189,7 @@ def test_the_python_mirrors_of_the_kernel_constants_agree_with_its_source():
     assert constant(SOURCE, "STAMPS") == STAMPS
     for steps, layers in [(15, 5), (3, 2)]:
         assert constant(SOURCE, "PHASES", STEPS=steps, LAYERS=layers) == phases(steps, layers)
-    # the sampler's uniforms clamped below 1 as rng.uniform clamps them (a 1.0 made a NaN that won)
-    clamp = re.search(r"fminf\(.*, ([0-9.]+)f\);", SOURCE.with_name("sampling.cuh").read_text()).group(1)
+    # the samplers' uniforms (sample_math.cuh, shared with sampler.cu) clamped below 1 as
+    # rng.uniform clamps them (a 1.0 made a NaN that won)
+    clamp = re.search(r"fminf\(.*, ([0-9.]+)f\);", SOURCE.with_name("sample_math.cuh").read_text()).group(1)
     assert np.float32(clamp) == np.float32(U_MAX) < 1

@@ -40,12 +40,11 @@ __device__ __forceinline__ void smem_add(u32* p, u32 v) {
 }
 #endif
 
-#include "sample_math.cuh"  // mix32, ordered, sortable, radix_find_bin
+#include "sample_math.cuh"  // stream_key, uniform, ordered, sortable, radix_find_bin
 
 constexpr int PER = (V + THREADS - 1) / THREADS;  // a thread's columns: c = threadIdx.x + j * THREADS
 constexpr int WARPS = THREADS / 32;
 constexpr int PASSES = KEY_BITS / 8;
-constexpr float U_MAX = 0.99999994f;  // rng.U_MAX: the noise stays finite
 static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: whole warps");
 static_assert(KEY_BITS == 32 || (KEY_BITS == 16 && LOGITS_BF16 && !HAS_SEEN),
               "16-bit keys only where every value is a bf16 one (no penalty's products)");
@@ -170,18 +169,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const i64 k = top_k[trow];
   float noise[PER];
   if (sampling) {
-    const u64 s = (u64)seed[trow], f = (u64)frame[trow];
-    u32 hkey = mix32((u32)s ^ 0x1E3779B9u);
-    hkey = mix32(hkey ^ (u32)(s >> 32));
-    hkey = mix32(hkey ^ (u32)f);
-    hkey = mix32(hkey ^ codebook_key);
-    for (int j = 0; j < PER; ++j) {
-      const u32 c = tid + j * THREADS;
-      u32 h = mix32(hkey ^ (c * 0x1E3779B9u + 0x5BD1E995u));
-      h = mix32(h ^ hkey);
-      const float u = fminf(((float)(h >> 8) + 0.5f) / 16777216.f, U_MAX);  // rng.uniform's clamp
-      noise[j] = -logf(-logf(u));
-    }
+    const u32 key = stream_key((u64)seed[trow], (u64)frame[trow], codebook_key);
+    for (int j = 0; j < PER; ++j) noise[j] = -logf(-logf(uniform(key, tid + j * THREADS)));
   }
   bool was_seen[PER] = {};
   float pen = 1.f;

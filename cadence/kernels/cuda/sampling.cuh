@@ -2,7 +2,7 @@
 // it, by one CTA per stream with block-wide reductions. code_predictor.cu includes it after its own
 // definitions (act_t, slot_t, load_slot, wait_slot, to_f, neg_inf, warp_sum, consumers_sync, ...).
 #pragma once
-#include "sample_math.cuh"  // mix32, ordered, sortable, radix_find_bin
+#include "sample_math.cuh"  // stream_key, uniform, ordered, sortable, radix_find_bin
 
 constexpr int PER_THREAD = (VOCAB + CONSUMERS - 1) / CONSUMERS;
 
@@ -124,17 +124,10 @@ __device__ __noinline__ int sample_row(const slot_t* logits, u32 logits_tag, int
     }
     for (int j = 0; j < PER_THREAD; ++j) y[j] = key[j] >= hi ? y[j] : neg_inf();
   }
-  const u64 s = (u64)seed[n], f = (u64)frame[n];
-  u32 hkey = mix32((u32)s ^ 0x1E3779B9u);
-  hkey = mix32(hkey ^ (u32)(s >> 32));
-  hkey = mix32(hkey ^ (u32)f);
-  hkey = mix32(hkey ^ codebook_key);
+  const u32 noise_key = stream_key((u64)seed[n], (u64)frame[n], codebook_key);
   for (int j = 0; j < PER_THREAD; ++j) {
     const u32 c = threadIdx.x + j * CONSUMERS;
-    u32 h = mix32(hkey ^ (c * 0x1E3779B9u + 0x5BD1E995u));
-    h = mix32(h ^ hkey);
-    const float u = fminf(((float)(h >> 8) + 0.5f) / 16777216.f, 0.99999994f);  // rng.uniform's clamp
-    y[j] = c < VOCAB ? y[j] - __logf(-__logf(u)) : neg_inf();
+    y[j] = c < VOCAB ? y[j] - __logf(-__logf(uniform(noise_key, c))) : neg_inf();
   }
   return block_argmax(y, red);
 }
