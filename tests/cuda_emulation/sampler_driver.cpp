@@ -7,25 +7,15 @@
 // (n x emb_stride words) as i64. OUT_FILE gets out (n x out_stride i64), seen, then emb's words.
 
 #include "emulate.h"
+#include "driver_io.h"
 #include KERNEL_SOURCE  // -DKERNEL_SOURCE='"path/to/sampler.cu"'
 
 #include <fstream>
 #include <iostream>
 
 static std::ifstream in;
-
-static std::vector<unsigned char> buffer() {
-  unsigned long long n;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  std::vector<unsigned char> b(n + 16);
-  in.read(reinterpret_cast<char*>(b.data()), n);
-  return b;
-}
-static long long integer() {
-  long long v;
-  in.read(reinterpret_cast<char*>(&v), 8);
-  return v;
-}
+static std::vector<unsigned char> buffer() { return read_buffer(in); }
+static long long integer() { return read_scalar<long long>(in); }
 
 int main(int argc, char** argv) {
   if (argc != 3) {

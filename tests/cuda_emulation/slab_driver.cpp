@@ -6,25 +6,17 @@
 // bf16), then res_out's (M x K bf16), with ATTN then the two caches.
 
 #include "emulate.h"
+#include "driver_io.h"
 #include KERNEL_SOURCE  // -DKERNEL_SOURCE='"path/to/slab_gemv.cu"'
 
 #include <fstream>
 #include <iostream>
 
 static std::ifstream in;
-
-static std::vector<unsigned char> buffer() {
-  unsigned long long n;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  std::vector<unsigned char> b(n + 16);
-  in.read(reinterpret_cast<char*>(b.data()), n);
-  return b;
-}
+static std::vector<unsigned char> buffer() { return read_buffer(in); }
 template <class T>
 static T scalar() {
-  T v;
-  in.read(reinterpret_cast<char*>(&v), 8);
-  return v;
+  return read_scalar<T>(in);
 }
 
 int main(int argc, char** argv) {
