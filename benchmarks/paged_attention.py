@@ -9,7 +9,7 @@ Each configuration is timed as one decode walk's attention: 28 calls, one per la
 own layer's cache (so the KV comes from HBM, not L2, as in the engine), captured in one CUDA graph.
 
     python benchmarks/paged_attention.py [--batches 1 64 256] [--context 500] [--fused [--chain]]
-        [--layers] [--contiguous] [--stages 0 2] [--splits 1 2 4 8 16] [--json out.json]
+        [--layers] [--contiguous] [--stages 0 2] [--splits 1 2 4 8 16] [--cuda 2 3 4] [--json out.json]
 
 --contiguous gives each row consecutive pages (as a fresh engine does) instead of scattered ones;
 --chain puts each layer's decode kernel behind the GEMM making its qkv rows, launched as the engine
@@ -18,6 +18,10 @@ the talker's attention takes 61 us a layer in the b64 walk, 38-45 alone). --laye
 its whole decoder layer as `FusedStack` runs one (qkv GEMM, attention, o GEMM + norm, gate/up with
 SwiGLU, down GEMM + norm; random weights of the talker's shapes) and takes off the same chain with
 the attention left out (perf-notes #79: is the walk's ~55-61 us the layer's own chain?).
+
+The sweep is of the Triton kernel (the CUDA one is kept out of it); --cuda (with --fused) also times
+the CUDA decode kernel (kernels/cuda/decode_attention.cu, perf-notes #104) with those pages in
+flight a CTA, checked against the definition as every configuration is.
 
 Prints, per batch: the shipped choice (`attention_tiles` and `attention_splits`), the fastest
 found, in ms per walk and the KV-read bandwidth they reach. GPU only.
@@ -34,7 +38,7 @@ import torch
 import triton
 from graph_timing import replay_ms
 
-from cadence.kernels import torch_ops, triton_ops
+from cadence.kernels import cuda_attention, torch_ops, triton_ops
 from cadence.models.qwen3_tts.fused_stack import FusedLayer
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
@@ -95,7 +99,7 @@ def decoder_layers(x: torch.Tensor, layers: list[FusedLayer], final_norm: torch.
 
 def sweep_batch(
     rows: int, context: int, fused: bool, stages: list[int], splits_list: list[int], contiguous: bool, chain: bool,
-    layers: bool = False,
+    layers: bool = False, cuda_stages: tuple[int, ...] = (),
 ) -> dict:  # fmt: skip
     """Every (tiles, splits) at one batch size; prints and returns the shipped and fastest."""
     pages_per_row = -(-context // PAGE)
@@ -117,6 +121,9 @@ def sweep_batch(
     scale = D**-0.5
 
     def attend(ops, k, v, splits=None, tiles=None, rows_qkv=qkv):
+        if isinstance(ops, cuda_attention.AttentionPlan):  # the CUDA kernel with this plan
+            return cuda_attention.cuda_qk_norm_rope_attention(rows_qkv, *norm_rope, k, v, slots, table, ctx, scale, HQ,
+                                                              HKV, ops)  # fmt: skip
         if fused:
             return ops.qk_norm_rope_attention(rows_qkv, *norm_rope, k, v, slots, table, ctx, scale, HQ, HKV, splits,
                                               **({"tiles": tiles} if tiles else {}))  # fmt: skip
@@ -142,12 +149,12 @@ def sweep_batch(
         # the first layer's input norm closes the stack, as random layers have no final norm
         return decoder_layers(x, stack, stack[0].ln1, EPS, attention)
 
-    def walk(tiles, splits):
+    def walk(tiles, splits, ops=triton_ops):
         def call():
             if layers:
                 return in_layers(tiles, splits)
             for i, (k, v) in enumerate(caches):
-                attend(triton_ops, k, v, splits, tiles, triton_ops.linear(x, w_qkv[i]) if chain else qkv)
+                attend(ops, k, v, splits, tiles, triton_ops.linear(x, w_qkv[i]) if chain else qkv)
 
         return call
 
@@ -167,6 +174,7 @@ def sweep_batch(
         for block_tokens, warps, stage in itertools.product((32, 64, 128), (4, 8), stages)
     ]  # fmt: skip
     timed = {}
+    cuda_max_rows, cuda_attention.MAX_ROWS = cuda_attention.MAX_ROWS, 0  # the Triton kernel's sweep
     for tiles, splits in itertools.product(grid, splits_list):
         try:
             out = attend(triton_ops, *caches[0], splits, tiles).float()
@@ -179,6 +187,13 @@ def sweep_batch(
     if shipped not in timed:
         timed[shipped] = timed_ms(walk(*shipped)) - gemms_ms
     best = min(timed, key=timed.get)
+    cuda_attention.MAX_ROWS = cuda_max_rows
+    cuda_ms = {}
+    for stages in cuda_stages if fused and not layers else ():
+        plan = cuda_attention.attention_plan(rows, HQ, HKV, D, PAGE, torch.bfloat16, min_rows=1)
+        plan = cuda_attention.AttentionPlan(**{**plan.__dict__, "stages": stages})
+        assert (attend(plan, *caches[0]).float() - ref).abs().max() <= 2e-2, f"cuda stages {stages}"
+        cuda_ms[stages] = timed_ms(walk(None, None, plan)) - gemms_ms
 
     def cell(ms: float) -> str:
         return f"{ms:6.3f} ms ({kv_bytes / (ms * 1e-3) / 1e12:4.2f} TB/s)"
@@ -190,10 +205,12 @@ def sweep_batch(
     kind += ", each row's pages consecutive" if contiguous else ""
     print(f"batch {rows:>4}, {context}-token contexts, {LAYERS} layers, {kind}: shipped {cell(timed[shipped])} "
           f"{label(*shipped)}; best {cell(timed[best])} {label(*best)}", flush=True)  # fmt: skip
+    for stages, ms in cuda_ms.items():
+        print(f"  CUDA kernel, {stages} pages in flight a CTA: {cell(ms)}", flush=True)
     return {"rows": rows, "context": context, "fused": fused, "contiguous": contiguous, "chain": chain,
             "layers": layers, "gemms_ms": gemms_ms, "shipped_ms": timed[shipped], "shipped": label(*shipped),
             "best_ms": timed[best], "best": label(*best), "kv_bytes": kv_bytes,
-            "all": {label(*key): ms for key, ms in timed.items()}}  # fmt: skip
+            "all": {label(*key): ms for key, ms in timed.items()}, "cuda": cuda_ms}  # fmt: skip
 
 
 def main() -> None:
@@ -206,6 +223,7 @@ def main() -> None:
     p.add_argument("--contiguous", action="store_true", help="each row's pages consecutive (a fresh engine's layout)")
     p.add_argument("--chain", action="store_true", help="each attention behind its qkv GEMM under PDL (needs --fused)")
     p.add_argument("--layers", action="store_true", help="each attention inside its decoder layer (needs --fused)")
+    p.add_argument("--cuda", type=int, nargs="*", default=[], help="time the CUDA kernel too, these pages in flight")
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -217,11 +235,8 @@ def main() -> None:
     torch.manual_seed(0)
     results = []
     for rows in args.batches:
-        results.append(
-            sweep_batch(
-                rows, args.context, args.fused, args.stages, args.splits, args.contiguous, args.chain, args.layers
-            )
-        )
+        flags = (args.fused, args.stages, args.splits, args.contiguous, args.chain, args.layers, tuple(args.cuda))
+        results.append(sweep_batch(rows, args.context, *flags))
         torch.cuda.empty_cache()  # the batch's 28 layer caches are gone; give their memory back
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -1,5 +1,5 @@
-"""What the Triton kernel tests share: where they run and how close a kernel must come to its
-PyTorch definition (torch_ops.py).
+"""What the kernel tests share: where the Triton ones run, how close a kernel must come to its
+PyTorch definition (torch_ops.py), and the decode attention's inputs (the CUDA kernel's tests too).
 
 They run on a CUDA device, or on the CPU through Triton's interpreter (TRITON_INTERPRET=1, fp32
 only), and are skipped where Triton is not installed (CI installs the CPU build of torch, which has
@@ -25,3 +25,27 @@ DTYPES = [torch.float32] if INTERPRET else [torch.float32, torch.bfloat16]
 
 def tol(dtype: torch.dtype) -> float:
     return 1e-5 if dtype == torch.float32 else 2e-2
+
+
+def decode_rows(shape, dtype, seed, device=DEV):
+    """Inputs of one decode attention: each row its own sequence's new token, its pages its own,
+    and the new tokens' cache cells NaN (a kernel that read them instead of taking the key and value
+    from registers, or that left one unwritten, shows NaN)."""
+    from cadence.models.qwen3_tts.layers import rope_cos_sin
+
+    hq, hkv, d, ps, contexts = shape
+    g = torch.Generator(device=device).manual_seed(seed)
+    n, p = len(contexts), -(-max(contexts) // ps)
+    pages = 2 * n * p
+    bt = torch.randperm(pages, device=device, generator=g)[: n * p].view(n, p)
+    ctx = torch.tensor(contexts, device=device)
+    pos = ctx - 1
+    slots = bt.gather(1, (pos // ps)[:, None])[:, 0] * ps + pos % ps
+    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=device, generator=g).to(dtype)
+    qn = (1 + 0.1 * torch.randn(d, device=device, generator=g)).to(dtype)
+    kn = (1 + 0.1 * torch.randn(d, device=device, generator=g)).to(dtype)
+    cos, sin = rope_cos_sin(torch.arange(max(contexts), device=device), d, 1e6, dtype)
+    caches = [torch.randn(pages, ps, hkv, d, device=device, generator=g).to(dtype) for _ in range(2)]
+    for c in caches:
+        c.view(-1, hkv, d)[slots] = float("nan")
+    return qkv, (qn, kn, 1e-6, cos, sin, pos), caches, (slots, bt, ctx, d**-0.5, hq, hkv)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_checks import DEV, DTYPES, NEEDS_TRITON, tol
+from kernel_checks import DEV, DTYPES, NEEDS_TRITON, decode_rows, tol
 
 pytestmark = NEEDS_TRITON
 
@@ -76,30 +76,6 @@ def test_paged_attention_index_dtypes(ops, index_dtype):
     want = tri.paged_attention(q, kc, vc, bt.int(), ctx.int(), d**-0.5, splits=4)
     got = tri.paged_attention(q, kc, vc, bt.to(index_dtype), ctx.to(index_dtype), d**-0.5, splits=4)
     assert torch.equal(got, want)
-
-
-def decode_rows(shape, dtype, seed):
-    """Inputs of one decode attention: each row its own sequence's new token, its pages its own,
-    and the new tokens' cache cells NaN (a kernel that read them instead of taking the key and value
-    from registers, or that left one unwritten, shows NaN)."""
-    from cadence.models.qwen3_tts.layers import rope_cos_sin
-
-    hq, hkv, d, ps, contexts = shape
-    g = torch.Generator(device=DEV).manual_seed(seed)
-    n, p = len(contexts), -(-max(contexts) // ps)
-    pages = 2 * n * p
-    bt = torch.randperm(pages, device=DEV, generator=g)[: n * p].view(n, p)
-    ctx = torch.tensor(contexts, device=DEV)
-    pos = ctx - 1
-    slots = bt.gather(1, (pos // ps)[:, None])[:, 0] * ps + pos % ps
-    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=DEV, generator=g).to(dtype)
-    qn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    kn = (1 + 0.1 * torch.randn(d, device=DEV, generator=g)).to(dtype)
-    cos, sin = rope_cos_sin(torch.arange(max(contexts), device=DEV), d, 1e6, dtype)
-    caches = [torch.randn(pages, ps, hkv, d, device=DEV, generator=g).to(dtype) for _ in range(2)]
-    for c in caches:
-        c.view(-1, hkv, d)[slots] = float("nan")
-    return qkv, (qn, kn, 1e-6, cos, sin, pos), caches, (slots, bt, ctx, d**-0.5, hq, hkv)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import cuda_attention
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .triton_attention import (
     AttentionTiles,
@@ -186,8 +187,14 @@ def qk_norm_rope_attention(
     max_context: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Decode attention with the rows' QK-norm, RoPE and cache write (torch_ops has the definition):
-    one fused kernel up to FUSED_ATTENTION_MAX_ROWS rows, the two kernels above."""
+    the CUDA kernel where cuda_attention.decode_plan takes the call (the talker's long contexts on
+    Hopper from its MIN_ROWS rows), else one fused Triton kernel up to FUSED_ATTENTION_MAX_ROWS rows
+    and the two kernels above."""
     norm_rope = (q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index)
+    if (plan := cuda_attention.decode_plan(qkv, k_cache, num_heads, num_kv_heads, max_context)) is not None:
+        return cuda_attention.cuda_qk_norm_rope_attention(
+            qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, plan
+        )
     if qkv.shape[0] <= FUSED_ATTENTION_MAX_ROWS:
         return fused_qk_norm_rope_attention(
             qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, splits, tiles, max_context

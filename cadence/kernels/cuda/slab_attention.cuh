@@ -21,6 +21,8 @@
 // query heads), HD head dim (128), PS page size (the longest context; HQ / HKV * PS = 32 lanes).
 #pragma once
 
+#include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
+
 constexpr int G = HQ / HKV;  // query heads a kv head
 static_assert(HKV == WARPS && HD == 128 && G * PS == 32 && K == HQ * HD,
               "the fused attention's lane layout: a warp a kv head, a lane a (query head, token)");
@@ -41,45 +43,13 @@ __device__ __forceinline__ void attend_prefetch(const Attention& at, u16* kv, u6
   bulk_load(kv + PS * TOKEN, at.v_cache + first, bytes, bar);
 }
 
-__device__ __forceinline__ void unpack4(uint2 v, float (&f)[4]) {
-  f[0] = lo(v.x), f[1] = hi(v.x), f[2] = lo(v.y), f[3] = hi(v.y);
-}
-__device__ __forceinline__ uint2 pack4(const float (&f)[4]) {
-  uint2 v;
-  v.x = (u32)from_f(f[0]) | (u32)from_f(f[1]) << 16;
-  v.y = (u32)from_f(f[2]) | (u32)from_f(f[3]) << 16;
-  return v;
-}
-
-// One head's RMS norm (times its weight) and RoPE; the warp holds the head, 4 elements a lane
-// (d = 4 lane .. 4 lane + 3), so rotate-half's partner d +- 64 is lane ^ 16.
-__device__ __forceinline__ uint2 norm_rope(uint2 raw, const u16* weight, const float (&c)[4], const float (&s)[4],
-                                           int lane, float eps) {
-  float x[4], w[4];
-  unpack4(raw, x);
-  unpack4(*reinterpret_cast<const uint2*>(weight + 4 * lane), w);
-  float ss = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  const float inv = 1.f / sqrtf(ss / HD + eps);
-  float out[4];
-  for (int e = 0; e < 4; ++e) x[e] = round_bf16(w[e] * round_bf16(x[e] * inv));
-  for (int e = 0; e < 4; ++e) {
-    const float partner = __shfl_xor_sync(0xffffffffu, x[e], 16);
-    const float rotated = lane < 16 ? -partner : partner;
-    out[e] = round_bf16(round_bf16(x[e] * c[e]) + round_bf16(rotated * s[e]));
-  }
-  return pack4(out);
-}
-
 // The rows' attention into xs (each row's HQ x HD outputs, bf16): warp w takes kv head w.
 __device__ __forceinline__ void attend(const u16* qkv, const Attention& at, u16* kv, uint4* xs, u64* bar, int warp,
                                        int lane, float eps) {
   u16* rows = reinterpret_cast<u16*>(xs);  // M x K: the queries, then the attention's outputs
   for (int m = 0; m < M; ++m) {
-    const int pos = (int)at.position[m];
     float c[4], s[4];
-    unpack4(*reinterpret_cast<const uint2*>(at.cos + (size_t)pos * HD + 4 * lane), c);
-    unpack4(*reinterpret_cast<const uint2*>(at.sin + (size_t)pos * HD + 4 * lane), s);
+    rope_at(at.cos, at.sin, at.position[m], lane, c, s);
     auto head = [&](int h) { return *reinterpret_cast<const uint2*>(qkv + (size_t)m * QKV + h * HD + 4 * lane); };
     const uint2 k = norm_rope(head(HQ + warp), at.k_norm, c, s, lane, eps), v = head(HQ + HKV + warp);
     const size_t mine = (size_t)(at.context[m] - 1) * TOKEN + warp * HD + 4 * lane;  // the token's place in kv

@@ -23,41 +23,10 @@
 //            (slab_attention.cuh, with its macros HQ, HKV, HD, PS): the code predictor's o
 // Rounding follows the layer kernels (triton_ops): bf16 storage, fp32 products and sums.
 
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-#define ACT_BF16 1
-
-// ---- PTX (tests/cuda_emulation/emulate.h has CPU stand-ins for this section) ------------------
-#ifndef CADENCE_EMULATE
-#define DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
-__device__ __forceinline__ u16 from_f(float f) {  // round to nearest even, as PyTorch's casts
-  u16 v;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v) : "f"(f));
-  return v;
-}
-// Programmatic dependent launch: wait for the kernel before (and its memory), then let the next in.
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-#include "sm90.cuh"  // mbarriers and bulk copies
-// d += a . b on the tensor cores for the warp: A 16 x 16 (row-major), B 16 x 8 (column-major), bf16
-// in, fp32 sums; each lane holds its fragments as the PTX ISA lays them out for m16n8k16.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-#endif  // CADENCE_EMULATE
+#include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync
 
 constexpr int WARPS = THREADS / 32;
 static_assert(K % 256 == 0, "K must be a multiple of 256");
-
-__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
-__device__ __forceinline__ float to_f(u16 v) { return __uint_as_float((u32)v << 16); }
-__device__ __forceinline__ float round_bf16(float f) { return to_f(from_f(f)); }
-__device__ __forceinline__ float lo(u32 v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
 
 // The input rows into shared memory (xs, M x K bf16), normalised with NORM. Each thread takes the
 // same 8-element chunks of every row: at most two a row (K <= 4096).

@@ -1,0 +1,186 @@
+// The talker's decode attention for many rows (kernels/cuda_attention.py, perf-notes #104): each
+// row is its stream's new token, and one CTA takes a row and HC of its kv heads (a warp a kv head
+// and its G query heads). What the Triton kernel (triton_attention.qk_norm_rope_attention) does,
+// with the cached keys and values streamed by the copy engine:
+// - Before the PDL wait, the first STAGES pages of the row's cached tokens are on their way into
+//   shared memory (cp.async.bulk, a token's HC heads of keys, then of values, a copy each). Those
+//   cells were written by earlier steps' kernels, which have completed, and the row's context
+//   length and page table are written before the walk's layers start (the frame graph, or the
+//   engine between walks), so nothing this kernel waits for changes them.
+// - After it: the row's q, k and v from qkv, QK-norm and RoPE (head_rope.cuh), the new key and value
+//   to the cache slot; then the pages in turn as they land, each page's copy reissued STAGES pages
+//   ahead once every warp is done with its stage.
+// - Per page and warp, scores S^T (16 tokens x the G heads) = K . Q^T and the weighted values
+//   O^T += V^T . P^T on the tensor cores (m16n8k16, bf16 in, fp32 sums; the G <= 8 heads are B's 8
+//   columns), online softmax in fp32 with the probabilities rounded to bf16 for the second product
+//   (as the Triton kernel does); lane (g, c) holds heads 2c, 2c + 1 of D, so each lane keeps its
+//   own heads' running max and sum. The new token is one more softmax step from registers at the
+//   end, as the Triton kernel's _attend_one.
+// Token rows in shared memory are padded by 16 bytes, so the fragments' 32-bit loads (8 tokens at
+// one offset) fall in different banks.
+//
+// Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA: its
+// warps), STAGES (pages in flight a CTA), TRIGGER_FIRST (1: let the next kernel launch before the
+// wait), SMEM_BYTES (the dynamic shared memory it is launched with).
+
+#include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync
+#include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
+
+constexpr int G = HQ / HKV;                 // query heads a kv head
+constexpr int THREADS = 32 * HC;            // a warp a kv head
+constexpr int QKV = (HQ + 2 * HKV) * HD;    // a qkv row
+constexpr int TOKEN = HKV * HD;             // a token's keys (or values) in the cache, elements
+constexpr int ROW = HC * HD + 8;            // a token's HC heads in shared memory, padded 16 bytes
+constexpr int STAGE = 2 * PS * ROW;         // a page's keys, then its values
+constexpr u32 STAGE_BYTES = 2u * PS * HC * HD * 2;
+static_assert(PS == 16 && G >= 1 && G <= 8 && HQ % HKV == 0 && HKV % HC == 0, "the kernel's fragment layout");
+
+// Shared memory after the stages: the pages' mbarriers, each warp's queries (bf16) and, after the
+// pages, its sums (fp32) with each head's running max and sum.
+struct Tail {
+  u64 full[STAGES];
+  u16 q[HC][G][HD];
+  float o[HC][G][HD];
+  float m[HC][G], l[HC][G];
+};
+static_assert((size_t)STAGES * STAGE * 2 + sizeof(Tail) <= SMEM_BYTES, "SMEM_BYTES: the stages and the tail");
+
+// Warp 0: page p's tokens (this CTA's heads) into stage p % STAGES, completing on its mbarrier.
+__device__ __forceinline__ void fetch(int p, const i64* table, const u16* k_cache, const u16* v_cache, int head0,
+                                      u16* stages, Tail& tail, int lane) {
+  u64* bar = &tail.full[p % STAGES];
+  if (lane == 0) mbar_expect_tx(bar, STAGE_BYTES);
+  __syncwarp();
+  if (lane < PS) {
+    const size_t src = ((size_t)table[p] * PS + lane) * TOKEN + (size_t)head0 * HD;
+    u16* dst = stages + (size_t)(p % STAGES) * STAGE + lane * ROW;
+    bulk_load(dst, k_cache + src, HC * HD * 2, bar);
+    bulk_load(dst + PS * ROW, v_cache + src, HC * HD * 2, bar);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+    decode_attention_kernel(const u16* qkv, const u16* q_norm, const u16* k_norm, const u16* cos, const u16* sin,
+                            const i64* position, const i64* slot, const i64* context, const i64* block_table,
+                            int table_stride, u16* k_cache, u16* v_cache, u16* out, float scale, float eps) {
+  DYNAMIC_SHARED(smem);
+  u16* stages = reinterpret_cast<u16*>(smem);
+  Tail& tail = *reinterpret_cast<Tail*>(stages + (size_t)STAGES * STAGE);
+  const int row = blockIdx.x / (HKV / HC), head0 = blockIdx.x % (HKV / HC) * HC;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int ctx = (int)context[row];
+  const int cached = ctx > 1 ? ctx - 1 : 0;  // the new token, at ctx - 1, comes from qkv
+  const int pages = (cached + PS - 1) / PS;
+  const i64* table = block_table + (size_t)row * table_stride;
+  if (TRIGGER_FIRST) pdl_trigger();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&tail.full[s], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp == 0)
+    for (int p = 0; p < imin(STAGES, pages); ++p) fetch(p, table, k_cache, v_cache, head0, stages, tail, lane);
+  pdl_wait();
+  if (!TRIGGER_FIRST) pdl_trigger();
+
+  // The row's new key and value for this warp's kv head, to the cache; its queries.
+  const int kvh = head0 + warp;
+  const u16* src = qkv + (size_t)row * QKV;
+  auto head = [&](int h) { return *reinterpret_cast<const uint2*>(src + h * HD + 4 * lane); };
+  float cs[4], sn[4];
+  rope_at(cos, sin, position[row], lane, cs, sn);
+  const uint2 k_new = norm_rope(head(HQ + kvh), k_norm, cs, sn, lane, eps), v_new = head(HQ + HKV + kvh);
+  const size_t cell = (size_t)slot[row] * TOKEN + (size_t)kvh * HD + 4 * lane;
+  *reinterpret_cast<uint2*>(k_cache + cell) = k_new;
+  *reinterpret_cast<uint2*>(v_cache + cell) = v_new;
+  uint2 q[G];
+  for (int h = 0; h < G; ++h) {
+    q[h] = norm_rope(head(kvh * G + h), q_norm, cs, sn, lane, eps);
+    *reinterpret_cast<uint2*>(&tail.q[warp][h][4 * lane]) = q[h];
+  }
+  __syncwarp();
+  u32 qb[HD / 16][2] = {};  // B = Q^T: lane (g, c) holds head g's k = 16j + 2c, +1 and + 8, + 9
+  if (g < G)
+    for (int j = 0; j < HD / 16; ++j) {
+      qb[j][0] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c]);
+      qb[j][1] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c + 8]);
+    }
+
+  // The pages. Lane (g, c)'s heads are 2c and 2c + 1 (D's columns): their running max and sum.
+  const float NEG_INF = __uint_as_float(0xff800000u);
+  float run_max[2] = {NEG_INF, NEG_INF}, run_sum[2] = {0.f, 0.f};
+  float acc[HD / 16][4] = {};  // O^T: tile t holds d = 16t + g (+ 8) of heads 2c, 2c + 1
+  for (int p = 0; p < pages; ++p) {
+    u16* keys = stages + (size_t)(p % STAGES) * STAGE + warp * HD;  // token t at keys + t * ROW
+    u16* values = keys + PS * ROW;
+    mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
+    const int valid = imin(cached - p * PS, PS);
+    if (valid < PS) {  // the last page: values past the context are zeros (0 x a stale NaN is NaN)
+      const uint2 zero = {0u, 0u};
+      for (int t = valid; t < PS; ++t) *reinterpret_cast<uint2*>(values + t * ROW + 4 * lane) = zero;
+      __syncwarp();
+    }
+    float sc[4] = {};  // S^T: tokens g, g + 8 of heads 2c, 2c + 1
+    for (int j = 0; j < HD / 16; ++j) {
+      const u16* k0 = keys + g * ROW + 16 * j + 2 * c;
+      const u32 a[4] = {*reinterpret_cast<const u32*>(k0), *reinterpret_cast<const u32*>(k0 + 8 * ROW),
+                        *reinterpret_cast<const u32*>(k0 + 8), *reinterpret_cast<const u32*>(k0 + 8 * ROW + 8)};
+      mma_16816(sc, a, qb[j]);
+    }
+    float pr[4];  // probabilities, same layout
+    for (int h = 0; h < 2; ++h) {
+      const float s0 = g < valid ? sc[h] * scale : NEG_INF, s1 = g + 8 < valid ? sc[2 + h] * scale : NEG_INF;
+      float top = fmaxf(s0, s1);  // over the page's tokens: the lanes of one c
+      for (int o = 4; o < 32; o <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+      const float now = fmaxf(run_max[h], top);
+      const float alpha = expf(run_max[h] - now);
+      pr[h] = expf(s0 - now), pr[2 + h] = expf(s1 - now);
+      float sum = pr[h] + pr[2 + h];
+      for (int o = 4; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      run_sum[h] = run_sum[h] * alpha + sum;
+      run_max[h] = now;
+      for (int t = 0; t < HD / 16; ++t) acc[t][h] *= alpha, acc[t][2 + h] *= alpha;
+    }
+    // B = P^T: lane (g, c) needs head g's tokens 2c, 2c + 1 (b[0]) and 2c + 8, 2c + 9 (b[1]), which
+    // lanes (2c, g / 2) and (2c + 1, g / 2) hold at index g % 2 (and 2 + g % 2).
+    const int from = 8 * c + g / 2;
+    float x[4], y[4];
+    for (int i = 0; i < 4; ++i) x[i] = __shfl_sync(0xffffffffu, pr[i], from), y[i] = __shfl_sync(0xffffffffu, pr[i], from + 4);
+    const bool odd = g % 2;  // selects, not an index: the arrays stay in registers
+    const u32 pb[2] = {g < G ? pack2(odd ? x[1] : x[0], odd ? y[1] : y[0]) : 0u,
+                       g < G ? pack2(odd ? x[3] : x[2], odd ? y[3] : y[2]) : 0u};
+    for (int t = 0; t < HD / 16; ++t) {  // A = V^T: d = 16t + g (+ 8) at tokens 2c, 2c + 1 (+ 8)
+      const u16* v0 = values + 2 * c * ROW + 16 * t + g;
+      auto pair = [&](const u16* v) { return (u32)v[0] | (u32)v[ROW] << 16; };
+      const u32 a[4] = {pair(v0), pair(v0 + 8), pair(v0 + 8 * ROW), pair(v0 + 8 * ROW + 8)};
+      mma_16816(acc[t], a, pb);
+    }
+    __syncthreads();  // every warp is done with this stage: it takes page p + STAGES
+    if (warp == 0 && p + STAGES < pages) fetch(p + STAGES, table, k_cache, v_cache, head0, stages, tail, lane);
+  }
+
+  // The sums to shared memory, 4 elements a lane again; then the new token and the outputs.
+  for (int h = 0; h < 2; ++h) {
+    const int n = 2 * c + h;
+    if (n >= G) continue;
+    for (int t = 0; t < HD / 16; ++t) tail.o[warp][n][16 * t + g] = acc[t][h], tail.o[warp][n][16 * t + g + 8] = acc[t][2 + h];
+    if (g == 0) tail.m[warp][n] = run_max[h], tail.l[warp][n] = run_sum[h];
+  }
+  __syncwarp();
+  float kf[4], vf[4];
+  unpack4(k_new, kf);
+  unpack4(v_new, vf);
+  for (int h = 0; h < G; ++h) {
+    float qf[4];
+    unpack4(q[h], qf);
+    float s = qf[0] * kf[0] + qf[1] * kf[1] + qf[2] * kf[2] + qf[3] * kf[3];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    s *= scale;
+    const float before = tail.m[warp][h], now = fmaxf(before, s);
+    const float alpha = expf(before - now), p = expf(s - now);
+    const float total = tail.l[warp][h] * alpha + p, pv = round_bf16(p);
+    float o[4];
+    for (int i = 0; i < 4; ++i) o[i] = (tail.o[warp][h][4 * lane + i] * alpha + pv * vf[i]) / total;
+    *reinterpret_cast<uint2*>(out + (size_t)row * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
+  }
+}

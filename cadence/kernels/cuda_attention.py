@@ -1,0 +1,154 @@
+"""The talker's decode attention for many rows as a CUDA kernel (kernels/cuda/decode_attention.cu):
+what triton_attention.qk_norm_rope_attention does for decode rows (QK-norm, RoPE, the new key and
+value to the cache, attention over the row's pages; torch_ops has the definition), with the cached
+keys and values streamed into shared memory by the copy engine, the first pages before the
+kernel's PDL wait (perf-notes #104).
+
+One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, with no split of the context:
+at 64 rows and 8 kv heads, 4 heads a CTA is 128 CTAs, one a SM. Hopper and newer (bulk copies,
+mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads of 128; the Triton kernel runs
+everything else. `CADENCE_ATTENTION_KERNEL=triton` keeps the Triton kernel everywhere (the A/B
+switch); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .nvrtc import allow_shared_memory, compile_source, launch, pdl_on
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
+KERNEL = os.environ.get("CADENCE_ATTENTION_KERNEL", "cuda")
+# Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
+# Triton kernel splits their contexts instead).
+MIN_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MIN_ROWS", "64"))
+MAX_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MAX_ROWS", "64"))  # measured up to the 64-row bucket
+STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in flight a CTA
+# Experiment switch: "1" also takes contexts known to be short (the code predictor's <= 17 tokens,
+# one or two pages), which the Triton kernel's 32-token blocks take otherwise.
+SHORT = os.environ.get("CADENCE_CUDA_ATTENTION_SHORT", "0") == "1"
+CTAS = 128  # at least this many CTAs where the heads allow: one an SM
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """One compiled instance and its launch: the heads, page size, kv heads a CTA (its warps) and
+    pages in flight a CTA."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    page_size: int
+    heads_per_cta: int
+    stages: int = STAGES
+    trigger_first: bool = False
+
+    def grid(self, rows: int) -> int:
+        return rows * (self.kv_heads // self.heads_per_cta)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.heads_per_cta
+
+    @property
+    def smem(self) -> int:
+        """decode_attention.cu's stages (a page's keys and values, token rows padded 16 bytes) and
+        its `struct Tail` (the mbarriers, each warp's queries, sums, maxima and totals)."""
+        hc, g, d = self.heads_per_cta, self.heads // self.kv_heads, self.head_dim
+        stage = 2 * self.page_size * (hc * d + 8) * 2
+        return self.stages * stage + 8 * self.stages + hc * g * d * (2 + 4) + 2 * hc * g * 4
+
+    @property
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
+                ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
+                ("SMEM_BYTES", self.smem))  # fmt: skip
+
+
+def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
+                   min_rows: int = MIN_ROWS) -> AttentionPlan | None:  # fmt: skip
+    """The kernel's plan for a decode call, or None where it does not apply: fewer than `min_rows`
+    rows, another cache dtype, page size or head dim than the kernel's fragments take, or more than
+    8 query heads a kv head."""
+    if rows < min_rows or dtype != torch.bfloat16 or head_dim != 128 or page_size != 16:
+        return None
+    if heads % kv_heads or heads // kv_heads > 8:
+        return None
+    per_cta = 1  # as many kv heads a CTA as keep CTAS CTAs busy, at most 4 (4 warps)
+    while per_cta < 4 and kv_heads % (2 * per_cta) == 0 and rows * kv_heads // (2 * per_cta) >= CTAS:
+        per_cta *= 2
+    return AttentionPlan(heads, kv_heads, head_dim, page_size, per_cta)
+
+
+def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, heads: int, kv_heads: int,
+                max_context: int | None) -> AttentionPlan | None:  # fmt: skip
+    """The plan for a decode call where the kernel takes it by default: MIN_ROWS to MAX_ROWS rows of
+    long contexts (not the code predictor's, unless SHORT) on a GPU where it runs; else None."""
+    rows = qkv.shape[0]
+    if rows > MAX_ROWS or (max_context is not None and max_context <= 32 and not SHORT):
+        return None
+    plan = attention_plan(rows, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype)
+    return plan if plan is not None and qkv.is_cuda and attention_supported(qkv.device) else None
+
+
+@functools.cache
+def attention_supported(device: torch.device) -> bool:
+    """Whether the kernel runs on `device`: compute capability 9.0 or newer and NVRTC compiles it."""
+    if KERNEL != "cuda" or device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        return False
+    try:
+        with torch.cuda.device(device):
+            _kernel(AttentionPlan(16, 8, 128, 16, 4))
+    except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
+        log.warning("the CUDA decode attention is off: NVRTC could not compile it (%s)", e)
+        return False
+    return True
+
+
+@functools.cache
+def _kernel(plan: AttentionPlan):
+    kernel = compile_source(SOURCE, "decode_attention_kernel", plan.defines)
+    allow_shared_memory(kernel, plan.smem)
+    return kernel
+
+
+def cuda_qk_norm_rope_attention(
+    qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
+    num_heads: int, num_kv_heads: int, plan: AttentionPlan | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """triton_attention.qk_norm_rope_attention by the CUDA kernel: row n of qkv [N, (Hq+2Hkv)*D] is
+    its stream's new token at positions[n] = context_lens[n] - 1, written to cache slot
+    slot_index[n]. Returns [N, Hq*D]. The index tensors are int64, read before the kernel's PDL
+    wait (as are the cached tokens before the new ones), so the kernel it waits for must not write
+    them."""
+    n, d = qkv.shape[0], k_cache.shape[3]
+    plan = plan or attention_plan(n, num_heads, num_kv_heads, d, k_cache.shape[1], k_cache.dtype, min_rows=1)
+    if plan is None or k_cache.shape[2] != num_kv_heads or qkv.shape[1] != (num_heads + 2 * num_kv_heads) * d:
+        raise ValueError(f"the CUDA attention does not take qkv {tuple(qkv.shape)} over a cache {tuple(k_cache.shape)}")
+    indices = (positions, slot_index, context_lens, block_table)
+    if any(t.dtype != torch.int64 for t in indices) or block_table.stride(1) != 1:
+        raise ValueError("positions, slot_index, context_lens, block_table must be int64 (rows contiguous)")
+    tensors = (qkv, q_norm, k_norm, cos, sin, k_cache, v_cache)
+    if not all(t.is_contiguous() and t.dtype == torch.bfloat16 for t in tensors):
+        raise ValueError("qkv, the norms, the RoPE tables and the caches must be contiguous bfloat16")
+    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
+
+    if pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST and not plan.trigger_first:
+        plan = AttentionPlan(**{**plan.__dict__, "trigger_first": True})
+    out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
+    if n == 0:
+        return out
+    args = [qkv, q_norm, k_norm, cos, sin, positions, slot_index, context_lens, block_table,
+            ctypes.c_int(block_table.stride(0)), k_cache, v_cache, out, ctypes.c_float(scale),
+            ctypes.c_float(eps)]  # fmt: skip
+    launch(_kernel(plan), plan.grid(n), plan.threads, plan.smem, args, pdl_on(qkv))
+    return out

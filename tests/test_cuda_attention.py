@@ -1,0 +1,158 @@
+"""The talker's decode attention as a CUDA kernel (kernels/cuda/decode_attention.cu: the cached
+pages streamed by the copy engine, the first before the PDL wait) against its PyTorch definition
+(torch_ops.qk_norm_rope_attention): its source on the CPU through tests/cuda_emulation, and on a
+Hopper GPU ("gpu" marker) alone and inside a captured graph behind a Triton kernel under PDL. The
+plans (which calls it takes, their shared memory) are checked everywhere."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from kernel_checks import decode_rows
+
+from cadence.kernels import torch_ops
+from cadence.kernels.cuda_attention import SOURCE, AttentionPlan, attention_plan
+
+EMULATION = Path(__file__).parent / "cuda_emulation"
+TALKER = (16, 8, 128, 16)  # query heads, kv heads, head dim, page size
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
+# bf16 outputs of values near 1: a few units in the last place of the definition's
+TOLERANCE = 3e-2
+
+
+def test_plans():
+    """64 rows of the talker: 4 kv heads a CTA (128 CTAs, one an SM), shared memory within an SM's
+    227 KB; fewer rows fewer heads a CTA; what the fragments cannot take gets no plan."""
+    plan = attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
+    assert plan.heads_per_cta == 4 and plan.grid(64) == 128 and plan.threads == 128
+    assert plan.smem <= 227 * 1024
+    assert attention_plan(16, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 1
+    assert attention_plan(32, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 2
+    assert attention_plan(8, 16, 8, 128, 16, torch.bfloat16) is None  # below MIN_ROWS
+    assert attention_plan(64, 16, 8, 128, 16, torch.float32) is None
+    assert attention_plan(64, 16, 8, 64, 16, torch.bfloat16) is None
+    assert attention_plan(64, 16, 8, 128, 32, torch.bfloat16) is None
+    assert attention_plan(64, 32, 2, 128, 16, torch.bfloat16) is None  # 16 query heads a kv head
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    data = t.contiguous().cpu().view(torch.uint8).numpy().tobytes()
+    return struct.pack("<Q", len(data)) + data
+
+
+def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tuple[torch.Tensor, ...]:
+    """The kernel of `plan` on the CPU emulation; its output and the two caches after it."""
+    qn, kn, eps, cos, sin, pos = args
+    slots, bt, ctx, scale = rest[:4]
+    exe = tmp_path / "attention_driver"
+    flags = [f"-D{name}={value}" for name, value in plan.defines]
+    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", "-DACT_BF16=1", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
+           f"-I{EMULATION}", str(EMULATION / "attention_driver.cpp"), "-o", str(exe)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with open(tmp_path / "args", "wb") as f:
+        for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt):
+            f.write(_bytes(t))
+        f.write(struct.pack("<qqqdd", bt.stride(0), plan.grid(qkv.shape[0]), plan.smem, scale, eps))
+    done = subprocess.run([str(exe), str(tmp_path / "args"), str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    raw = torch.frombuffer(bytearray((tmp_path / "out").read_bytes()), dtype=torch.bfloat16)
+    n_out = qkv.shape[0] * plan.heads * plan.head_dim
+    k, v = raw[n_out:].chunk(2)
+    return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1])
+
+
+@needs_gxx
+@pytest.mark.parametrize(
+    "heads,contexts,per_cta,stages",
+    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2),  # the talker's heads; pages reissued past 2 in flight
+     ((16, 8), [5, 48, 49], 2, 3),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
+     ((8, 8), [20, 64], 1, 2)],  # one query head a kv head (half of D's columns unused)
+)  # fmt: skip
+def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
+    """The kernel's source run on the CPU (every CUDA thread a fiber; bulk copies, mbarriers and
+    mma.sync emulated): contexts of one token (no cached page), partial and whole last pages and
+    more pages than stages; the new tokens' cache cells NaN beforehand (a kernel that reads them, or
+    a stale NaN value times a zero probability, shows NaN). Within bf16 rounding of the definition,
+    the new keys and values written where the definition writes them."""
+    hq, hkv = heads
+    qkv, args, caches, rest = decode_rows((hq, hkv, 128, 16, contexts), torch.bfloat16, seed=7, device="cpu")
+    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages)
+    out, k, v = _emulate(tmp_path, plan, qkv, args, caches, rest)
+    want_caches = [c.clone() for c in caches]
+    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
+    assert not out.isnan().any()
+    assert (out.float() - want.float()).abs().max() <= TOLERANCE
+    for got, wanted in ((k, want_caches[0]), (v, want_caches[1])):
+        assert not got.isnan().any()
+        assert (got.float() - wanted.float()).abs().max() <= TOLERANCE
+
+
+gpu = pytest.mark.gpu
+
+
+def _cuda():
+    from cadence.kernels.cuda_attention import attention_supported, cuda_qk_norm_rope_attention
+
+    if not torch.cuda.is_available() or not attention_supported(torch.device("cuda")):
+        pytest.skip("needs a Hopper GPU with NVRTC")
+    return cuda_qk_norm_rope_attention
+
+
+def _talker_rows(rows: int, seed: int, longest: int = 540):
+    contexts = torch.randint(1, longest, (rows,), generator=torch.Generator().manual_seed(seed)).tolist()
+    contexts[:3] = [1, 16, 17][: len(contexts)]
+    return decode_rows((*TALKER, contexts), torch.bfloat16, seed=seed, device="cuda")
+
+
+@gpu
+@pytest.mark.parametrize("rows,min_rows", [(64, 64), (70, 64), (16, 1), (32, 1)])
+def test_matches_definition_on_the_gpu(rows, min_rows):
+    """64 and 70 rows (4 kv heads a CTA), 16 and 32 (1 and 2), contexts up to 540 tokens."""
+    attend = _cuda()
+    qkv, args, caches, rest = _talker_rows(rows, seed=rows)
+    mine, want_caches = [c.clone() for c in caches], [c.clone() for c in caches]
+    plan = attention_plan(rows, *TALKER[:2], 128, 16, torch.bfloat16, min_rows=min_rows)
+    got = attend(qkv, *args, *mine, *rest, plan=plan)
+    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
+    assert not got.isnan().any()
+    assert (got.float() - want.float()).abs().max() <= TOLERANCE
+    for a, b in zip(mine, want_caches, strict=True):
+        assert not a.isnan().any() and (a.float() - b.float()).abs().max() <= TOLERANCE
+
+
+@gpu
+@pytest.mark.parametrize("trigger_first", [False, True])
+def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
+    """As the walk runs it: captured in a CUDA graph, launched under PDL behind the Triton kernel
+    that writes its qkv rows (a copy through triton_ops.linear with an identity weight), the pages
+    on their way before the wait. Replayed with new qkv rows: the definition's outputs each time."""
+    _cuda()
+    from cadence.kernels import triton_ops
+    from cadence.kernels.triton_launch import pdl_settings
+
+    rows = 64
+    qkv, args, caches, rest = _talker_rows(rows, seed=3)
+    eye = torch.eye(qkv.shape[1], device="cuda", dtype=torch.bfloat16)
+    source = qkv.clone()
+    base = [c.clone() for c in caches]
+    with pdl_settings(True, trigger_first):
+        triton_ops.qk_norm_rope_attention(triton_ops.linear(source, eye), *args, *caches, *rest)  # compile
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = triton_ops.qk_norm_rope_attention(triton_ops.linear(source, eye), *args, *caches, *rest)
+    for replay in range(3):
+        source.copy_(torch.randn(source.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(replay)))
+        for c, b in zip(caches, base, strict=True):
+            c.copy_(b)
+        graph.replay()
+        want_caches = [b.clone() for b in base]
+        want = torch_ops.qk_norm_rope_attention(source, *args, *want_caches, *rest)
+        torch.cuda.synchronize()
+        assert (out.float() - want.float()).abs().max() <= TOLERANCE, replay
