@@ -37,6 +37,7 @@ STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in f
 # one or two pages), which the Triton kernel's 32-token blocks take otherwise.
 SHORT = os.environ.get("CADENCE_CUDA_ATTENTION_SHORT", "0") == "1"
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
+MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,13 @@ class AttentionPlan:
         its `struct Tail` (the mbarriers, each warp's queries, sums, maxima and totals)."""
         hc, g, d = self.heads_per_cta, self.heads // self.kv_heads, self.head_dim
         stage = 2 * self.page_size * (hc * d + 8) * 2
-        return self.stages * stage + 8 * self.stages + hc * g * d * (2 + 4) + 2 * hc * g * 4
+        return self.stages * stage + 8 * self.stages + 4 * MAX_PAGES + hc * g * d * (2 + 4) + 2 * hc * g * 4
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
-                ("SMEM_BYTES", self.smem))  # fmt: skip
+                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
@@ -89,12 +90,14 @@ def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_siz
     return AttentionPlan(heads, kv_heads, head_dim, page_size, per_cta)
 
 
-def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, heads: int, kv_heads: int,
+def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor, heads: int, kv_heads: int,
                 max_context: int | None) -> AttentionPlan | None:  # fmt: skip
     """The plan for a decode call where the kernel takes it by default: MIN_ROWS to MAX_ROWS rows of
-    long contexts (not the code predictor's, unless SHORT) on a GPU where it runs; else None."""
+    long contexts (not the code predictor's, unless SHORT), page tables of up to MAX_PAGES, on a GPU
+    where it runs; else None."""
     rows = qkv.shape[0]
-    if rows > MAX_ROWS or (max_context is not None and max_context <= 32 and not SHORT):
+    short = max_context is not None and max_context <= 32
+    if rows > MAX_ROWS or block_table.shape[1] > MAX_PAGES or (short and not SHORT):
         return None
     plan = attention_plan(rows, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype)
     return plan if plan is not None and qkv.is_cuda and attention_supported(qkv.device) else None
@@ -135,6 +138,8 @@ def cuda_qk_norm_rope_attention(
     if plan is None or k_cache.shape[2] != num_kv_heads or qkv.shape[1] != (num_heads + 2 * num_kv_heads) * d:
         raise ValueError(f"the CUDA attention does not take qkv {tuple(qkv.shape)} over a cache {tuple(k_cache.shape)}")
     indices = (positions, slot_index, context_lens, block_table)
+    if block_table.shape[1] > MAX_PAGES:
+        raise ValueError(f"the CUDA attention takes page tables of up to {MAX_PAGES} pages")
     if any(t.dtype != torch.int64 for t in indices) or block_table.stride(1) != 1:
         raise ValueError("positions, slot_index, context_lens, block_table must be int64 (rows contiguous)")
     tensors = (qkv, q_norm, k_norm, cos, sin, k_cache, v_cache)

@@ -191,7 +191,8 @@ def qk_norm_rope_attention(
     Hopper from its MIN_ROWS rows), else one fused Triton kernel up to FUSED_ATTENTION_MAX_ROWS rows
     and the two kernels above."""
     norm_rope = (q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index)
-    if (plan := cuda_attention.decode_plan(qkv, k_cache, num_heads, num_kv_heads, max_context)) is not None:
+    plan = cuda_attention.decode_plan(qkv, k_cache, block_table, num_heads, num_kv_heads, max_context)
+    if plan is not None:
         return cuda_attention.cuda_qk_norm_rope_attention(
             qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, plan
         )

@@ -21,7 +21,8 @@
 //
 // Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA: its
 // warps), STAGES (pages in flight a CTA), TRIGGER_FIRST (1: let the next kernel launch before the
-// wait), SMEM_BYTES (the dynamic shared memory it is launched with).
+// wait), MAX_PAGES (the longest page table it takes), SMEM_BYTES (the dynamic shared memory it is
+// launched with).
 
 #include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync
 #include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
@@ -39,6 +40,7 @@ static_assert(PS == 16 && G >= 1 && G <= 8 && HQ % HKV == 0 && HKV % HC == 0, "t
 // pages, its sums (fp32) with each head's running max and sum.
 struct Tail {
   u64 full[STAGES];
+  int page[MAX_PAGES];  // the row's page table, read once (a global load a page cost ~1 us each, #104)
   u16 q[HC][G][HD];
   float o[HC][G][HD];
   float m[HC][G], l[HC][G];
@@ -46,13 +48,13 @@ struct Tail {
 static_assert((size_t)STAGES * STAGE * 2 + sizeof(Tail) <= SMEM_BYTES, "SMEM_BYTES: the stages and the tail");
 
 // Warp 0: page p's tokens (this CTA's heads) into stage p % STAGES, completing on its mbarrier.
-__device__ __forceinline__ void fetch(int p, const i64* table, const u16* k_cache, const u16* v_cache, int head0,
-                                      u16* stages, Tail& tail, int lane) {
+__device__ __forceinline__ void fetch(int p, const u16* k_cache, const u16* v_cache, int head0, u16* stages,
+                                      Tail& tail, int lane) {
   u64* bar = &tail.full[p % STAGES];
   if (lane == 0) mbar_expect_tx(bar, STAGE_BYTES);
   __syncwarp();
   if (lane < PS) {
-    const size_t src = ((size_t)table[p] * PS + lane) * TOKEN + (size_t)head0 * HD;
+    const size_t src = ((size_t)tail.page[p] * PS + lane) * TOKEN + (size_t)head0 * HD;
     u16* dst = stages + (size_t)(p % STAGES) * STAGE + lane * ROW;
     bulk_load(dst, k_cache + src, HC * HD * 2, bar);
     bulk_load(dst + PS * ROW, v_cache + src, HC * HD * 2, bar);
@@ -77,9 +79,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     for (int s = 0; s < STAGES; ++s) mbar_init(&tail.full[s], 1);
     mbar_init_fence();
   }
+  for (int p = threadIdx.x; p < pages; p += THREADS) tail.page[p] = (int)table[p];
   __syncthreads();
   if (warp == 0)
-    for (int p = 0; p < imin(STAGES, pages); ++p) fetch(p, table, k_cache, v_cache, head0, stages, tail, lane);
+    for (int p = 0; p < imin(STAGES, pages); ++p) fetch(p, k_cache, v_cache, head0, stages, tail, lane);
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
 
@@ -120,13 +123,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
       for (int t = valid; t < PS; ++t) *reinterpret_cast<uint2*>(values + t * ROW + 4 * lane) = zero;
       __syncwarp();
     }
-    float sc[4] = {};  // S^T: tokens g, g + 8 of heads 2c, 2c + 1
+    float sc[4] = {}, odd_j[4] = {};  // S^T: tokens g, g + 8 of heads 2c, 2c + 1 (two chains of mmas)
     for (int j = 0; j < HD / 16; ++j) {
       const u16* k0 = keys + g * ROW + 16 * j + 2 * c;
       const u32 a[4] = {*reinterpret_cast<const u32*>(k0), *reinterpret_cast<const u32*>(k0 + 8 * ROW),
                         *reinterpret_cast<const u32*>(k0 + 8), *reinterpret_cast<const u32*>(k0 + 8 * ROW + 8)};
-      mma_16816(sc, a, qb[j]);
+      mma_16816(j % 2 ? odd_j : sc, a, qb[j]);
     }
+    for (int i = 0; i < 4; ++i) sc[i] += odd_j[i];
     float pr[4];  // probabilities, same layout
     for (int h = 0; h < 2; ++h) {
       const float s0 = g < valid ? sc[h] * scale : NEG_INF, s1 = g + 8 < valid ? sc[2 + h] * scale : NEG_INF;
@@ -156,7 +160,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
       mma_16816(acc[t], a, pb);
     }
     __syncthreads();  // every warp is done with this stage: it takes page p + STAGES
-    if (warp == 0 && p + STAGES < pages) fetch(p + STAGES, table, k_cache, v_cache, head0, stages, tail, lane);
+    if (warp == 0 && p + STAGES < pages) fetch(p + STAGES, k_cache, v_cache, head0, stages, tail, lane);
   }
 
   // The sums to shared memory, 4 elements a lane again; then the new token and the outputs.
