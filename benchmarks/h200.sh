@@ -233,21 +233,21 @@ for phase in "$@"; do
         2>&1 | grep -E "^==|^ +[0-9]|failed" ;;
     attn104)  # perf-notes #104: the CUDA decode attention's gpu tests and the Triton decode kernel's (the dispatcher
       # in front of it), the kernels alone at 64 rows (the Triton sweep's shipped and best against the CUDA kernel at
-      # 2-4 pages in flight; alone, then behind the qkv GEMMs), then b64 walks of this tree, with the Triton kernel
-      # (`tri`) and with the code predictor's short contexts on the CUDA kernel too (`short`), and TREES
-      # (A104_ROUNDS, default "1 2"; ~8 min)
+      # 2-4 pages in flight; alone, then behind the qkv GEMMs), then b64 walks of this tree, with the CUDA kernel
+      # for the talker (`long`), for the code predictor (`short`) and both (`all`), and TREES (A104_ROUNDS,
+      # default "1 2"; A104_TREES to walk other switches; ~8 min)
       need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_attention.py \
+      [ "${A104_WALKS_ONLY:-0}" = 1 ] || { timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_attention.py \
         tests/test_attention_kernels.py -k "cuda_attention or gpu or qk_norm_rope_attention" 2>&1 \
         | tee "$OUT/attn104_tests.log" | grep -E "passed|failed|rror" | tail -6
       grep -q " passed" "$OUT/attn104_tests.log" && ! grep -qE "failed|error" "$OUT/attn104_tests.log" || continue
       for chain in "" --chain; do
         timeout -k 10 -s INT 150 python3 benchmarks/paged_attention.py --batches 64 --fused $chain --stages 2 \
           --splits 1 --cuda 2 3 4 --json "$OUT/attn104_kernel${chain}.json" 2>&1 | grep -vE "^ *$" | tail -5
-      done
+      done; }
       wait
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${A104_ROUNDS:-1 2} \
-        TREES="tri=.,CADENCE_ATTENTION_KERNEL=triton short=.,CADENCE_CUDA_ATTENTION_SHORT=1 ${TREES:-}" bash "$0" walkab \
+        TREES="${A104_TREES:-long=.,CADENCE_CUDA_ATTENTION=long short=.,CADENCE_CUDA_ATTENTION=short all=.,CADENCE_CUDA_ATTENTION=all} ${TREES:-}" bash "$0" walkab \
         2>&1 | grep -E "^==|^ +[0-9]|failed|rror" ;;
     sampler103)  # perf-notes #103: the samplers' kernel tests (the CUDA sampler's and the shared ones, both GPU
       # samplers), the fast walk's gpu tests (under graphs against the eager walk), the sampler kernels alone, then

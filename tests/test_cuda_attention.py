@@ -128,12 +128,14 @@ def test_matches_definition_on_the_gpu(rows, min_rows):
 
 @gpu
 @pytest.mark.parametrize("trigger_first", [False, True])
-def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
+def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first, monkeypatch):
     """As the walk runs it: captured in a CUDA graph, launched under PDL behind the Triton kernel
     that writes its qkv rows (a copy through triton_ops.linear with an identity weight), the pages
     on their way before the wait. Replayed with new qkv rows: the definition's outputs each time."""
     _cuda()
-    from cadence.kernels import triton_ops
+    from cadence.kernels import cuda_attention, triton_ops
+
+    monkeypatch.setattr(cuda_attention, "CONTEXTS", "all")  # the dispatcher takes the CUDA kernel
     from cadence.kernels.triton_launch import pdl_settings
 
     rows = 64

@@ -7,8 +7,8 @@ kernel's PDL wait (perf-notes #104).
 One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, with no split of the context:
 at 64 rows and 8 kv heads, 4 heads a CTA is 128 CTAs, one a SM. Hopper and newer (bulk copies,
 mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads of 128; the Triton kernel runs
-everything else. `CADENCE_ATTENTION_KERNEL=triton` keeps the Triton kernel everywhere (the A/B
-switch); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts.
+everything else. `CADENCE_CUDA_ATTENTION` says which decode calls take it (`CONTEXTS`, below);
+`CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts.
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ from .nvrtc import allow_shared_memory, compile_source, launch, pdl_on
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
-KERNEL = os.environ.get("CADENCE_ATTENTION_KERNEL", "cuda")
 # Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
 # Triton kernel splits their contexts instead).
 MIN_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MIN_ROWS", "64"))
 MAX_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MAX_ROWS", "64"))  # measured up to the 64-row bucket
 STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in flight a CTA
-# Experiment switch: "1" also takes contexts known to be short (the code predictor's <= 17 tokens,
-# one or two pages), which the Triton kernel's 32-token blocks take otherwise.
-SHORT = os.environ.get("CADENCE_CUDA_ATTENTION_SHORT", "0") == "1"
+# Which decode calls take the kernel: "long" (the talker's), "short" (contexts known to be <= 32
+# tokens: the code predictor's one or two pages), "all", or "none" (the Triton kernel everywhere).
+# perf-notes #104: "long" took the b64 walk 4.32 -> 5.01 ms (the kernel streams at ~2.1 TB/s
+# against the Triton kernel's 3.4), "all" 4.95.
+CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "none")
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 
@@ -92,12 +93,11 @@ def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_siz
 
 def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor, heads: int, kv_heads: int,
                 max_context: int | None) -> AttentionPlan | None:  # fmt: skip
-    """The plan for a decode call where the kernel takes it by default: MIN_ROWS to MAX_ROWS rows of
-    long contexts (not the code predictor's, unless SHORT), page tables of up to MAX_PAGES, on a GPU
-    where it runs; else None."""
+    """The plan for a decode call where the kernel takes it: MIN_ROWS to MAX_ROWS rows of the
+    contexts CONTEXTS names, page tables of up to MAX_PAGES, on a GPU where it runs; else None."""
     rows = qkv.shape[0]
-    short = max_context is not None and max_context <= 32
-    if rows > MAX_ROWS or block_table.shape[1] > MAX_PAGES or (short and not SHORT):
+    kind = "short" if max_context is not None and max_context <= 32 else "long"
+    if CONTEXTS not in (kind, "all") or rows > MAX_ROWS or block_table.shape[1] > MAX_PAGES:
         return None
     plan = attention_plan(rows, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype)
     return plan if plan is not None and qkv.is_cuda and attention_supported(qkv.device) else None
@@ -106,7 +106,7 @@ def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Ten
 @functools.cache
 def attention_supported(device: torch.device) -> bool:
     """Whether the kernel runs on `device`: compute capability 9.0 or newer and NVRTC compiles it."""
-    if KERNEL != "cuda" or device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
         return False
     try:
         with torch.cuda.device(device):
