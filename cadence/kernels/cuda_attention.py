@@ -1,14 +1,16 @@
-"""The talker's decode attention for many rows as a CUDA kernel (kernels/cuda/decode_attention.cu):
+"""Decode attention for many rows as a CUDA kernel (kernels/cuda/decode_attention.cu):
 what triton_attention.qk_norm_rope_attention does for decode rows (QK-norm, RoPE, the new key and
 value to the cache, attention over the row's pages; torch_ops has the definition), with the cached
 keys and values streamed into shared memory by the copy engine, the first pages before the
 kernel's PDL wait (perf-notes #104).
 
 One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, with no split of the context:
-at 64 rows and 8 kv heads, 4 heads a CTA is 128 CTAs, one a SM. Hopper and newer (bulk copies,
-mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads of 128; the Triton kernel runs
-everything else. `CADENCE_CUDA_ATTENTION` says which decode calls take it (`CONTEXTS`, below);
-`CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts.
+at 64 rows and 8 kv heads, 4 heads a CTA is 128 CTAs, one a SM. By default it runs the code
+predictor's decode steps at 64 rows (contexts of one or two pages: the b64 walk 4.32 -> 4.25 ms);
+over the talker's long contexts it streams slower than the Triton kernel, so those stay there.
+Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads
+of 128; the Triton kernel runs everything else. `CADENCE_CUDA_ATTENTION` says which decode calls
+take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 MIN_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MIN_ROWS", "64"))
 MAX_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MAX_ROWS", "64"))  # measured up to the 64-row bucket
 STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in flight a CTA
-# Which decode calls take the kernel: "long" (the talker's), "short" (contexts known to be <= 32
-# tokens: the code predictor's one or two pages), "all", or "none" (the Triton kernel everywhere).
-# perf-notes #104: "long" took the b64 walk 4.32 -> 5.01 ms (the kernel streams at ~2.1 TB/s
-# against the Triton kernel's 3.4), "all" 4.95.
-CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "none")
+# Which decode calls take the kernel: "short" (contexts known to be <= 32 tokens: the code
+# predictor's one or two pages, whose copies start before the wait), "long" (the talker's), "all", or
+# "none" (the Triton kernel everywhere). perf-notes #104, the b64 walk: none 4.32 ms, short 4.25;
+# long 5.01 and all 4.95 (over 500-token contexts the kernel streams at ~2.1 TB/s, the Triton one 3.4).
+CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "short")
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 

@@ -1,12 +1,17 @@
-// The talker's decode attention for many rows (kernels/cuda_attention.py, perf-notes #104): each
+// Decode attention for many rows (kernels/cuda_attention.py, perf-notes #104; by default the code
+// predictor's steps at 64 rows, whose one or two pages a row arrive before the wait): each
 // row is its stream's new token, and one CTA takes a row and HC of its kv heads (a warp a kv head
 // and its G query heads). What the Triton kernel (triton_attention.qk_norm_rope_attention) does,
 // with the cached keys and values streamed by the copy engine:
 // - Before the PDL wait, the first STAGES pages of the row's cached tokens are on their way into
-//   shared memory (cp.async.bulk, a token's HC heads of keys, then of values, a copy each). Those
-//   cells were written by earlier steps' kernels, which have completed, and the row's context
-//   length and page table are written before the walk's layers start (the frame graph, or the
-//   engine between walks), so nothing this kernel waits for changes them.
+//   shared memory (cp.async.bulk, a token's HC heads of keys, then of values, a copy each). The
+//   row's context length, page table, position and slot are written before the walk's layers start
+//   (the frame graph, or constants of the code predictor's index), never by a kernel of the chain.
+//   The cached cells were written by this layer's attention at earlier steps: where kernels wait
+//   first, two or more kernels back, so complete; where they trigger first (the b64 graphs) at
+//   least ~30 kernels back (a decode step of the code predictor's 5 layers, its head and sampler),
+//   and for this kernel to start before that one ends every kernel between would have to hold its
+//   CTAs on the SMs at once beside this one's ~139 KB a CTA: a few can, 30 cannot.
 // - After it: the row's q, k and v from qkv, QK-norm and RoPE (head_rope.cuh), the new key and value
 //   to the cache slot; then the pages in turn as they land, each page's copy reissued STAGES pages
 //   ahead once every warp is done with its stage.
