@@ -6,21 +6,18 @@ plans (which calls it takes, their shared memory) are checked everywhere."""
 
 from __future__ import annotations
 
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import decode_rows
 
 from cadence.kernels import torch_ops
 from cadence.kernels.cuda_attention import SOURCE, AttentionPlan, attention_plan
 
-EMULATION = Path(__file__).parent / "cuda_emulation"
 TALKER = (16, 8, 128, 16)  # query heads, kv heads, head dim, page size
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
 # bf16 outputs of values near 1: a few units in the last place of the definition's
 TOLERANCE = 3e-2
 
@@ -40,28 +37,14 @@ def test_plans():
     assert attention_plan(64, 32, 2, 128, 16, torch.bfloat16) is None  # 16 query heads a kv head
 
 
-def _bytes(t: torch.Tensor) -> bytes:
-    data = t.contiguous().cpu().view(torch.uint8).numpy().tobytes()
-    return struct.pack("<Q", len(data)) + data
-
-
 def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tuple[torch.Tensor, ...]:
     """The kernel of `plan` on the CPU emulation; its output and the two caches after it."""
     qn, kn, eps, cos, sin, pos = args
     slots, bt, ctx, scale = rest[:4]
-    exe = tmp_path / "attention_driver"
-    flags = [f"-D{name}={value}" for name, value in plan.defines]
-    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", "-DACT_BF16=1", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
-           f"-I{EMULATION}", str(EMULATION / "attention_driver.cpp"), "-o", str(exe)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    with open(tmp_path / "args", "wb") as f:
-        for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt):
-            f.write(_bytes(t))
-        f.write(struct.pack("<qqqdd", bt.stride(0), plan.grid(qkv.shape[0]), plan.smem, scale, eps))
-    done = subprocess.run([str(exe), str(tmp_path / "args"), str(tmp_path / "out")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    raw = torch.frombuffer(bytearray((tmp_path / "out").read_bytes()), dtype=torch.bfloat16)
+    tensors = b"".join(blob(t) for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt))
+    scalars = struct.pack("<qqqdd", bt.stride(0), plan.grid(qkv.shape[0]), plan.smem, scale, eps)
+    out = emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars)
+    raw = torch.frombuffer(bytearray(out), dtype=torch.bfloat16)
     n_out = qkv.shape[0] * plan.heads * plan.head_dim
     k, v = raw[n_out:].chunk(2)
     return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1])

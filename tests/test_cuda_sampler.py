@@ -5,20 +5,17 @@ fiber), the premise of its 16-bit top-k keys on every bf16 value, and on a GPU t
 
 from __future__ import annotations
 
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from cuda_driver import blob, emulate, needs_gxx
 
 from cadence.engine.sampler import RowParams
 from cadence.kernels import torch_ops
 from cadence.kernels.cuda_sampler import SOURCE, SamplerPlan, threads_for
 
-EMULATION = Path(__file__).parent / "cuda_emulation"
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
 gpu = pytest.mark.gpu
 
 
@@ -75,36 +72,19 @@ def _tables(slots: int, v: int, g: torch.Generator, device: str = "cpu") -> dict
     return {k: (x.to(device) if isinstance(x, torch.Tensor) else x) for k, x in tables.items()}
 
 
-def _blob(t: torch.Tensor | None) -> bytes:
-    """A driver's buffer: its byte count, then its bytes (none for an absent tensor)."""
-    if t is None:
-        return struct.pack("<Q", 0)
-    data = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).contiguous().numpy().tobytes()
-    return struct.pack("<Q", len(data)) + data
-
-
 def _emulate(tmp_path: Path, plan: SamplerPlan, logits, t: dict, rows, table, **kw):
     """The kernel of `plan` on the CPU emulation: (tokens [n], the history after, the embedding rows)."""
-    exe = tmp_path / "sampler_driver"
-    flags = [f"-D{name}={value}" for name, value in plan.defines]
-    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
-           f"-I{EMULATION}", str(EMULATION / "sampler_driver.cpp"), "-o", str(exe)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
     n = logits.shape[0]
     words = plan.embed_words
     p = t["params"]
     seen = t["seen"] if plan.seen else None
-    with open(tmp_path / "args", "wb") as f:
-        for tensor in (logits, rows, seen, t["penalty"] if plan.seen else None, t["ban_eos"] if plan.ban else None,
-                       p.do_sample, p.temperature, p.top_k, p.top_p, t["seed"], t["frame"], table):  # fmt: skip
-            f.write(_blob(tensor))
-        key = (kw.get("codebook", 0) * 0x1E3779B9) & 0xFFFFFFFF
-        f.write(struct.pack("<7q", n, kw.get("eos_id", -1), kw.get("suppress_start", -1), kw.get("eos_min_frames", 0),
-                            key, 16, words))  # fmt: skip
-    done = subprocess.run([str(exe), tmp_path / "args", tmp_path / "out"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    raw = (tmp_path / "out").read_bytes()
+    tensors = (logits, rows, seen, t["penalty"] if plan.seen else None, t["ban_eos"] if plan.ban else None,
+               p.do_sample, p.temperature, p.top_k, p.top_p, t["seed"], t["frame"], table)  # fmt: skip
+    key = (kw.get("codebook", 0) * 0x1E3779B9) & 0xFFFFFFFF
+    args = b"".join(blob(tensor) for tensor in tensors)
+    args += struct.pack("<7q", n, kw.get("eos_id", -1), kw.get("suppress_start", -1), kw.get("eos_min_frames", 0),
+                        key, 16, words)  # fmt: skip
+    raw = emulate(tmp_path, "sampler_driver", SOURCE, plan.defines, args, bf16=False)
     out = torch.frombuffer(bytearray(raw[: n * 16 * 8]), dtype=torch.long).view(n, 16)
     assert (out[:, 1:] == -1).all()  # one column of the frame written
     rest = raw[n * 16 * 8 :]

@@ -7,13 +7,12 @@ run with it against the same stack on the Triton layer kernels. The kernel needs
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from cuda_driver import blob, emulate, needs_gxx
 
 from cadence.kernels import torch_ops
 from cadence.kernels.cuda_gemv import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
@@ -237,35 +236,15 @@ def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode, monkeyp
     _check_against_layer_kernels(plain, inside, x, index, k0, v0, decode=decode)
 
 
-EMULATION = Path(__file__).parent / "cuda_emulation"
-
-
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
-
-
-def _bf16_bytes(t: torch.Tensor) -> bytes:
-    data = t.contiguous().view(torch.int16).numpy().tobytes()
-    return struct.pack("<Q", len(data)) + data
-
-
 def _emulate(tmp_path: Path, plan, tensors: list[torch.Tensor], n: int, tail: bytes = b"") -> torch.Tensor:
     """The kernel of `plan` built for the CPU emulation and run on x, w, res, norm_w (and with an
     attention its tensors and `tail`); its output file as int16 words."""
     from cadence.kernels.cuda_gemv import SOURCE
 
-    exe = tmp_path / "slab_driver"
-    flags = [f"-D{name}={value}" for name, value in plan.defines]
-    cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", "-DACT_BF16=1", *flags, f'-DKERNEL_SOURCE="{SOURCE}"',
-           f"-I{EMULATION}", str(EMULATION / "slab_driver.cpp"), "-o", str(exe)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    with open(tmp_path / "args", "wb") as f:
-        f.write(b"".join(_bf16_bytes(t) for t in tensors[:4]))
-        f.write(struct.pack("<qqqqd", n, plan.rows_per_cta, plan.grid, plan.smem, EPS))
-        f.write(b"".join(_bf16_bytes(t) for t in tensors[4:]) + tail)
-    done = subprocess.run([str(exe), str(tmp_path / "args"), str(tmp_path / "out")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return torch.frombuffer(bytearray((tmp_path / "out").read_bytes()), dtype=torch.int16)
+    args = b"".join(blob(t) for t in tensors[:4])
+    args += struct.pack("<qqqqd", n, plan.rows_per_cta, plan.grid, plan.smem, EPS)
+    args += b"".join(blob(t) for t in tensors[4:]) + tail
+    return torch.frombuffer(bytearray(emulate(tmp_path, "slab_driver", SOURCE, plan.defines, args)), dtype=torch.int16)
 
 
 @needs_gxx
