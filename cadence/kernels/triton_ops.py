@@ -187,9 +187,9 @@ def qk_norm_rope_attention(
     max_context: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Decode attention with the rows' QK-norm, RoPE and cache write (torch_ops has the definition):
-    the CUDA kernel where cuda_attention.decode_plan takes the call (the talker's long contexts on
-    Hopper from its MIN_ROWS rows), else one fused Triton kernel up to FUSED_ATTENTION_MAX_ROWS rows
-    and the two kernels above."""
+    the CUDA kernel where cuda_attention.decode_plan takes the call (by default the code predictor's
+    short contexts at 64 rows, on Hopper), else one fused Triton kernel up to
+    FUSED_ATTENTION_MAX_ROWS rows and the two kernels above."""
     norm_rope = (q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index)
     plan = cuda_attention.decode_plan(qkv, k_cache, block_table, num_heads, num_kv_heads, max_context)
     if plan is not None:
