@@ -262,13 +262,6 @@ for phase in "$@"; do
       timeout -k 10 -s INT 120 python3 benchmarks/sampler.py --rows 1 64 --json "$OUT/sampler_103.json" 2>&1 | tail -12
       WALKAB_TESTS=0 WALKAB_BATCHES=${S103_BATCHES:-1} WALKAB_ROUNDS=${S103_ROUNDS:-1} \
         TREES="triton=.,CADENCE_SAMPLER=triton ${TREES:-}" bash "$0" walkab 2>&1 | grep -E "^==|^ +[0-9]|failed" ;;
-    copy104)  # perf-notes "Next device session" 1 (session 30): walks of this tree (the CUDA sampler, the hidden
-      # row copied after code0's head), of it with the copy before the head (`before`, as #103's walks ran) and with
-      # the Triton sampler (`triton`), and of TREES (`prev=prev103`: `git archive d71838e cadence`), b1 and b64,
-      # interleaved (COPY_ROUNDS, default "1 2"; ~8 min on a cold machine, ~5 with COPY_ROUNDS=1)
-      WALKAB_TESTS=0 WALKAB_BATCHES=1,64 WALKAB_ROUNDS=${COPY_ROUNDS:-1 2} \
-        TREES="before=.,CADENCE_WALK_COPY=before_head triton=.,CADENCE_SAMPLER=triton ${TREES:-}" bash "$0" walkab \
-        2>&1 | grep -E "^==|^ +[0-9]|failed|rror" ;;
     first99)  # perf-notes #99: the code predictor's first pass with its attention inside o (CADENCE_SLAB_FIRST_PASS):
       # the slab gpu tests and the fast walk's with it on, then walks of this tree and with it (`first`) and
       # TREES, interleaved (FIRST_BATCHES, default 1,2; FIRST_ROUNDS "1 2"; ~7 min)

@@ -49,10 +49,6 @@ PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 # The walk's small kernels off its critical path on a second stream (FastDecoder._beside, perf-notes
 # #100); "0" keeps them inline, to measure what the branch buys.
 SIDE_STREAM = os.environ.get("CADENCE_WALK_SIDE_STREAM", "1") != "0"
-# Experiment switch (perf-notes #103): "before_head" copies the talker's hidden row into the code
-# predictor's first input before code0's head instead of after it (the order #103's walks ran,
-# ~0.1 ms slower than this one with the Triton sampler; not measured apart).
-COPY_BEFORE_HEAD = os.environ.get("CADENCE_WALK_COPY", "after_head") == "before_head"
 
 
 class FastDecoder:
@@ -137,7 +133,6 @@ class FastDecoder:
         with self._beside():
             inputs = self._walk_inputs(slots)
         hidden = st.hidden[slots]
-        pair = self._first_input(hidden) if COPY_BEFORE_HEAD else None
         logits = self._head(hidden, talker.codec_head.weight)  # the sampler computes in fp32
         # The samplers write the frame's codes in place and each code's embedding where the next
         # code-predictor step reads it: no lookup, stack or cat kernels between them. They read each
@@ -145,7 +140,8 @@ class FastDecoder:
         # `slots` (no gather kernels); code0's also bans EOS for the first MIN_NEW_TOKENS frames or
         # where ignore_eos is set, and records its token in `seen`.
         frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
-        pair = pair if COPY_BEFORE_HEAD else self._first_input(hidden)
+        pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
+        pair[:, 0] = hidden  # code-predictor position 0; position 1 is code0's embedding
         code0 = ops.sample_tokens(
             logits, st.code0, st.seed, st.step, 0, seen=st.seen, penalty=st.rep_penalty, ban_eos=st.ignore_eos,
             eos_min_frames=MIN_NEW_TOKENS, eos_id=self.eos, suppress_start=self.suppress, out=frame[:, 0],
@@ -155,13 +151,6 @@ class FastDecoder:
         eos = code0 == self.eos
         self._join()
         return frame, eos, inputs
-
-    def _first_input(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The code predictor's first input [B, 2, H]: position 0 the talker's hidden state, copied
-        here; position 1 code0's embedding, which code0's sampler writes."""
-        pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
-        pair[:, 0] = hidden
-        return pair
 
     def _walk_inputs(self, slots: torch.Tensor) -> WalkInputs:
         """What the talker layers read besides the frame: this step's trailing-text embedding (the
