@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .nvrtc import allow_shared_memory, compile_source, launch, pdl_on
-
-log = logging.getLogger(__name__)
+from .nvrtc import compile_source, launch, pdl_on, runs_on
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 # Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
@@ -107,23 +104,12 @@ def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Ten
 
 @functools.cache
 def attention_supported(device: torch.device) -> bool:
-    """Whether the kernel runs on `device`: compute capability 9.0 or newer and NVRTC compiles it."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
-        return False
-    try:
-        with torch.cuda.device(device):
-            _kernel(AttentionPlan(16, 8, 128, 16, 4))
-    except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
-        log.warning("the CUDA decode attention is off: NVRTC could not compile it (%s)", e)
-        return False
-    return True
+    """Whether the kernel runs on `device` (nvrtc.runs_on)."""
+    return runs_on(device, "the CUDA decode attention", lambda: _kernel(AttentionPlan(16, 8, 128, 16, 4)))
 
 
-@functools.cache
 def _kernel(plan: AttentionPlan):
-    kernel = compile_source(SOURCE, "decode_attention_kernel", plan.defines)
-    allow_shared_memory(kernel, plan.smem)
-    return kernel
+    return compile_source(SOURCE, "decode_attention_kernel", plan.defines, plan.smem)
 
 
 def cuda_qk_norm_rope_attention(

@@ -24,7 +24,7 @@ import torch
 
 from ..engine.sampler import RowParams
 from .code_predictor_buffers import CodePredictorBuffers
-from .nvrtc import allow_shared_memory, compile_source
+from .nvrtc import compile_source
 
 SOURCE = Path(__file__).with_name("cuda") / "code_predictor.cu"
 MAX_STREAMS = 4
@@ -116,9 +116,10 @@ def kernel_arguments(cp: CodePredictorBuffers, plan: KernelPlan, first: torch.Te
     ]  # fmt: skip
 
 
-def compile_kernel(defines: tuple[tuple[str, int], ...]):
-    """The kernel for these compile-time constants (NVRTC, for compute capability 9.0)."""
-    return compile_source(SOURCE, "code_predictor_kernel", defines)
+def compile_kernel(defines: tuple[tuple[str, int], ...], smem: int):
+    """The kernel for these compile-time constants (NVRTC, for compute capability 9.0), allowed `smem`
+    bytes of dynamic shared memory."""
+    return compile_source(SOURCE, "code_predictor_kernel", defines, smem)
 
 
 class CudaCodePredictor(CodePredictorBuffers):
@@ -139,13 +140,12 @@ class CudaCodePredictor(CodePredictorBuffers):
         if self.plan.ll:
             use_words(self)
         try:
-            self.kernel = compile_kernel(self.plan.defines)
+            self.kernel = compile_kernel(self.plan.defines, self.plan.smem)
         except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
             raise RuntimeError(
                 f"the CUDA code predictor could not be compiled with NVRTC ({e}); "
                 "use persistent_kernel 'triton' or persistent_max_rows 0"
             ) from e
-        allow_shared_memory(self.kernel, self.plan.smem)
 
     def rebuild(self, trace: bool, **switches: int) -> None:
         """The kernel compiled again with its trace on or off and experiment switches set (extra
@@ -156,8 +156,7 @@ class CudaCodePredictor(CodePredictorBuffers):
         if fixed:
             raise ValueError(f"{sorted(fixed)} are the plan's (launch, shared memory), not switches")
         self.plan = dataclasses.replace(self.plan, defines=tuple((values | switches).items()))
-        self.kernel = compile_kernel(self.plan.defines)
-        allow_shared_memory(self.kernel, self.plan.smem)
+        self.kernel = compile_kernel(self.plan.defines, self.plan.smem)
 
     def __call__(self, first: torch.Tensor, params: RowParams, seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
         """first [2B, H]: each stream's projected talker hidden state and code0 embedding, interleaved."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import logging
 import os
 import re
 from dataclasses import dataclass
@@ -28,9 +27,8 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import allow_shared_memory, compile_source, launch, pdl_on
+from .nvrtc import compile_source, launch, pdl_on, runs_on
 
-log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
 CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
 THREADS = 256
@@ -163,26 +161,15 @@ class LayerPlans:
 
 @functools.cache
 def slab_supported(device: torch.device) -> bool:
-    """Whether the kernel can run on `device`: compute capability 9.0 or newer, and NVRTC compiles
-    it there (a small instance is built to find out; where it cannot be, the layer kernels run)."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
-        return False
+    """Whether the kernel can run on `device` (nvrtc.runs_on: a small instance is built to find
+    out; where it cannot be, the layer kernels run)."""
     probe = slab_plan(CTAS, 256, 1)
-    try:
-        with torch.cuda.device(device):
-            _kernel(probe.defines, probe.smem)
-    except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
-        log.warning("the slab GEMM is off: NVRTC could not compile it (%s)", e)
-        return False
-    return True
+    return runs_on(device, "the slab GEMM", lambda: _kernel(probe.defines, probe.smem))
 
 
-@functools.cache
 def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
     """The compiled instance for these constants, allowed `smem` bytes of dynamic shared memory."""
-    kernel = compile_source(SOURCE, "slab_gemv_kernel", defines)
-    allow_shared_memory(kernel, smem)
-    return kernel
+    return compile_source(SOURCE, "slab_gemv_kernel", defines, smem)
 
 
 class _Attention(ctypes.Structure):  # slab_gemv.cu's struct Attention

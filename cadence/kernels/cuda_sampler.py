@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +19,8 @@ from pathlib import Path
 import torch
 
 from ..engine.sampler import RowParams
-from .nvrtc import compile_source, launch, pdl_on
+from .nvrtc import compile_source, launch, pdl_on, runs_on
 from .torch_ops import check_token_outputs
-
-log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
 THREADS = 256
@@ -81,17 +78,10 @@ def _kernel(defines: tuple[tuple[str, int], ...]):
 
 @functools.cache
 def sampler_supported(device: torch.device) -> bool:
-    """Whether the CUDA sampler runs on `device`: compute capability 9.0 or newer (griddepcontrol)
-    and NVRTC compiles it there; else the Triton kernel samples."""
-    if KERNEL != "cuda" or device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
-        return False
-    try:
-        with torch.cuda.device(device):
-            _kernel(SamplerPlan(2048, True, False, False, False, False, 0).defines)
-    except (OSError, RuntimeError, AttributeError) as e:  # no NVRTC, a PyTorch without _compile_kernel
-        log.warning("the CUDA sampler is off: NVRTC could not compile it (%s)", e)
-        return False
-    return True
+    """Whether the CUDA sampler runs on `device` (nvrtc.runs_on; KERNEL "triton" keeps it off); else
+    the Triton kernel samples."""
+    probe = SamplerPlan(2048, True, False, False, False, False, 0)
+    return KERNEL == "cuda" and runs_on(device, "the CUDA sampler", lambda: _kernel(probe.defines))
 
 
 def _words(t: torch.Tensor, what: str) -> int:

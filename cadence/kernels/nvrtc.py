@@ -8,17 +8,40 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+log = logging.getLogger(__name__)
+
 
 @functools.cache
-def compile_source(source: Path, name: str, defines: tuple[tuple[str, int], ...]):
+def compile_source(source: Path, name: str, defines: tuple[tuple[str, int], ...], smem: int = 0):
     """Kernel `name` of `source` with these compile-time constants (`#define`s prepended; the
-    source's folder is the include path), for compute capability 9.0."""
+    source's folder is the include path), for compute capability 9.0; allowed `smem` bytes of
+    dynamic shared memory where that is more than the default 48 KB."""
     text = "".join(f"#define {macro} {value}\n" for macro, value in defines) + source.read_text()
-    return torch.cuda._compile_kernel(text, name, compute_capability="90", cuda_include_dirs=[str(source.parent)])
+    kernel = torch.cuda._compile_kernel(text, name, compute_capability="90", cuda_include_dirs=[str(source.parent)])
+    if smem > 48 * 1024:
+        allow_shared_memory(kernel, smem)
+    return kernel
+
+
+def runs_on(device: torch.device, what: str, probe: Callable[[], object]) -> bool:
+    """Whether a kernel of kernels/cuda runs on `device`: compute capability 9.0 or newer (bulk
+    copies, mbarriers, griddepcontrol) and NVRTC compiles `probe`'s instance there. Where it cannot
+    (no NVRTC, a PyTorch without _compile_kernel) the reason is logged and `what` stays off."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        return False
+    try:
+        with torch.cuda.device(device):
+            probe()
+    except (OSError, RuntimeError, AttributeError) as e:
+        log.warning("%s is off: NVRTC could not compile it (%s)", what, e)
+        return False
+    return True
 
 
 def allow_shared_memory(kernel, nbytes: int) -> None:
