@@ -30,6 +30,7 @@ found, in ms per walk and the KV-read bandwidth they reach. GPU only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -174,7 +175,7 @@ def sweep_batch(
         for block_tokens, warps, stage in itertools.product((32, 64, 128), (4, 8), stages)
     ]  # fmt: skip
     timed = {}
-    cuda_max_rows, cuda_attention.MAX_ROWS = cuda_attention.MAX_ROWS, 0  # the Triton kernel's sweep
+    cuda_contexts, cuda_attention.CONTEXTS = cuda_attention.CONTEXTS, "none"  # the Triton kernel's sweep
     for tiles, splits in itertools.product(grid, splits_list):
         try:
             out = attend(triton_ops, *caches[0], splits, tiles).float()
@@ -187,11 +188,11 @@ def sweep_batch(
     if shipped not in timed:
         timed[shipped] = timed_ms(walk(*shipped)) - gemms_ms
     best = min(timed, key=timed.get)
-    cuda_attention.MAX_ROWS = cuda_max_rows
+    cuda_attention.CONTEXTS = cuda_contexts
     cuda_ms = {}
     for stages in cuda_stages if fused and not layers else ():
         plan = cuda_attention.attention_plan(rows, HQ, HKV, D, PAGE, torch.bfloat16, min_rows=1)
-        plan = cuda_attention.AttentionPlan(**{**plan.__dict__, "stages": stages})
+        plan = dataclasses.replace(plan, stages=stages)
         assert (attend(plan, *caches[0]).float() - ref).abs().max() <= 2e-2, f"cuda stages {stages}"
         cuda_ms[stages] = timed_ms(walk(None, None, plan)) - gemms_ms
 

@@ -16,6 +16,7 @@ take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it st
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -135,8 +136,7 @@ def cuda_qk_norm_rope_attention(
         raise ValueError("qkv, the norms, the RoPE tables and the caches must be contiguous bfloat16")
     from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
 
-    if pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST and not plan.trigger_first:
-        plan = AttentionPlan(**{**plan.__dict__, "trigger_first": True})
+    plan = dataclasses.replace(plan, trigger_first=pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST)
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return out
