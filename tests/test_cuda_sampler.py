@@ -84,7 +84,7 @@ def _emulate(tmp_path: Path, plan: SamplerPlan, logits, t: dict, rows, table, **
     args = b"".join(blob(tensor) for tensor in tensors)
     args += struct.pack("<7q", n, kw.get("eos_id", -1), kw.get("suppress_start", -1), kw.get("eos_min_frames", 0),
                         key, 16, words)  # fmt: skip
-    raw = emulate(tmp_path, "sampler_driver", SOURCE, plan.defines, args, bf16=False)
+    raw = emulate(tmp_path, "sampler_driver", SOURCE, plan.defines, args)
     out = torch.frombuffer(bytearray(raw[: n * 16 * 8]), dtype=torch.long).view(n, 16)
     assert (out[:, 1:] == -1).all()  # one column of the frame written
     rest = raw[n * 16 * 8 :]

@@ -26,15 +26,9 @@
 // IEEE division and logf as PyTorch computes them (no fast math), so the noise and the scaled
 // logits have the definition's bits.
 
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-typedef long long i64;
+#include "prelude.cuh"  // types, PDL (and the bf16 helpers and PTX the other kernels use)
 
-#ifndef CADENCE_EMULATE  // (tests/cuda_emulation/emulate.h has CPU stand-ins for this section)
-#define DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+#ifndef CADENCE_EMULATE  // (tests/cuda_emulation/emulate.h has a CPU stand-in for this section)
 __device__ __forceinline__ void smem_add(u32* p, u32 v) {
   asm volatile("red.shared.add.u32 [%0], %1;" ::"r"((u32)__cvta_generic_to_shared(p)), "r"(v) : "memory");
 }
