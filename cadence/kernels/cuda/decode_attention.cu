@@ -39,6 +39,9 @@ constexpr int TOKEN = HKV * HD;             // a token's keys (or values) in the
 constexpr int ROW = HC * HD + 8;            // a token's HC heads in shared memory, padded 16 bytes
 constexpr int STAGE = 2 * PS * ROW;         // a page's keys, then its values
 constexpr u32 STAGE_BYTES = 2u * PS * HC * HD * 2;
+#ifndef ABLATE  // a look (benchmarks/cuda_attention_parts.py): 1 leaves out the pages' arithmetic, 2 their copies
+#define ABLATE 0
+#endif
 static_assert(PS == 16 && G >= 1 && G <= 8 && HQ % HKV == 0 && HKV % HC == 0, "the kernel's fragment layout");
 
 // Shared memory after the stages: the pages' mbarriers, each warp's queries (bf16) and, after the
@@ -56,6 +59,7 @@ static_assert((size_t)STAGES * STAGE * 2 + sizeof(Tail) <= SMEM_BYTES, "SMEM_BYT
 __device__ __forceinline__ void fetch(int p, const u16* k_cache, const u16* v_cache, int head0, u16* stages,
                                       Tail& tail, int lane) {
   u64* bar = &tail.full[p % STAGES];
+  if (ABLATE == 2) return;
   if (lane == 0) mbar_expect_tx(bar, STAGE_BYTES);
   __syncwarp();
   if (lane < PS) {
@@ -121,7 +125,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   for (int p = 0; p < pages; ++p) {
     u16* keys = stages + (size_t)(p % STAGES) * STAGE + warp * HD;  // token t at keys + t * ROW
     u16* values = keys + PS * ROW;
-    mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
+    if (ABLATE != 2) mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
+    if (ABLATE == 1) {
+      __syncthreads();
+      if (warp == 0 && p + STAGES < pages) fetch(p + STAGES, k_cache, v_cache, head0, stages, tail, lane);
+      continue;
+    }
     const int valid = imin(cached - p * PS, PS);
     if (valid < PS) {  // the last page: values past the context are zeros (0 x a stale NaN is NaN)
       const uint2 zero = {0u, 0u};
