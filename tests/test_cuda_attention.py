@@ -26,7 +26,7 @@ def test_plans():
     """64 rows of the talker: 4 kv heads a CTA (128 CTAs, one an SM), shared memory within an SM's
     227 KB; fewer rows fewer heads a CTA; what the fragments cannot take gets no plan."""
     plan = attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
-    assert plan.heads_per_cta == 4 and plan.grid(64) == 128 and plan.threads == 128
+    assert plan.heads_per_cta == 4 and plan.grid(64) == 128 and plan.threads == 160
     assert plan.smem <= 227 * 1024
     assert attention_plan(16, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 1
     assert attention_plan(32, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 2

@@ -4,10 +4,12 @@ value to the cache, attention over the row's pages; torch_ops has the definition
 keys and values streamed into shared memory by the copy engine, the first pages before the
 kernel's PDL wait (perf-notes #104).
 
-One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, with no split of the context:
-at 64 rows and 8 kv heads, 4 heads a CTA is 128 CTAs, one a SM. By default it runs the code
-predictor's decode steps at 64 rows (contexts of one or two pages: the b64 walk 4.32 -> 4.25 ms);
-over the talker's long contexts it streams slower than the Triton kernel, so those stay there.
+One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, with no split of the context,
+and one more warp whose only job is the copies (#106): at 64 rows and 8 kv heads, 4 heads a CTA is
+128 CTAs, one a SM. By default it runs the code predictor's decode steps at 64 rows (contexts of
+one or two pages: the b64 walk 4.32 -> 4.25 ms); over the talker's long contexts it is still a
+little slower than the Triton kernel (1.18 against 1.10 ms for 28 layers alone; the walk 4.35
+against 4.23), so those stay there.
 Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads
 of 128; the Triton kernel runs everything else. `CADENCE_CUDA_ATTENTION` says which decode calls
 take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts.
@@ -35,7 +37,8 @@ STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in f
 # Which decode calls take the kernel: "short" (contexts known to be <= 32 tokens: the code
 # predictor's one or two pages, whose copies start before the wait), "long" (the talker's), "all", or
 # "none" (the Triton kernel everywhere). perf-notes #104, the b64 walk: none 4.32 ms, short 4.25;
-# long 5.01 and all 4.95 (over 500-token contexts the kernel streams at ~2.1 TB/s, the Triton one 3.4).
+# #106 (the copying warp): short 4.23, long 4.35 (over 500-token contexts the kernel streams at
+# 3.1 TB/s, the Triton one 3.3).
 CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "short")
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
@@ -59,7 +62,7 @@ class AttentionPlan:
 
     @property
     def threads(self) -> int:
-        return 32 * self.heads_per_cta
+        return 32 * (self.heads_per_cta + 1)  # a warp a kv head and the copying warp
 
     @property
     def smem(self) -> int:
@@ -67,7 +70,7 @@ class AttentionPlan:
         its `struct Tail` (the mbarriers, each warp's queries, sums, maxima and totals)."""
         hc, g, d = self.heads_per_cta, self.heads // self.kv_heads, self.head_dim
         stage = 2 * self.page_size * (hc * d + 8) * 2
-        return self.stages * stage + 8 * self.stages + 4 * MAX_PAGES + hc * g * d * (2 + 4) + 2 * hc * g * 4
+        return self.stages * stage + 16 * self.stages + 4 * MAX_PAGES + hc * g * d * (2 + 4) + 2 * hc * g * 4
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:

@@ -1,8 +1,9 @@
 // Decode attention for many rows (kernels/cuda_attention.py, perf-notes #104; by default the code
 // predictor's steps at 64 rows, whose one or two pages a row arrive before the wait): each
 // row is its stream's new token, and one CTA takes a row and HC of its kv heads (a warp a kv head
-// and its G query heads). What the Triton kernel (triton_attention.qk_norm_rope_attention) does,
-// with the cached keys and values streamed by the copy engine:
+// and its G query heads, and one more warp that copies the pages). What the Triton kernel
+// (triton_attention.qk_norm_rope_attention) does, with the cached keys and values streamed by the
+// copy engine:
 // - Before the PDL wait, the first STAGES pages of the row's cached tokens are on their way into
 //   shared memory (cp.async.bulk, a token's HC heads of keys, then of values, a copy each). The
 //   row's context length, page table, position and slot are written before the walk's layers start
@@ -13,8 +14,11 @@
 //   and for this kernel to start before that one ends every kernel between would have to hold its
 //   CTAs on the SMs at once beside this one's ~139 KB a CTA: a few can, 30 cannot.
 // - After it: the row's q, k and v from qkv, QK-norm and RoPE (head_rope.cuh), the new key and value
-//   to the cache slot; then the pages in turn as they land, each page's copy reissued STAGES pages
-//   ahead once every warp is done with its stage.
+//   to the cache slot; then the pages in turn as they land. The copies are the last warp's whole job
+//   (#106): it reissues a stage STAGES pages ahead as soon as every head's warp has arrived on the
+//   stage's "empty" mbarrier, so no head's warp waits on a CTA barrier or on the copy engine's
+//   queue between two pages. (With warp 0 issuing them after a CTA barrier, the copies' and the
+//   arithmetic's times added up, #105: 1.08 + 0.67 = 1.76 ms for the talker's b64 layers; now 1.18.)
 // - Per page and warp, scores S^T (16 tokens x the G heads) = K . Q^T and the weighted values
 //   O^T += V^T . P^T on the tensor cores (m16n8k16, bf16 in, fp32 sums; the G <= 8 heads are B's 8
 //   columns), online softmax in fp32 with the probabilities rounded to bf16 for the second product
@@ -33,7 +37,8 @@
 #include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
 
 constexpr int G = HQ / HKV;                 // query heads a kv head
-constexpr int THREADS = 32 * HC;            // a warp a kv head
+constexpr int THREADS = 32 * (HC + 1);      // a warp a kv head, then the copying warp
+constexpr int PRODUCER = HC;                // the copying warp
 constexpr int QKV = (HQ + 2 * HKV) * HD;    // a qkv row
 constexpr int TOKEN = HKV * HD;             // a token's keys (or values) in the cache, elements
 constexpr int ROW = HC * HD + 8;            // a token's HC heads in shared memory, padded 16 bytes
@@ -47,7 +52,8 @@ static_assert(PS == 16 && G >= 1 && G <= 8 && HQ % HKV == 0 && HKV % HC == 0, "t
 // Shared memory after the stages: the pages' mbarriers, each warp's queries (bf16) and, after the
 // pages, its sums (fp32) with each head's running max and sum.
 struct Tail {
-  u64 full[STAGES];
+  u64 full[STAGES];   // a stage's page has landed (the copying warp's expected bytes)
+  u64 empty[STAGES];  // every head's warp is done with the stage (HC arrivals)
   int page[MAX_PAGES];  // the row's page table, read once (a global load a page cost ~1 us each, #104)
   u16 q[HC][G][HD];
   float o[HC][G][HD];
@@ -55,7 +61,8 @@ struct Tail {
 };
 static_assert((size_t)STAGES * STAGE * 2 + sizeof(Tail) <= SMEM_BYTES, "SMEM_BYTES: the stages and the tail");
 
-// Warp 0: page p's tokens (this CTA's heads) into stage p % STAGES, completing on its mbarrier.
+// The copying warp: page p's tokens (this CTA's heads) into stage p % STAGES, completing on its
+// mbarrier.
 __device__ __forceinline__ void fetch(int p, const u16* k_cache, const u16* v_cache, int head0, u16* stages,
                                       Tail& tail, int lane) {
   u64* bar = &tail.full[p % STAGES];
@@ -85,13 +92,19 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const i64* table = block_table + (size_t)row * table_stride;
   if (TRIGGER_FIRST) pdl_trigger();
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(&tail.full[s], 1);
+    for (int s = 0; s < STAGES; ++s) mbar_init(&tail.full[s], 1), mbar_init(&tail.empty[s], HC);
     mbar_init_fence();
   }
   for (int p = threadIdx.x; p < pages; p += THREADS) tail.page[p] = (int)table[p];
   __syncthreads();
-  if (warp == 0)
-    for (int p = 0; p < imin(STAGES, pages); ++p) fetch(p, k_cache, v_cache, head0, stages, tail, lane);
+  if (warp == PRODUCER) {  // the first STAGES pages before the wait, then each stage as it empties
+    for (int p = 0; p < pages; ++p) {
+      if (p == STAGES) pdl_wait();
+      if (p >= STAGES && ABLATE != 2) mbar_wait(&tail.empty[p % STAGES], (p / STAGES - 1) & 1);
+      fetch(p, k_cache, v_cache, head0, stages, tail, lane);
+    }
+    return;  // no trigger here: the heads' warps let the next kernel in once they have waited
+  }
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
 
@@ -127,8 +140,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     u16* values = keys + PS * ROW;
     if (ABLATE != 2) mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
     if (ABLATE == 1) {
-      __syncthreads();
-      if (warp == 0 && p + STAGES < pages) fetch(p + STAGES, k_cache, v_cache, head0, stages, tail, lane);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
       continue;
     }
     const int valid = imin(cached - p * PS, PS);
@@ -173,8 +186,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
       const u32 a[4] = {pair(v0), pair(v0 + 8), pair(v0 + 8 * ROW), pair(v0 + 8 * ROW + 8)};
       mma_16816(acc[t], a, pb);
     }
-    __syncthreads();  // every warp is done with this stage: it takes page p + STAGES
-    if (warp == 0 && p + STAGES < pages) fetch(p + STAGES, k_cache, v_cache, head0, stages, tail, lane);
+    __syncwarp();  // the warp is done with this stage: once every head's is, it takes page p + STAGES
+    if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
   }
 
   // The sums to shared memory, 4 elements a lane again; then the new token and the outputs.
