@@ -249,6 +249,15 @@ for phase in "$@"; do
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${A104_ROUNDS:-1 2} \
         TREES="${A104_TREES:-long=.,CADENCE_CUDA_ATTENTION=long short=.,CADENCE_CUDA_ATTENTION=short all=.,CADENCE_CUDA_ATTENTION=all} ${TREES:-}" bash "$0" walkab \
         2>&1 | grep -E "^==|^ +[0-9]|failed|rror" ;;
+    stamps108)  # perf-notes #108: the CUDA kernels' clock stamps (the slab GEMM's, the decode attention's) checked on the
+      # GPU, then a stamped walk at b1 and b64 (walk_timeline.py --stamps: every GEMM's and attention's lead, release,
+      # loop and tail, Triton's and CUDA's; ~4 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_attention.py \
+        tests/test_slab_gemv.py -k "stamps" 2>&1 | tee "$OUT/stamps_tests.log" | grep -E "passed|failed|rror" | tail -4
+      wait
+      timeout -k 10 -s INT 300 python3 benchmarks/walk_timeline.py --model $full --stamps --batches ${STAMPS_BATCHES:-1,64} \
+        --json "$OUT/stamps_108.json" 2>&1 | quiet | tail -60 ;;
     sampler103)  # perf-notes #103: the samplers' kernel tests (the CUDA sampler's and the shared ones, both GPU
       # samplers), the fast walk's gpu tests (under graphs against the eager walk), the sampler kernels alone, then
       # walks of this tree, of it with the Triton sampler (`triton`) and of TREES (S103_BATCHES, default 1;

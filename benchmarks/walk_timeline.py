@@ -18,7 +18,9 @@ GPU only (the trace has no kernels on a CPU). CUPTI's tracing may add a little t
 compare the orders with each other here, and take walk times from engine_steps.py.
 
 --stamps (perf-notes #93): instead of CUPTI, the clock stamps the weight-streaming GEMMs and the
-decode attention write from inside (`triton_launch.trace_kernels`, on for the graphs' capture):
+decode attention write from inside, the Triton kernels' and the CUDA ones' (the slab GEMM and the
+decode attention: `slab NxK`, `cuda attention RxC`; `triton_launch.trace_kernels`, on for the graphs'
+capture):
 one walk, each such kernel in time order, grouped by name (shape and grid). Per group, medians over
 its calls, us: lead (how long before the previous stamped kernel's last program ended its first
 started), release (that end -> its first program past its PDL wait: the unstamped kernels between,

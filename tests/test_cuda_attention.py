@@ -6,6 +6,7 @@ plans (which calls it takes, their shared memory) are checked everywhere."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
@@ -38,16 +39,19 @@ def test_plans():
 
 
 def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tuple[torch.Tensor, ...]:
-    """The kernel of `plan` on the CPU emulation; its output and the two caches after it."""
+    """The kernel of `plan` on the CPU emulation; its output, the two caches after it and the CTAs'
+    clock stamps ([grid, 6] int64, zeros unless plan.stamp)."""
     qn, kn, eps, cos, sin, pos = args
     slots, bt, ctx, scale = rest[:4]
+    grid = plan.grid(qkv.shape[0])
     tensors = b"".join(blob(t) for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt))
-    scalars = struct.pack("<qqqdd", bt.stride(0), plan.grid(qkv.shape[0]), plan.smem, scale, eps)
+    scalars = struct.pack("<qqqdd", bt.stride(0), grid, plan.smem, scale, eps)
     out = emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars)
-    raw = torch.frombuffer(bytearray(out), dtype=torch.bfloat16)
+    stamps = torch.frombuffer(bytearray(out[-grid * 6 * 8 :]), dtype=torch.int64).view(grid, 6)
+    raw = torch.frombuffer(bytearray(out[: -grid * 6 * 8]), dtype=torch.bfloat16)
     n_out = qkv.shape[0] * plan.heads * plan.head_dim
     k, v = raw[n_out:].chunk(2)
-    return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1])
+    return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1]), stamps
 
 
 @needs_gxx
@@ -66,7 +70,8 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
     hq, hkv = heads
     qkv, args, caches, rest = decode_rows((hq, hkv, 128, 16, contexts), torch.bfloat16, seed=7, device="cpu")
     plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages)
-    out, k, v = _emulate(tmp_path, plan, qkv, args, caches, rest)
+    out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
+    assert not stamps.any()  # no clock stamps unless asked for
     want_caches = [c.clone() for c in caches]
     want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
     assert not out.isnan().any()
@@ -74,6 +79,25 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
     for got, wanted in ((k, want_caches[0]), (v, want_caches[1])):
         assert not got.isnan().any()
         assert (got.float() - wanted.float()).abs().max() <= TOLERANCE
+
+
+@needs_gxx
+def test_clock_stamps_on_the_cpu(tmp_path):
+    """Built with STAMP (a traced walk, walk_timeline.py --stamps), thread 0 of every CTA writes its
+    row: start <= page table loaded <= wait returned <= pages done <= end, and its SM; the output is
+    the one without stamps."""
+    qkv, args, caches, rest = decode_rows((16, 8, 128, 16, [3, 40]), torch.bfloat16, seed=3, device="cpu")
+    plain = AttentionPlan(16, 8, 128, 16, 4, stages=2)
+    for d in ("plain", "stamped"):
+        (tmp_path / d).mkdir()
+    want, *_ = _emulate(tmp_path / "plain", plain, qkv, args, [c.clone() for c in caches], rest)
+    stamped = dataclasses.replace(plain, stamp=True)
+    out, _, _, stamps = _emulate(tmp_path / "stamped", stamped, qkv, args, [c.clone() for c in caches], rest)
+    assert torch.equal(out, want)
+    times = stamps[:, :5]
+    assert (times[:, 4] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()  # written, in order
+    assert (times[2:, 3] > times[2:, 2]).all()  # the 40-token row's CTAs spend time on its 3 pages
+    assert stamps[:, 5].tolist() == list(range(plain.grid(2)))  # the emulation's SM: the CTA
 
 
 gpu = pytest.mark.gpu
@@ -141,3 +165,24 @@ def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first, monkeypatch)
         want = torch_ops.qk_norm_rope_attention(source, *args, *want_caches, *rest)
         torch.cuda.synchronize()
         assert (out.float() - want.float()).abs().max() <= TOLERANCE, replay
+
+
+@gpu
+def test_clock_stamps_on_the_gpu():
+    """Inside triton_launch.trace_kernels (walk_timeline.py --stamps) the call is named in the trace
+    and its CTAs' stamps are the GPU's clock, in order, from the SMs; its output is the unstamped one."""
+    attend = _cuda()
+    from cadence.kernels.triton_launch import trace_kernels
+
+    qkv, args, caches, rest = _talker_rows(64, seed=11)
+    plan = attention_plan(64, *TALKER[:2], 128, 16, torch.bfloat16)
+    want = attend(qkv, *args, *[c.clone() for c in caches], *rest, plan=plan)
+    with trace_kernels(4, torch.device("cuda"), programs=256) as trace:
+        got = attend(qkv, *args, *[c.clone() for c in caches], *rest, plan=plan)
+        torch.cuda.synchronize()
+        stamps = trace.by_call()
+    assert trace.calls == [("cuda attention 64x2", plan.grid(64))]
+    assert torch.equal(got, want)
+    times = stamps[0, : plan.grid(64), :5]
+    assert (times[:, 0] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()
+    assert (stamps[0, : plan.grid(64), 5] < torch.cuda.get_device_properties(0).multi_processor_count).all()

@@ -56,6 +56,7 @@ class AttentionPlan:
     heads_per_cta: int
     stages: int = STAGES
     trigger_first: bool = False
+    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
 
     def grid(self, rows: int) -> int:
         return rows * (self.kv_heads // self.heads_per_cta)
@@ -76,7 +77,7 @@ class AttentionPlan:
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
-                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem))  # fmt: skip
+                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
@@ -137,14 +138,19 @@ def cuda_qk_norm_rope_attention(
     tensors = (qkv, q_norm, k_norm, cos, sin, k_cache, v_cache)
     if not all(t.is_contiguous() and t.dtype == torch.bfloat16 for t in tensors):
         raise ValueError("qkv, the norms, the RoPE tables and the caches must be contiguous bfloat16")
-    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
+    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch, stamp_args
 
-    plan = dataclasses.replace(plan, trigger_first=pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST)
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return out
+    name = f"cuda attention {n}x{plan.kv_heads // plan.heads_per_cta}"
+    stamps = stamp_args(name, plan.grid(n), placeholder=out)  # its rows of an active trace_kernels
+    trigger_first = pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST
+    plan = dataclasses.replace(plan, trigger_first=trigger_first, stamp=stamps["STAMP"])
     args = [qkv, q_norm, k_norm, cos, sin, positions, slot_index, context_lens, block_table,
             ctypes.c_int(block_table.stride(0)), k_cache, v_cache, out, ctypes.c_float(scale),
             ctypes.c_float(eps)]  # fmt: skip
+    if plan.stamp:  # only a stamped build takes them (prelude.cuh's STAMP_PARAMS)
+        args += [stamps["stamp_ptr"], ctypes.c_longlong(stamps["stamp_row"])]
     launch(_kernel(plan), plan.grid(n), plan.threads, plan.smem, args, pdl_on(qkv))
     return out

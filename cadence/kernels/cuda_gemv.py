@@ -78,6 +78,7 @@ class SlabPlan:
     rows_per_cta: int
     trigger_first: bool = False
     attention: AttentionShape | None = None  # x is a qkv row, the input its decode attention
+    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
 
     @property
     def grid(self) -> int:
@@ -100,7 +101,8 @@ class SlabPlan:
         return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
                 ("HAS_RES", int(self.residual)), ("THREADS", THREADS),
                 ("TRIGGER_FIRST", int(self.trigger_first)), ("ROWS", self.rows_per_cta),
-                ("ATTN", int(self.attention is not None))) + self._attention_defines  # fmt: skip
+                ("ATTN", int(self.attention is not None)),
+                ("STAMP", int(self.stamp))) + self._attention_defines  # fmt: skip
 
     @property
     def _attention_defines(self) -> tuple[tuple[str, int], ...]:
@@ -207,9 +209,15 @@ def slab_linear(
 
 
 def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: _Attention) -> None:
+    from .triton_launch import stamp_args  # GPU only, where Triton is
+
+    stamps = stamp_args(f"slab {plan.n}x{plan.k}", plan.grid, placeholder=y)  # its rows of an active trace
+    plan = dataclasses.replace(plan, stamp=stamps["STAMP"])
     kernel = _kernel(plan.defines, plan.smem)
     args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps),
             attention]  # fmt: skip
+    if plan.stamp:  # only a stamped build takes them (prelude.cuh's STAMP_PARAMS)
+        args += [stamps["stamp_ptr"], ctypes.c_longlong(stamps["stamp_row"])]
     launch(kernel, plan.grid, THREADS, plan.smem, args, pdl_on(x))
 
 

@@ -212,6 +212,7 @@ inline unsigned long long load_word(const unsigned long long* p) { return *p; }
 inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }
 inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do
 inline unsigned long long global_ns() { return emu::switches; }
+inline unsigned sm_id() { return blockIdx.x; }  // a CTA an SM
 inline void poll_pause() { emu::yield(); }  // a poll must let the fiber that writes the word run
 // mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 for the warp (slab_gemv.cu): every lane leaves its
 // fragments, then works out its own four D entries from all of them, in k order.

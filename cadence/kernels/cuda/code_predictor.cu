@@ -111,11 +111,6 @@ __device__ __forceinline__ u64 sm_clock() {  // this SM's cycle counter
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
   return t;
 }
-__device__ __forceinline__ u64 global_ns() {  // the GPU's global timer, in ns (coarser)
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
 
 // Every CTA arrives (one release add after the CTA's stores) and waits for the others.
 __device__ __forceinline__ void grid_sync(u32* counter, u32& passed) {
