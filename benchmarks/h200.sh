@@ -253,11 +253,23 @@ for phase in "$@"; do
       # GPU, then a stamped walk at b1 and b64 (walk_timeline.py --stamps: every GEMM's and attention's lead, release,
       # loop and tail, Triton's and CUDA's; ~4 min)
       need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_attention.py \
-        tests/test_slab_gemv.py -k "stamps" 2>&1 | tee "$OUT/stamps_tests.log" | grep -E "passed|failed|rror" | tail -4
+      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_attention.py \
+        tests/test_slab_gemv.py 2>&1 | tee "$OUT/stamps_tests.log" | grep -E "passed|failed|rror" | tail -4
       wait
       timeout -k 10 -s INT 300 python3 benchmarks/walk_timeline.py --model $full --stamps --batches ${STAMPS_BATCHES:-1,64} \
         --json "$OUT/stamps_108.json" 2>&1 | quiet | tail -60 ;;
+    warps109)  # perf-notes #109: the CUDA decode attention with two warps a kv head over the talker's contexts: its
+      # gpu tests, the kernel alone (cuda_attention_parts.py), then b64 walks of this tree (`short`) against the
+      # talker's calls on it with 2 warps a head (`long2`) and TREES (W109_ROUNDS, default 1; ~5 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_attention.py 2>&1 \
+        | tee "$OUT/warps_tests.log" | grep -E "passed|failed|rror" | tail -4
+      timeout -k 10 -s INT 150 python3 benchmarks/cuda_attention_parts.py --json "$OUT/warps_109.json" --variants \
+        heads_per_cta=4,stages=4 heads_per_cta=4,stages=4,warps_per_head=2 heads_per_cta=4,stages=6,warps_per_head=2 \
+        heads_per_cta=4,stages=4,warps_per_head=2,ablate=2 heads_per_cta=2,stages=4,warps_per_head=2 2>&1 | grep -v Warn
+      wait
+      A104_WALKS_ONLY=1 A104_ROUNDS="${W109_ROUNDS:-1}" \
+        A104_TREES="long2=.,CADENCE_CUDA_ATTENTION=long,CADENCE_CUDA_ATTENTION_LONG_WARPS=2" bash "$0" attn104 ;;
     sampler103)  # perf-notes #103: the samplers' kernel tests (the CUDA sampler's and the shared ones, both GPU
       # samplers), the fast walk's gpu tests (under graphs against the eager walk), the sampler kernels alone, then
       # walks of this tree, of it with the Triton sampler (`triton`) and of TREES (S103_BATCHES, default 1;

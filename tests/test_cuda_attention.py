@@ -29,6 +29,8 @@ def test_plans():
     plan = attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
     assert plan.heads_per_cta == 4 and plan.grid(64) == 128 and plan.threads == 160
     assert plan.smem <= 227 * 1024
+    two = dataclasses.replace(plan, warps_per_head=2)  # #109: 8 heads' warps and the copying warp
+    assert two.threads == 288 and two.grid(64) == 128 and plan.smem < two.smem <= 227 * 1024
     assert attention_plan(16, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 1
     assert attention_plan(32, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 2
     assert attention_plan(8, 16, 8, 128, 16, torch.bfloat16) is None  # below MIN_ROWS
@@ -56,12 +58,13 @@ def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tu
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "heads,contexts,per_cta,stages",
-    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2),  # the talker's heads; pages reissued past 2 in flight
-     ((16, 8), [5, 48, 49], 2, 3),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
-     ((8, 8), [20, 64], 1, 2)],  # one query head a kv head (half of D's columns unused)
+    "heads,contexts,per_cta,stages,warps",
+    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2, 1),  # the talker's heads; pages reissued past 2 in flight
+     ((16, 8), [5, 48, 49], 2, 3, 1),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
+     ((8, 8), [20, 64], 1, 2, 1),  # one query head a kv head (half of D's columns unused)
+     ((16, 8), [1, 2, 17, 49, 100], 4, 4, 2)],  # two warps a kv head (#109): none, one, odd and even pages
 )  # fmt: skip
-def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
+def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, warps):
     """The kernel's source run on the CPU (every CUDA thread a fiber; bulk copies, mbarriers and
     mma.sync emulated): contexts of one token (no cached page), partial and whole last pages and
     more pages than stages; the new tokens' cache cells NaN beforehand (a kernel that reads them, or
@@ -69,7 +72,7 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
     the new keys and values written where the definition writes them."""
     hq, hkv = heads
     qkv, args, caches, rest = decode_rows((hq, hkv, 128, 16, contexts), torch.bfloat16, seed=7, device="cpu")
-    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages)
+    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages, warps_per_head=warps)
     out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
     assert not stamps.any()  # no clock stamps unless asked for
     want_caches = [c.clone() for c in caches]

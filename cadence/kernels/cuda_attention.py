@@ -12,7 +12,8 @@ little slower than the Triton kernel (1.18 against 1.10 ms for 28 layers alone; 
 against 4.23), so those stay there.
 Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads
 of 128; the Triton kernel runs everything else. `CADENCE_CUDA_ATTENTION` says which decode calls
-take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts.
+take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts;
+`CADENCE_CUDA_ATTENTION_LONG_WARPS` gives the long contexts more warps a kv head (#109, unmeasured).
 """
 
 from __future__ import annotations
@@ -40,14 +41,17 @@ STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in f
 # #106 (the copying warp): short 4.23, long 4.35 (over 500-token contexts the kernel streams at
 # 3.1 TB/s, the Triton one 3.3).
 CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "short")
+# Experiment switch (perf-notes #109): warps a kv head for the talker's long contexts, each taking every
+# WARPS_PER_HEAD-th page, their sums merged at the end (1: a warp a head, as the short contexts run).
+LONG_WARPS_PER_HEAD = int(os.environ.get("CADENCE_CUDA_ATTENTION_LONG_WARPS", "1"))
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """One compiled instance and its launch: the heads, page size, kv heads a CTA (its warps) and
-    pages in flight a CTA."""
+    """One compiled instance and its launch: the heads, page size, kv heads a CTA, warps a kv head
+    (each taking every warps_per_head-th page) and pages in flight a CTA."""
 
     heads: int
     kv_heads: int
@@ -57,27 +61,31 @@ class AttentionPlan:
     stages: int = STAGES
     trigger_first: bool = False
     stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
+    warps_per_head: int = 1
 
     def grid(self, rows: int) -> int:
         return rows * (self.kv_heads // self.heads_per_cta)
 
     @property
     def threads(self) -> int:
-        return 32 * (self.heads_per_cta + 1)  # a warp a kv head and the copying warp
+        return 32 * (self.heads_per_cta * self.warps_per_head + 1)  # the heads' warps and the copying warp
 
     @property
     def smem(self) -> int:
         """decode_attention.cu's stages (a page's keys and values, token rows padded 16 bytes) and
-        its `struct Tail` (the mbarriers, each warp's queries, sums, maxima and totals)."""
+        its `struct Tail` (the mbarriers, the page table, each head warp's queries, sums, maxima and
+        totals)."""
         hc, g, d = self.heads_per_cta, self.heads // self.kv_heads, self.head_dim
         stage = 2 * self.page_size * (hc * d + 8) * 2
-        return self.stages * stage + 16 * self.stages + 4 * MAX_PAGES + hc * g * d * (2 + 4) + 2 * hc * g * 4
+        warps = hc * self.warps_per_head
+        return self.stages * stage + 16 * self.stages + 4 * MAX_PAGES + warps * g * d * (2 + 4) + 2 * warps * g * 4
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
-                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)))  # fmt: skip
+                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)),
+                ("WPH", self.warps_per_head))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
@@ -104,7 +112,9 @@ def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Ten
     if CONTEXTS not in (kind, "all") or rows > MAX_ROWS or block_table.shape[1] > MAX_PAGES:
         return None
     plan = attention_plan(rows, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype)
-    return plan if plan is not None and qkv.is_cuda and attention_supported(qkv.device) else None
+    if plan is None or not qkv.is_cuda or not attention_supported(qkv.device):
+        return None
+    return dataclasses.replace(plan, warps_per_head=LONG_WARPS_PER_HEAD) if kind == "long" else plan
 
 
 @functools.cache

@@ -28,8 +28,13 @@
 // Token rows in shared memory are padded by 16 bytes, so the fragments' 32-bit loads (8 tokens at
 // one offset) fall in different banks.
 //
-// Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA: its
-// warps), STAGES (pages in flight a CTA), TRIGGER_FIRST (1: let the next kernel launch before the
+// WPH > 1 (an experiment for the talker's long contexts, #109): WPH warps a kv head, warp `sub`
+// of a head taking pages sub, sub + WPH, ...; each keeps its own running max, sum and output, and
+// after the pages the head's first warp merges them (as a context split is merged) before the new
+// token.
+//
+// Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA), WPH
+// (warps a kv head, default 1), STAGES (pages in flight a CTA), TRIGGER_FIRST (1: let the next kernel launch before the
 // wait), MAX_PAGES (the longest page table it takes), SMEM_BYTES (the dynamic shared memory it is
 // launched with), STAMP (1: thread 0 writes its CTA's clock stamps to row stamp_row + CTA of
 // `stamps`, prelude.cuh's write_stamps: its start, the page table loaded, the wait's return, warp
@@ -38,9 +43,13 @@
 #include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
 #include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
 
+#ifndef WPH
+#define WPH 1
+#endif
 constexpr int G = HQ / HKV;                 // query heads a kv head
-constexpr int THREADS = 32 * (HC + 1);      // a warp a kv head, then the copying warp
-constexpr int PRODUCER = HC;                // the copying warp
+constexpr int HEAD_WARPS = HC * WPH;        // warp w takes kv head w % HC, pages w / HC, + WPH, ...
+constexpr int THREADS = 32 * (HEAD_WARPS + 1);  // the heads' warps, then the copying warp
+constexpr int PRODUCER = HEAD_WARPS;        // the copying warp
 constexpr int QKV = (HQ + 2 * HKV) * HD;    // a qkv row
 constexpr int TOKEN = HKV * HD;             // a token's keys (or values) in the cache, elements
 constexpr int ROW = HC * HD + 8;            // a token's HC heads in shared memory, padded 16 bytes
@@ -57,11 +66,19 @@ struct Tail {
   u64 full[STAGES];   // a stage's page has landed (the copying warp's expected bytes)
   u64 empty[STAGES];  // every head's warp is done with the stage (HC arrivals)
   int page[MAX_PAGES];  // the row's page table, read once (a global load a page cost ~1 us each, #104)
-  u16 q[HC][G][HD];
-  float o[HC][G][HD];
-  float m[HC][G], l[HC][G];
+  u16 q[HEAD_WARPS][G][HD];
+  float o[HEAD_WARPS][G][HD];
+  float m[HEAD_WARPS][G], l[HEAD_WARPS][G];
 };
 static_assert((size_t)STAGES * STAGE * 2 + sizeof(Tail) <= SMEM_BYTES, "SMEM_BYTES: the stages and the tail");
+
+// The heads' warps only (the copying warp may have left): before a head's first warp merges its
+// other warps' sums (WPH > 1).
+#ifdef CADENCE_EMULATE
+__device__ __forceinline__ void heads_sync() { consumers_sync(); }
+#else
+__device__ __forceinline__ void heads_sync() { asm volatile("bar.sync 1, %0;" ::"r"(32 * HEAD_WARPS) : "memory"); }
+#endif
 
 // The copying warp: page p's tokens (this CTA's heads) into stage p % STAGES, completing on its
 // mbarrier.
@@ -114,16 +131,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   if (!TRIGGER_FIRST) pdl_trigger();
   if (STAMP) t_waited = (i64)global_ns();
 
-  // The row's new key and value for this warp's kv head, to the cache; its queries.
-  const int kvh = head0 + warp;
+  // The row's new key and value for this warp's kv head, to the cache (by the head's first warp); its
+  // queries.
+  const int slot_in_cta = WPH == 1 ? warp : warp % HC, sub = WPH == 1 ? 0 : warp / HC;  // its kv head, pages
+  const int kvh = head0 + slot_in_cta;
   const u16* src = qkv + (size_t)row * QKV;
   auto head = [&](int h) { return *reinterpret_cast<const uint2*>(src + h * HD + 4 * lane); };
   float cs[4], sn[4];
   rope_at(cos, sin, position[row], lane, cs, sn);
   const uint2 k_new = norm_rope(head(HQ + kvh), k_norm, cs, sn, lane, eps), v_new = head(HQ + HKV + kvh);
   const size_t cell = (size_t)slot[row] * TOKEN + (size_t)kvh * HD + 4 * lane;
-  *reinterpret_cast<uint2*>(k_cache + cell) = k_new;
-  *reinterpret_cast<uint2*>(v_cache + cell) = v_new;
+  if (sub == 0) {
+    *reinterpret_cast<uint2*>(k_cache + cell) = k_new;
+    *reinterpret_cast<uint2*>(v_cache + cell) = v_new;
+  }
   uint2 q[G];
   for (int h = 0; h < G; ++h) {
     q[h] = norm_rope(head(kvh * G + h), q_norm, cs, sn, lane, eps);
@@ -141,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const float NEG_INF = __uint_as_float(0xff800000u);
   float run_max[2] = {NEG_INF, NEG_INF}, run_sum[2] = {0.f, 0.f};
   float acc[HD / 16][4] = {};  // O^T: tile t holds d = 16t + g (+ 8) of heads 2c, 2c + 1
-  for (int p = 0; p < pages; ++p) {
-    u16* keys = stages + (size_t)(p % STAGES) * STAGE + warp * HD;  // token t at keys + t * ROW
+  for (int p = sub; p < pages; p += WPH) {
+    u16* keys = stages + (size_t)(p % STAGES) * STAGE + slot_in_cta * HD;  // token t at keys + t * ROW
     u16* values = keys + PS * ROW;
     if (ABLATE != 2) mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
     if (ABLATE == 1) {
@@ -206,6 +227,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     if (g == 0) tail.m[warp][n] = run_max[h], tail.l[warp][n] = run_sum[h];
   }
   __syncwarp();
+  if (WPH > 1) {
+    heads_sync();  // every warp's sums are in shared memory
+    if (sub != 0) return;
+  }
   float kf[4], vf[4];
   unpack4(k_new, kf);
   unpack4(v_new, vf);
@@ -215,11 +240,22 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     float s = qf[0] * kf[0] + qf[1] * kf[1] + qf[2] * kf[2] + qf[3] * kf[3];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     s *= scale;
-    const float before = tail.m[warp][h], now = fmaxf(before, s);
+    float before = tail.m[warp][h], sum = tail.l[warp][h], acc_o[4];
+    for (int i = 0; i < 4; ++i) acc_o[i] = tail.o[warp][h][4 * lane + i];
+    for (int w = 1; w < WPH; ++w) {  // the head's other warps' pages, merged as a context split is
+      const int other = slot_in_cta + w * HC;
+      const float theirs = tail.m[other][h], top = fmaxf(before, theirs);
+      if (top == NEG_INF) continue;  // neither has a page yet
+      const float a = expf(before - top), b = expf(theirs - top);
+      sum = sum * a + tail.l[other][h] * b;
+      for (int i = 0; i < 4; ++i) acc_o[i] = acc_o[i] * a + tail.o[other][h][4 * lane + i] * b;
+      before = top;
+    }
+    const float now = fmaxf(before, s);
     const float alpha = expf(before - now), p = expf(s - now);
-    const float total = tail.l[warp][h] * alpha + p, pv = round_bf16(p);
+    const float total = sum * alpha + p, pv = round_bf16(p);
     float o[4];
-    for (int i = 0; i < 4; ++i) o[i] = (tail.o[warp][h][4 * lane + i] * alpha + pv * vf[i]) / total;
+    for (int i = 0; i < 4; ++i) o[i] = (acc_o[i] * alpha + pv * vf[i]) / total;
     *reinterpret_cast<uint2*>(out + (size_t)row * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
   }
 #if STAMP
