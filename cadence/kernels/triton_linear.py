@@ -4,6 +4,7 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -124,6 +125,9 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
 
 SKINNY_MAX_ROWS = 16
+# Experiment switch (perf-notes #111): the K step of the 64-row tiles. At 256, Triton 3.6's ptxas spills
+# 96-232 bytes a thread in most of them (benchmarks/triton_ptxas.py), none at 128.
+BLOCK_K_64 = int(os.environ.get("CADENCE_GEMM64_BLOCK_K", "256"))
 
 
 @dataclass(frozen=True)
@@ -163,8 +167,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
         return None
     if rows <= 64:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
-        return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
+            return SkinnyTiles(block_n=32, block_k=BLOCK_K_64, split_k=4, block_m=64)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=BLOCK_K_64, block_m=64)
     return None
 
 
