@@ -38,15 +38,15 @@ class PendingNorm:
     tiles: SkinnyTiles
 
 
-def fold_tiles(m: int, n: int, k: int, dtype: torch.dtype, force: bool = False) -> SkinnyTiles | None:
-    """The split GEMM's tiles where its norm folds into the next GEMM: ENABLED (or `force`), 33-64
-    rows of bf16/fp16 (any dtype with `force`), a split K and a power-of-two count of slabs."""
-    if not (ENABLED or force) or not MIN_ROWS <= m <= MAX_ROWS:
-        return None
-    if not force and dtype not in DTYPES:
+def fold_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyTiles | None:
+    """The split GEMM's tiles where its norm folds into the next GEMM: ENABLED, 33-64 rows of
+    DTYPES, a split K and a power-of-two count of slabs (the next GEMM adds their sums in one
+    tl.arange)."""
+    if not ENABLED or not MIN_ROWS <= m <= MAX_ROWS or dtype not in DTYPES:
         return None
     tiles = skinny_tiles(n, k, m)
-    if tiles is None or tiles.split_k < 2 or triton.cdiv(n, tiles.block_n) & (triton.cdiv(n, tiles.block_n) - 1):
+    slabs = triton.cdiv(n, tiles.block_n) if tiles is not None else 0
+    if tiles is None or tiles.split_k < 2 or slabs & (slabs - 1):
         return None
     return tiles
 
@@ -106,11 +106,10 @@ def normed_linear(rows: PendingNorm, norm_weight: torch.Tensor, weight: torch.Te
     return out
 
 
-def norm_fold_applies(m: int, qkv: tuple, o: tuple, gate_up: tuple, down: tuple, dtype: torch.dtype,
-                      force: bool = False) -> bool:  # fmt: skip
+def norm_fold_applies(m: int, qkv: tuple, o: tuple, gate_up: tuple, down: tuple, dtype: torch.dtype) -> bool:
     """Whether a decoder layer of these weight shapes ([n, k]) runs folded at m rows: o and down
     with fold tiles, qkv and gate/up with unsplit tiles of the same rows."""
-    o_tiles, down_tiles = fold_tiles(m, *o, dtype, force), fold_tiles(m, *down, dtype, force)
+    o_tiles, down_tiles = fold_tiles(m, *o, dtype), fold_tiles(m, *down, dtype)
     if o_tiles is None or down_tiles is None:
         return False
     for n, k in (qkv, gate_up):
