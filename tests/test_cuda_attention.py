@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cuda_driver import blob, emulate, needs_gxx
+from cuda_driver import blob, emulate, needs_gxx, split_stamps
 from kernel_checks import decode_rows
 
 from cadence.kernels import torch_ops
@@ -48,9 +48,8 @@ def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tu
     grid = plan.grid(qkv.shape[0])
     tensors = b"".join(blob(t) for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt))
     scalars = struct.pack("<qqqdd", bt.stride(0), grid, plan.smem, scale, eps)
-    out = emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars)
-    stamps = torch.frombuffer(bytearray(out[-grid * 6 * 8 :]), dtype=torch.int64).view(grid, 6)
-    raw = torch.frombuffer(bytearray(out[: -grid * 6 * 8]), dtype=torch.bfloat16)
+    out, stamps = split_stamps(emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars), grid)
+    raw = torch.frombuffer(bytearray(out), dtype=torch.bfloat16)
     n_out = qkv.shape[0] * plan.heads * plan.head_dim
     k, v = raw[n_out:].chunk(2)
     return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1]), stamps

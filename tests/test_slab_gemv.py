@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cuda_driver import blob, emulate, needs_gxx
+from cuda_driver import blob, emulate, needs_gxx, split_stamps
 
 from cadence.kernels import torch_ops
 from cadence.kernels.cuda_gemv import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
@@ -269,10 +269,8 @@ def _emulate(tmp_path: Path, plan, tensors: list[torch.Tensor], n: int, tail: by
     args = b"".join(blob(t) for t in tensors[:4])
     args += struct.pack("<qqqqd", n, plan.rows_per_cta, plan.grid, plan.smem, EPS)
     args += b"".join(blob(t) for t in tensors[4:]) + tail
-    out = emulate(tmp_path, "slab_driver", SOURCE, plan.defines, args)
-    cut = len(out) - plan.grid * 6 * 8
-    stamps = torch.frombuffer(bytearray(out[cut:]), dtype=torch.int64).view(plan.grid, 6)
-    return torch.frombuffer(bytearray(out[:cut]), dtype=torch.int16), stamps
+    out, stamps = split_stamps(emulate(tmp_path, "slab_driver", SOURCE, plan.defines, args), plan.grid)
+    return torch.frombuffer(bytearray(out), dtype=torch.int16), stamps
 
 
 @needs_gxx
