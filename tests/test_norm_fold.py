@@ -46,7 +46,7 @@ def test_the_two_folded_gemms_match_the_norm_between_them(ops, m, monkeypatch):
     assert tiles is not None and tiles.split_k == 4 and tiles.block_m == 64
     for call in range(2):
         rows = x if call == 0 else 2 * x.flip(0)
-        pending = tri.linear_add_residual(rows, w, res, tiles)
+        pending = tri.linear_add_residual(rows, w, res)
         y = tri.normed_linear(pending, norm_w, w2, 1e-6)
         normed, total = tri.linear_rms_norm(rows, w, norm_w, 1e-6, res, force=True)
         assert torch.equal(pending.total, total)
@@ -74,10 +74,9 @@ def test_the_fold_applies_to_33_to_64_rows_of_the_06b_layers(monkeypatch):
     assert not fold.norm_fold_applies(32, *shapes, torch.bfloat16)
     assert not fold.norm_fold_applies(65, *shapes, torch.bfloat16)
     assert not fold.norm_fold_applies(64, *shapes, torch.float32)
-    tiles = fold.fold_tiles(64, 1024, 2048, torch.bfloat16)
     x = torch.zeros(64, 2048, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="residual"):
-        fold.linear_add_residual(x, torch.zeros(1024, 2048, dtype=torch.bfloat16), torch.zeros(64, 512), tiles)
+        fold.linear_add_residual(x, torch.zeros(1024, 2048, dtype=torch.bfloat16), torch.zeros(64, 512))
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter's run of the stack (the GPU one is below)")

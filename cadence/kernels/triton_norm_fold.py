@@ -38,17 +38,22 @@ class PendingNorm:
     tiles: SkinnyTiles
 
 
-def fold_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyTiles | None:
-    """The split GEMM's tiles where its norm folds into the next GEMM: ENABLED, 33-64 rows of
-    DTYPES, a split K and a power-of-two count of slabs (the next GEMM adds their sums in one
-    tl.arange)."""
-    if not ENABLED or not MIN_ROWS <= m <= MAX_ROWS or dtype not in DTYPES:
-        return None
+def split_tiles(n: int, k: int, m: int) -> SkinnyTiles | None:
+    """The GEMM's tiles where it can end by adding the residual (`linear_add_residual`): a split K
+    and a power-of-two count of slabs (the next GEMM adds their sums in one tl.arange)."""
     tiles = skinny_tiles(n, k, m)
     slabs = triton.cdiv(n, tiles.block_n) if tiles is not None else 0
     if tiles is None or tiles.split_k < 2 or slabs & (slabs - 1):
         return None
     return tiles
+
+
+def fold_tiles(m: int, n: int, k: int, dtype: torch.dtype) -> SkinnyTiles | None:
+    """The split GEMM's tiles where its norm folds into the next GEMM: ENABLED, 33-64 rows of
+    DTYPES, and split_tiles."""
+    if not ENABLED or not MIN_ROWS <= m <= MAX_ROWS or dtype not in DTYPES:
+        return None
+    return split_tiles(n, k, m)
 
 
 def normed_tiles(n: int, k: int, m: int) -> SkinnyTiles | None:
@@ -72,16 +77,13 @@ def _squares_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> torc
     return _squares[key]
 
 
-def linear_add_residual(
-    x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, tiles: SkinnyTiles
-) -> PendingNorm:
+def linear_add_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor) -> PendingNorm:
     """x @ weight^T + residual, rounded as rms_norm rounds the sum, and its rows' sums of squares by
     slab: the o or down projection of a layer whose next norm the next GEMM applies."""
-    m, n = x.shape[0], weight.shape[0]
-    if residual.shape != (m, n) or tiles.split_k < 2:
-        raise ValueError(
-            f"linear_add_residual: residual {tuple(residual.shape)} for [{m}, {n}], split K {tiles.split_k}"
-        )
+    (m, k), n = x.shape, weight.shape[0]
+    tiles = split_tiles(n, k, m)
+    if tiles is None or residual.shape != (m, n):
+        raise ValueError(f"linear_add_residual: residual {tuple(residual.shape)} for [{m}, {n}], tiles {tiles}")
     total = torch.empty(m, n, dtype=x.dtype, device=x.device)
     parts, counters = _split_k_workspace(x.device, n, tiles)
     squares = _squares_workspace(x.device, n, tiles)

@@ -149,9 +149,9 @@ class FusedStack:
         for i, L in enumerate(self.layers):
             qkv = ops.linear(h, L.wqkv) if pending is None else ops.normed_linear(pending, L.ln1, L.wqkv, eps)
             attn = attend(i, L, qkv)
-            mid = ops.linear_add_residual(attn, L.wo, residual, ops.skinny_tiles(*L.wo.shape, x.shape[0]))
+            mid = ops.linear_add_residual(attn, L.wo, residual)
             act = ops.silu_mul(ops.normed_linear(mid, L.ln2, L.wgu, eps))
-            pending = ops.linear_add_residual(act, L.wdown, mid.total, ops.skinny_tiles(*L.wdown.shape, x.shape[0]))
+            pending = ops.linear_add_residual(act, L.wdown, mid.total)
             residual = pending.total
         return ops.rms_norm(pending.total, self.norm, eps)[0]
 
