@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on
+from .nvrtc import compile_source, launch, pdl_on, runs_on, stamp_arguments
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 # Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
@@ -97,7 +97,7 @@ def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_siz
         return None
     if heads % kv_heads or heads // kv_heads > 8:
         return None
-    per_cta = 1  # as many kv heads a CTA as keep CTAS CTAs busy, at most 4 (4 warps)
+    per_cta = 1  # as many kv heads a CTA as keep CTAS CTAs busy, at most 4 (4 heads' warps)
     while per_cta < 4 and kv_heads % (2 * per_cta) == 0 and rows * kv_heads // (2 * per_cta) >= CTAS:
         per_cta *= 2
     return AttentionPlan(heads, kv_heads, head_dim, page_size, per_cta)
@@ -148,19 +148,16 @@ def cuda_qk_norm_rope_attention(
     tensors = (qkv, q_norm, k_norm, cos, sin, k_cache, v_cache)
     if not all(t.is_contiguous() and t.dtype == torch.bfloat16 for t in tensors):
         raise ValueError("qkv, the norms, the RoPE tables and the caches must be contiguous bfloat16")
-    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch, stamp_args
+    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
 
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return out
-    name = f"cuda attention {n}x{plan.kv_heads // plan.heads_per_cta}"
-    stamps = stamp_args(name, plan.grid(n), placeholder=out)  # its rows of an active trace_kernels
+    stamps = stamp_arguments(f"cuda attention {n}x{plan.kv_heads // plan.heads_per_cta}", plan.grid(n), out)
     trigger_first = pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST
-    plan = dataclasses.replace(plan, trigger_first=trigger_first, stamp=stamps["STAMP"])
+    plan = dataclasses.replace(plan, trigger_first=trigger_first, stamp=bool(stamps))
     args = [qkv, q_norm, k_norm, cos, sin, positions, slot_index, context_lens, block_table,
             ctypes.c_int(block_table.stride(0)), k_cache, v_cache, out, ctypes.c_float(scale),
-            ctypes.c_float(eps)]  # fmt: skip
-    if plan.stamp:  # only a stamped build takes them (prelude.cuh's STAMP_PARAMS)
-        args += [stamps["stamp_ptr"], ctypes.c_longlong(stamps["stamp_row"])]
+            ctypes.c_float(eps), *stamps]  # fmt: skip
     launch(_kernel(plan), plan.grid(n), plan.threads, plan.smem, args, pdl_on(qkv))
     return out

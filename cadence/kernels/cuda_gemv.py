@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on
+from .nvrtc import compile_source, launch, pdl_on, runs_on, stamp_arguments
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
 CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
@@ -209,16 +209,11 @@ def slab_linear(
 
 
 def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: _Attention) -> None:
-    from .triton_launch import stamp_args  # GPU only, where Triton is
-
-    stamps = stamp_args(f"slab {plan.n}x{plan.k}", plan.grid, placeholder=y)  # its rows of an active trace
-    plan = dataclasses.replace(plan, stamp=stamps["STAMP"])
-    kernel = _kernel(plan.defines, plan.smem)
+    stamps = stamp_arguments(f"slab {plan.n}x{plan.k}", plan.grid, placeholder=y)
+    plan = dataclasses.replace(plan, stamp=bool(stamps))
     args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps),
-            attention]  # fmt: skip
-    if plan.stamp:  # only a stamped build takes them (prelude.cuh's STAMP_PARAMS)
-        args += [stamps["stamp_ptr"], ctypes.c_longlong(stamps["stamp_row"])]
-    launch(kernel, plan.grid, THREADS, plan.smem, args, pdl_on(x))
+            attention, *stamps]  # fmt: skip
+    launch(_kernel(plan.defines, plan.smem), plan.grid, THREADS, plan.smem, args, pdl_on(x))
 
 
 @dataclass
