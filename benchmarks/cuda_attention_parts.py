@@ -2,10 +2,11 @@
 kernels/cuda/decode_attention.cu at 64 rows of 500-token contexts, 28 layers each over its own cache
 (HBM, as in the walk), one CUDA graph, against the Triton decode kernel the talker runs.
 
-Each variant is a set of AttentionPlan fields (heads_per_cta, stages, ...) and optionally
-`ablate`: 1 leaves the pages' arithmetic out (the copies, waits and barriers alone), 2 the copies (the
-arithmetic over whatever is in shared memory). Ablated outputs are garbage and are not checked; the
-others are checked against the definition (torch_ops).
+Each variant is a set of AttentionPlan fields (heads_per_cta, stages, warps_per_head, ablate),
+launched through cuda_qk_norm_rope_attention without PDL. `ablate` 1 leaves the pages' arithmetic out
+(the copies, waits and barriers alone), 2 the copies (the arithmetic over whatever is in shared
+memory). Ablated outputs are garbage and are not checked; the others are checked against the
+definition (torch_ops).
 
     python benchmarks/cuda_attention_parts.py [--rows 64] [--context 500] \
         [--variants "heads_per_cta=4,stages=4" "heads_per_cta=4,stages=4,ablate=1" ...] [--json out.json]
@@ -16,7 +17,6 @@ Prints ms per 28 layers and the KV-read bandwidth each reaches. GPU only.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import json
 
@@ -24,7 +24,7 @@ import torch
 from graph_timing import replay_ms
 from paged_attention import HKV, HQ, LAYERS, PAGE, D, decode_inputs
 
-from cadence.kernels import cuda_attention, nvrtc, torch_ops, triton_ops
+from cadence.kernels import cuda_attention, torch_ops, triton_ops
 
 DEFAULT_VARIANTS = [
     "heads_per_cta=4,stages=4",
@@ -37,13 +37,13 @@ DEFAULT_VARIANTS = [
 ]
 
 
-def parse_variant(text: str) -> tuple[dict[str, int], int]:
+def parse_variant(text: str) -> dict[str, int]:
+    """'heads_per_cta=4,stages=4,ablate=1' -> AttentionPlan fields."""
     fields = {}
     for item in filter(None, text.split(",")):
         key, value = item.split("=")
         fields[key.strip()] = int(value)
-    ablate = fields.pop("ablate", 0)
-    return fields, ablate
+    return fields
 
 
 def main() -> None:
@@ -80,22 +80,17 @@ def main() -> None:
     print(f"{rows} rows, {context}-token contexts, {LAYERS} layers: Triton {cell(triton_ms)}", flush=True)
     base = cuda_attention.attention_plan(rows, HQ, HKV, D, PAGE, torch.bfloat16, min_rows=1)
     for text in args.variants:
-        fields, ablate = parse_variant(text)
-        plan = dataclasses.replace(base, **fields)
-        kernel = nvrtc.compile_source(cuda_attention.SOURCE, "decode_attention_kernel",
-                                      plan.defines + (("ABLATE", ablate),), plan.smem)  # fmt: skip
+        plan = dataclasses.replace(base, **parse_variant(text))
 
-        def call(k, v, plan=plan, kernel=kernel):
-            out = torch.empty(rows, HQ * D, dtype=qkv.dtype, device=qkv.device)
-            launch_args = [qkv, *norm_rope[:2], *norm_rope[3:], slots, ctx, table, ctypes.c_int(table.stride(0)), k, v,
-                           out, ctypes.c_float(scale), ctypes.c_float(norm_rope[2])]  # fmt: skip
-            nvrtc.launch(kernel, plan.grid(rows), plan.threads, plan.smem, launch_args, False)
-            return out
+        def call(k, v, plan=plan):
+            return cuda_attention.cuda_qk_norm_rope_attention(qkv, *norm_rope, k, v, slots, table, ctx, scale, HQ, HKV,
+                                                              plan)  # fmt: skip
 
-        if not ablate:
-            err = (call(*caches[0]).float() - ref).abs().max().item()
-            assert err <= 2e-2, f"{text}: max error {err}"
-        ms = replay_ms(lambda call=call: [call(k, v) for k, v in caches])
+        with triton_ops.pdl_settings(False, False):  # each layer's kernel after the last, as sweeps time them
+            if not plan.ablate:
+                err = (call(*caches[0]).float() - ref).abs().max().item()
+                assert err <= 2e-2, f"{text}: max error {err}"
+            ms = replay_ms(lambda call=call: [call(k, v) for k, v in caches])
         results[text] = ms
         print(f"  CUDA {text:<40} {cell(ms)}  ({plan.grid(rows)} CTAs of {plan.threads} threads, "
               f"{plan.smem // 1024} KB)", flush=True)  # fmt: skip

@@ -62,6 +62,7 @@ class AttentionPlan:
     trigger_first: bool = False
     stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     warps_per_head: int = 1
+    ablate: int = 0  # a look (benchmarks/cuda_attention_parts.py): 1 the pages' arithmetic left out, 2 their copies
 
     def grid(self, rows: int) -> int:
         return rows * (self.kv_heads // self.heads_per_cta)
@@ -85,7 +86,7 @@ class AttentionPlan:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
                 ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)),
-                ("WPH", self.warps_per_head))  # fmt: skip
+                ("WPH", self.warps_per_head), ("ABLATE", self.ablate))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
