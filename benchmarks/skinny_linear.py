@@ -36,12 +36,13 @@ SHAPES = {
     (2048, 1024): 15,  # code-predictor heads
 }
 # Split-K (perf-notes #21) against the unsplit tiles of #20's sweep, whose winners all used 4 warps.
-SWEEP = [
-    triton_ops.SkinnyTiles(block_n, block_k, warps, stages, split)
-    for block_n, block_k, warps, stages, split in itertools.product(
-        (16, 32, 64), (256, 512), (4, 8), (3,), (1, 2, 4, 8)
-    )
-]
+def sweep_tiles(stages: tuple[int, ...] = (3,)) -> list[triton_ops.SkinnyTiles]:
+    return [
+        triton_ops.SkinnyTiles(block_n, block_k, warps, stage, split)
+        for block_n, block_k, warps, stage, split in itertools.product(
+            (16, 32, 64), (256, 512), (4, 8), stages, (1, 2, 4, 8)
+        )
+    ]
 CALLS = 50
 
 
@@ -67,6 +68,10 @@ def main() -> None:
         help="activation rows (batch) to time; above 16 (up to 64) the tiles hold the next power of two "
         "rows; 'shipped' is what triton_ops.linear runs (skinny_tiles: cuBLAS for some shapes)",
     )  # fmt: skip
+    p.add_argument(
+        "--stages", type=int, nargs="+", default=[3],
+        help="pipeline stages to sweep (3: #20's and #60's sweeps; each adds 48 tiles a shape)",
+    )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -77,7 +82,7 @@ def main() -> None:
         raise SystemExit("--rows: at most 64 (the kernel holds all rows of a call in one program)")
     for rows in args.rows:
         block_m = max(triton_ops.SKINNY_MAX_ROWS, triton.next_power_of_2(rows))
-        sweep = [dataclasses.replace(t, block_m=block_m) for t in SWEEP]
+        sweep = [dataclasses.replace(t, block_m=block_m) for t in sweep_tiles(tuple(args.stages))]
         print(f"\nrows={rows}: us per call (weight GB/s)")
         print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best (BN, BK, warps, stages, split)")
         walk = {"cublas": 0.0, "shipped": 0.0, "best": 0.0}
@@ -100,6 +105,8 @@ def main() -> None:
                     continue
                 assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
             shipped = triton_ops.skinny_tiles(n, k, rows)  # what triton_ops.linear uses; None: cuBLAS
+            if shipped is not None and shipped not in timed:  # outside the swept stages
+                timed[shipped] = time_graph(skinny(x, weights, out, shipped))
             timed[None] = cublas
             best = min(timed, key=timed.get)
 

@@ -125,9 +125,21 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 
 
 SKINNY_MAX_ROWS = 16
-# Experiment switch (perf-notes #111): the K step of the 64-row tiles. At 256, Triton 3.6's ptxas spills
-# 96-232 bytes a thread in most of them (benchmarks/triton_ptxas.py), none at 128.
-BLOCK_K_64 = int(os.environ.get("CADENCE_GEMM64_BLOCK_K", "256"))
+
+
+def parse_tile_overrides(text: str) -> dict[tuple[int, int], "SkinnyTiles"]:
+    """`NxK=BN:BK:WARPS:STAGES:SPLIT,...` (the experiment switch CADENCE_GEMM64_TILES, perf-notes
+    #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py found)."""
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            shape, spec = item.split("=")
+            n, k = (int(v) for v in shape.split("x"))
+            block_n, block_k, warps, stages, split_k = (int(v) for v in spec.split(":"))
+        except ValueError:
+            raise ValueError(f"CADENCE_GEMM64_TILES: {item!r} is not NxK=BN:BK:WARPS:STAGES:SPLIT") from None
+        overrides[(n, k)] = SkinnyTiles(block_n, block_k, warps, stages, split_k, block_m=64)
+    return overrides
 
 
 @dataclass(frozen=True)
@@ -166,10 +178,15 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
         return None
     if rows <= 64:
+        if (n, k) in GEMM64_OVERRIDES:
+            return GEMM64_OVERRIDES[(n, k)]
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=BLOCK_K_64, split_k=4, block_m=64)
-        return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=BLOCK_K_64, block_m=64)
+            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
+        return SkinnyTiles(block_n=64 if n >= 6144 else 16 if n <= 2048 else 32, block_k=256, block_m=64)
     return None
+
+
+GEMM64_OVERRIDES = parse_tile_overrides(os.environ.get("CADENCE_GEMM64_TILES", ""))
 
 
 def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
