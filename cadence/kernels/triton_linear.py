@@ -128,10 +128,11 @@ SKINNY_MAX_ROWS = 16
 
 
 def parse_tile_overrides(text: str) -> dict[tuple[int, int], "SkinnyTiles"]:
-    """`NxK=BN:BK:WARPS:STAGES:SPLIT,...` (the experiment switch CADENCE_GEMM64_TILES, perf-notes
-    #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py found)."""
+    """`NxK=BN:BK:WARPS:STAGES:SPLIT+...` (the experiment switch CADENCE_GEMM64_TILES, perf-notes
+    #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py found;
+    `+` between shapes, since h200.sh walkab splits a tree's variables at commas)."""
     overrides = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in filter(None, (part.strip() for part in text.split("+"))):
         try:
             shape, spec = item.split("=")
             n, k = (int(v) for v in shape.split("x"))
