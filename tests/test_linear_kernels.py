@@ -62,6 +62,22 @@ def test_linear_routes_by_shape_and_rows(ops):
               if skinny_tiles(n, k, 32) is not None}  # fmt: skip
     assert routed == {(1024, 2048), (1024, 3072), (2048, 1024)}
     assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
+    # 33-64 rows (#112): the unsplit tiles in 4 stages, but gate/up's 64-row slabs (3: 4 do not fit)
+    assert [skinny_tiles(n, 1024, 64).stages for n in (4096, 3072, 2048, 6144)] == [4, 4, 4, 3]
+
+
+def test_gemm64_tile_overrides_parse_and_reject_typos():
+    """CADENCE_GEMM64_TILES (perf-notes #112, an experiment switch): `NxK=BN:BK:WARPS:STAGES:SPLIT`
+    joined by '+'; anything else is an error that names the item, not a silently ignored setting."""
+    from cadence.kernels.triton_linear import SkinnyTiles, parse_tile_overrides
+
+    parsed = parse_tile_overrides("4096x1024=32:256:4:4:1+1024x3072=32:256:8:3:4")
+    assert parsed == {(4096, 1024): SkinnyTiles(32, 256, 4, 4, 1, block_m=64),
+                      (1024, 3072): SkinnyTiles(32, 256, 8, 3, 4, block_m=64)}  # fmt: skip
+    assert parse_tile_overrides("") == {}
+    for bad in ("4096x1024=32:256:4:4", "4096=32:256:4:4:1", "4096x1024:32:256:4:4:1"):
+        with pytest.raises(ValueError, match="NxK=BN:BK:WARPS:STAGES:SPLIT"):
+            parse_tile_overrides(bad)
 
 
 @pytest.mark.gpu  # the stamps are inline PTX: no interpreter
@@ -119,8 +135,8 @@ def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
+@pytest.mark.parametrize("split_k,stages", [(1, 3), (4, 3), (1, 4)])
+def test_skinny_linear_up_to_64_rows(ops, dtype, split_k, stages):
     """The weight-streaming kernel with 64 activation rows per program (SkinnyTiles.block_m), the
     tiles benchmarks/skinny_linear.py sweeps for batches 17-64; more rows than the tiles hold is
     a clear error, not a wrong result."""
@@ -130,7 +146,7 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k):
     x = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
     w = (torch.randn(96, 1024, device=DEV, generator=g) / 32).to(dtype)
     ref = torch.nn.functional.linear(x.float(), w.float())
-    out = skinny_linear(x, w, SkinnyTiles(block_n=32, block_k=256, split_k=split_k, block_m=64)).float()
+    out = skinny_linear(x, w, SkinnyTiles(block_n=32, block_k=256, stages=stages, split_k=split_k, block_m=64)).float()
     assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
     with pytest.raises(ValueError, match="at most 16 rows"):
         skinny_linear(x, w, SkinnyTiles())
