@@ -68,12 +68,13 @@ def test_linear_routes_by_shape_and_rows(ops):
 
 def test_gemm64_tile_overrides_parse_and_reject_typos():
     """CADENCE_GEMM64_TILES (perf-notes #112, an experiment switch): `NxK=BN:BK:WARPS:STAGES:SPLIT`
-    joined by '+'; anything else is an error that names the item, not a silently ignored setting."""
+    or `NxK=cublas` joined by '+'; anything else is an error that names the item, not a silently
+    ignored setting."""
     from cadence.kernels.triton_linear import SkinnyTiles, parse_tile_overrides
 
-    parsed = parse_tile_overrides("4096x1024=32:256:4:4:1+1024x3072=32:256:8:3:4")
+    parsed = parse_tile_overrides("4096x1024=32:256:4:4:1+1024x3072=32:256:8:3:4+6144x1024=cublas")
     assert parsed == {(4096, 1024): SkinnyTiles(32, 256, 4, 4, 1, block_m=64),
-                      (1024, 3072): SkinnyTiles(32, 256, 8, 3, 4, block_m=64)}  # fmt: skip
+                      (1024, 3072): SkinnyTiles(32, 256, 8, 3, 4, block_m=64), (6144, 1024): None}  # fmt: skip
     assert parse_tile_overrides("") == {}
     for bad in ("4096x1024=32:256:4:4", "4096=32:256:4:4:1", "4096x1024:32:256:4:4:1"):
         with pytest.raises(ValueError, match="NxK=BN:BK:WARPS:STAGES:SPLIT"):

@@ -127,15 +127,19 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 SKINNY_MAX_ROWS = 16
 
 
-def parse_tile_overrides(text: str) -> dict[tuple[int, int], "SkinnyTiles"]:
+def parse_tile_overrides(text: str) -> dict[tuple[int, int], "SkinnyTiles | None"]:
     """`NxK=BN:BK:WARPS:STAGES:SPLIT+...` (the experiment switch CADENCE_GEMM64_TILES, perf-notes
     #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py found;
-    `+` between shapes, since h200.sh walkab splits a tree's variables at commas)."""
-    overrides = {}
+    `NxK=cublas`: cuBLAS for that weight; `+` between shapes, since h200.sh walkab splits a tree's
+    variables at commas)."""
+    overrides: dict[tuple[int, int], SkinnyTiles | None] = {}
     for item in filter(None, (part.strip() for part in text.split("+"))):
         try:
             shape, spec = item.split("=")
             n, k = (int(v) for v in shape.split("x"))
+            if spec == "cublas":
+                overrides[(n, k)] = None
+                continue
             block_n, block_k, warps, stages, split_k = (int(v) for v in spec.split(":"))
         except ValueError:
             raise ValueError(f"CADENCE_GEMM64_TILES: {item!r} is not NxK=BN:BK:WARPS:STAGES:SPLIT") from None
