@@ -35,6 +35,8 @@ SHAPES = {
     (3072, 1024): 1,  # talker codec head
     (2048, 1024): 15,  # code-predictor heads
 }
+
+
 # Split-K (perf-notes #21) against the unsplit tiles of #20's sweep, whose winners all used 4 warps.
 def sweep_tiles(stages: tuple[int, ...] = (3,)) -> list[triton_ops.SkinnyTiles]:
     return [
@@ -43,6 +45,8 @@ def sweep_tiles(stages: tuple[int, ...] = (3,)) -> list[triton_ops.SkinnyTiles]:
             (16, 32, 64), (256, 512), (4, 8), stages, (1, 2, 4, 8)
         )
     ]
+
+
 CALLS = 50
 
 

@@ -127,7 +127,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
 SKINNY_MAX_ROWS = 16
 
 
-def parse_tile_overrides(text: str) -> dict[tuple[int, int], "SkinnyTiles | None"]:
+def parse_tile_overrides(text: str) -> dict[tuple[int, int], SkinnyTiles | None]:
     """`NxK=BN:BK:WARPS:STAGES:SPLIT+...` (the experiment switch CADENCE_GEMM64_TILES, perf-notes
     #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py found;
     `NxK=cublas`: cuBLAS for that weight; `+` between shapes, since h200.sh walkab splits a tree's
@@ -171,8 +171,9 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     predictor's 2048-wide heads: -0.19 ms per walk against cuBLAS). 33-64 rows (#60): every shape,
     in 64-row tiles, the sweep's best at 64 rows (each within 10 % of cuBLAS alone, 2.64 against
     2.73 ms a walk's mix), so that the whole walk is Triton kernels and programmatic dependent
-    launch can overlap each GEMM's weight read with the kernel before it; the unsplit ones but
-    gate/up in 4 stages (#112: Triton 3.6's sweep, -0.01 ms a b64 walk). Above 64 rows cuBLAS."""
+    launch can overlap each GEMM's weight read with the kernel before it; the unsplit ones in 4
+    stages (#112: Triton 3.6's sweep, -0.01 ms a b64 walk), but the 6144-wide gate/up, which
+    walks faster on cuBLAS (#113). Above 64 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4)
@@ -188,8 +189,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             return GEMM64_OVERRIDES[(n, k)]
         if n <= 1024 and k >= 2048:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
-        if n >= 6144:  # 64-row slabs: a fourth stage does not fit in shared memory
-            return SkinnyTiles(block_n=64, block_k=256, block_m=64)
+        if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against these tiles' 7.1, whose
+            return None  # 96 programs leave SMs idle; -0.02 ms a b64 walk without the PDL overlap)
         return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=256, stages=4, block_m=64)
     return None
 
