@@ -270,18 +270,6 @@ for phase in "$@"; do
       wait
       A104_WALKS_ONLY=1 A104_ROUNDS="${W109_ROUNDS:-1}" \
         A104_TREES="long2=.,CADENCE_CUDA_ATTENTION=long,CADENCE_CUDA_ATTENTION_LONG_WARPS=2" bash "$0" attn104 ;;
-    fold110)  # perf-notes #110: the norms after o and down folded into the GEMMs around them at 33-64 rows
-      # (CADENCE_NORM_FOLD=1): the fold's gpu tests and the linear kernels', then b64 walks of this tree, with the
-      # fold (`fold`) and with #111's 128-wide K steps in the 64-row tiles (`bk128`), FOLD_ROUNDS (default "1 2";
-      # ~7 min)
-      need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_norm_fold.py \
-        tests/test_linear_kernels.py 2>&1 | tee "$OUT/fold_tests.log" | grep -E "passed|failed|rror" | tail -4
-      wait
-      grep -q " passed" "$OUT/fold_tests.log" && ! grep -qE "failed|error" "$OUT/fold_tests.log" || continue
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS="${FOLD_ROUNDS:-1 2}" \
-        TREES="fold=.,CADENCE_NORM_FOLD=1 bk128=.,CADENCE_GEMM64_BLOCK_K=128 ${TREES:-}" bash "$0" walkab 2>&1 \
-        | grep -E "^==|^ +[0-9]|failed|rror" ;;
     sampler103)  # perf-notes #103: the samplers' kernel tests (the CUDA sampler's and the shared ones, both GPU
       # samplers), the fast walk's gpu tests (under graphs against the eager walk), the sampler kernels alone, then
       # walks of this tree, of it with the Triton sampler (`triton`) and of TREES (S103_BATCHES, default 1;

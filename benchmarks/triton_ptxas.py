@@ -86,8 +86,8 @@ def main() -> None:
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} stages {stages} "
                       f"warps {warps}: {report}")  # fmt: skip
     linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
-                    "stamp_ptr": "*i64", "stamp_row": "i32", "res_ptr": ptr, "ss_ptr": "*fp32", "nw_ptr": ptr,
-                    "eps": "fp32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
+                    "stamp_ptr": "*i64", "stamp_row": "i32",
+                    "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
     print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")
     for rows in (16, 32, 64):
         for n, k, swiglu in ((4096, 1024, False), (1024, 2048, False), (6144, 1024, True), (1024, 3072, False),
@@ -99,15 +99,10 @@ def main() -> None:
             k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
             consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
                           SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, REDUCE=True,
-                          USE_PDL=True, STAMP=False, ADD_RES=False, NORM_IN=False, SS_BLOCKS=1)  # fmt: skip
+                          USE_PDL=True, STAMP=False)  # fmt: skip
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
                                   tiles.stages)  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
-            if rows == 64 and not swiglu:  # the norm folded in (#110): o and down add the residual, the rest NORM_IN
-                fold = dict(ADD_RES=True) if tiles.split_k > 1 else dict(NORM_IN=True, SS_BLOCKS=32, BLOCK_K=128)
-                report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, {**consts, **fold},
-                                      tiles.warps, args.arch, tiles.stages)  # fmt: skip
-                print(f"  rows {rows:>2} {n:>4}x{k:<4} {next(iter(fold))}: {report}")
     sample_types = {n: "*fp32" for n in triton_sampler._sample_kernel.arg_names if n.endswith("_ptr")}
     sample_types.update(logits_ptr=ptr, rows_ptr="*i64", seen_ptr="*i1", ban_ptr="*i1", do_ptr="*i1",
                         topk_ptr="*i64", seed_ptr="*i64", frame_ptr="*i64", out_ptr="*i64", table_ptr=ptr,

@@ -18,9 +18,7 @@ from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefe
 def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                           K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False,
-                          res_ptr=None, ss_ptr=None, nw_ptr=None, eps=0.0, ADD_RES: tl.constexpr = False,
-                          NORM_IN: tl.constexpr = False, SS_BLOCKS: tl.constexpr = 1):  # fmt: skip
+                          USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -40,13 +38,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     never written, so this need not wait), then waits for the kernel before it: the weight read
     overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
     before the prefetch).
-
-    The RMSNorm between two GEMMs folded into them (perf-notes #110, `triton_norm_fold.py`): with
-    ADD_RES (split K, REDUCE) the last program of a slab adds the residual rows' slab to its sum,
-    rounded as the norm kernel rounds it, stores that (the next residual) and each row's sum of
-    squares over the slab to ss_ptr [slabs, BLOCK_M]; with NORM_IN x is such rows, whose SS_BLOCKS
-    partial sums of squares the program adds up after its wait, and each x tile is normalised and
-    multiplied by the norm weight nw_ptr (rounded as the norm kernel rounds) before its dot.
 
     STAMP (a look, `triton_launch.trace_kernels`): each program writes the clock at its start,
     after its prefetches, after its wait, after its dots and at its end, and its SM, to row
@@ -74,17 +65,10 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
         t_waited = globaltimer(pid)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if NORM_IN:  # the rows' sums of squares, their producer's slabs added in slab order
-        slabs = tl.arange(0, SS_BLOCKS)
-        squares = tl.sum(tl.load(ss_ptr + slabs[:, None] * BLOCK_M + rm[None, :]), axis=0)
-        inv = 1.0 / tl.sqrt(squares / K + eps)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
         kk = split * K_PER_SPLIT + i + rk
         x_mask = (rm[:, None] < M) & (kk[None, :] < K)
         x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
-        if NORM_IN:  # rms_norm's rounding: the normalised value, then its product with the weight
-            nw = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-            x = ((x.to(tl.float32) * inv[:, None]).to(x.dtype).to(tl.float32) * nw[None, :]).to(x.dtype)
         w_mask = (rn[:, None] < N) & (kk[None, :] < K)
         w = tl.load(w_ptr + rn[:, None] * K + kk[None, :], mask=w_mask, other=0.0)
         acc += tl.dot(x, tl.trans(w))
@@ -112,13 +96,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                 total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                 for s in range(SPLIT_K):  # .cg: read through L2, where the other programs' stores are
                     total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
-                y = total.to(dtype)
-                if ADD_RES:  # the next residual, rounded as rms_norm rounds x + residual; its squares
-                    res = tl.load(res_ptr + rm[:, None] * N + rn[None, :], mask=out_mask, other=0.0)
-                    y = (y.to(tl.float32) + res.to(tl.float32)).to(dtype)
-                    y32 = tl.where(out_mask, y.to(tl.float32), 0.0)
-                    tl.store(ss_ptr + pid * BLOCK_M + rm, tl.sum(y32 * y32, axis=1))
-                tl.store(out_ptr + rm[:, None] * N + rn[None, :], y, mask=out_mask)
+                tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
                 tl.atomic_xchg(count_ptr + pid, 0)
     if STAMP:
         write_stamps(stamp_ptr, stamp_row + pid * SPLIT_K + split, t_start, t_prefetched, t_waited, t_dots)
@@ -261,10 +239,8 @@ def skinny_linear_partials(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyT
     return parts.view(tiles.split_k, tiles.block_m, n)
 
 
-def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu: bool, reduce: bool,
-            fold: dict | None = None) -> None:  # fmt: skip
-    """One launch of the kernel: out [m, n] (or, without `reduce`, only the partials); `fold`: the
-    folded norm's arguments (triton_norm_fold)."""
+def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu: bool, reduce: bool) -> None:
+    """One launch of the kernel: out [m, n] (or, without `reduce`, only the partials)."""
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
@@ -276,7 +252,7 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
         x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
-        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x), **(fold or {}),
+        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
     )  # fmt: skip
 
 

@@ -33,7 +33,6 @@ from .triton_linear import (
     skinny_tiles,
     swiglu_tiles,
 )
-from .triton_norm_fold import PendingNorm, linear_add_residual, norm_fold_applies, normed_linear
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_swiglu", "paged_attention", "pdl_launch",
     "pdl_settings", "pdl_trigger_first", "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk",
     "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "trigger_first_for",
-    "PendingNorm", "linear_add_residual", "norm_fold_applies", "normed_linear",
     "use_pdl",
 ]  # fmt: skip
 

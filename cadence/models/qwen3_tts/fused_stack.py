@@ -13,9 +13,6 @@ and the norms before qkv and gate/up done inside those GEMMs, so a layer is five
 GEMMs and the attention) and only the stack's final norm is a kernel of its own (perf-notes #94).
 At one decode row whose context is one cache page (the code predictor's steps) the attention goes
 inside the o GEMM too (`slab_attention_linear`, #97): four kernels a layer.
-
-With `triton_norm_fold` switched on (CADENCE_NORM_FOLD=1, an experiment: #110) at 33-64 rows the norms
-after o and down go inside the GEMMs around them (`_folded_layers`).
 """
 
 from __future__ import annotations
@@ -107,12 +104,7 @@ class FusedStack:
                                            k_cache, v_cache)  # fmt: skip
                 return self._slab_layers(x, plans, attend, inside)
         ops = self.ops
-        L0 = self.layers[0]
-        if hasattr(ops, "norm_fold_applies") and ops.norm_fold_applies(
-            x.shape[0], L0.wqkv.shape, L0.wo.shape, L0.wgu.shape, L0.wdown.shape, x.dtype
-        ):
-            return self._folded_layers(x, attend)
-        h, residual = ops.rms_norm(x, L0.ln1, self.eps)
+        h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
         for i, L in enumerate(self.layers):
             attn = attend(i, L, ops.linear(h, L.wqkv))
             h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual)
@@ -137,23 +129,6 @@ class FusedStack:
             q, k_cache[i], v_cache[i], block_table, context_lens, self.scale, self.splits,
             max_context=self.max_positions,
         )  # fmt: skip
-
-    def _folded_layers(self, x: torch.Tensor, attend) -> torch.Tensor:
-        """The layers with each norm after o and down folded into the GEMM after it (triton_norm_fold,
-        perf-notes #110): o and down add the residual and their rows' squares by slab, gate/up and
-        the next layer's qkv normalise the tiles they load; only the first layer's input norm and
-        the stack's final norm stay kernels."""
-        ops, eps = self.ops, self.eps
-        h, residual = ops.rms_norm(x, self.layers[0].ln1, eps)
-        pending = None
-        for i, L in enumerate(self.layers):
-            qkv = ops.linear(h, L.wqkv) if pending is None else ops.normed_linear(pending, L.ln1, L.wqkv, eps)
-            attn = attend(i, L, qkv)
-            mid = ops.linear_add_residual(attn, L.wo, residual)
-            act = ops.silu_mul(ops.normed_linear(mid, L.ln2, L.wgu, eps))
-            pending = ops.linear_add_residual(act, L.wdown, mid.total)
-            residual = pending.total
-        return ops.rms_norm(pending.total, self.norm, eps)[0]
 
     def _slab_plans(self, rows: int, attention: AttentionShape | None = None) -> LayerPlans | None:
         """The slab GEMM's plans for a layer at `rows` rows, or None if one of the four has none."""
