@@ -167,8 +167,8 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
             return GEMM64_OVERRIDES[(n, k)]
         if n <= 1024 and k >= 2048:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
-        if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against these tiles' 7.1, whose
-            return None  # 96 programs leave SMs idle; -0.02 ms a b64 walk without the PDL overlap)
+        if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against 7.1 for 64-row slabs in 96
+            return None  # programs, fewer than the SMs; -0.02 ms a b64 walk even without the PDL overlap)
         return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=256, stages=4, block_m=64)
     return None
 
