@@ -185,6 +185,8 @@ def test_linear_swiglu(ops, dtype, m, inter):
             assert torch.equal(tri.linear_swiglu(x, w), fused)
     expected = ref.linear_swiglu(x.float(), w.float())
     assert (fused.float() - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
+    routed = tri.linear_swiglu(x, w).float()  # whatever route it takes (48 rows: cuBLAS, then silu_mul)
+    assert (routed - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
     with pytest.raises(ValueError, match="split_k=1"):
         skinny_linear(x, w, SkinnyTiles(split_k=2), swiglu=True)
 
