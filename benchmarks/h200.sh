@@ -249,6 +249,15 @@ for phase in "$@"; do
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${A104_ROUNDS:-1 2} \
         TREES="${A104_TREES:-long=.,CADENCE_CUDA_ATTENTION=long short=.,CADENCE_CUDA_ATTENTION=short all=.,CADENCE_CUDA_ATTENTION=all} ${TREES:-}" bash "$0" walkab \
         2>&1 | grep -E "^==|^ +[0-9]|failed|rror" ;;
+    gemm64115)  # perf-notes #115: the 64-row slab GEMM's tests (gpu and emulated), the kernel alone against the shipped
+      # route (benchmarks/gemm64.py), then b64 walks of this tree with it on (`g64`: CADENCE_GEMM64=1, or
+      # G64_SHAPES) against off, interleaved (walkab; G64_ROUNDS, default "1 2"). The rest only if the tests pass.
+      timeout -k 10 -s INT 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_gemm64.py 2>&1 \
+        | tee "$OUT/gemm64_tests.log" | tail -4
+      grep -q " passed" "$OUT/gemm64_tests.log" && ! grep -qE "failed|error" "$OUT/gemm64_tests.log" || continue
+      timeout -k 10 -s INT 240 python3 benchmarks/gemm64.py --rows 48 64 --json "$OUT/gemm64.json" 2>&1 | tail -16
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${G64_ROUNDS:-1 2} \
+        TREES="g64=.,CADENCE_GEMM64=${G64_SHAPES:-1} ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
     stamps108)  # perf-notes #108: the CUDA kernels' clock stamps (the slab GEMM's, the decode attention's) checked on the
       # GPU, then a stamped walk at b1 and b64 (walk_timeline.py --stamps: every GEMM's and attention's lead, release,
       # loop and tail, Triton's and CUDA's; ~4 min)

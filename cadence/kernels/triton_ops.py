@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cuda_attention
+from . import cuda_attention, cuda_gemm64
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .triton_attention import (
     AttentionTiles,
@@ -265,6 +265,8 @@ def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
     kernel where `linear` would stream it (each program a gate slab and its up slab, as many
     weight rows as the unfused GEMM's tiles), else the GEMM then `silu_mul`. The fused kernel runs
     the same dots and rounds at the same points as the two (test_linear_swiglu compares the bits)."""
+    if (plan := cuda_gemm64.route(x, gate_up, swiglu=True)) is not None:  # the 64-row slab GEMM's switch
+        return cuda_gemm64.gemm64_linear(x, gate_up, plan)
     m, k = x.shape
     tiles = swiglu_tiles(gate_up.shape[0], k, m)
     if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):

@@ -1,0 +1,135 @@
+"""The decode GEMM for 33-64 activation rows whose weights arrive before it may start
+(kernels/cuda/slab_gemm64.cu, perf-notes #115): each CTA copies its slab of weight rows into shared
+memory before its programmatic-dependent-launch wait, as the one- and two-row slab GEMM
+(cuda_gemv.py) does at batch 1, then reads the 64 input rows from L2 straight into the tensor
+cores' registers. For the GEMMs whose K fits a slab beside the next kernel's CTAs (K <= 1024 on the
+0.6B: qkv, gate/up with SwiGLU, the heads); o and down (K = 2048, 3072) keep the split-K Triton
+kernel, whose partials the norm after them adds.
+
+`route` says which calls take it: bf16 on Hopper, 33-64 rows, and the experiment switch
+CADENCE_GEMM64 (`1`: every shape with a plan; `NxK+NxK`: those weights only; `0` or unset: none).
+Compiled at first use by NVRTC, one instance per shape and row count (nvrtc.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .nvrtc import compile_source, launch, runs_on, stamp_arguments
+from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
+
+SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
+CTAS = 128  # CTAs a GEMM: one an SM at most, so every SM streams a slab
+THREADS = 256
+MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
+MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024 (perf-notes #115)
+# A CTA's shared memory at most: the kernels around it (the norm before, attention or down after)
+# must still fit an SM beside it, or its slab copy cannot start before their end.
+SMEM_LIMIT = 128 * 1024
+WARP_KS = 4  # the kernel's 2 x 4 warps: K in four quarters, whose sums meet in shared memory
+PAD = 32  # elements after each slab row in shared memory (the kernel's LD = K + 32)
+
+
+def _shapes_switch(text: str) -> bool | frozenset[tuple[int, int]]:
+    """CADENCE_GEMM64: `1` all shapes with a plan, `0`/empty none, else `NxK+NxK` those weights."""
+    text = text.strip()
+    if text in ("", "0"):
+        return False
+    if text == "1":
+        return True
+    try:
+        return frozenset(tuple(int(v) for v in item.split("x")) for item in text.split("+") if item)  # type: ignore[misc]
+    except ValueError:
+        raise ValueError(f"CADENCE_GEMM64={text!r}: expected 1, 0 or NxK+NxK (weight shapes)") from None
+
+
+ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "0"))
+
+
+@dataclass(frozen=True)
+class Gemm64Plan:
+    """One instance of the kernel and its launch: y [m, n] from an [n, k] weight (SwiGLU: [2n, k],
+    y = silu(x @ gate^T) * (x @ up^T)), `rows_per_cta` weight rows (of each) a CTA."""
+
+    n: int
+    k: int
+    m: int
+    swiglu: bool
+    rows_per_cta: int
+    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
+    trigger_first: bool = False  # the next kernel launches at this one's start (the graph's PDL order)
+
+    @property
+    def grid(self) -> int:
+        return -(-self.n // self.rows_per_cta)
+
+    @property
+    def smem(self) -> int:
+        """The slab (rows padded), or the K quarters' sums that reuse it if larger, then the mbarrier."""
+        pair = 2 if self.swiglu else 1
+        slab = pair * self.rows_per_cta * (self.k + PAD) * 2
+        sums = WARP_KS * -(-self.m // 16) * 16 * pair * -(-self.rows_per_cta // 8) * 8 * 4
+        return -(-max(slab, sums) // 16) * 16 + 16
+
+    @property
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("ROWS", self.rows_per_cta),
+                ("THREADS", THREADS), ("STAMP", int(self.stamp)),
+                ("TRIGGER_FIRST", int(self.trigger_first)))  # fmt: skip
+
+
+def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = CTAS) -> Gemm64Plan | None:
+    """The kernel's plan for this GEMM over `ctas` CTAs, or None where it does not apply: more than
+    64 rows, K not a multiple of 128 or above MAX_K, a slab over SMEM_LIMIT."""
+    if not 1 <= m <= MAX_ROWS or k % 128 or k > MAX_K:
+        return None
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=-(-n // ctas))
+    return plan if plan.smem <= SMEM_LIMIT else None
+
+
+@functools.cache
+def gemm64_supported(device: torch.device) -> bool:
+    """Whether the kernel can run on `device` (nvrtc.runs_on builds a small instance to find out)."""
+    probe = gemm64_plan(CTAS, 128, 64)
+    return runs_on(device, "the 64-row slab GEMM", lambda: _kernel(probe.defines, probe.smem))
+
+
+def route(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> Gemm64Plan | None:
+    """The plan for x @ weight^T (swiglu: weight is [gate; up]) where the switch sends it here, else
+    None (the Triton or cuBLAS route): bf16 rows, MIN_ROWS-MAX_ROWS of them, a Hopper GPU."""
+    m, k = x.shape
+    if not ENABLED or not MIN_ROWS <= m <= MAX_ROWS or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        return None
+    if ENABLED is not True and tuple(weight.shape) not in ENABLED:
+        return None
+    if x.device.type != "cuda" or not gemm64_supported(x.device):
+        return None
+    return gemm64_plan(weight.shape[0] // 2 if swiglu else weight.shape[0], k, m, swiglu)
+
+
+def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
+    return compile_source(SOURCE, "slab_gemm64_kernel", defines, smem)
+
+
+def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:
+    """x @ weight^T (plan.swiglu: silu(x @ gate^T) * (x @ up^T) for weight = [gate; up]), [m, n]."""
+    m, k = x.shape
+    if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
+        raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
+    if not weight.is_contiguous():
+        raise ValueError("the weight must be contiguous (its rows are bulk-copied)")
+    x = x.contiguous()
+    y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
+    stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
+    pdl = pdl_launch(x)
+    plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
+    args = [x, weight, y, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), *stamps]
+    launch(_kernel(plan.defines, plan.smem), plan.grid, THREADS, plan.smem, args, bool(pdl.get("launch_pdl")))
+    return y

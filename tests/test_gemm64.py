@@ -1,0 +1,225 @@
+"""The 33-64-row slab GEMM (kernels/cuda/slab_gemm64.cu: weights copied into shared memory before
+the PDL wait, 64 input rows read from L2 into the tensor cores' registers) against its PyTorch
+definition: its source run on the CPU emulation for small shapes, the kernel itself on a Hopper GPU
+("gpu" marker) for the 0.6B's, and the routing and plans everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from cuda_driver import blob, emulate, needs_gxx, split_stamps
+
+from cadence.kernels import cuda_gemm64, torch_ops
+from cadence.kernels.cuda_gemm64 import SMEM_LIMIT, Gemm64Plan, gemm64_plan
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")
+
+
+def test_plans_cover_the_06b_gemms_with_k_1024():
+    """qkv, gate/up (SwiGLU: 24 gate and 24 up rows a CTA), the code predictor's heads and the codec
+    head have plans at 64 rows in 128 CTAs under the shared-memory limit; o and down (K 2048, 3072:
+    every CTA would read 256-384 KB of input from L2) do not."""
+    plans = {
+        "qkv": gemm64_plan(4096, 1024, 64),
+        "gate_up": gemm64_plan(3072, 1024, 64, swiglu=True),
+        "heads": gemm64_plan(2048, 1024, 64),
+        "codec_head": gemm64_plan(3072, 1024, 64),
+    }
+    for plan in plans.values():
+        assert plan is not None and plan.grid == 128 and plan.smem <= SMEM_LIMIT
+    assert [p.rows_per_cta for p in plans.values()] == [32, 24, 16, 24]
+    # the slab with its padded rows, or the sums if larger, and the mbarrier
+    assert plans["qkv"].smem == 32 * (1024 + 32) * 2 + 16
+    assert plans["gate_up"].smem == 2 * 24 * (1024 + 32) * 2 + 16
+    assert gemm64_plan(1024, 2048, 64) is None and gemm64_plan(1024, 3072, 64) is None
+    assert gemm64_plan(4096, 1024, 65) is None and gemm64_plan(4096, 1000, 64) is None
+
+
+def test_the_switch_names_all_none_or_some_weights():
+    parse = cuda_gemm64._shapes_switch
+    assert parse("1") is True and parse("0") is False and parse("") is False
+    assert parse("4096x1024+6144x1024") == {(4096, 1024), (6144, 1024)}
+    with pytest.raises(ValueError, match="CADENCE_GEMM64"):
+        parse("qkv")
+
+
+def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
+    """Off by default; on, bf16 rows of 33-64 on a Hopper GPU with the weight's shape named (or all)."""
+    x, w = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(4096, 1024, dtype=torch.bfloat16)
+    monkeypatch.setattr(cuda_gemm64, "ENABLED", False)
+    assert cuda_gemm64.route(x, w) is None
+    monkeypatch.setattr(cuda_gemm64, "ENABLED", True)
+    assert cuda_gemm64.route(x, w) is None  # on the CPU
+    monkeypatch.setattr(cuda_gemm64, "gemm64_supported", lambda device: True)
+    fake_cuda = type("X", (), {"shape": x.shape, "dtype": x.dtype, "device": torch.device("cuda", 0)})()
+    assert cuda_gemm64.route(fake_cuda, w) == gemm64_plan(4096, 1024, 64)
+    assert cuda_gemm64.route(fake_cuda, torch.zeros(6144, 1024, dtype=torch.bfloat16), swiglu=True).swiglu
+    for rows in (32, 65):
+        short = type("X", (), {"shape": (rows, 1024), "dtype": x.dtype, "device": fake_cuda.device})()
+        assert cuda_gemm64.route(short, w) is None
+    monkeypatch.setattr(cuda_gemm64, "ENABLED", frozenset({(6144, 1024)}))
+    assert cuda_gemm64.route(fake_cuda, w) is None
+
+
+def test_gemm64_linear_refuses_what_does_not_fit_its_plan():
+    w = torch.zeros(4096, 1024, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="do not fit"):
+        cuda_gemm64.gemm64_linear(torch.zeros(48, 1024, dtype=torch.bfloat16), w, gemm64_plan(4096, 1024, 64))
+    with pytest.raises(ValueError, match="contiguous"):
+        cuda_gemm64.gemm64_linear(torch.zeros(64, 1024, dtype=torch.bfloat16), w.t().contiguous().t(),
+                                  gemm64_plan(4096, 1024, 64))  # fmt: skip
+
+
+def _reference(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    """The definition: an fp32 product; SwiGLU from the projections rounded to bf16 (torch_ops)."""
+    y = torch.nn.functional.linear(x.float(), w.float())
+    return torch_ops.silu_mul(y.to(x.dtype)).float() if swiglu else y
+
+
+def _case(g: torch.Generator, m: int, n: int, k: int, swiglu: bool, device="cpu"):
+    x = torch.randn(m, k, generator=g, device=device).to(torch.bfloat16)
+    w = (torch.randn((2 if swiglu else 1) * n, k, generator=g, device=device) / k**0.5).to(torch.bfloat16)
+    return x, w
+
+
+def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel of `plan` built for the CPU emulation and run on x, w: y [m, n] and the CTAs'
+    clock stamps ([grid, 6], zeros unless plan.stamp)."""
+    args = blob(x) + blob(w) + struct.pack("<qqqq", plan.n, plan.rows_per_cta, plan.grid, plan.smem)
+    out, stamps = split_stamps(emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args), plan.grid)
+    return torch.frombuffer(bytearray(out), dtype=torch.bfloat16).view(plan.m, plan.n), stamps
+
+
+@needs_gxx
+@pytest.mark.parametrize(
+    "m,k,swiglu",
+    [(64, 256, False), (48, 384, True), (33, 256, False), (5, 128, True)],
+)  # fmt: skip
+def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu):
+    """The kernel's source on the CPU emulation (every CUDA thread a fiber; the bulk copies,
+    mbarriers and mma.sync emulated): 40 outputs over four CTAs of 12 rows (the last with 4, so its
+    tiles reach past the slab); 64 rows, 48 (an odd count of m16 tiles: one warp row has a tile
+    past the input), 33 (a tile of one row), 5; K in 2-step and 3-step warp quarters; SwiGLU.
+    Within a bf16 rounding step of the definition (the sums add in another order)."""
+    n = 40
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12)
+    x, w = _case(torch.Generator().manual_seed(m * k), m, n, k, swiglu)
+    y, stamps = _emulate(tmp_path, plan, x, w)
+    assert not stamps.any()
+    ref = _reference(x, w, swiglu)
+    assert torch.isfinite(y).all()
+    assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
+
+
+@needs_gxx
+def test_gemm64_clock_stamps_on_the_cpu(tmp_path):
+    """Built with STAMP (walk_timeline.py --stamps), thread 0 of every CTA writes its row in order;
+    y is the one without stamps."""
+    n, k, m = 40, 256, 40
+    x, w = _case(torch.Generator().manual_seed(3), m, n, k, False)
+    plain = Gemm64Plan(n, k, m, False, rows_per_cta=12)
+    runs = {}
+    for stamp in (False, True):
+        (tmp_path / str(stamp)).mkdir()
+        runs[stamp] = _emulate(tmp_path / str(stamp), dataclasses.replace(plain, stamp=stamp), x, w)
+    assert torch.equal(runs[True][0], runs[False][0])
+    times = runs[True][1][:, :5]
+    assert (times[:, 4] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()
+    assert (times[:, 3] > times[:, 2]).all()
+
+
+@pytest.mark.parametrize("m", [33, 48, 64])
+@pytest.mark.parametrize(
+    "n,k,swiglu", [(4096, 1024, False), (3072, 1024, True), (2048, 1024, False), (1030, 1024, False)]
+)
+@pytest.mark.gpu
+@needs_hopper
+def test_gemm64_linear_matches_the_definition(m, n, k, swiglu):
+    """The 0.6B's K = 1024 GEMMs (and 1030 outputs: a last CTA with fewer rows) within a bf16
+    rounding step of the definition."""
+    plan = gemm64_plan(n, k, m, swiglu)
+    x, w = _case(torch.Generator(device="cuda").manual_seed(n + m), m, n, k, swiglu, device="cuda")
+    y = cuda_gemm64.gemm64_linear(x, w, plan)
+    ref = _reference(x, w, swiglu)
+    assert y.shape == (m, n) and torch.isfinite(y).all()
+    assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_gemm64_inside_a_pdl_graph_matches_eager():
+    """Three GEMMs chained in a CUDA graph with PDL (each CTA's slab copied before its wait, each
+    input written by the kernel before) give the bits the same calls give one at a time."""
+    from cadence.kernels.triton_launch import pdl_settings
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x, w1 = _case(g, 64, 1024, 1024, False, device="cuda")
+    w2 = (torch.randn(2 * 1024, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
+    w3 = (torch.randn(1024, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
+    p1, p2, p3 = gemm64_plan(1024, 1024, 64), gemm64_plan(1024, 1024, 64, swiglu=True), gemm64_plan(1024, 1024, 64)
+
+    def chain():
+        return cuda_gemm64.gemm64_linear(
+            cuda_gemm64.gemm64_linear(cuda_gemm64.gemm64_linear(x, w1, p1), w2, p2), w3, p3
+        )
+
+    want = chain()
+    with pdl_settings(True, trigger_first=False):
+        chain()  # compiled and warm
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = chain()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(got, want)
+
+
+class _Switched:
+    """A fused stack run with the switch CADENCE_GEMM64 set (`enabled`) for its calls only."""
+
+    def __init__(self, fused, enabled: bool):
+        self.fused, self.enabled = fused, enabled
+
+    def __call__(self, *args, **kwargs):
+        previous, cuda_gemm64.ENABLED = cuda_gemm64.ENABLED, self.enabled
+        try:
+            return self.fused(*args, **kwargs)
+        finally:
+            cuda_gemm64.ENABLED = previous
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatch):
+    """Three full-size layers decoding 64 streams over a paged cache of 40 earlier tokens: with the
+    switch on (qkv and gate/up on this kernel) the hidden states and cache writes are within bf16
+    rounding of the Triton and cuBLAS route's, eagerly and replayed from a graph captured with PDL
+    (test_slab_gemv's check), and the kernel did run."""
+    from test_slab_gemv import _check_against_layer_kernels, _stack
+
+    from cadence.kernels import triton_ops
+    from cadence.models.qwen3_tts.fused_stack import FusedStack
+
+    calls = []
+    real = cuda_gemm64.gemm64_linear
+    monkeypatch.setattr(cuda_gemm64, "gemm64_linear", lambda x, w, plan: calls.append(plan) or real(x, w, plan))
+    fused = FusedStack(_stack(), triton_ops, 64)
+    rows, ps, ctx = 64, 16, 40
+    g = torch.Generator(device="cuda").manual_seed(64)
+    cache_shape = (3, 4 * rows, ps, 8, 128)
+    k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    table = torch.arange(4 * rows, device="cuda").view(rows, 4)
+    positions, lens = torch.full((rows,), ctx - 1, device="cuda"), torch.full((rows,), ctx, device="cuda")
+    slots = table[:, (ctx - 1) // ps] * ps + (ctx - 1) % ps
+    index = [positions, table, lens, slots]
+    _check_against_layer_kernels(_Switched(fused, False), _Switched(fused, True), x, index, k0, v0, decode=True)
+    assert {(p.n, p.swiglu) for p in calls} == {(4096, False), (3072, True)}
