@@ -17,6 +17,7 @@ makes: qkv and gate/up 103, heads 15, codec head 1). GPU only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -41,58 +42,74 @@ def shipped(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
     return triton_ops.linear_swiglu(x, w) if swiglu else triton_ops.linear(x, w)
 
 
-def time_shape(name: str, n: int, k: int, swiglu: bool, rows: int) -> dict:
-    """One GEMM's timings at `rows` rows, us a call (a norm + GEMM pair for the *_norm_us ones)."""
-    plan = cuda_gemm64.gemm64_plan(n, k, rows, swiglu)
+def time_shape(name: str, n: int, k: int, swiglu: bool, rows: int, variants: list[tuple[int, int, int]]) -> dict:
+    """One GEMM's timings at `rows` rows, us a call (a norm + GEMM pair for the *_norm ones): the
+    shipped route, and the slab GEMM at each (K steps in flight, CTAs an SM) variant."""
     w = torch.randn((2 if swiglu else 1) * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
     weights = [w] + [w.clone() for _ in range(CALLS - 1)]
     x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     norm_w = torch.ones(k, device="cuda", dtype=torch.bfloat16)
     want = shipped(x, w, swiglu).float()
-    got = cuda_gemm64.gemm64_linear(x, w, plan).float()
-    assert (got - want).abs().max() <= 2e-2 * want.abs().max(), name
 
-    def chain(slab: bool, after_norm: bool):
+    def chain(plan, after_norm: bool):
         # Under PDL each kernel waits for the one before it in the stream, whatever it reads.
         def run():
             for i in range(CALLS):
                 inp = triton_ops.rms_norm(x, norm_w, 1e-6)[0] if after_norm else x
-                cuda_gemm64.gemm64_linear(inp, weights[i], plan) if slab else shipped(inp, weights[i], swiglu)
+                cuda_gemm64.gemm64_linear(inp, weights[i], plan) if plan else shipped(inp, weights[i], swiglu)
 
         return lambda: replay_ms(run) * 1e3 / CALLS
 
-    row = {"rows": rows, "gemm": name, "n": n, "k": k}
+    row = {"rows": rows, "gemm": name, "n": n, "k": k, "variants": []}
     with pdl_settings(True, trigger_first_for(rows)):
-        row["shipped_us"], row["slab64_us"] = chain(False, False)(), chain(True, False)()
-        row["shipped_norm_us"], row["slab64_norm_us"] = chain(False, True)(), chain(True, True)()
-    with pdl_settings(False, False):
-        row["slab64_nopdl_us"] = chain(True, False)()
+        row["shipped_us"], row["shipped_norm_us"] = chain(None, False)(), chain(None, True)()
+    for batch, min_blocks, ablate in variants:
+        plan = cuda_gemm64.gemm64_plan(n, k, rows, swiglu)
+        plan = dataclasses.replace(plan, batch=batch, min_blocks=min_blocks, ablate=ablate)
+        got = cuda_gemm64.gemm64_linear(x, w, plan).float()
+        assert ablate or (got - want).abs().max() <= 2e-2 * want.abs().max(), (name, batch, min_blocks)
+        regs, spills = cuda_gemm64.registers(plan)
+        v = {"batch": plan.steps_in_flight, "min_blocks": min_blocks, "ablate": ablate, "registers": regs,
+             "spill_bytes": spills}  # fmt: skip
+        with pdl_settings(True, trigger_first_for(rows)):
+            v["us"], v["norm_us"] = chain(plan, False)(), chain(plan, True)()
+        with pdl_settings(False, False):
+            v["nopdl_us"] = chain(plan, False)()
+        row["variants"].append(v)
     return row
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, nargs="+", default=[48, 64], help="activation rows (33-64)")
+    p.add_argument(
+        "--variants", nargs="+", default=["4:1", "2:2", "1:2", "4:2"],
+        help="the slab GEMM's BATCH:MIN_BLOCKS (K steps a warp's loads cover at once : CTAs an SM); "
+        "BATCH:MIN_BLOCKS:1 leaves the input's loads out (ABLATE=1: a wrong result, the rest's time)",
+    )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("gemm64.py needs a CUDA device")
+    variants = [tuple(int(v) for v in (spec + ":0").split(":")[:3]) for spec in args.variants]
     cuda_gemm64.ENABLED = False  # `shipped` is the route without the switch
     torch.manual_seed(0)
     results = []
     for rows in args.rows:
-        print(f"\nrows={rows}: us per call (alone) and per norm + GEMM (after norm)")
-        print(f"{'GEMM':<11} {'N':>5} {'shipped':>9} {'slab64':>9} {'no PDL':>9} | {'shipped':>9} {'slab64':>9}")
-        walk = {"shipped": 0.0, "slab64": 0.0}
+        print(f"\nrows={rows}: us a call alone / a norm + GEMM pair / alone without PDL; registers, spill bytes")
+        walk = {"shipped": 0.0}
         for name, n, k, swiglu, count in SHAPES:
-            row = time_shape(name, n, k, swiglu, rows)
-            print(f"{name:<11} {n:>5} {row['shipped_us']:>9.2f} {row['slab64_us']:>9.2f} {row['slab64_nopdl_us']:>9.2f}"
-                  f" | {row['shipped_norm_us']:>9.2f} {row['slab64_norm_us']:>9.2f}")  # fmt: skip
+            row = time_shape(name, n, k, swiglu, rows, variants)
+            print(f"{name:<11} {n:>5} shipped {row['shipped_us']:>6.2f} / {row['shipped_norm_us']:>6.2f}")
             walk["shipped"] += count * row["shipped_norm_us"]
-            walk["slab64"] += count * row["slab64_norm_us"]
+            for v in row["variants"]:
+                key = f"{v['batch']}:{v['min_blocks']}" + (":ablate" if v["ablate"] else "")
+                print(f"{'':<17} slab64 {key} {v['us']:>6.2f} / {v['norm_us']:>6.2f} / {v['nopdl_us']:>6.2f}"
+                      f"  {v['registers']} regs, {v['spill_bytes']} B spilled")  # fmt: skip
+                walk[key] = walk.get(key, 0.0) + count * v["norm_us"]
             results.append(row)
-        print(f"a b64 walk's norm + GEMM pairs at {rows} rows: shipped {walk['shipped'] / 1e3:.3f} ms, "
-              f"slab64 {walk['slab64'] / 1e3:.3f} ms")  # fmt: skip
+        mix = ", ".join(f"{key} {us / 1e3:.3f}" for key, us in walk.items())
+        print(f"a b64 walk's norm + GEMM pairs at {rows} rows, ms: {mix}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

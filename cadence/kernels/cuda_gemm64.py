@@ -51,6 +51,10 @@ def _shapes_switch(text: str) -> bool | frozenset[tuple[int, int]]:
 
 
 ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "0"))
+# Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (at most 4, a
+# divisor of K / 128), and CTAs an SM must hold (2: at most 128 registers a thread).
+BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "2"))
+MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "2"))
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class Gemm64Plan:
     rows_per_cta: int
     stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     trigger_first: bool = False  # the next kernel launches at this one's start (the graph's PDL order)
+    batch: int = BATCH
+    min_blocks: int = MIN_BLOCKS
+    ablate: int = 0  # 1: the input's loads left out, a wrong result (benchmarks/gemm64.py --ablate)
 
     @property
     def grid(self) -> int:
@@ -80,9 +87,23 @@ class Gemm64Plan:
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
-        return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("ROWS", self.rows_per_cta),
-                ("THREADS", THREADS), ("STAMP", int(self.stamp)),
-                ("TRIGGER_FIRST", int(self.trigger_first)))  # fmt: skip
+        return (
+            ("K", self.k),
+            ("M", self.m),
+            ("PAIR", 2 if self.swiglu else 1),
+            ("ROWS", self.rows_per_cta),
+            ("THREADS", THREADS),
+            ("STAMP", int(self.stamp)),
+            ("TRIGGER_FIRST", int(self.trigger_first)),
+            ("BATCH", self.steps_in_flight),
+            ("MIN_BLOCKS", self.min_blocks),
+        )
+
+    @property
+    def steps_in_flight(self) -> int:
+        """`batch`, or the largest divisor of a warp's K steps (K / 128) below it."""
+        steps = self.k // (32 * WARP_KS)
+        return max(b for b in range(1, min(self.batch, steps) + 1) if steps % b == 0)  # fmt: skip
 
 
 def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = CTAS) -> Gemm64Plan | None:
@@ -116,6 +137,17 @@ def route(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> Gemm64
 
 def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
     return compile_source(SOURCE, "slab_gemm64_kernel", defines, smem)
+
+
+def registers(plan: Gemm64Plan) -> tuple[int, int]:
+    """The compiled instance's registers a thread and bytes of local memory (spills) a thread."""
+    libcuda = torch.cuda._utils._get_gpu_runtime_library()
+    values = []
+    for attribute in (4, 3):  # CU_FUNC_ATTRIBUTE_NUM_REGS, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+        value = ctypes.c_int()
+        libcuda.cuFuncGetAttribute(ctypes.byref(value), attribute, _kernel(plan.defines, plan.smem).func)
+        values.append(value.value)
+    return values[0], values[1]
 
 
 def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:

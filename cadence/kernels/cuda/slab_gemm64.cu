@@ -19,11 +19,19 @@
 //   K      the input width (a multiple of 128)    M        activation rows (1-64)
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
 //   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
+//   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
+//   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
+//               so that the next GEMM's CTAs fit beside this one's and start their copies early
+//   ABLATE 1: the input's loads left out (A is made of the lane's index: a wrong result, for
+//          benchmarks/gemm64.py --ablate to time the rest); 0: served
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
 #include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
+#ifndef ABLATE
+#define ABLATE 0
+#endif
 
 constexpr int WARPS = THREADS / 32;
 constexpr int WARP_ROWS = 2;                             // the warps split the input's m16 tiles in two
@@ -35,7 +43,7 @@ constexpr int TILES = (ROWS + 7) / 8;                    // n8 tiles of a slab (
 constexpr int NT = PAIR * TILES;
 constexpr int KW = K / WARP_KS;                          // a warp's share of K
 constexpr int STEPS = KW / 32;                           // its steps: two mmas of k16 each
-constexpr int BATCH = STEPS % 4 == 0 ? 4 : STEPS % 2 == 0 ? 2 : 1;  // steps whose input loads go out together
+static_assert(STEPS % BATCH == 0, "BATCH must divide a warp's K steps");
 constexpr int RED = NT * 8;                              // a row's sums in the reduction buffer
 // A slab row in shared memory, in elements: K and 64 bytes, so that the two weight rows a quarter
 // warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
@@ -75,7 +83,9 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
 #pragma unroll
       for (int i = 0; i < MTW; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) a[s][i][h] = has[i][h] ? xrow[i][h][chunk0 + (b + s) * 4] : uint4{0u, 0u, 0u, 0u};
+        for (int h = 0; h < 2; ++h)
+          a[s][i][h] = ABLATE ? uint4{(u32)lane, (u32)s, (u32)i, (u32)h}
+                              : has[i][h] ? xrow[i][h][chunk0 + (b + s) * 4] : uint4{0u, 0u, 0u, 0u};
 #pragma unroll
     for (int s = 0; s < BATCH; ++s) {
       const int chunk = chunk0 + (b + s) * 4;
@@ -103,7 +113,7 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 
 // x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; `rows` weight rows (outputs) a CTA.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n, int rows STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
   [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
