@@ -42,7 +42,7 @@ def shipped(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
     return triton_ops.linear_swiglu(x, w) if swiglu else triton_ops.linear(x, w)
 
 
-def time_shape(name: str, n: int, k: int, swiglu: bool, rows: int, variants: list[tuple[int, int, int]]) -> dict:
+def time_shape(name: str, n: int, k: int, swiglu: bool, rows: int, variants: list[list[int]]) -> dict:
     """One GEMM's timings at `rows` rows, us a call (a norm + GEMM pair for the *_norm ones): the
     shipped route, and the slab GEMM at each (K steps in flight, CTAs an SM) variant."""
     w = torch.randn((2 if swiglu else 1) * n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
@@ -63,14 +63,14 @@ def time_shape(name: str, n: int, k: int, swiglu: bool, rows: int, variants: lis
     row = {"rows": rows, "gemm": name, "n": n, "k": k, "variants": []}
     with pdl_settings(True, trigger_first_for(rows)):
         row["shipped_us"], row["shipped_norm_us"] = chain(None, False)(), chain(None, True)()
-    for batch, min_blocks, ablate in variants:
-        plan = cuda_gemm64.gemm64_plan(n, k, rows, swiglu)
-        plan = dataclasses.replace(plan, batch=batch, min_blocks=min_blocks, ablate=ablate)
+    for batch, min_blocks, ablate, padded, ctas in variants:
+        plan = cuda_gemm64.gemm64_plan(n, k, rows, swiglu, ctas)
+        plan = dataclasses.replace(plan, batch=batch, min_blocks=min_blocks, ablate=ablate, padded=bool(padded))
         got = cuda_gemm64.gemm64_linear(x, w, plan).float()
         assert ablate or (got - want).abs().max() <= 2e-2 * want.abs().max(), (name, batch, min_blocks)
         regs, spills = cuda_gemm64.registers(plan)
-        v = {"batch": plan.steps_in_flight, "min_blocks": min_blocks, "ablate": ablate, "registers": regs,
-             "spill_bytes": spills}  # fmt: skip
+        v = {"batch": plan.steps_in_flight, "min_blocks": min_blocks, "ablate": ablate, "padded": padded,
+             "ctas": ctas, "registers": regs, "spill_bytes": spills}  # fmt: skip
         with pdl_settings(True, trigger_first_for(rows)):
             v["us"], v["norm_us"] = chain(plan, False)(), chain(plan, True)()
         with pdl_settings(False, False):
@@ -83,15 +83,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, nargs="+", default=[48, 64], help="activation rows (33-64)")
     p.add_argument(
-        "--variants", nargs="+", default=["4:1", "2:2", "1:2", "4:2"],
+        "--variants", nargs="+", default=["4:1:0:1:128", "2:2:0:1:128", "2:2", "2:2:1", "2:2:2", "2:2:0:0"],
         help="the slab GEMM's BATCH:MIN_BLOCKS (K steps a warp's loads cover at once : CTAs an SM); "
-        "BATCH:MIN_BLOCKS:1 leaves the input's loads out (ABLATE=1: a wrong result, the rest's time)",
+        "BATCH:MIN_BLOCKS:ABLATE:PADDED:CTAS, each part optional from the right (defaults 2:2:0:1:the SMs): "
+        "ABLATE 1 leaves the input's loads out, 2 the slab's copy (wrong results, the rest's time); PADDED 0: "
+        "the slab as one copy, rows unpadded",
     )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("gemm64.py needs a CUDA device")
-    variants = [tuple(int(v) for v in (spec + ":0").split(":")[:3]) for spec in args.variants]
+    defaults = [2, 2, 0, 1, torch.cuda.get_device_properties(0).multi_processor_count]
+    variants = [[int(v) for v in spec.split(":")] + defaults[len(spec.split(":")) :] for spec in args.variants]
     cuda_gemm64.ENABLED = False  # `shipped` is the route without the switch
     torch.manual_seed(0)
     results = []
@@ -103,7 +106,7 @@ def main() -> None:
             print(f"{name:<11} {n:>5} shipped {row['shipped_us']:>6.2f} / {row['shipped_norm_us']:>6.2f}")
             walk["shipped"] += count * row["shipped_norm_us"]
             for v in row["variants"]:
-                key = f"{v['batch']}:{v['min_blocks']}" + (":ablate" if v["ablate"] else "")
+                key = f"{v['batch']}:{v['min_blocks']}:{v['ablate']}:{v['padded']}:{v['ctas']}"
                 print(f"{'':<17} slab64 {key} {v['us']:>6.2f} / {v['norm_us']:>6.2f} / {v['nopdl_us']:>6.2f}"
                       f"  {v['registers']} regs, {v['spill_bytes']} B spilled")  # fmt: skip
                 walk[key] = walk.get(key, 0.0) + count * v["norm_us"]

@@ -23,7 +23,7 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute cap
 
 def test_plans_cover_the_06b_gemms_with_k_1024():
     """qkv, gate/up (SwiGLU: 24 gate and 24 up rows a CTA), the code predictor's heads and the codec
-    head have plans at 64 rows in 128 CTAs under the shared-memory limit; o and down (K 2048, 3072:
+    head have plans at 64 rows in 132 CTAs (an H200's SMs) under the shared-memory limit; o and down (K 2048, 3072:
     every CTA would read 256-384 KB of input from L2) do not."""
     plans = {
         "qkv": gemm64_plan(4096, 1024, 64),
@@ -32,7 +32,7 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
         "codec_head": gemm64_plan(3072, 1024, 64),
     }
     for plan in plans.values():
-        assert plan is not None and plan.grid == 128 and plan.smem <= SMEM_LIMIT
+        assert plan is not None and plan.grid == 132 and plan.smem <= SMEM_LIMIT
     assert [p.rows_per_cta for p in plans.values()] == [32, 24, 16, 24]
     # the slab with its padded rows, or the sums if larger, and the mbarrier
     assert plans["qkv"].smem == 32 * (1024 + 32) * 2 + 16
@@ -57,6 +57,7 @@ def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
     monkeypatch.setattr(cuda_gemm64, "ENABLED", True)
     assert cuda_gemm64.route(x, w) is None  # on the CPU
     monkeypatch.setattr(cuda_gemm64, "gemm64_supported", lambda device: True)
+    monkeypatch.setattr(cuda_gemm64, "ctas_for", lambda device: 132)
     fake_cuda = type("X", (), {"shape": x.shape, "dtype": x.dtype, "device": torch.device("cuda", 0)})()
     assert cuda_gemm64.route(fake_cuda, w) == gemm64_plan(4096, 1024, 64)
     assert cuda_gemm64.route(fake_cuda, torch.zeros(6144, 1024, dtype=torch.bfloat16), swiglu=True).swiglu
@@ -91,24 +92,26 @@ def _case(g: torch.Generator, m: int, n: int, k: int, swiglu: bool, device="cpu"
 def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel of `plan` built for the CPU emulation and run on x, w: y [m, n] and the CTAs'
     clock stamps ([grid, 6], zeros unless plan.stamp)."""
-    args = blob(x) + blob(w) + struct.pack("<qqqq", plan.n, plan.rows_per_cta, plan.grid, plan.smem)
+    args = blob(x) + blob(w) + struct.pack("<qqq", plan.n, plan.grid, plan.smem)
     out, stamps = split_stamps(emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args), plan.grid)
     return torch.frombuffer(bytearray(out), dtype=torch.bfloat16).view(plan.m, plan.n), stamps
 
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "m,k,swiglu",
-    [(64, 256, False), (48, 384, True), (33, 256, False), (5, 128, True)],
+    "m,k,swiglu,padded",
+    [(64, 256, False, True), (48, 384, True, True), (33, 256, False, True), (5, 128, True, True),
+     (64, 256, True, False), (40, 384, False, False)],
 )  # fmt: skip
-def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu):
+def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded):
     """The kernel's source on the CPU emulation (every CUDA thread a fiber; the bulk copies,
     mbarriers and mma.sync emulated): 40 outputs over four CTAs of 12 rows (the last with 4, so its
     tiles reach past the slab); 64 rows, 48 (an odd count of m16 tiles: one warp row has a tile
-    past the input), 33 (a tile of one row), 5; K in 2-step and 3-step warp quarters; SwiGLU.
-    Within a bf16 rounding step of the definition (the sums add in another order)."""
+    past the input), 33 (a tile of one row), 5; K in 2-step and 3-step warp quarters; SwiGLU; the
+    slab as a copy a padded row and as one copy. Within a bf16 rounding step of the definition (the
+    sums add in another order)."""
     n = 40
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12)
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12, padded=padded)
     x, w = _case(torch.Generator().manual_seed(m * k), m, n, k, swiglu)
     y, stamps = _emulate(tmp_path, plan, x, w)
     assert not stamps.any()

@@ -8,6 +8,10 @@ kernel, whose partials the norm after them adds.
 
 `route` says which calls take it: bf16 on Hopper, 33-64 rows, and the experiment switch
 CADENCE_GEMM64 (`1`: every shape with a plan; `NxK+NxK`: those weights only; `0` or unset: none).
+Off, because it is slower than the Triton route (perf-notes #115: qkv 6.9 against 4.5 µs alone, b64
+4.34 against 4.20 ms). Every CTA reads all 64 rows of x from L2, 16 MB a qkv GEMM against 8 MB of
+weights, and x's reads and the weights' copy share the path from L2 to the SMs. It stays as the
+base for a kernel that moves less x (a cluster sharing it, or K split over CTAs).
 Compiled at first use by NVRTC, one instance per shape and row count (nvrtc.py).
 """
 
@@ -26,7 +30,10 @@ from .nvrtc import compile_source, launch, runs_on, stamp_arguments
 from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
-CTAS = 128  # CTAs a GEMM: one an SM at most, so every SM streams a slab
+# CTAs a GEMM: the SMs' count (CADENCE_GEMM64_CTAS to try others). With one CTA an SM and room for
+# two, the next GEMM's CTAs, launched early by PDL, find exactly one free slot on every SM; with
+# 128 on 132 SMs some of them doubled up on one SM (perf-notes #115).
+CTAS = int(os.environ.get("CADENCE_GEMM64_CTAS", "0"))
 THREADS = 256
 MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
 MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024 (perf-notes #115)
@@ -51,10 +58,12 @@ def _shapes_switch(text: str) -> bool | frozenset[tuple[int, int]]:
 
 
 ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "0"))
-# Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (at most 4, a
-# divisor of K / 128), and CTAs an SM must hold (2: at most 128 registers a thread).
-BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "2"))
-MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "2"))
+# Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (a divisor of
+# K / 128), and CTAs an SM must hold (2: at most 128 registers a thread, so that the next GEMM's
+# CTAs fit beside; 1 walked faster alone, 4:1 the best of #115's variants).
+BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "4"))
+MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "1"))
+PADDED = os.environ.get("CADENCE_GEMM64_PADDED", "1") == "1"  # a copy a padded row, or one a slab
 
 
 @dataclass(frozen=True)
@@ -71,17 +80,19 @@ class Gemm64Plan:
     trigger_first: bool = False  # the next kernel launches at this one's start (the graph's PDL order)
     batch: int = BATCH
     min_blocks: int = MIN_BLOCKS
-    ablate: int = 0  # 1: the input's loads left out, a wrong result (benchmarks/gemm64.py --ablate)
+    ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy; wrong results (benchmarks/gemm64.py)
+    padded: bool = PADDED
+    ctas: int = 0
 
     @property
     def grid(self) -> int:
-        return -(-self.n // self.rows_per_cta)
+        return self.ctas or -(-self.n // self.rows_per_cta)
 
     @property
     def smem(self) -> int:
         """The slab (rows padded), or the K quarters' sums that reuse it if larger, then the mbarrier."""
         pair = 2 if self.swiglu else 1
-        slab = pair * self.rows_per_cta * (self.k + PAD) * 2
+        slab = pair * self.rows_per_cta * (self.k + (PAD if self.padded else 0)) * 2
         sums = WARP_KS * -(-self.m // 16) * 16 * pair * -(-self.rows_per_cta // 8) * 8 * 4
         return -(-max(slab, sums) // 16) * 16 + 16
 
@@ -97,6 +108,8 @@ class Gemm64Plan:
             ("TRIGGER_FIRST", int(self.trigger_first)),
             ("BATCH", self.steps_in_flight),
             ("MIN_BLOCKS", self.min_blocks),
+            ("ABLATE", self.ablate),
+            ("PADDED", int(self.padded)),
         )
 
     @property
@@ -106,19 +119,20 @@ class Gemm64Plan:
         return max(b for b in range(1, min(self.batch, steps) + 1) if steps % b == 0)  # fmt: skip
 
 
-def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = CTAS) -> Gemm64Plan | None:
-    """The kernel's plan for this GEMM over `ctas` CTAs, or None where it does not apply: more than
-    64 rows, K not a multiple of 128 or above MAX_K, a slab over SMEM_LIMIT."""
-    if not 1 <= m <= MAX_ROWS or k % 128 or k > MAX_K:
+def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132) -> Gemm64Plan | None:
+    """The kernel's plan for this GEMM over `ctas` CTAs (the GPU's SMs: route passes its count), or
+    None where it does not apply: more than 64 rows, K not a multiple of 128 or above MAX_K, a slab
+    over SMEM_LIMIT."""
+    if not 1 <= m <= MAX_ROWS or k % 128 or k > MAX_K or ctas > n:
         return None
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=-(-n // ctas))
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=-(-n // ctas), ctas=ctas)
     return plan if plan.smem <= SMEM_LIMIT else None
 
 
 @functools.cache
 def gemm64_supported(device: torch.device) -> bool:
     """Whether the kernel can run on `device` (nvrtc.runs_on builds a small instance to find out)."""
-    probe = gemm64_plan(CTAS, 128, 64)
+    probe = gemm64_plan(128, 128, 64, ctas=128)
     return runs_on(device, "the 64-row slab GEMM", lambda: _kernel(probe.defines, probe.smem))
 
 
@@ -132,7 +146,13 @@ def route(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> Gemm64
         return None
     if x.device.type != "cuda" or not gemm64_supported(x.device):
         return None
-    return gemm64_plan(weight.shape[0] // 2 if swiglu else weight.shape[0], k, m, swiglu)
+    return gemm64_plan(weight.shape[0] // 2 if swiglu else weight.shape[0], k, m, swiglu, ctas_for(x.device))
+
+
+@functools.cache
+def ctas_for(device: torch.device) -> int:
+    """CTAs a GEMM on `device`: CADENCE_GEMM64_CTAS, or its SMs."""
+    return CTAS or torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
@@ -162,6 +182,6 @@ def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> to
     stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
     pdl = pdl_launch(x)
     plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
-    args = [x, weight, y, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), *stamps]
+    args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
     launch(_kernel(plan.defines, plan.smem), plan.grid, THREADS, plan.smem, args, bool(pdl.get("launch_pdl")))
     return y

@@ -1,7 +1,7 @@
 // Runs cadence/kernels/cuda/slab_gemm64.cu on the CPU through emulate.h, for tests/test_gemm64.py
 // (which builds it: g++ -std=c++20 -DCADENCE_EMULATE, the kernel's macros and KERNEL_SOURCE as -D
 // flags). Usage: gemm64_driver ARGS_FILE OUT_FILE
-// ARGS_FILE: x, w as (u64 byte count, bytes); then n, rows a CTA, grid, shared memory as i64.
+// ARGS_FILE: x, w as (u64 byte count, bytes); then n, grid, shared memory as i64.
 // OUT_FILE gets y's bytes (M x n bf16), then the CTAs' clock stamps (grid x 6 i64; zeros unless
 // the kernel is built with STAMP=1).
 
@@ -19,16 +19,16 @@ int main(int argc, char** argv) {
   }
   std::ifstream in(argv[1], std::ios::binary);
   auto x = read_buffer(in), w = read_buffer(in);
-  const long long n = read_scalar<long long>(in), rows = read_scalar<long long>(in);
+  const long long n = read_scalar<long long>(in);
   const long long grid = read_scalar<long long>(in), smem = read_scalar<long long>(in);
   std::vector<u16> y((size_t)M * n, 0xffff);  // NaN: what is never written shows
   auto p = [](std::vector<unsigned char>& b) { return reinterpret_cast<const u16*>(b.data()); };
   std::vector<i64> stamps((size_t)grid * 6, 0);
   emu::launch((unsigned)grid, THREADS, THREADS, (size_t)smem, [&] {
 #if STAMP
-    slab_gemm64_kernel(p(x), p(w), y.data(), (int)n, (int)rows, stamps.data(), 0);
+    slab_gemm64_kernel(p(x), p(w), y.data(), (int)n, stamps.data(), 0);
 #else
-    slab_gemm64_kernel(p(x), p(w), y.data(), (int)n, (int)rows);
+    slab_gemm64_kernel(p(x), p(w), y.data(), (int)n);
 #endif
   });
   std::ofstream out(argv[2], std::ios::binary);

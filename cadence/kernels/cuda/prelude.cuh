@@ -39,6 +39,12 @@ __device__ __forceinline__ float round_bf16(float f) { return to_f(from_f(f)); }
 __device__ __forceinline__ float lo(u32 v) { return __uint_as_float(v << 16); }  // a bf16 pair's halves
 __device__ __forceinline__ float hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
 __device__ __forceinline__ u32 pack2(float a, float b) { return (u32)from_f(a) | (u32)from_f(b) << 16; }
+// The SwiGLU GEMMs' epilogue (slab_gemv.cu, slab_gemm64.cu): silu(gate) * up from the fp32
+// projections, rounded where the unfused GEMM and silu_mul round.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+  const float g = round_bf16(gate);
+  return round_bf16(g / (1.f + __expf(-g))) * round_bf16(up);
+}
 
 // Clock stamps, a look (triton_launch.trace_kernels; benchmarks/walk_timeline.py --stamps): a CTA's
 // row of triton_launch.STAMP_FIELDS (6) values, as a Triton program's: its start, the end of its

@@ -15,6 +15,11 @@
 // every weight element by two warps. The four K quarters' sums meet in shared memory (where the
 // slab was) and are added in quarter order.
 //
+// Measured (perf-notes #115): slower than the Triton 64-row tiles (qkv 6.9 against 4.5 us alone).
+// Left without its input loads or without its slab copy it takes half the time: the 16 MB of x
+// that 128 CTAs read at qkv and the 8 MB of weights share the path from L2 to the SMs. Hence the
+// experiment switch CADENCE_GEMM64, off.
+//
 // Compiled at run time by NVRTC with these macros prepended (cuda_gemm64.py):
 //   K      the input width (a multiple of 128)    M        activation rows (1-64)
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
@@ -22,8 +27,11 @@
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
 //               so that the next GEMM's CTAs fit beside this one's and start their copies early
-//   ABLATE 1: the input's loads left out (A is made of the lane's index: a wrong result, for
-//          benchmarks/gemm64.py --ablate to time the rest); 0: served
+//   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
+//          out (the dots read whatever shared memory holds): wrong results, for benchmarks/gemm64.py
+//          to time the rest; 0: served
+//   PADDED 1: a bulk copy a weight row, each row 64 bytes apart in shared memory (no bank
+//          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
@@ -45,9 +53,9 @@ constexpr int KW = K / WARP_KS;                          // a warp's share of K
 constexpr int STEPS = KW / 32;                           // its steps: two mmas of k16 each
 static_assert(STEPS % BATCH == 0, "BATCH must divide a warp's K steps");
 constexpr int RED = NT * 8;                              // a row's sums in the reduction buffer
-// A slab row in shared memory, in elements: K and 64 bytes, so that the two weight rows a quarter
-// warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
-constexpr int LD = K + 32;
+// A slab row in shared memory, in elements: with PADDED K and 64 bytes, so that the two weight rows
+// a quarter warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
+constexpr int LD = K + (PADDED ? 32 : 0);
 static_assert(K % (32 * WARP_KS) == 0, "K must be a multiple of 128");
 static_assert(M >= 1 && M <= 64, "1-64 rows");
 
@@ -105,16 +113,11 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
   }
 }
 
-// silu(gate) * up from the fp32 projections, rounded where the unfused GEMM and silu_mul round.
-__device__ __forceinline__ float swiglu(float gate, float up) {
-  const float g = round_bf16(gate);
-  return round_bf16(g / (1.f + __expf(-g))) * round_bf16(up);
-}
-
-// x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; `rows` weight rows (outputs) a CTA.
+// x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
+// at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier.
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n, int rows STAMP_PARAMS) {
+    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
   [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
   constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_KS * MP * RED * 4;
@@ -122,18 +125,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   u16* ws = reinterpret_cast<u16*>(smem);
   u64* bar = reinterpret_cast<u64*>(smem + BAR_AT);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int n0 = blockIdx.x * rows, mine = imin(rows, n - n0);
+  // This CTA's outputs: the n split evenly over the grid (at most ROWS each), so that a grid of one
+  // CTA an SM leaves exactly one slot an SM for the next GEMM's CTAs (perf-notes #115).
+  const int n0 = (int)((i64)blockIdx.x * n / gridDim.x), mine = (int)((i64)(blockIdx.x + 1) * n / gridDim.x) - n0;
   if (TRIGGER_FIRST) pdl_trigger();
-  if (warp == 0) {  // the slab, on its way before the wait (weights are never written): a copy a row
+  if (warp == 0) {  // the slab, on its way before the wait (weights are never written)
+    const unsigned bytes = ABLATE == 2 ? 0u : (unsigned)(PAIR * mine * K * 2);
     if (lane == 0) {
       mbar_init(bar, 1);
       mbar_init_fence();
-      mbar_expect_tx(bar, (unsigned)(PAIR * mine * K * 2));
+      mbar_expect_tx(bar, bytes);
     }
     __syncwarp();
-    for (int r = lane; r < PAIR * mine; r += 32) {
-      const int p = r / mine, row = r % mine;
-      bulk_load_once(ws + (size_t)(p * ROWS + row) * LD, w + ((size_t)p * n + n0 + row) * K, K * 2, bar);
+    if (bytes && PADDED) {  // a copy a row
+      for (int r = lane; r < PAIR * mine; r += 32) {
+        const int p = r / mine, row = r % mine;
+        bulk_load_once(ws + (size_t)(p * ROWS + row) * LD, w + ((size_t)p * n + n0 + row) * K, K * 2, bar);
+      }
+    } else if (bytes && lane < PAIR) {  // a copy a slab (gate's, up's)
+      bulk_load_once(ws + (size_t)lane * ROWS * LD, w + ((size_t)lane * n + n0) * K, bytes / PAIR, bar);
     }
   }
   [[maybe_unused]] const i64 t_ahead = STAMP ? (i64)global_ns() : 0;

@@ -87,12 +87,6 @@ __device__ __forceinline__ void load_input(const u16* x, const u16* res, const u
   }
 }
 
-// silu(gate) * up from the fp32 projections, rounded where the unfused GEMM and silu_mul round.
-__device__ __forceinline__ float swiglu(float gate, float up) {
-  const float g = round_bf16(gate);
-  return round_bf16(g / (1.f + __expf(-g))) * round_bf16(up);
-}
-
 // ---- the dots, on tensor cores -------------------------------------------------------------------
 // One m16n8k16 takes 8 weight rows as B's 8 columns (n) and the input rows as A's rows, so a CTA's
 // slab is ceil(ROWS / 8) tiles (twice for SwiGLU), and K is split over the warps in 64-wide steps
