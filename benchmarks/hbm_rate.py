@@ -1,0 +1,101 @@
+"""How fast this GPU reads HBM, as a ceiling for the b64 talker attention (perf-notes #116): the
+Triton decode attention streams its 28 layers' keys and values at ~3.3 TB/s and the CUDA kernel's
+copies alone at ~3.6 (#105, #106). Is that the memory's rate for this access pattern, or is there
+room up to the H200's 4.8 TB/s?
+
+Three reads of the same bytes a layer (64 rows of 500-token contexts: 131 MB of bf16 keys and values
+a layer, 28 layers, each layer its own tensors so nothing is served from L2), each 28 layers in one
+CUDA graph:
+  contiguous   a Triton kernel summing the layer's keys and values as one flat run per program
+  per head     the attention's pattern without its arithmetic: a program per (row, kv head) reads
+               its 500 tokens' 256-byte pieces, 2 KB apart ([pages, 16, 8, 128] caches)
+  torch.sum    PyTorch's reduction over each layer's tensors
+
+    python benchmarks/hbm_rate.py [--rows 64] [--context 500] [--json out.json]
+
+Prints ms for 28 layers and TB/s. GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from graph_timing import replay_ms
+
+LAYERS, KV_HEADS, HEAD_DIM, PAGE = 28, 8, 128, 16
+
+
+@triton.jit
+def _contiguous_kernel(k_ptr, v_ptr, out_ptr, per_program, BLOCK: tl.constexpr):
+    """Program p sums elements [p * per_program, (p + 1) * per_program) of k and of v."""
+    start = tl.program_id(0).to(tl.int64) * per_program
+    acc = tl.zeros([BLOCK], tl.float32)
+    for off in range(0, per_program, BLOCK):
+        idx = start + off + tl.arange(0, BLOCK)
+        acc += tl.load(k_ptr + idx).to(tl.float32) + tl.load(v_ptr + idx).to(tl.float32)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(acc))
+
+
+@triton.jit
+def _per_head_kernel(k_ptr, v_ptr, out_ptr, tokens, HKV: tl.constexpr, D: tl.constexpr, BT: tl.constexpr):
+    """Program (row, head) sums its row's `tokens` consecutive tokens of kv head `head`: 256-byte
+    pieces HKV * D elements apart, as the decode attention reads them (each row's pages in order)."""
+    row, head = tl.program_id(0), tl.program_id(1)
+    t, d = tl.arange(0, BT), tl.arange(0, D)
+    acc = tl.zeros([BT, D], tl.float32)
+    for tok0 in range(0, tokens, BT):
+        tok = tok0 + t
+        cell = ((row.to(tl.int64) * tokens + tok) * HKV + head)[:, None] * D + d[None, :]
+        mask = (tok < tokens)[:, None]
+        acc += tl.load(k_ptr + cell, mask=mask, other=0.0).to(tl.float32)
+        acc += tl.load(v_ptr + cell, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * HKV + head, tl.sum(acc))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=64, help="decode rows (streams), default 64")
+    p.add_argument("--context", type=int, default=500, help="tokens a row, default 500")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("hbm_rate.py needs a CUDA device")
+    rows, tokens = args.rows, args.context
+    shape = (rows * tokens, KV_HEADS, HEAD_DIM)  # each row's tokens in consecutive 16-token pages
+    caches = [(torch.randn(shape, device="cuda", dtype=torch.bfloat16), torch.randn(shape, device="cuda",
+               dtype=torch.bfloat16)) for _ in range(LAYERS)]  # fmt: skip
+    layer_bytes = 2 * caches[0][0].numel() * 2
+    programs, block = 1024, 2048
+    per_program = caches[0][0].numel() // programs // block * block
+    out = torch.empty(max(programs, rows * KV_HEADS), device="cuda", dtype=torch.float32)
+
+    def contiguous():
+        for k, v in caches:
+            _contiguous_kernel[(programs,)](k, v, out, per_program, BLOCK=block, num_warps=8)
+
+    def per_head():
+        for k, v in caches:
+            _per_head_kernel[(rows, KV_HEADS)](k, v, out, tokens, HKV=KV_HEADS, D=HEAD_DIM, BT=64, num_warps=4)
+
+    def torch_sum():
+        for k, v in caches:
+            out[:1] = k.sum(dtype=torch.float32) + v.sum(dtype=torch.float32)
+
+    results = {"rows": rows, "context": tokens, "layers": LAYERS, "bytes_a_layer": layer_bytes}
+    print(f"{rows} rows x {tokens} tokens: {layer_bytes / 1e6:.0f} MB of keys and values a layer, {LAYERS} layers")
+    for name, fn, read in (("contiguous", contiguous, per_program * programs * 4 * LAYERS),
+                           ("per head", per_head, layer_bytes * LAYERS), ("torch.sum", torch_sum, layer_bytes * LAYERS)):  # fmt: skip
+        ms = replay_ms(fn)
+        results[name] = {"ms": ms, "tb_s": read / (ms * 1e-3) / 1e12}
+        print(f"  {name:<11} {ms:7.3f} ms  {results[name]['tb_s']:5.2f} TB/s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
