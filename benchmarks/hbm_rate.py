@@ -88,8 +88,12 @@ def main() -> None:
 
     results = {"rows": rows, "context": tokens, "layers": LAYERS, "bytes_a_layer": layer_bytes}
     print(f"{rows} rows x {tokens} tokens: {layer_bytes / 1e6:.0f} MB of keys and values a layer, {LAYERS} layers")
-    for name, fn, read in (("contiguous", contiguous, per_program * programs * 4 * LAYERS),
-                           ("per head", per_head, layer_bytes * LAYERS), ("torch.sum", torch_sum, layer_bytes * LAYERS)):  # fmt: skip
+    reads = [
+        ("contiguous", contiguous, per_program * programs * 4 * LAYERS),
+        ("per head", per_head, layer_bytes * LAYERS),
+        ("torch.sum", torch_sum, layer_bytes * LAYERS),
+    ]
+    for name, fn, read in reads:
         ms = replay_ms(fn)
         results[name] = {"ms": ms, "tb_s": read / (ms * 1e-3) / 1e12}
         print(f"  {name:<11} {ms:7.3f} ms  {results[name]['tb_s']:5.2f} TB/s")
