@@ -8,10 +8,11 @@ kernel, whose partials the norm after them adds.
 
 `route` says which calls take it: bf16 on Hopper, 33-64 rows, and the experiment switch
 CADENCE_GEMM64 (`1`: every shape with a plan; `NxK+NxK`: those weights only; `0` or unset: none).
-Off, because it is slower than the Triton route (perf-notes #115: qkv 6.9 against 4.5 µs alone, b64
-4.34 against 4.20 ms). Every CTA reads all 64 rows of x from L2, 16 MB a qkv GEMM against 8 MB of
-weights, and x's reads and the weights' copy share the path from L2 to the SMs. It stays as the
-base for a kernel that moves less x (a cluster sharing it, or K split over CTAs).
+Off, because the walk is slower with it (perf-notes #115: b64 4.34 against 4.20 ms). In the
+walk's stamps its loop (x's loads and the dots) beats the Triton tiles' (2.75 against 3.25 us at
+qkv), but its tail (the K quarters' sums, after the slowest warp) takes 1.5-2 us against 0.25, and
+its last CTA ends ~1.5 us after the median one. It stays as the base for a kernel without those
+(x in shared memory in one round trip and wgmma, each warp group owning its outputs).
 Compiled at first use by NVRTC, one instance per shape and row count (nvrtc.py).
 """
 
@@ -59,9 +60,10 @@ def _shapes_switch(text: str) -> bool | frozenset[tuple[int, int]]:
 
 ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "0"))
 # Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (a divisor of
-# K / 128), and CTAs an SM must hold (2: at most 128 registers a thread, so that the next GEMM's
-# CTAs fit beside; 1 walked faster alone, 4:1 the best of #115's variants).
-BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "4"))
+# K / 128; 8, all of a warp's quarter at K = 1024, took the walk's qkv loop 3.75 -> 2.75 us against
+# 4), and CTAs an SM must hold (2: at most 128 registers a thread, so that the next GEMM's CTAs fit
+# beside; that was slower after a norm than 1).
+BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "8"))
 MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "1"))
 PADDED = os.environ.get("CADENCE_GEMM64_PADDED", "1") == "1"  # a copy a padded row, or one a slab
 

@@ -15,10 +15,10 @@
 // every weight element by two warps. The four K quarters' sums meet in shared memory (where the
 // slab was) and are added in quarter order.
 //
-// Measured (perf-notes #115): slower than the Triton 64-row tiles (qkv 6.9 against 4.5 us alone).
-// Left without its input loads or without its slab copy it takes half the time: the 16 MB of x
-// that 128 CTAs read at qkv and the 8 MB of weights share the path from L2 to the SMs. Hence the
-// experiment switch CADENCE_GEMM64, off.
+// Measured (perf-notes #115): the b64 walk is slower with it (4.34 against 4.20 ms). In the walk's
+// stamps its loop beats the Triton tiles' (2.75 against 3.25 us at qkv, with BATCH 8), but the tail
+// (the quarters' sums in shared memory, after the slowest warp) takes 1.5-2 us and the last CTA
+// ends ~1.5 us after the median. Hence the experiment switch CADENCE_GEMM64, off.
 //
 // Compiled at run time by NVRTC with these macros prepended (cuda_gemm64.py):
 //   K      the input width (a multiple of 128)    M        activation rows (1-64)
