@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 
 from .nvrtc import compile_source, launch, runs_on, stamp_arguments
-from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
 # CTAs a GEMM: the SMs' count (CADENCE_GEMM64_CTAS to try others). With one CTA an SM and room for
@@ -182,6 +181,8 @@ def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> to
     x = x.contiguous()
     y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
     stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
+    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch  # here: triton is a GPU machine's package
+
     pdl = pdl_launch(x)
     plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
     args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
