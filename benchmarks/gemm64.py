@@ -84,16 +84,17 @@ def main() -> None:
     p.add_argument("--rows", type=int, nargs="+", default=[48, 64], help="activation rows (33-64)")
     p.add_argument(
         "--variants", nargs="+", default=["4:1:0:1:128", "2:2:0:1:128", "2:2", "2:2:1", "2:2:2", "2:2:0:0"],
-        help="the slab GEMM's BATCH:MIN_BLOCKS (K steps a warp's loads cover at once : CTAs an SM); "
-        "BATCH:MIN_BLOCKS:ABLATE:PADDED:CTAS, each part optional from the right (defaults 2:2:0:1:the SMs): "
-        "ABLATE 1 leaves the input's loads out, 2 the slab's copy (wrong results, the rest's time); PADDED 0: "
-        "the slab as one copy, rows unpadded",
+        help="the slab GEMM's variants, BATCH:MIN_BLOCKS:ABLATE:PADDED:CTAS (K steps a warp's loads cover at "
+        "once : CTAs an SM : 1 leaves the input's loads out, 2 the slab's copy, wrong results timing the rest : "
+        "0 the slab as one copy, rows unpadded : CTAs a GEMM); parts left off on the right take cuda_gemm64's "
+        "defaults (its switches, no ablation, the SMs)",
     )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("gemm64.py needs a CUDA device")
-    defaults = [2, 2, 0, 1, torch.cuda.get_device_properties(0).multi_processor_count]
+    ctas = cuda_gemm64.ctas_for(torch.device("cuda", 0))
+    defaults = [cuda_gemm64.BATCH, cuda_gemm64.MIN_BLOCKS, 0, int(cuda_gemm64.PADDED), ctas]
     variants = [[int(v) for v in spec.split(":")] + defaults[len(spec.split(":")) :] for spec in args.variants]
     cuda_gemm64.ENABLED = False  # `shipped` is the route without the switch
     torch.manual_seed(0)

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from graph_timing import replay_ms
 
-LAYERS, KV_HEADS, HEAD_DIM, PAGE = 28, 8, 128, 16
+LAYERS, KV_HEADS, HEAD_DIM = 28, 8, 128
 
 
 @triton.jit

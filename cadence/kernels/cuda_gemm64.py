@@ -30,9 +30,9 @@ import torch
 from .nvrtc import compile_source, launch, runs_on, stamp_arguments
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
-# CTAs a GEMM: the SMs' count (CADENCE_GEMM64_CTAS to try others). With one CTA an SM and room for
-# two, the next GEMM's CTAs, launched early by PDL, find exactly one free slot on every SM; with
-# 128 on 132 SMs some of them doubled up on one SM (perf-notes #115).
+# CTAs a GEMM: the SMs' count (CADENCE_GEMM64_CTAS to try others), the idea being that with one CTA
+# an SM and room for two the next GEMM's CTAs, launched early by PDL, find one free slot on every SM.
+# Not borne out (perf-notes #115: 132 against 128 CTAs within ~0.1 us alone, either way).
 CTAS = int(os.environ.get("CADENCE_GEMM64_CTAS", "0"))
 THREADS = 256
 MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)

@@ -1,10 +1,11 @@
-// The decode GEMM for 17-64 activation rows whose weights arrive before it may start (perf-notes
-// #115; kernels/cuda_gemm64.py): the idea of the one- and two-row slab GEMM (slab_gemv.cu) at a
-// batch of 64. Each CTA copies its slab of weight rows into shared memory by the copy engine (one
-// cp.async.bulk a row, completing on one mbarrier) *before* it waits for the kernel before it
-// (programmatic dependent launch), so that after the wait only the input rows, the dots and the
-// stores are left on the chain. The Triton 64-row GEMM (triton_linear) streams its weights after
-// its wait, interleaved with the input's reads.
+// The decode GEMM for up to 64 activation rows (routed at 33-64) whose weights arrive before it may
+// start (perf-notes #115; kernels/cuda_gemm64.py): the idea of the one- and two-row slab GEMM
+// (slab_gemv.cu) at a batch of 64. Each CTA copies its slab of weight rows into shared memory by the
+// copy engine (PADDED: a cp.async.bulk a row, else one a slab, completing on one mbarrier) *before*
+// it waits for the kernel before it (programmatic dependent launch), so that after the wait only the
+// input rows, the dots and the stores are left on the chain. The Triton 64-row GEMM (triton_linear)
+// only pulls its weights into L2 before its wait and streams them from there after it, interleaved
+// with the input's reads.
 //
 // y[m, n] = x[m, :] . w[n, :] for the M rows of x; PAIR 2: w is [gate; up] (2n rows) and
 // y = silu(x . gate) * (x . up), rounded where the unfused GEMM and silu_mul round.
@@ -125,8 +126,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   u16* ws = reinterpret_cast<u16*>(smem);
   u64* bar = reinterpret_cast<u64*>(smem + BAR_AT);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  // This CTA's outputs: the n split evenly over the grid (at most ROWS each), so that a grid of one
-  // CTA an SM leaves exactly one slot an SM for the next GEMM's CTAs (perf-notes #115).
+  // This CTA's outputs: the n split evenly over the grid (at most ROWS each), so that the grid can be
+  // one CTA an SM whatever n (cuda_gemm64.ctas_for).
   const int n0 = (int)((i64)blockIdx.x * n / gridDim.x), mine = (int)((i64)(blockIdx.x + 1) * n / gridDim.x) - n0;
   if (TRIGGER_FIRST) pdl_trigger();
   if (warp == 0) {  // the slab, on its way before the wait (weights are never written)
