@@ -32,7 +32,8 @@ from .nvrtc import compile_source, launch, runs_on, stamp_arguments
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
 # CTAs a GEMM: the SMs' count (CADENCE_GEMM64_CTAS to try others), the idea being that with one CTA
 # an SM and room for two the next GEMM's CTAs, launched early by PDL, find one free slot on every SM.
-# Not borne out (perf-notes #115: 132 against 128 CTAs within ~0.1 us alone, either way).
+# Not borne out (perf-notes #115, qkv: at 1 CTA an SM 132 and 128 CTAs within 0.1 us; at 2 an SM
+# 132 was 0.6 us faster alone and 0.4 slower after a norm).
 CTAS = int(os.environ.get("CADENCE_GEMM64_CTAS", "0"))
 THREADS = 256
 MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
