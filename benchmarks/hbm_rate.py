@@ -3,15 +3,18 @@ Triton decode attention streams its 28 layers' keys and values at ~3.3 TB/s and 
 copies alone at ~3.6 (#105, #106). Is that the memory's rate for this access pattern, or is there
 room up to the H200's 4.8 TB/s?
 
-Three reads of the same bytes a layer (64 rows of 500-token contexts: 131 MB of bf16 keys and values
-a layer, 28 layers, each layer its own tensors so nothing is served from L2), each 28 layers in one
+Reads of the same bytes a layer (64 rows of 500-token contexts: 131 MB of bf16 keys and values a
+layer, 28 layers, each layer its own tensors so nothing is served from L2), each 28 layers in one
 CUDA graph:
   contiguous   a Triton kernel summing the layer's keys and values as one flat run per program
   per head     the attention's pattern without its arithmetic: a program per (row, kv head) reads
                its 500 tokens' 256-byte pieces, 2 KB apart ([pages, 16, 8, 128] caches)
+  runs H/S     (#117) a program per (row, H kv heads, S-th of the tokens) reads a token's H heads as
+               one run of H x 256 bytes; the same 64 x 256 bytes of keys a step as `per head`, so
+               only the runs' length and the programs' count change
   torch.sum    PyTorch's reduction over each layer's tensors
 
-    python benchmarks/hbm_rate.py [--rows 64] [--context 500] [--json out.json]
+    python benchmarks/hbm_rate.py [--rows 64] [--context 500] [--runs 2/2 4/4 8/8 8/16] [--json out.json]
 
 Prints ms for 28 layers and TB/s. GPU only.
 """
@@ -42,25 +45,35 @@ def _contiguous_kernel(k_ptr, v_ptr, out_ptr, per_program, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _per_head_kernel(k_ptr, v_ptr, out_ptr, tokens, HKV: tl.constexpr, D: tl.constexpr, BT: tl.constexpr):
-    """Program (row, head) sums its row's `tokens` consecutive tokens of kv head `head`: 256-byte
-    pieces HKV * D elements apart, as the decode attention reads them (each row's pages in order)."""
-    row, head = tl.program_id(0), tl.program_id(1)
-    t, d = tl.arange(0, BT), tl.arange(0, D)
-    acc = tl.zeros([BT, D], tl.float32)
-    for tok0 in range(0, tokens, BT):
+def _runs_kernel(k_ptr, v_ptr, out_ptr, tokens, HKV: tl.constexpr, D: tl.constexpr, HC: tl.constexpr,
+                 SPLITS: tl.constexpr, BT: tl.constexpr):  # fmt: skip
+    """Program (row, head group, split) sums its share of its row's `tokens` consecutive tokens, HC
+    kv heads each: runs of HC * D elements, HKV * D apart, as a decode attention taking HC heads a
+    program reads them (each row's pages in order). HC = 1, SPLITS = 1 is `per head`."""
+    row, group, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    per = tl.cdiv(tokens, SPLITS)
+    t, d = tl.arange(0, BT), tl.arange(0, HC * D)
+    acc = tl.zeros([BT, HC * D], tl.float32)
+    for tok0 in range(split * per, tl.minimum((split + 1) * per, tokens), BT):
         tok = tok0 + t
-        cell = ((row.to(tl.int64) * tokens + tok) * HKV + head)[:, None] * D + d[None, :]
-        mask = (tok < tokens)[:, None]
+        cell = ((row.to(tl.int64) * tokens + tok) * HKV + group * HC)[:, None] * D + d[None, :]
+        mask = (tok < tl.minimum((split + 1) * per, tokens))[:, None]
         acc += tl.load(k_ptr + cell, mask=mask, other=0.0).to(tl.float32)
         acc += tl.load(v_ptr + cell, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * HKV + head, tl.sum(acc))
+    tl.store(out_ptr + (row * (HKV // HC) + group) * SPLITS + split, tl.sum(acc))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=64, help="decode rows (streams), default 64")
     p.add_argument("--context", type=int, default=500, help="tokens a row, default 500")
+    p.add_argument(
+        "--runs",
+        nargs="*",
+        default=[],
+        metavar="H/S",
+        help="also read H kv heads a program over an S-th of the tokens (#117), e.g. 8/8",
+    )
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -72,15 +85,21 @@ def main() -> None:
     layer_bytes = 2 * caches[0][0].numel() * 2
     programs, block = 1024, 2048
     per_program = caches[0][0].numel() // programs // block * block
-    out = torch.empty(max(programs, rows * KV_HEADS), device="cuda", dtype=torch.float32)
+    runs = [tuple(int(x) for x in r.split("/")) for r in args.runs]
+    out = torch.empty(max([programs, rows * KV_HEADS] + [rows * KV_HEADS * s for _, s in runs]), device="cuda",
+                      dtype=torch.float32)  # fmt: skip
 
     def contiguous():
         for k, v in caches:
             _contiguous_kernel[(programs,)](k, v, out, per_program, BLOCK=block, num_warps=8)
 
-    def per_head():
-        for k, v in caches:
-            _per_head_kernel[(rows, KV_HEADS)](k, v, out, tokens, HKV=KV_HEADS, D=HEAD_DIM, BT=64, num_warps=4)
+    def read_runs(hc: int, splits: int):
+        def read():
+            for k, v in caches:
+                _runs_kernel[(rows, KV_HEADS // hc, splits)](k, v, out, tokens, HKV=KV_HEADS, D=HEAD_DIM, HC=hc,
+                                                             SPLITS=splits, BT=64 // hc, num_warps=4)  # fmt: skip
+
+        return read
 
     def torch_sum():
         for k, v in caches:
@@ -90,9 +109,9 @@ def main() -> None:
     print(f"{rows} rows x {tokens} tokens: {layer_bytes / 1e6:.0f} MB of keys and values a layer, {LAYERS} layers")
     reads = [
         ("contiguous", contiguous, per_program * programs * 4 * LAYERS),
-        ("per head", per_head, layer_bytes * LAYERS),
+        ("per head", read_runs(1, 1), layer_bytes * LAYERS),
         ("torch.sum", torch_sum, layer_bytes * LAYERS),
-    ]
+    ] + [(f"runs {hc}/{s}", read_runs(hc, s), layer_bytes * LAYERS) for hc, s in runs]
     for name, fn, read in reads:
         ms = replay_ms(fn)
         results[name] = {"ms": ms, "tb_s": read / (ms * 1e-3) / 1e12}
