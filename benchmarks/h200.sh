@@ -277,6 +277,18 @@ for phase in "$@"; do
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S117_ROUNDS:-1 2} TREES="long=.,CADENCE_CUDA_ATTENTION=all \
         long4=.,CADENCE_CUDA_ATTENTION=all,CADENCE_CUDA_ATTENTION_LONG_PLAN=8:2:4 ${TREES:-}" bash "$0" walkab 2>&1 \
         | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
+    slots118)  # perf-notes #118: the CUDA decode attention over the talker's contexts with more bytes in flight a CTA
+      # (8 heads, 2 splits, 6 slots; 4 heads, 12 slots): the kernel alone (cuda_attention_parts.py, the copies alone
+      # too), then b64 walks of this tree against the talker's calls on each, interleaved (S118_ROUNDS, "1 2"; ~7 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 200 python3 benchmarks/cuda_attention_parts.py --json "$OUT/slots_118.json" --variants \
+        heads_per_cta=8,splits=2,slots=4,ablate=1 heads_per_cta=8,splits=2,slots=6 \
+        heads_per_cta=8,splits=2,slots=6,ablate=1 heads_per_cta=4,slots=12 heads_per_cta=4,slots=12,ablate=1 2>&1 \
+        | grep -v Warn
+      wait
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S118_ROUNDS:-1 2} TREES="long6=.,CADENCE_CUDA_ATTENTION=all,\
+CADENCE_CUDA_ATTENTION_LONG_PLAN=8:2:6 long412=.,CADENCE_CUDA_ATTENTION=all,CADENCE_CUDA_ATTENTION_LONG_PLAN=4:1:12 \
+${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
     stamps108)  # perf-notes #108: the CUDA kernels' clock stamps (the slab GEMM's, the decode attention's) checked on the
       # GPU, then a stamped walk at b1 and b64 (walk_timeline.py --stamps: every GEMM's and attention's lead, release,
       # loop and tail, Triton's and CUDA's; ~4 min)
