@@ -289,6 +289,20 @@ for phase in "$@"; do
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S118_ROUNDS:-1 2} TREES="long6=.,CADENCE_CUDA_ATTENTION=all,\
 CADENCE_CUDA_ATTENTION_LONG_PLAN=8:2:6 long412=.,CADENCE_CUDA_ATTENTION=all,CADENCE_CUDA_ATTENTION_LONG_PLAN=4:1:12 \
 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
+    token119)  # perf-notes #119: the whole-token Triton decode attention (CADENCE_ATTENTION_WHOLE_TOKENS): its tests,
+      # the kernel alone against the shipped Triton kernel (cuda_attention_parts.py --token), then b64 walks of this
+      # tree, of it with the talker on the whole-token kernel (`tok`: T119_TILES, default 8:8:4:2) and of TREES
+      # (e.g. `prev=prev36`, a `git archive` of an earlier commit, carried), interleaved (T119_ROUNDS, "1 2"; ~8 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_token_attention.py \
+        tests/test_attention_kernels.py 2>&1 | tee "$OUT/token_tests.log" | grep -E "passed|failed|rror" | tail -4
+      grep -q " passed" "$OUT/token_tests.log" && ! grep -qE "failed|error" "$OUT/token_tests.log" || continue
+      timeout -k 10 -s INT 200 python3 benchmarks/cuda_attention_parts.py --json "$OUT/token_119.json" --variants \
+        heads_per_cta=4,stages=4 --token 8:8:4:2 8:8:4:3 8:8:8:2 16:8:4:2 4:16:8:2 8:16:8:2 4:8:4:2 2>&1 | grep -v Warn
+      wait
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${T119_ROUNDS:-1 2} \
+        TREES="tok=.,CADENCE_ATTENTION_WHOLE_TOKENS=${T119_TILES:-8:8:4:2} ${TREES:-}" bash "$0" walkab 2>&1 \
+        | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
     stamps108)  # perf-notes #108: the CUDA kernels' clock stamps (the slab GEMM's, the decode attention's) checked on the
       # GPU, then a stamped walk at b1 and b64 (walk_timeline.py --stamps: every GEMM's and attention's lead, release,
       # loop and tail, Triton's and CUDA's; ~4 min)
