@@ -13,18 +13,19 @@ pytestmark = NEEDS_TRITON
 
 # fp32 under the interpreter; on a GPU the kernel's dots round fp32 to TF32, so bf16 (what it serves)
 DTYPES = [torch.float32] if INTERPRET else [torch.bfloat16]
-SHAPES = [(4, 2, 32, 4, [1, 4, 5, 17, 32]), (16, 8, 128, 16, [1, 16, 17, 70, 130, 200])]
+# (query heads, kv heads, head dim, page size, contexts): blocks of at least 16 key rows (a dot's K)
+SHAPES = [(4, 2, 32, 8, [1, 8, 9, 17, 40]), (16, 8, 128, 16, [1, 16, 17, 70, 130, 200])]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=["small", "talker"])
-@pytest.mark.parametrize("splits,block,stages", [(1, 2, 0), (4, 2, 2), (8, 4, 2)])
+@pytest.mark.parametrize("splits,block,stages", [(1, 8, 0), (4, 8, 2), (8, 16, 2)])
 def test_matches_definition(dtype, shape, splits, block, stages):
     from cadence.kernels import torch_ops
     from cadence.kernels.triton_token_attention import TokenTiles, token_attention
 
     qkv, args, caches, rest = decode_rows(shape, dtype, seed=6)
-    tiles = TokenTiles(splits=splits, block_tokens=block * (shape[3] // 4), warps=4, stages=stages)
+    tiles = TokenTiles(splits=splits, block_tokens=min(block, shape[3]), warps=4, stages=stages)
     mine = [c.clone() for c in caches]
     got = token_attention(qkv, *args, *mine, *rest, tiles)
     want = torch_ops.qk_norm_rope_attention(qkv, *args, *caches, *rest)
@@ -51,4 +52,5 @@ def test_switch_and_routing():
     assert token_tiles(64, 16, 8, 16, torch.float32, 500, tiles) is None
     assert token_tiles(64, 16, 8, 12, bf16, 500, tiles) is None  # a block would cross a page
     assert token_tiles(64, 16, 6, 16, bf16, 500, tiles) is None  # 48 rows a block
+    assert token_tiles(64, 16, 1, 16, bf16, 500, tiles) is None  # 8 rows a block: under a dot's 16
     assert token_tiles(64, 16, 8, 16, bf16, 500, None) is None  # the switch off

@@ -11,7 +11,7 @@ diagonal mask). Where the per-head kernel pads each kv head's G query heads to t
 tensor-core dot needs, this one computes the other heads' products instead: the same arithmetic.
 
 Off unless `CADENCE_ATTENTION_WHOLE_TOKENS` is SPLITS:BT:WARPS:STAGES (e.g. 8:8:4:2): programs a
-row, tokens a block (BT x HKV must be a power of two and BT divide the page), warps, and the
+row, tokens a block (BT x HKV a power of two, at least 16, and BT dividing the page), warps, and the
 pipelining depth of the block loop. Taken by decode calls of 33 to 64 rows over long contexts
 (the b64 walk's talker).
 """
@@ -68,7 +68,7 @@ def token_tiles(rows: int, heads: int, kv_heads: int, page_size: int, dtype: tor
     if max_context is not None and max_context <= 32:
         return None
     rows_a_block = tiles.block_tokens * kv_heads
-    if heads & (heads - 1) or rows_a_block & (rows_a_block - 1) or page_size % tiles.block_tokens:
+    if heads & (heads - 1) or rows_a_block & (rows_a_block - 1) or rows_a_block < 16 or page_size % tiles.block_tokens:
         return None
     return tiles
 
@@ -144,9 +144,10 @@ def token_attention(
     walk routes only bf16 and fp16 caches here (`token_tiles`); fp32 runs under the interpreter."""
     n, d = qkv.shape[0], k_cache.shape[3]
     ps = k_cache.shape[1]
-    if ps % tiles.block_tokens or (tiles.block_tokens * num_kv_heads) & (tiles.block_tokens * num_kv_heads - 1):
-        raise ValueError(f"the whole-token attention needs blocks within a page ({ps} tokens) of a power of two "
-                         f"rows (BT {tiles.block_tokens} x {num_kv_heads} kv heads)")  # fmt: skip
+    rows_a_block = tiles.block_tokens * num_kv_heads
+    if ps % tiles.block_tokens or rows_a_block & (rows_a_block - 1) or rows_a_block < 16:
+        raise ValueError(f"the whole-token attention needs blocks within a page ({ps} tokens) of a power of two, "
+                         f"at least 16, rows (BT {tiles.block_tokens} x {num_kv_heads} kv heads)")  # fmt: skip
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     splits = tiles.splits
     if splits > 1:
