@@ -9,11 +9,7 @@ memory). Ablated outputs are garbage and are not checked; the others are checked
 definition (torch_ops).
 
     python benchmarks/cuda_attention_parts.py [--rows 64] [--context 500] \
-        [--variants "heads_per_cta=4,stages=4" "heads_per_cta=4,stages=4,ablate=1" ...] \
-        [--token 8:8:4:2 ...] [--json out.json]
-
---token also times the whole-token Triton kernel (kernels/triton_token_attention.py, perf-notes #119)
-with those SPLITS:BT:WARPS:STAGES, checked against the definition as the CUDA variants are.
+        [--variants "heads_per_cta=4,stages=4" "heads_per_cta=4,stages=4,ablate=1" ...] [--json out.json]
 
 Prints ms per 28 layers and the KV-read bandwidth each reaches. GPU only.
 """
@@ -28,7 +24,7 @@ import torch
 from graph_timing import replay_ms
 from paged_attention import HKV, HQ, LAYERS, PAGE, D, decode_inputs
 
-from cadence.kernels import cuda_attention, torch_ops, triton_ops, triton_token_attention
+from cadence.kernels import cuda_attention, torch_ops, triton_ops
 
 DEFAULT_VARIANTS = [
     "heads_per_cta=4,stages=4",
@@ -57,7 +53,6 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=64)
     p.add_argument("--context", type=int, default=500)
     p.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="AttentionPlan fields, ablate=1|2")
-    p.add_argument("--token", nargs="*", default=[], help="whole-token kernel tiles, SPLITS:BT:WARPS:STAGES")
     p.add_argument("--json", help="write the timings here")
     args = p.parse_args()
     rows, context = args.rows, args.context
@@ -99,20 +94,6 @@ def main() -> None:
         results[text] = ms
         print(f"  CUDA {text:<40} {cell(ms)}  ({plan.grid(rows)} CTAs of {plan.threads} threads, "
               f"{plan.smem // 1024} KB)", flush=True)  # fmt: skip
-    for spec in args.token:
-        tiles = triton_token_attention.parse_tiles(spec)
-
-        def whole(k, v, tiles=tiles):
-            return triton_token_attention.token_attention(qkv, *norm_rope, k, v, slots, table, ctx, scale, HQ, HKV,
-                                                          tiles)  # fmt: skip
-
-        with triton_ops.pdl_settings(False, False):
-            err = (whole(*caches[0]).float() - ref).abs().max().item()
-            assert err <= 2e-2, f"token {spec}: max error {err}"
-            ms = replay_ms(lambda whole=whole: [whole(k, v) for k, v in caches])
-        results[f"token {spec}"] = ms
-        print(f"  whole tokens {spec:<33} {cell(ms)}  ({rows * tiles.splits} programs of {tiles.warps} warps)",
-              flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "context": context, "kv_bytes": kv_bytes, "ms": results}, f, indent=1)

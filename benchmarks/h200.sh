@@ -258,51 +258,6 @@ for phase in "$@"; do
       timeout -k 10 -s INT 240 python3 benchmarks/gemm64.py --rows 48 64 --json "$OUT/gemm64.json" 2>&1 | tail -16
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${G64_ROUNDS:-1 2} \
         TREES="g64=.,CADENCE_GEMM64=${G64_SHAPES:-1} ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
-    split117)  # perf-notes #117: the CUDA decode attention with a token's 8 kv heads a CTA and the context split over
-      # CTAs (a ticket merge): its tests (gpu and emulated), the HBM rate of longer runs (hbm_rate.py --runs), the
-      # kernel alone (cuda_attention_parts.py), then b64 walks of this tree against the talker's calls on it
-      # (`long`: CADENCE_CUDA_ATTENTION=all, the default long plan 8:2:3; `long4`: 4 slots) and TREES, interleaved
-      # (S117_ROUNDS, default "1 2"; ~8 min). The rest only if the tests pass.
-      need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_attention.py 2>&1 \
-        | tee "$OUT/split_tests.log" | grep -E "passed|failed|rror" | tail -4
-      grep -q " passed" "$OUT/split_tests.log" && ! grep -qE "failed|error" "$OUT/split_tests.log" || continue
-      timeout -k 10 -s INT 120 python3 benchmarks/hbm_rate.py --runs 1/2 2/2 4/4 8/8 8/16 --json "$OUT/hbm_runs.json"
-      timeout -k 10 -s INT 200 python3 benchmarks/cuda_attention_parts.py --json "$OUT/split_117.json" --variants \
-        heads_per_cta=4,stages=4 heads_per_cta=4,stages=4,ablate=1 heads_per_cta=8,splits=2,slots=3 \
-        heads_per_cta=8,splits=2,slots=3,ablate=1 heads_per_cta=8,splits=2,slots=3,ablate=2 \
-        heads_per_cta=8,splits=2,slots=2 heads_per_cta=8,splits=2,slots=4 heads_per_cta=8,splits=4,slots=3 \
-        heads_per_cta=4,splits=2,slots=4 2>&1 | grep -v Warn
-      wait
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S117_ROUNDS:-1 2} TREES="long=.,CADENCE_CUDA_ATTENTION=all \
-        long4=.,CADENCE_CUDA_ATTENTION=all,CADENCE_CUDA_ATTENTION_LONG_PLAN=8:2:4 ${TREES:-}" bash "$0" walkab 2>&1 \
-        | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
-    slots118)  # perf-notes #118: the CUDA decode attention over the talker's contexts with more bytes in flight a CTA
-      # (8 heads, 2 splits, 6 slots; 4 heads, 12 slots): the kernel alone (cuda_attention_parts.py, the copies alone
-      # too), then b64 walks of this tree against the talker's calls on each, interleaved (S118_ROUNDS, "1 2"; ~7 min)
-      need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 200 python3 benchmarks/cuda_attention_parts.py --json "$OUT/slots_118.json" --variants \
-        heads_per_cta=8,splits=2,slots=4,ablate=1 heads_per_cta=8,splits=2,slots=6 \
-        heads_per_cta=8,splits=2,slots=6,ablate=1 heads_per_cta=4,slots=12 heads_per_cta=4,slots=12,ablate=1 2>&1 \
-        | grep -v Warn
-      wait
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S118_ROUNDS:-1 2} TREES="long6=.,CADENCE_CUDA_ATTENTION=all,\
-CADENCE_CUDA_ATTENTION_LONG_PLAN=8:2:6 long412=.,CADENCE_CUDA_ATTENTION=all,CADENCE_CUDA_ATTENTION_LONG_PLAN=4:1:12 \
-${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
-    token119)  # perf-notes #119: the whole-token Triton decode attention (CADENCE_ATTENTION_WHOLE_TOKENS): its tests,
-      # the kernel alone against the shipped Triton kernel (cuda_attention_parts.py --token), then b64 walks of this
-      # tree, of it with the talker on the whole-token kernel (`tok`: T119_TILES, default 8:8:4:2) and of TREES
-      # (e.g. `prev=prev36`, a `git archive` of an earlier commit, carried), interleaved (T119_ROUNDS, "1 2"; ~8 min)
-      need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_token_attention.py \
-        tests/test_attention_kernels.py 2>&1 | tee "$OUT/token_tests.log" | grep -E "passed|failed|rror" | tail -4
-      grep -q " passed" "$OUT/token_tests.log" && ! grep -qE "failed|error" "$OUT/token_tests.log" || continue
-      timeout -k 10 -s INT 200 python3 benchmarks/cuda_attention_parts.py --json "$OUT/token_119.json" --variants \
-        heads_per_cta=4,stages=4 --token 8:8:4:2 8:8:4:3 8:8:8:2 16:8:4:2 4:16:8:2 8:16:8:2 4:8:4:2 2>&1 | grep -v Warn
-      wait
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${T119_ROUNDS:-1 2} \
-        TREES="tok=.,CADENCE_ATTENTION_WHOLE_TOKENS=${T119_TILES:-8:8:4:2} ${TREES:-}" bash "$0" walkab 2>&1 \
-        | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
     stamps108)  # perf-notes #108: the CUDA kernels' clock stamps (the slab GEMM's, the decode attention's) checked on the
       # GPU, then a stamped walk at b1 and b64 (walk_timeline.py --stamps: every GEMM's and attention's lead, release,
       # loop and tail, Triton's and CUDA's; ~4 min)

@@ -16,7 +16,7 @@ from cuda_driver import blob, emulate, needs_gxx, split_stamps
 from kernel_checks import decode_rows
 
 from cadence.kernels import torch_ops
-from cadence.kernels.cuda_attention import SOURCE, AttentionPlan, attention_plan, long_plan
+from cadence.kernels.cuda_attention import SOURCE, AttentionPlan, attention_plan
 
 TALKER = (16, 8, 128, 16)  # query heads, kv heads, head dim, page size
 # bf16 outputs of values near 1: a few units in the last place of the definition's
@@ -38,31 +38,18 @@ def test_plans():
     assert attention_plan(64, 16, 8, 64, 16, torch.bfloat16) is None
     assert attention_plan(64, 16, 8, 128, 32, torch.bfloat16) is None
     assert attention_plan(64, 32, 2, 128, 16, torch.bfloat16) is None  # 16 query heads a kv head
-    split = long_plan(plan, "8:2:3")  # #117: a token's 8 heads, the context over 2 CTAs, 3 keys-or-values slots
-    assert split.grid(64) == 128 and split.threads == 288 and split.ring == 3 and split.smem <= 116 * 1024
-    assert split.parts(64) == 128 * 8 * 2 and plan.parts(64) == 0 and plan.ring == 2 * plan.stages
-    assert long_plan(plan, "") == plan
-    for bad in ("8:2", "3:1:4", "8:0:3", "8:2:1", "x"):
-        with pytest.raises(ValueError, match="LONG_PLAN"):
-            long_plan(plan, bad)
-    with pytest.raises(ValueError, match="LONG_WARPS"):
-        long_plan(plan, "4:2:4", warps_per_head=2)
 
 
-def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest, tickets: list | None = None):
+def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tuple[torch.Tensor, ...]:
     """The kernel of `plan` on the CPU emulation; its output, the two caches after it and the CTAs'
-    clock stamps ([grid, 6] int64, zeros unless plan.stamp). `tickets` gets the rows' tickets as
-    the launch left them."""
+    clock stamps ([grid, 6] int64, zeros unless plan.stamp)."""
     qn, kn, eps, cos, sin, pos = args
     slots, bt, ctx, scale = rest[:4]
     grid = plan.grid(qkv.shape[0])
     tensors = b"".join(blob(t) for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt))
     scalars = struct.pack("<qqqdd", bt.stride(0), grid, plan.smem, scale, eps)
     out, stamps = split_stamps(emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars), grid)
-    cut = len(out) - grid // plan.splits * 4
-    if tickets is not None:
-        tickets.extend(torch.frombuffer(bytearray(out[cut:]), dtype=torch.int32).tolist())
-    raw = torch.frombuffer(bytearray(out[:cut]), dtype=torch.bfloat16)
+    raw = torch.frombuffer(bytearray(out), dtype=torch.bfloat16)
     n_out = qkv.shape[0] * plan.heads * plan.head_dim
     k, v = raw[n_out:].chunk(2)
     return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1]), stamps
@@ -70,29 +57,23 @@ def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest, ticke
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "heads,contexts,per_cta,stages,warps,splits,slots",
-    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2, 1, 1, 0),  # the talker's heads; pages reissued past 2 in flight
-     ((16, 8), [5, 48, 49], 2, 3, 1, 1, 0),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
-     ((8, 8), [20, 64], 1, 2, 1, 1, 0),  # one query head a kv head (half of D's columns unused)
-     ((16, 8), [1, 2, 17, 49, 100], 4, 4, 2, 1, 0),  # two warps a kv head (#109): none, one, odd and even pages
-     ((16, 8), [1, 2, 17, 18, 33, 100, 130], 8, 0, 1, 2, 3),  # #117: a token's 8 heads, 2 splits, 3 slots
-     ((16, 8), [1, 17, 34, 49, 130], 4, 0, 1, 3, 5)],  # 3 splits (some with no page), an odd ring past 2 pages
+    "heads,contexts,per_cta,stages,warps",
+    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2, 1),  # the talker's heads; pages reissued past 2 in flight
+     ((16, 8), [5, 48, 49], 2, 3, 1),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
+     ((8, 8), [20, 64], 1, 2, 1),  # one query head a kv head (half of D's columns unused)
+     ((16, 8), [1, 2, 17, 49, 100], 4, 4, 2)],  # two warps a kv head (#109): none, one, odd and even pages
 )  # fmt: skip
-def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, warps, splits, slots):
+def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, warps):
     """The kernel's source run on the CPU (every CUDA thread a fiber; bulk copies, mbarriers and
     mma.sync emulated): contexts of one token (no cached page), partial and whole last pages and
-    more pages than slots; the new tokens' cache cells NaN beforehand (a kernel that reads them, or
+    more pages than stages; the new tokens' cache cells NaN beforehand (a kernel that reads them, or
     a stale NaN value times a zero probability, shows NaN). Within bf16 rounding of the definition,
-    the new keys and values written where the definition writes them; a split launch leaves its
-    tickets at 0 for the next."""
+    the new keys and values written where the definition writes them."""
     hq, hkv = heads
     qkv, args, caches, rest = decode_rows((hq, hkv, 128, 16, contexts), torch.bfloat16, seed=7, device="cpu")
-    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages or 2, warps_per_head=warps, splits=splits,
-                         slots=slots)  # fmt: skip
-    tickets = []
-    out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest, tickets)
+    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages, warps_per_head=warps)
+    out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
     assert not stamps.any()  # no clock stamps unless asked for
-    assert tickets == [0] * (len(contexts) * hkv // per_cta)
     want_caches = [c.clone() for c in caches]
     want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
     assert not out.isnan().any()
@@ -139,18 +120,13 @@ def _talker_rows(rows: int, seed: int, longest: int = 540):
 
 
 @gpu
-@pytest.mark.parametrize(
-    "rows,min_rows,long",
-    [(64, 64, ""), (70, 64, ""), (16, 1, ""), (32, 1, ""),  # 4 kv heads a CTA at 64 and 70 rows, 1 and 2 below
-     (64, 64, "8:2:3"), (70, 64, "4:3:5"), (16, 1, "8:2:4")],  # #117: contexts split over CTAs, odd rings
-)  # fmt: skip
-def test_matches_definition_on_the_gpu(rows, min_rows, long):
-    """The plans for 64, 70, 16 and 32 rows, and with the long contexts' splits (`long`:
-    HEADS:SPLITS:SLOTS), contexts up to 540 tokens."""
+@pytest.mark.parametrize("rows,min_rows", [(64, 64), (70, 64), (16, 1), (32, 1)])
+def test_matches_definition_on_the_gpu(rows, min_rows):
+    """64 and 70 rows (4 kv heads a CTA), 16 and 32 (1 and 2), contexts up to 540 tokens."""
     attend = _cuda()
     qkv, args, caches, rest = _talker_rows(rows, seed=rows)
     mine, want_caches = [c.clone() for c in caches], [c.clone() for c in caches]
-    plan = long_plan(attention_plan(rows, *TALKER[:2], 128, 16, torch.bfloat16, min_rows=min_rows), long)
+    plan = attention_plan(rows, *TALKER[:2], 128, 16, torch.bfloat16, min_rows=min_rows)
     got = attend(qkv, *args, *mine, *rest, plan=plan)
     want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
     assert not got.isnan().any()

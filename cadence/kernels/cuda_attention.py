@@ -4,19 +4,16 @@ value to the cache, attention over the row's pages; torch_ops has the definition
 keys and values streamed into shared memory by the copy engine, the first pages before the
 kernel's PDL wait (perf-notes #104).
 
-One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, and one more warp whose only
-job is the copies (#106): at 64 rows and 8 kv heads, 4 heads a CTA is 128 CTAs, one a SM. By
-default it runs the code predictor's decode steps at 64 rows (contexts of one or two pages: the
-b64 walk 4.32 -> 4.25 ms); over the talker's long contexts 4 heads a CTA is still a little slower
-than the Triton kernel (1.18 against 1.10 ms for 28 layers alone; the walk 4.35 against 4.23), so
-those stay there unless `CADENCE_CUDA_ATTENTION` says otherwise. For them the kernel can also take
-a token's 8 heads a CTA (one 2 KB run a token) with the row's pages split over `splits` CTAs,
-merged by the last of them to take a ticket (#117, `CADENCE_CUDA_ATTENTION_LONG_PLAN`).
+One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, with no split of the context,
+and one more warp whose only job is the copies (#106): at 64 rows and 8 kv heads, 4 heads a CTA is
+128 CTAs, one a SM. By default it runs the code predictor's decode steps at 64 rows (contexts of
+one or two pages: the b64 walk 4.32 -> 4.25 ms); over the talker's long contexts it is still a
+little slower than the Triton kernel (1.18 against 1.10 ms for 28 layers alone; the walk 4.35
+against 4.23), so those stay there.
 Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads
 of 128; the Triton kernel runs everything else. `CADENCE_CUDA_ATTENTION` says which decode calls
 take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts;
-`CADENCE_CUDA_ATTENTION_LONG_PLAN` sets the long contexts' plan (#117) and
-`CADENCE_CUDA_ATTENTION_LONG_WARPS` gives them more warps a kv head (#109: slower).
+`CADENCE_CUDA_ATTENTION_LONG_WARPS` gives the long contexts more warps a kv head (#109, unmeasured).
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 # Triton kernel splits their contexts instead).
 MIN_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MIN_ROWS", "64"))
 MAX_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MAX_ROWS", "64"))  # measured up to the 64-row bucket
-STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in flight a CTA (keys and values)
+STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in flight a CTA
 # Which decode calls take the kernel: "short" (contexts known to be <= 32 tokens: the code
 # predictor's one or two pages, whose copies start before the wait), "long" (the talker's), "all", or
 # "none" (the Triton kernel everywhere). perf-notes #104, the b64 walk: none 4.32 ms, short 4.25;
@@ -47,20 +44,14 @@ CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "short")
 # Experiment switch (perf-notes #109): warps a kv head for the talker's long contexts, each taking every
 # WARPS_PER_HEAD-th page, their sums merged at the end (1: a warp a head, as the short contexts run).
 LONG_WARPS_PER_HEAD = int(os.environ.get("CADENCE_CUDA_ATTENTION_LONG_WARPS", "1"))
-# Experiment switch (perf-notes #117): the talker's long contexts as HEADS:SPLITS:SLOTS, kv heads a CTA,
-# CTAs a row's heads (their context split, merged by a ticket) and a page's keys or values in flight
-# a CTA; empty: the plan attention_plan makes for the row count, as the short contexts run.
-LONG_PLAN = os.environ.get("CADENCE_CUDA_ATTENTION_LONG_PLAN", "8:2:3")
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """One compiled instance and its launch: the heads, page size, kv heads a CTA, pages in flight a
-    CTA (or, where `slots` is set, a page's keys or values in flight: an odd count holds half
-    pages), warps a kv head (each taking every warps_per_head-th page) and CTAs a row's kv heads
-    (`splits`: each its share of the pages, merged by the last to finish)."""
+    """One compiled instance and its launch: the heads, page size, kv heads a CTA, warps a kv head
+    (each taking every warps_per_head-th page) and pages in flight a CTA."""
 
     heads: int
     kv_heads: int
@@ -72,20 +63,9 @@ class AttentionPlan:
     stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     warps_per_head: int = 1
     ablate: int = 0  # a look (benchmarks/cuda_attention_parts.py): 1 the pages' arithmetic left out, 2 their copies
-    splits: int = 1
-    slots: int = 0  # 0: 2 * stages
 
     def grid(self, rows: int) -> int:
-        return rows * (self.kv_heads // self.heads_per_cta) * self.splits
-
-    @property
-    def ring(self) -> int:
-        """Slots of the kernel's ring, each a page's keys or its values (decode_attention.cu SLOTS)."""
-        return self.slots or 2 * self.stages
-
-    def parts(self, rows: int) -> int:
-        """(row, kv head, split, query head) sets of sums a split launch writes."""
-        return self.grid(rows) * self.heads_per_cta * (self.heads // self.kv_heads) if self.splits > 1 else 0
+        return rows * (self.kv_heads // self.heads_per_cta)
 
     @property
     def threads(self) -> int:
@@ -93,21 +73,20 @@ class AttentionPlan:
 
     @property
     def smem(self) -> int:
-        """decode_attention.cu's slots (a page's keys or values, token rows padded 16 bytes) and its
-        `struct Tail` (the mbarriers, the page table, each head warp's queries, sums, maxima and
-        totals, the ticket's verdict; 8 bytes for its alignment)."""
+        """decode_attention.cu's stages (a page's keys and values, token rows padded 16 bytes) and
+        its `struct Tail` (the mbarriers, the page table, each head warp's queries, sums, maxima and
+        totals)."""
         hc, g, d = self.heads_per_cta, self.heads // self.kv_heads, self.head_dim
-        slot = self.page_size * (hc * d + 8) * 2
+        stage = 2 * self.page_size * (hc * d + 8) * 2
         warps = hc * self.warps_per_head
-        tail = 16 * self.ring + 4 * MAX_PAGES + warps * g * d * (2 + 4) + 2 * warps * g * 4 + 8
-        return self.ring * slot + tail
+        return self.stages * stage + 16 * self.stages + 4 * MAX_PAGES + warps * g * d * (2 + 4) + 2 * warps * g * 4
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
-                ("HC", self.heads_per_cta), ("SLOTS", self.ring), ("TRIGGER_FIRST", int(self.trigger_first)),
+                ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
                 ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)),
-                ("WPH", self.warps_per_head), ("ABLATE", self.ablate), ("SPLITS", self.splits))  # fmt: skip
+                ("WPH", self.warps_per_head), ("ABLATE", self.ablate))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
@@ -136,24 +115,7 @@ def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Ten
     plan = attention_plan(rows, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype)
     if plan is None or not qkv.is_cuda or not attention_supported(qkv.device):
         return None
-    return long_plan(plan, LONG_PLAN, LONG_WARPS_PER_HEAD) if kind == "long" else plan
-
-
-def long_plan(plan: AttentionPlan, spec: str, warps_per_head: int = 1) -> AttentionPlan:
-    """`plan` as the long contexts take it: `spec` HEADS:SPLITS:SLOTS (CADENCE_CUDA_ATTENTION_LONG_PLAN;
-    empty keeps the plan's heads, one split, its stages), and warps_per_head."""
-    if spec:
-        try:
-            heads_per_cta, splits, slots = (int(x) for x in spec.split(":"))
-        except ValueError:
-            raise ValueError(f"CADENCE_CUDA_ATTENTION_LONG_PLAN: {spec!r} is not HEADS:SPLITS:SLOTS") from None
-        if plan.kv_heads % heads_per_cta or heads_per_cta * warps_per_head > 8 or splits < 1 or slots < 2:
-            raise ValueError(f"CADENCE_CUDA_ATTENTION_LONG_PLAN: {spec!r}: kv heads a CTA must divide "
-                             f"{plan.kv_heads} (at most 8 warps), splits >= 1, slots >= 2")  # fmt: skip
-        if splits > 1 and warps_per_head > 1:
-            raise ValueError("a context split and CADENCE_CUDA_ATTENTION_LONG_WARPS > 1 do not go together")
-        plan = dataclasses.replace(plan, heads_per_cta=heads_per_cta, splits=splits, slots=slots)
-    return dataclasses.replace(plan, warps_per_head=warps_per_head)
+    return dataclasses.replace(plan, warps_per_head=LONG_WARPS_PER_HEAD) if kind == "long" else plan
 
 
 @functools.cache
@@ -164,25 +126,6 @@ def attention_supported(device: torch.device) -> bool:
 
 def _kernel(plan: AttentionPlan):
     return compile_source(SOURCE, "decode_attention_kernel", plan.defines, plan.smem)
-
-
-_split_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-
-
-def split_workspace(device: torch.device, rows: int, plan: AttentionPlan) -> tuple[torch.Tensor, ...]:
-    """A split launch's fp32 sums (outputs [parts, D], then max and sum [parts, 2]) and its rows'
-    tickets, one set per (device, rows, plan's heads and splits), kept for the process: a CUDA graph
-    captures their addresses, and the last CTA of each row sets its ticket back to 0. Calls on one
-    stream (the decode walk) run one after another, so one set per shape is enough."""
-    key = (device, rows, plan.heads, plan.kv_heads, plan.heads_per_cta, plan.splits, plan.head_dim)
-    if key not in _split_buffers:
-        parts, tickets = plan.parts(rows), plan.grid(rows) // plan.splits
-        _split_buffers[key] = (
-            torch.empty(parts, plan.head_dim, dtype=torch.float32, device=device),
-            torch.empty(parts, 2, dtype=torch.float32, device=device),
-            torch.zeros(tickets, dtype=torch.int32, device=device),
-        )
-    return _split_buffers[key]
 
 
 def cuda_qk_norm_rope_attention(
@@ -211,12 +154,11 @@ def cuda_qk_norm_rope_attention(
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return out
-    stamps = stamp_arguments(f"cuda attention {n}x{plan.grid(n) // n}", plan.grid(n), out)
+    stamps = stamp_arguments(f"cuda attention {n}x{plan.kv_heads // plan.heads_per_cta}", plan.grid(n), out)
     trigger_first = pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST
     plan = dataclasses.replace(plan, trigger_first=trigger_first, stamp=bool(stamps))
-    workspace = split_workspace(qkv.device, n, plan) if plan.splits > 1 else (out, out, out)  # unused at 1
     args = [qkv, q_norm, k_norm, cos, sin, positions, slot_index, context_lens, block_table,
             ctypes.c_int(block_table.stride(0)), k_cache, v_cache, out, ctypes.c_float(scale),
-            ctypes.c_float(eps), *workspace, *stamps]  # fmt: skip
+            ctypes.c_float(eps), *stamps]  # fmt: skip
     launch(_kernel(plan), plan.grid(n), plan.threads, plan.smem, args, pdl_on(qkv))
     return out

@@ -33,7 +33,6 @@ from .triton_linear import (
     skinny_tiles,
     swiglu_tiles,
 )
-from .triton_token_attention import token_attention, token_tiles
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
@@ -192,11 +191,6 @@ def qk_norm_rope_attention(
     short contexts at 64 rows, on Hopper), else one fused Triton kernel up to
     FUSED_ATTENTION_MAX_ROWS rows and the two kernels above."""
     norm_rope = (q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index)
-    whole = splits is None and tiles is None and token_tiles(
-        qkv.shape[0], num_heads, num_kv_heads, k_cache.shape[1], k_cache.dtype, max_context
-    )  # fmt: skip
-    if whole:  # the experiment switch CADENCE_ATTENTION_WHOLE_TOKENS (perf-notes #119)
-        return token_attention(qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, whole)
     plan = cuda_attention.decode_plan(qkv, k_cache, block_table, num_heads, num_kv_heads, max_context)
     if plan is not None:
         return cuda_attention.cuda_qk_norm_rope_attention(

@@ -3,9 +3,8 @@
 // kernel's macros and KERNEL_SOURCE as -D flags). Usage: attention_driver ARGS_FILE OUT_FILE
 // ARGS_FILE: qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, positions, slots, contexts,
 // block_table as (u64 byte count, bytes); then table_stride, grid, shared memory as i64 and scale,
-// eps as f64. OUT_FILE gets the output (bf16), then the two caches, then the rows' tickets (grid /
-// SPLITS i32, which a split launch must leave at 0), then the CTAs' clock stamps (grid x 6 i64;
-// zeros unless the kernel is built with STAMP=1).
+// eps as f64. OUT_FILE gets the output (bf16), then the two caches, then the CTAs' clock stamps
+// (grid x 6 i64; zeros unless the kernel is built with STAMP=1).
 
 #include "emulate.h"
 #include "driver_io.h"
@@ -35,12 +34,9 @@ int main(int argc, char** argv) {
   auto i = [](std::vector<unsigned char>& b) { return reinterpret_cast<const i64*>(b.data()); };
   auto w = [](std::vector<unsigned char>& b) { return reinterpret_cast<u16*>(b.data()); };
   std::vector<i64> stamps((size_t)grid * 6, 0);
-  std::vector<float> part_o((size_t)grid * HC * G * HD, NAN), part_ml((size_t)grid * HC * G * 2, NAN);
-  std::vector<int> tickets((size_t)grid / SPLITS, 0);
   emu::launch((unsigned)grid, THREADS, THREADS - 32, (size_t)smem, [&] {  // heads_sync: all but the copying warp
     decode_attention_kernel(p(qkv), p(q_norm), p(k_norm), p(cos), p(sin), i(positions), i(slots), i(contexts),
-                            i(table), (int)stride, w(k_cache), w(v_cache), out.data(), (float)scale, (float)eps,
-                            part_o.data(), part_ml.data(), tickets.data()
+                            i(table), (int)stride, w(k_cache), w(v_cache), out.data(), (float)scale, (float)eps
 #if STAMP
                             , stamps.data(), 0
 #endif
@@ -50,7 +46,6 @@ int main(int argc, char** argv) {
   o.write(reinterpret_cast<const char*>(out.data()), out.size() * 2);
   o.write(reinterpret_cast<const char*>(k_cache.data()), k_cache.size() - 16);
   o.write(reinterpret_cast<const char*>(v_cache.data()), v_cache.size() - 16);
-  o.write(reinterpret_cast<const char*>(tickets.data()), tickets.size() * 4);
   o.write(reinterpret_cast<const char*>(stamps.data()), stamps.size() * 8);
   return 0;
 }

@@ -208,14 +208,6 @@ inline void bulk_load_once(void* dst, const void* src, unsigned bytes, unsigned 
 }
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
 inline void smem_add(unsigned* p, unsigned v) { *p += v; }  // one OS thread: atomic as it stands
-inline float ld_cg_f32(const float* p) { return *p; }
-inline float4 ld_cg_f32x4(const float* p) { return {p[0], p[1], p[2], p[3]}; }
-inline int atomicAdd(int* p, int v) {  // one OS thread: atomic as it stands
-  const int before = *p;
-  *p += v, ++emu::progress;
-  return before;
-}
-inline void __threadfence() {}  // one OS thread: sequentially consistent
 inline unsigned long long load_word(const unsigned long long* p) { return *p; }
 inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }
 inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do

@@ -31,17 +31,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], cons
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// Loads through L2 (not L1) of what other CTAs of the grid wrote (decode_attention.cu's splits).
-__device__ __forceinline__ float ld_cg_f32(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ float4 ld_cg_f32x4(const float* p) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
-  return v;
-}
 #endif  // CADENCE_EMULATE
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
