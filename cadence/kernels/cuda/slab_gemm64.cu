@@ -17,7 +17,7 @@
 // slab was) and are added in quarter order.
 //
 // X_SMEM 1 (perf-notes #120): after the wait the CTA copies the input rows into shared memory too
-// (a bulk copy a row and K quarter, each quarter completing on its own mbarrier), and warp (r, c) of
+// (cp.async by every thread, a commit group a K quarter, a CTA barrier before each), and warp (r, c) of
 // the 4 x 2 warps takes m16 tile r of the input and every other n8 column tile of the slab over all
 // of K: each warp owns its outputs, so no sums meet in shared memory and the warps store as they
 // finish. The input and the slab must fit an SM together (qkv and the heads, not gate/up).
@@ -70,7 +70,7 @@ constexpr int LD = K + (PADDED ? 32 : 0);
 static_assert(K % (32 * WARP_KS) == 0, "K must be a multiple of 128");
 static_assert(M >= 1 && M <= 64, "1-64 rows");
 // X_SMEM: the input's rows in shared memory, padded by 64 bytes as the slab's (lanes 8j..8j+7 read
-// rows 2j and 2j + 1 at one offset); its K quarters, each a bulk copy a row on its own mbarrier.
+// rows 2j and 2j + 1 at one offset), copied in K quarters.
 constexpr int LDX = K + 32;
 constexpr int XQ = 4, KQ = K / XQ;
 constexpr int XW_ROWS = 4, XW_COLS = WARPS / XW_ROWS;      // the 4 x 2 warps: m16 tile, every other n8 column tile
@@ -131,11 +131,11 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
   }
 }
 
-// X_SMEM: warp (wr, wc)'s dots, m16 tile wr of the input in shared memory (xs) against column tiles
-// wc, wc + 2, ... of the slab (gate's and up's alike) over all of K, quarter by quarter as each lands
-// (xbar). Two accumulators a tile (even and odd K steps), added at the end: twice the chains in flight.
-__device__ __forceinline__ void dots_owned(const u16* xs, const u16* ws, u64* xbar, int mine, int wr, int wc,
-                                           int lane, float (&acc)[CT][PAIR][4]) {
+// X_SMEM: warp (wr, wc)'s dots over K quarter q, m16 tile wr of the input in shared memory (xs)
+// against column tiles wc, wc + 2, ... of the slab (gate's and up's alike). Two accumulators a tile
+// (even and odd K steps), added at the end: twice the chains in flight.
+__device__ __forceinline__ void dots_owned(const u16* xs, const u16* ws, int q, int mine, int wr, int wc, int lane,
+                                           float (&acc)[CT][PAIR][4], float (&odd)[CT][PAIR][4]) {
   const int g = lane / 4, c = lane % 4;
   const uint4* xrow[2] = {reinterpret_cast<const uint4*>(xs + (size_t)(wr * 16 + g) * LDX),
                           reinterpret_cast<const uint4*>(xs + (size_t)(wr * 16 + g + 8) * LDX)};
@@ -147,32 +147,21 @@ __device__ __forceinline__ void dots_owned(const u16* xs, const u16* ws, u64* xb
       const int col = imin((wc + j * XW_COLS) * 8 + g, mine - 1);
       wrow[j][p] = reinterpret_cast<const uint4*>(ws + (size_t)(col + p * ROWS) * LD);
     }
-  float odd[CT][PAIR][4] = {};
-#pragma unroll 1
-  for (int q = 0; q < XQ; ++q) {
-    if (ABLATE != 1) mbar_wait(&xbar[q], 0);
 #pragma unroll 4
-    for (int s = 0; s < KQ / 32; ++s) {
-      const int chunk = (q * KQ) / 8 + s * 4 + c;  // 16 bytes: k = 8 * chunk ...
-      const uint4 lo8 = xrow[0][chunk], hi8 = xrow[1][chunk];  // rows g and g + 8
-      const u32 a0[4] = {lo8.x, hi8.x, lo8.y, hi8.y}, a1[4] = {lo8.z, hi8.z, lo8.w, hi8.w};
+  for (int s = 0; s < KQ / 32; ++s) {
+    const int chunk = (q * KQ) / 8 + s * 4 + c;  // 16 bytes: k = 8 * chunk ...
+    const uint4 lo8 = xrow[0][chunk], hi8 = xrow[1][chunk];  // rows g and g + 8
+    const u32 a0[4] = {lo8.x, hi8.x, lo8.y, hi8.y}, a1[4] = {lo8.z, hi8.z, lo8.w, hi8.w};
 #pragma unroll
-      for (int j = 0; j < CT; ++j)
+    for (int j = 0; j < CT; ++j)
 #pragma unroll
-        for (int p = 0; p < PAIR; ++p) {
-          const uint4 w = wrow[j][p][chunk];
-          const u32 b0[2] = {w.x, w.y}, b1[2] = {w.z, w.w};
-          mma_16816(s % 2 ? odd[j][p] : acc[j][p], a0, b0);
-          mma_16816(s % 2 ? odd[j][p] : acc[j][p], a1, b1);
-        }
-    }
+      for (int p = 0; p < PAIR; ++p) {
+        const uint4 w = wrow[j][p][chunk];
+        const u32 b0[2] = {w.x, w.y}, b1[2] = {w.z, w.w};
+        mma_16816(s % 2 ? odd[j][p] : acc[j][p], a0, b0);
+        mma_16816(s % 2 ? odd[j][p] : acc[j][p], a1, b1);
+      }
   }
-#pragma unroll
-  for (int j = 0; j < CT; ++j)
-#pragma unroll
-    for (int p = 0; p < PAIR; ++p)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[j][p][i] += odd[j][p][i];
 }
 
 // X_SMEM: warp (wr, wc)'s outputs straight to y: lane (g, c) holds rows g, g + 8 of its tile at
@@ -193,7 +182,7 @@ __device__ __forceinline__ void store_owned(u16* y, int n, int n0, int mine, int
 // x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
 // at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier;
-// X_SMEM: the slab, the input (MP x LDX), the slab's mbarrier, then the input quarters'.
+// X_SMEM: the slab, the input (MP x LDX), then the slab's mbarrier (and 64 bytes unused).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
@@ -204,7 +193,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   u16* ws = reinterpret_cast<u16*>(smem);
   u64* bar = reinterpret_cast<u64*>(smem + BAR_AT);
   [[maybe_unused]] u16* xs = reinterpret_cast<u16*>(smem + X_AT);
-  [[maybe_unused]] u64* xbar = bar + 1;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // This CTA's outputs: the n split evenly over the grid (at most ROWS each), so that the grid can be
   // one CTA an SM whatever n (cuda_gemm64.ctas_for).
@@ -214,8 +202,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     const unsigned bytes = ABLATE == 2 ? 0u : (unsigned)(PAIR * mine * K * 2);
     if (lane == 0) {
       mbar_init(bar, 1);
-      if (X_SMEM)
-        for (int q = 0; q < XQ; ++q) mbar_init(&xbar[q], 1);
       mbar_init_fence();
       mbar_expect_tx(bar, bytes);
     }
@@ -235,18 +221,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
   __syncthreads();  // the barrier's init, before anyone waits on it
 #if X_SMEM
-  if (warp == 0 && ABLATE != 1) {  // the input rows, quarter by quarter, after the wait (the kernel before wrote them)
+  // The input rows after the wait (the kernel before wrote them), quarter by quarter, 16 bytes a
+  // cp.async by every thread (#120's first version, a bulk copy a row and quarter issued by one warp,
+  // took ~6.5 us for its 256 copies a CTA), a commit group a quarter.
+  if (ABLATE != 1)
+#pragma unroll
     for (int q = 0; q < XQ; ++q) {
-      if (lane == 0) mbar_expect_tx(&xbar[q], (unsigned)(M * KQ * 2));
-      __syncwarp();
-      for (int r = lane; r < M; r += 32) bulk_load(xs + (size_t)r * LDX + q * KQ, x + (size_t)r * K + q * KQ, KQ * 2, &xbar[q]);
+      for (int i = tid; i < M * (KQ / 8); i += THREADS) {
+        const int r = i / (KQ / 8), chunk = i % (KQ / 8);
+        cp_async16(xs + (size_t)r * LDX + q * KQ + chunk * 8, x + (size_t)r * K + q * KQ + chunk * 8);
+      }
+      cp_async_commit();
     }
-  }
   mbar_wait(bar, 0);
   {
     const int wr = warp / XW_COLS, wc = warp % XW_COLS;
-    float owned[CT][PAIR][4] = {};
-    if (wr < MT) dots_owned(xs, ws, xbar, mine, wr, wc, lane, owned);
+    float owned[CT][PAIR][4] = {}, odd[CT][PAIR][4] = {};
+#pragma unroll
+    for (int q = 0; q < XQ; ++q) {
+      if (ABLATE != 1) cp_async_wait_pending(XQ - 1 - q);  // this thread's copies of quarters <= q have landed
+      __syncthreads();                                     // and every thread's
+      if (wr < MT) dots_owned(xs, ws, q, mine, wr, wc, lane, owned, odd);
+    }
+#pragma unroll
+    for (int j = 0; j < CT; ++j)
+#pragma unroll
+      for (int p = 0; p < PAIR; ++p)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) owned[j][p][i] += odd[j][p][i];
     [[maybe_unused]] const i64 t_dots = STAMP ? (i64)global_ns() : 0;
     if (wr < MT) store_owned(y, n, n0, mine, wr, wc, lane, owned);
 #if STAMP
