@@ -63,18 +63,14 @@ def time_shape(name: str, n: int, k: int, swiglu: bool, rows: int, variants: lis
     row = {"rows": rows, "gemm": name, "n": n, "k": k, "variants": []}
     with pdl_settings(True, trigger_first_for(rows)):
         row["shipped_us"], row["shipped_norm_us"] = chain(None, False)(), chain(None, True)()
-    for batch, min_blocks, ablate, padded, ctas, x_smem in variants:
-        plan = cuda_gemm64.gemm64_plan(n, k, rows, swiglu, ctas, x_smem=bool(x_smem))
-        if plan is None:  # the input and the slab do not fit an SM (x_smem): the route keeps the shipped kernel
-            row["variants"].append({"batch": batch, "min_blocks": min_blocks, "ablate": ablate, "padded": padded,
-                                    "ctas": ctas, "x_smem": x_smem, "plan": None})  # fmt: skip
-            continue
+    for batch, min_blocks, ablate, padded, ctas in variants:
+        plan = cuda_gemm64.gemm64_plan(n, k, rows, swiglu, ctas)
         plan = dataclasses.replace(plan, batch=batch, min_blocks=min_blocks, ablate=ablate, padded=bool(padded))
         got = cuda_gemm64.gemm64_linear(x, w, plan).float()
         assert ablate or (got - want).abs().max() <= 2e-2 * want.abs().max(), (name, batch, min_blocks)
         regs, spills = cuda_gemm64.registers(plan)
         v = {"batch": plan.steps_in_flight, "min_blocks": min_blocks, "ablate": ablate, "padded": padded,
-             "ctas": ctas, "x_smem": x_smem, "registers": regs, "spill_bytes": spills}  # fmt: skip
+             "ctas": ctas, "registers": regs, "spill_bytes": spills}  # fmt: skip
         with pdl_settings(True, trigger_first_for(rows)):
             v["us"], v["norm_us"] = chain(plan, False)(), chain(plan, True)()
         with pdl_settings(False, False):
@@ -88,17 +84,17 @@ def main() -> None:
     p.add_argument("--rows", type=int, nargs="+", default=[48, 64], help="activation rows (33-64)")
     p.add_argument(
         "--variants", nargs="+", default=["4:1:0:1:128", "2:2:0:1:128", "2:2", "2:2:1", "2:2:2", "2:2:0:0"],
-        help="the slab GEMM's variants, BATCH:MIN_BLOCKS:ABLATE:PADDED:CTAS:X_SMEM (K steps a warp's loads cover "
-        "at once : CTAs an SM : 1 leaves the input's loads out, 2 the slab's copy, wrong results timing the rest : "
-        "0 the slab as one copy, rows unpadded : CTAs a GEMM : 1 the input in shared memory, #120); parts left "
-        "off on the right take cuda_gemm64's defaults (its switches, no ablation, the SMs)",
+        help="the slab GEMM's variants, BATCH:MIN_BLOCKS:ABLATE:PADDED:CTAS (K steps a warp's loads cover at "
+        "once : CTAs an SM : 1 leaves the input's loads out, 2 the slab's copy, wrong results timing the rest : "
+        "0 the slab as one copy, rows unpadded : CTAs a GEMM); parts left off on the right take cuda_gemm64's "
+        "defaults (its switches, no ablation, the SMs)",
     )  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("gemm64.py needs a CUDA device")
     ctas = cuda_gemm64.ctas_for(torch.device("cuda", 0))
-    defaults = [cuda_gemm64.BATCH, cuda_gemm64.MIN_BLOCKS, 0, int(cuda_gemm64.PADDED), ctas, int(cuda_gemm64.X_SMEM)]
+    defaults = [cuda_gemm64.BATCH, cuda_gemm64.MIN_BLOCKS, 0, int(cuda_gemm64.PADDED), ctas]
     variants = [[int(v) for v in spec.split(":")] + defaults[len(spec.split(":")) :] for spec in args.variants]
     cuda_gemm64.ENABLED = False  # `shipped` is the route without the switch
     torch.manual_seed(0)
@@ -111,11 +107,7 @@ def main() -> None:
             print(f"{name:<11} {n:>5} shipped {row['shipped_us']:>6.2f} / {row['shipped_norm_us']:>6.2f}")
             walk["shipped"] += count * row["shipped_norm_us"]
             for v in row["variants"]:
-                key = f"{v['batch']}:{v['min_blocks']}:{v['ablate']}:{v['padded']}:{v['ctas']}:{v['x_smem']}"
-                if v.get("plan", True) is None:
-                    print(f"{'':<17} slab64 {key} no plan (shared memory): the shipped route")
-                    walk[key] = walk.get(key, 0.0) + count * row["shipped_norm_us"]
-                    continue
+                key = f"{v['batch']}:{v['min_blocks']}:{v['ablate']}:{v['padded']}:{v['ctas']}"
                 print(f"{'':<17} slab64 {key} {v['us']:>6.2f} / {v['norm_us']:>6.2f} / {v['nopdl_us']:>6.2f}"
                       f"  {v['registers']} regs, {v['spill_bytes']} B spilled")  # fmt: skip
                 walk[key] = walk.get(key, 0.0) + count * v["norm_us"]

@@ -258,19 +258,6 @@ for phase in "$@"; do
       timeout -k 10 -s INT 240 python3 benchmarks/gemm64.py --rows 48 64 --json "$OUT/gemm64.json" 2>&1 | tail -16
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${G64_ROUNDS:-1 2} \
         TREES="g64=.,CADENCE_GEMM64=${G64_SHAPES:-1} ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -30 ;;
-    xsmem120)  # perf-notes #120: the 64-row slab GEMM with its input in shared memory and warps owning their outputs
-      # (CADENCE_GEMM64_X_SMEM=1; #121): its tests, the kernel alone (gemm64.py: the #115 slab, the x_smem one, each
-      # without the input's loads or the slab's copy; X120_VARIANTS), then b64 walks of this tree against qkv and
-      # the heads on it (`xs`). X120_ROUNDS (default "1 2"); ~6 min. The rest only if the tests pass.
-      need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_gemm64.py 2>&1 \
-        | tee "$OUT/xsmem_tests.log" | grep -E "passed|failed|rror" | tail -4
-      grep -q " passed" "$OUT/xsmem_tests.log" && ! grep -qE "failed|error" "$OUT/xsmem_tests.log" || continue
-      wait
-      timeout -k 10 -s INT 150 python3 benchmarks/gemm64.py --rows 64 --json "$OUT/xsmem_120.json" --variants \
-        ${X120_VARIANTS:-8:1:0:1:132:0 8:1:0:1:132:1 8:1:1:1:132:1 8:1:2:1:132:1} 2>&1 | grep -v Warn
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${X120_ROUNDS:-1 2} TREES="xs=.,CADENCE_GEMM64=4096x1024+2048x1024,\
-CADENCE_GEMM64_X_SMEM=1 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -20 ;;
     stamps108)  # perf-notes #108: the CUDA kernels' clock stamps (the slab GEMM's, the decode attention's) checked on the
       # GPU, then a stamped walk at b1 and b64 (walk_timeline.py --stamps: every GEMM's and attention's lead, release,
       # loop and tail, Triton's and CUDA's; ~4 min)

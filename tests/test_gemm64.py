@@ -40,11 +40,6 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
     assert plans["gate_up"].smem == 2 * 24 * (1024 + 32) * 2 + 16
     assert gemm64_plan(1024, 2048, 64) is None and gemm64_plan(1024, 3072, 64) is None
     assert gemm64_plan(4096, 1024, 65) is None and gemm64_plan(4096, 1000, 64) is None
-    # #120, the input in shared memory beside the slab: qkv and the heads fit an SM, gate/up does not
-    xs = gemm64_plan(4096, 1024, 64, x_smem=True)
-    assert xs.smem == 32 * (1024 + 32) * 2 + 64 * (1024 + 32) * 2 + 5 * 16 and ("X_SMEM", 1) in xs.defines
-    assert gemm64_plan(2048, 1024, 64, x_smem=True) is not None
-    assert gemm64_plan(3072, 1024, 64, swiglu=True, x_smem=True) is None
 
 
 def test_the_switch_names_all_none_or_some_weights():
@@ -104,22 +99,19 @@ def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor)
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "m,k,swiglu,padded,x_smem",
-    [(64, 256, False, True, False), (48, 384, True, True, False), (33, 256, False, True, False),
-     (5, 128, True, True, False), (64, 256, True, False, False), (40, 384, False, False, False),
-     (64, 256, False, True, True), (48, 384, True, True, True), (33, 128, False, True, True),  # #120's input in
-     (5, 256, True, True, True)],  # shared memory: whole and partial m16 tiles, SwiGLU, a warp row with no tile
+    "m,k,swiglu,padded",
+    [(64, 256, False, True), (48, 384, True, True), (33, 256, False, True), (5, 128, True, True),
+     (64, 256, True, False), (40, 384, False, False)],
 )  # fmt: skip
-def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, x_smem):
+def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded):
     """The kernel's source on the CPU emulation (every CUDA thread a fiber; the bulk copies,
     mbarriers and mma.sync emulated): 40 outputs over four CTAs of 12 rows (the last with 4, so its
     tiles reach past the slab); 64 rows, 48 (an odd count of m16 tiles: one warp row has a tile
     past the input), 33 (a tile of one row), 5; K in 2-step and 3-step warp quarters; SwiGLU; the
-    slab as a copy a padded row and as one copy; with the input in shared memory and each warp
-    owning its outputs (x_smem, #120). Within a bf16 rounding step of the definition (the sums add
-    in another order)."""
+    slab as a copy a padded row and as one copy. Within a bf16 rounding step of the definition (the
+    sums add in another order)."""
     n = 40
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12, padded=padded, x_smem=x_smem)
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12, padded=padded)
     x, w = _case(torch.Generator().manual_seed(m * k), m, n, k, swiglu)
     y, stamps = _emulate(tmp_path, plan, x, w)
     assert not stamps.any()
@@ -149,16 +141,12 @@ def test_gemm64_clock_stamps_on_the_cpu(tmp_path):
 @pytest.mark.parametrize(
     "n,k,swiglu", [(4096, 1024, False), (3072, 1024, True), (2048, 1024, False), (1030, 1024, False)]
 )
-@pytest.mark.parametrize("x_smem", [False, True])
 @pytest.mark.gpu
 @needs_hopper
-def test_gemm64_linear_matches_the_definition(m, n, k, swiglu, x_smem):
+def test_gemm64_linear_matches_the_definition(m, n, k, swiglu):
     """The 0.6B's K = 1024 GEMMs (and 1030 outputs: a last CTA with fewer rows) within a bf16
-    rounding step of the definition; also with the input in shared memory (#120) where it fits."""
-    plan = gemm64_plan(n, k, m, swiglu, x_smem=x_smem)
-    if plan is None:
-        assert x_smem and swiglu  # gate/up's slab and the input do not fit an SM together
-        return
+    rounding step of the definition."""
+    plan = gemm64_plan(n, k, m, swiglu)
     x, w = _case(torch.Generator(device="cuda").manual_seed(n + m), m, n, k, swiglu, device="cuda")
     y = cuda_gemm64.gemm64_linear(x, w, plan)
     ref = _reference(x, w, swiglu)
@@ -170,16 +158,14 @@ def test_gemm64_linear_matches_the_definition(m, n, k, swiglu, x_smem):
 @needs_hopper
 def test_gemm64_inside_a_pdl_graph_matches_eager():
     """Three GEMMs chained in a CUDA graph with PDL (each CTA's slab copied before its wait, each
-    input written by the kernel before; the last copying its input into shared memory after its
-    wait, #120) give the bits the same calls give one at a time."""
+    input written by the kernel before) give the bits the same calls give one at a time."""
     from cadence.kernels.triton_launch import pdl_settings
 
     g = torch.Generator(device="cuda").manual_seed(7)
     x, w1 = _case(g, 64, 1024, 1024, False, device="cuda")
     w2 = (torch.randn(2 * 1024, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
     w3 = (torch.randn(1024, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
-    p1, p2 = gemm64_plan(1024, 1024, 64), gemm64_plan(1024, 1024, 64, swiglu=True)
-    p3 = gemm64_plan(1024, 1024, 64, x_smem=True)  # #120: its input's copy after the wait
+    p1, p2, p3 = gemm64_plan(1024, 1024, 64), gemm64_plan(1024, 1024, 64, swiglu=True), gemm64_plan(1024, 1024, 64)
 
     def chain():
         return cuda_gemm64.gemm64_linear(

@@ -66,11 +66,6 @@ ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "0"))
 BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "8"))
 MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "1"))
 PADDED = os.environ.get("CADENCE_GEMM64_PADDED", "1") == "1"  # a copy a padded row, or one a slab
-# Experiment switch (perf-notes #120): the input rows copied into shared memory after the wait and the
-# 4 x 2 warps each owning their outputs over all of K, so that no sums meet in shared memory (#115's
-# tail). The input and the slab must fit an SM together (X_SMEM_LIMIT): qkv and the heads, not gate/up.
-X_SMEM = os.environ.get("CADENCE_GEMM64_X_SMEM", "0") == "1"
-X_SMEM_LIMIT = 227 * 1024  # an H100/H200 SM's shared memory for one CTA
 
 
 @dataclass(frozen=True)
@@ -90,7 +85,6 @@ class Gemm64Plan:
     ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy; wrong results (benchmarks/gemm64.py)
     padded: bool = PADDED
     ctas: int = 0
-    x_smem: bool = X_SMEM
 
     @property
     def grid(self) -> int:
@@ -98,13 +92,9 @@ class Gemm64Plan:
 
     @property
     def smem(self) -> int:
-        """The slab (rows padded), or the K quarters' sums that reuse it if larger, then the mbarrier;
-        x_smem: the slab, the input's rows (padded as the slab's), the slab's and the input quarters'
-        mbarriers."""
+        """The slab (rows padded), or the K quarters' sums that reuse it if larger, then the mbarrier."""
         pair = 2 if self.swiglu else 1
         slab = pair * self.rows_per_cta * (self.k + (PAD if self.padded else 0)) * 2
-        if self.x_smem:
-            return -(-slab // 16) * 16 + -(-self.m // 16) * 16 * (self.k + PAD) * 2 + 16 * 5
         sums = WARP_KS * -(-self.m // 16) * 16 * pair * -(-self.rows_per_cta // 8) * 8 * 4
         return -(-max(slab, sums) // 16) * 16 + 16
 
@@ -122,7 +112,6 @@ class Gemm64Plan:
             ("MIN_BLOCKS", self.min_blocks),
             ("ABLATE", self.ablate),
             ("PADDED", int(self.padded)),
-            ("X_SMEM", int(self.x_smem)),
         )
 
     @property
@@ -132,15 +121,14 @@ class Gemm64Plan:
         return max(b for b in range(1, min(self.batch, steps) + 1) if steps % b == 0)  # fmt: skip
 
 
-def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132,
-                x_smem: bool = X_SMEM) -> Gemm64Plan | None:  # fmt: skip
+def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132) -> Gemm64Plan | None:
     """The kernel's plan for this GEMM over `ctas` CTAs (the GPU's SMs: route passes its count), or
     None where it does not apply: more than 64 rows, K not a multiple of 128 or above MAX_K, a slab
-    over SMEM_LIMIT (x_smem: the slab and the input over X_SMEM_LIMIT)."""
+    over SMEM_LIMIT."""
     if not 1 <= m <= MAX_ROWS or k % 128 or k > MAX_K or ctas > n:
         return None
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=-(-n // ctas), ctas=ctas, x_smem=x_smem)
-    return plan if plan.smem <= (X_SMEM_LIMIT if x_smem else SMEM_LIMIT) else None
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=-(-n // ctas), ctas=ctas)
+    return plan if plan.smem <= SMEM_LIMIT else None
 
 
 @functools.cache

@@ -208,9 +208,6 @@ inline void bulk_load_once(void* dst, const void* src, unsigned bytes, unsigned 
 }
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
 inline void smem_add(unsigned* p, unsigned v) { *p += v; }  // one OS thread: atomic as it stands
-inline void cp_async16(void* dst, const void* src) { std::memcpy(dst, src, 16); }  // lands at once
-inline void cp_async_commit() {}
-inline void cp_async_wait_pending(int) {}
 inline unsigned long long load_word(const unsigned long long* p) { return *p; }
 inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }
 inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do

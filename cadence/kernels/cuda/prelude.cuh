@@ -31,19 +31,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], cons
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// Ampere's asynchronous copies, 16 bytes a thread through L1's path (slab_gemm64.cu's X_SMEM): many
-// small copies issue faster this way than as bulk copies (perf-notes #120).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Until at most `pending` of this thread's commit groups are still in flight (0-3).
-__device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  if (pending <= 0) asm volatile("cp.async.wait_group 0;" ::: "memory");
-  else if (pending == 1) asm volatile("cp.async.wait_group 1;" ::: "memory");
-  else if (pending == 2) asm volatile("cp.async.wait_group 2;" ::: "memory");
-  else asm volatile("cp.async.wait_group 3;" ::: "memory");
-}
 #endif  // CADENCE_EMULATE
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }

@@ -16,12 +16,6 @@
 // every weight element by two warps. The four K quarters' sums meet in shared memory (where the
 // slab was) and are added in quarter order.
 //
-// X_SMEM 1 (perf-notes #120): after the wait the CTA copies the input rows into shared memory too
-// (cp.async by every thread, a commit group a K quarter, a CTA barrier before each), and warp (r, c) of
-// the 4 x 2 warps takes m16 tile r of the input and every other n8 column tile of the slab over all
-// of K: each warp owns its outputs, so no sums meet in shared memory and the warps store as they
-// finish. The input and the slab must fit an SM together (qkv and the heads, not gate/up).
-//
 // Measured (perf-notes #115): the b64 walk is slower with it (4.34 against 4.20 ms). In the walk's
 // stamps its loop beats the Triton tiles' (2.75 against 3.25 us at qkv, with BATCH 8), but the tail
 // (the quarters' sums in shared memory, after the slowest warp) takes 1.5-2 us and the last CTA
@@ -41,15 +35,11 @@
 //          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
-//   X_SMEM 1: the input in shared memory and the warps owning their outputs (above); 0: as #115
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
 #include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
 #ifndef ABLATE
 #define ABLATE 0
-#endif
-#ifndef X_SMEM
-#define X_SMEM 0
 #endif
 
 constexpr int WARPS = THREADS / 32;
@@ -69,13 +59,6 @@ constexpr int RED = NT * 8;                              // a row's sums in the 
 constexpr int LD = K + (PADDED ? 32 : 0);
 static_assert(K % (32 * WARP_KS) == 0, "K must be a multiple of 128");
 static_assert(M >= 1 && M <= 64, "1-64 rows");
-// X_SMEM: the input's rows in shared memory, padded by 64 bytes as the slab's (lanes 8j..8j+7 read
-// rows 2j and 2j + 1 at one offset), copied in K quarters.
-constexpr int LDX = K + 32;
-constexpr int XQ = 4, KQ = K / XQ;
-constexpr int XW_ROWS = 4, XW_COLS = WARPS / XW_ROWS;      // the 4 x 2 warps: m16 tile, every other n8 column tile
-constexpr int CT = (TILES + XW_COLS - 1) / XW_COLS;         // a warp's column tiles at most (each with PAIR tiles)
-static_assert(!X_SMEM || (MT <= XW_ROWS && WARPS == 8), "X_SMEM: a warp's m16 tile of at most 64 rows, 8 warps");
 
 // The dots of warp (wr, wk): its m16 tiles against the CTA's NT weight tiles over its quarter of
 // K. Lane (g, c) = (lane / 4, lane % 4) loads 16 contiguous bytes (8 k) of input rows g and g + 8
@@ -131,68 +114,17 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
   }
 }
 
-// X_SMEM: warp (wr, wc)'s dots over K quarter q, m16 tile wr of the input in shared memory (xs)
-// against column tiles wc, wc + 2, ... of the slab (gate's and up's alike). Two accumulators a tile
-// (even and odd K steps), added at the end: twice the chains in flight.
-__device__ __forceinline__ void dots_owned(const u16* xs, const u16* ws, int q, int mine, int wr, int wc, int lane,
-                                           float (&acc)[CT][PAIR][4], float (&odd)[CT][PAIR][4]) {
-  const int g = lane / 4, c = lane % 4;
-  const uint4* xrow[2] = {reinterpret_cast<const uint4*>(xs + (size_t)(wr * 16 + g) * LDX),
-                          reinterpret_cast<const uint4*>(xs + (size_t)(wr * 16 + g + 8) * LDX)};
-  const uint4* wrow[CT][PAIR];  // this lane's weight row of each tile (past the CTA's last: its last)
-#pragma unroll
-  for (int j = 0; j < CT; ++j)
-#pragma unroll
-    for (int p = 0; p < PAIR; ++p) {
-      const int col = imin((wc + j * XW_COLS) * 8 + g, mine - 1);
-      wrow[j][p] = reinterpret_cast<const uint4*>(ws + (size_t)(col + p * ROWS) * LD);
-    }
-#pragma unroll 4
-  for (int s = 0; s < KQ / 32; ++s) {
-    const int chunk = (q * KQ) / 8 + s * 4 + c;  // 16 bytes: k = 8 * chunk ...
-    const uint4 lo8 = xrow[0][chunk], hi8 = xrow[1][chunk];  // rows g and g + 8
-    const u32 a0[4] = {lo8.x, hi8.x, lo8.y, hi8.y}, a1[4] = {lo8.z, hi8.z, lo8.w, hi8.w};
-#pragma unroll
-    for (int j = 0; j < CT; ++j)
-#pragma unroll
-      for (int p = 0; p < PAIR; ++p) {
-        const uint4 w = wrow[j][p][chunk];
-        const u32 b0[2] = {w.x, w.y}, b1[2] = {w.z, w.w};
-        mma_16816(s % 2 ? odd[j][p] : acc[j][p], a0, b0);
-        mma_16816(s % 2 ? odd[j][p] : acc[j][p], a1, b1);
-      }
-  }
-}
-
-// X_SMEM: warp (wr, wc)'s outputs straight to y: lane (g, c) holds rows g, g + 8 of its tile at
-// columns 2c, 2c + 1 of each column tile.
-__device__ __forceinline__ void store_owned(u16* y, int n, int n0, int mine, int wr, int wc, int lane,
-                                            const float (&acc)[CT][PAIR][4]) {
-  const int g = lane / 4, c = lane % 4;
-#pragma unroll
-  for (int j = 0; j < CT; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int m = wr * 16 + g + (i / 2) * 8, col = (wc + j * XW_COLS) * 8 + 2 * c + i % 2;
-      if (m < M && col < mine)
-        y[(size_t)m * n + n0 + col] = from_f(PAIR == 2 ? swiglu(acc[j][0][i], acc[j][PAIR - 1][i]) : acc[j][0][i]);
-    }
-}
-
 // x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
 // at most ROWS.
-// Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier;
-// X_SMEM: the slab, the input (MP x LDX), then the slab's mbarrier (and 64 bytes unused).
+// Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier.
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
   [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
   constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_KS * MP * RED * 4;
-  constexpr size_t X_AT = (SLAB_BYTES + 15) / 16 * 16, X_BYTES = (size_t)MP * LDX * 2;
-  constexpr size_t BAR_AT = X_SMEM ? X_AT + X_BYTES : ((SLAB_BYTES > RED_BYTES ? SLAB_BYTES : RED_BYTES) + 15) / 16 * 16;
+  constexpr size_t BAR_AT = ((SLAB_BYTES > RED_BYTES ? SLAB_BYTES : RED_BYTES) + 15) / 16 * 16;
   u16* ws = reinterpret_cast<u16*>(smem);
   u64* bar = reinterpret_cast<u64*>(smem + BAR_AT);
-  [[maybe_unused]] u16* xs = reinterpret_cast<u16*>(smem + X_AT);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // This CTA's outputs: the n split evenly over the grid (at most ROWS each), so that the grid can be
   // one CTA an SM whatever n (cuda_gemm64.ctas_for).
@@ -220,43 +152,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   if (!TRIGGER_FIRST) pdl_trigger();
   [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
   __syncthreads();  // the barrier's init, before anyone waits on it
-#if X_SMEM
-  // The input rows after the wait (the kernel before wrote them), quarter by quarter, 16 bytes a
-  // cp.async by every thread (#120's first version, a bulk copy a row and quarter issued by one warp,
-  // took ~6.5 us for its 256 copies a CTA), a commit group a quarter.
-  if (ABLATE != 1)
-#pragma unroll
-    for (int q = 0; q < XQ; ++q) {
-      for (int i = tid; i < M * (KQ / 8); i += THREADS) {
-        const int r = i / (KQ / 8), chunk = i % (KQ / 8);
-        cp_async16(xs + (size_t)r * LDX + q * KQ + chunk * 8, x + (size_t)r * K + q * KQ + chunk * 8);
-      }
-      cp_async_commit();
-    }
-  mbar_wait(bar, 0);
-  {
-    const int wr = warp / XW_COLS, wc = warp % XW_COLS;
-    float owned[CT][PAIR][4] = {}, odd[CT][PAIR][4] = {};
-#pragma unroll
-    for (int q = 0; q < XQ; ++q) {
-      if (ABLATE != 1) cp_async_wait_pending(XQ - 1 - q);  // this thread's copies of quarters <= q have landed
-      __syncthreads();                                     // and every thread's
-      if (wr < MT) dots_owned(xs, ws, q, mine, wr, wc, lane, owned, odd);
-    }
-#pragma unroll
-    for (int j = 0; j < CT; ++j)
-#pragma unroll
-      for (int p = 0; p < PAIR; ++p)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) owned[j][p][i] += odd[j][p][i];
-    [[maybe_unused]] const i64 t_dots = STAMP ? (i64)global_ns() : 0;
-    if (wr < MT) store_owned(y, n, n0, mine, wr, wc, lane, owned);
-#if STAMP
-    if (tid == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_dots);
-#endif
-    return;
-  }
-#endif
   mbar_wait(bar, 0);
   float acc[MTW][NT][4] = {};
   const int wr = warp / WARP_KS, wk = warp % WARP_KS;
