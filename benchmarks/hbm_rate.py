@@ -76,6 +76,12 @@ def main() -> None:
     )
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
+    try:
+        runs = [tuple(int(x) for x in r.split("/")) for r in args.runs]
+    except ValueError:
+        p.error(f"--runs takes H/S pairs of integers, got {args.runs}")
+    if any(len(r) != 2 or r[0] not in (1, 2, 4, 8) or r[1] < 1 for r in runs):
+        p.error(f"--runs: H must be 1, 2, 4 or 8 (kv heads a program, dividing {KV_HEADS}) and S at least 1")
     if not torch.cuda.is_available():
         raise SystemExit("hbm_rate.py needs a CUDA device")
     rows, tokens = args.rows, args.context
@@ -85,7 +91,6 @@ def main() -> None:
     layer_bytes = 2 * caches[0][0].numel() * 2
     programs, block = 1024, 2048
     per_program = caches[0][0].numel() // programs // block * block
-    runs = [tuple(int(x) for x in r.split("/")) for r in args.runs]
     out = torch.empty(max([programs, rows * KV_HEADS] + [rows * KV_HEADS * s for _, s in runs]), device="cuda",
                       dtype=torch.float32)  # fmt: skip
 
