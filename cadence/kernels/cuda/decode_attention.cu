@@ -127,27 +127,31 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     }
     return;  // no trigger here: the heads' warps let the next kernel in once they have waited
   }
+  // Before the wait, what no kernel of the chain writes (the row's position and slot, the RoPE tables,
+  // the norm weights: see above), so that after it only qkv's loads are on the chain (#122: the
+  // position's load and then the tables' were two round trips after it).
+  const int slot_in_cta = WPH == 1 ? warp : warp % HC, sub = WPH == 1 ? 0 : warp / HC;  // its kv head, pages
+  const int kvh = head0 + slot_in_cta;
+  float cs[4], sn[4];
+  rope_at(cos, sin, position[row], lane, cs, sn);
+  const uint2 k_weights = norm_weights(k_norm, lane), q_weights = norm_weights(q_norm, lane);
+  const size_t cell = (size_t)slot[row] * TOKEN + (size_t)kvh * HD + 4 * lane;
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
   if (STAMP) t_waited = (i64)global_ns();
 
   // The row's new key and value for this warp's kv head, to the cache (by the head's first warp); its
   // queries.
-  const int slot_in_cta = WPH == 1 ? warp : warp % HC, sub = WPH == 1 ? 0 : warp / HC;  // its kv head, pages
-  const int kvh = head0 + slot_in_cta;
   const u16* src = qkv + (size_t)row * QKV;
   auto head = [&](int h) { return *reinterpret_cast<const uint2*>(src + h * HD + 4 * lane); };
-  float cs[4], sn[4];
-  rope_at(cos, sin, position[row], lane, cs, sn);
-  const uint2 k_new = norm_rope(head(HQ + kvh), k_norm, cs, sn, lane, eps), v_new = head(HQ + HKV + kvh);
-  const size_t cell = (size_t)slot[row] * TOKEN + (size_t)kvh * HD + 4 * lane;
+  const uint2 k_new = norm_rope(head(HQ + kvh), k_weights, cs, sn, lane, eps), v_new = head(HQ + HKV + kvh);
   if (sub == 0) {
     *reinterpret_cast<uint2*>(k_cache + cell) = k_new;
     *reinterpret_cast<uint2*>(v_cache + cell) = v_new;
   }
   uint2 q[G];
   for (int h = 0; h < G; ++h) {
-    q[h] = norm_rope(head(kvh * G + h), q_norm, cs, sn, lane, eps);
+    q[h] = norm_rope(head(kvh * G + h), q_weights, cs, sn, lane, eps);
     *reinterpret_cast<uint2*>(&tail.q[warp][h][4 * lane]) = q[h];
   }
   __syncwarp();

@@ -17,12 +17,13 @@ __device__ __forceinline__ uint2 pack4(const float (&f)[4]) {
   return v;
 }
 
-// The lane's 4 elements of the head `raw`, normalised (times `weight`) and rotated by cos, sin.
-__device__ __forceinline__ uint2 norm_rope(uint2 raw, const u16* weight, const float (&c)[4], const float (&s)[4],
-                                           int lane, float eps) {
+// The lane's 4 elements of the head `raw`, normalised (times the lane's 4 norm weights `weight`, as
+// loaded by norm_weights) and rotated by cos, sin.
+__device__ __forceinline__ uint2 norm_rope(uint2 raw, uint2 weight, const float (&c)[4], const float (&s)[4], int lane,
+                                           float eps) {
   float x[4], w[4];
   unpack4(raw, x);
-  unpack4(*reinterpret_cast<const uint2*>(weight + 4 * lane), w);
+  unpack4(weight, w);
   float ss = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   const float inv = 1.f / sqrtf(ss / HD + eps);
@@ -34,6 +35,15 @@ __device__ __forceinline__ uint2 norm_rope(uint2 raw, const u16* weight, const f
     out[e] = round_bf16(round_bf16(x[e] * c[e]) + round_bf16(rotated * s[e]));
   }
   return pack4(out);
+}
+
+// The lane's 4 weights of a norm [HD].
+__device__ __forceinline__ uint2 norm_weights(const u16* weight, int lane) {
+  return *reinterpret_cast<const uint2*>(weight + 4 * lane);
+}
+__device__ __forceinline__ uint2 norm_rope(uint2 raw, const u16* weight, const float (&c)[4], const float (&s)[4],
+                                           int lane, float eps) {
+  return norm_rope(raw, norm_weights(weight, lane), c, s, lane, eps);
 }
 
 // The lane's cos and sin at position `pos` (tables [positions, HD]).
