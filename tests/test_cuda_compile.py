@@ -1,0 +1,65 @@
+"""The CUDA kernels of kernels/cuda compiled by nvcc for sm_90, each with a served plan's #defines
+prepended as nvrtc.compile_source prepends them on the GPU machine. The CPU emulation
+(tests/cuda_emulation) replaces the kernels' PTX with C++, so a mistake there (an operand, a
+constraint, an instruction Hopper lacks) shows only here or on a GPU; and ptxas reports each plan's
+spills, which the served plans must not have. Skipped where nvcc is not installed."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from cadence.kernels import cuda_attention, cuda_gemm64, cuda_gemv, cuda_sampler
+from cadence.kernels.cuda_gemv import AttentionShape
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+
+TALKER = AttentionShape(16, 8, 128, 16)
+
+
+def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
+    """(source, defines) of the plans the 0.6B's walks serve, and of their traced (STAMP) builds."""
+    attention = cuda_attention.attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
+    sampler = cuda_sampler.SamplerPlan
+    code0 = sampler(3072, True, True, True, True, True, 512, threads=cuda_sampler.threads_for(3072))
+    codes = sampler(2048, True, True, False, False, False, 512, threads=cuda_sampler.threads_for(2048))
+    slabs = {
+        "qkv with its norm": cuda_gemv.slab_plan(4096, 1024, 1, norm=True, residual=True),
+        "gate/up SwiGLU": cuda_gemv.slab_plan(3072, 1024, 2, swiglu=True, norm=True, residual=True),
+        "o with the attention": cuda_gemv.slab_plan(1024, 2048, 1, attention=TALKER),
+    }
+    plans = {
+        "decode attention": (cuda_attention.SOURCE, attention.defines),
+        "decode attention, traced, trigger first": (
+            cuda_attention.SOURCE, dataclasses.replace(attention, stamp=True, trigger_first=True).defines),
+        "gemm64 qkv": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(4096, 1024, 64).defines),
+        "gemm64 gate/up": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True).defines),
+        "sampler code0": (cuda_sampler.SOURCE, code0.defines),
+        "sampler codes": (cuda_sampler.SOURCE, codes.defines),
+    }  # fmt: skip
+    for name, plan in slabs.items():
+        plans[f"slab {name}"] = (cuda_gemv.SOURCE, plan.defines)
+    plans["slab qkv, traced"] = (cuda_gemv.SOURCE, dataclasses.replace(slabs["qkv with its norm"], stamp=True).defines)
+    return plans
+
+
+PLANS = _plans()
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_compiles_for_hopper_without_spills(tmp_path, name):
+    source, defines = PLANS[name]
+    unit = tmp_path / source.name
+    unit.write_text("".join(f"#define {macro} {value}\n" for macro, value in defines) + source.read_text())
+    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(source.parent), "-o", str(tmp_path / "k.cubin"),
+           str(unit)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", done.stderr)]
+    assert spills and not any(spills), done.stderr[-2000:]
