@@ -52,12 +52,13 @@ def _runs_kernel(k_ptr, v_ptr, out_ptr, tokens, HKV: tl.constexpr, D: tl.constex
     program reads them (each row's pages in order). HC = 1, SPLITS = 1 is `per head`."""
     row, group, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     per = tl.cdiv(tokens, SPLITS)
+    end = tl.minimum((split + 1) * per, tokens)
     t, d = tl.arange(0, BT), tl.arange(0, HC * D)
     acc = tl.zeros([BT, HC * D], tl.float32)
-    for tok0 in range(split * per, tl.minimum((split + 1) * per, tokens), BT):
+    for tok0 in range(split * per, end, BT):
         tok = tok0 + t
         cell = ((row.to(tl.int64) * tokens + tok) * HKV + group * HC)[:, None] * D + d[None, :]
-        mask = (tok < tl.minimum((split + 1) * per, tokens))[:, None]
+        mask = (tok < end)[:, None]
         acc += tl.load(k_ptr + cell, mask=mask, other=0.0).to(tl.float32)
         acc += tl.load(v_ptr + cell, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + (row * (HKV // HC) + group) * SPLITS + split, tl.sum(acc))

@@ -86,8 +86,7 @@ def main() -> None:
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} stages {stages} "
                       f"warps {warps}: {report}")  # fmt: skip
     linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
-                    "stamp_ptr": "*i64", "stamp_row": "i32",
-                    "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
+                    "stamp_ptr": "*i64", "stamp_row": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
     print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")
     for rows in (16, 32, 64):
         for n, k, swiglu in ((4096, 1024, False), (1024, 2048, False), (6144, 1024, True), (1024, 3072, False),

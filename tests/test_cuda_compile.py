@@ -1,5 +1,5 @@
-"""The CUDA kernels of kernels/cuda compiled by nvcc for sm_90, each with a served plan's #defines
-prepended as nvrtc.compile_source prepends them on the GPU machine. The CPU emulation
+"""The CUDA kernels of kernels/cuda compiled by nvcc for sm_90, each as the text NVRTC compiles on
+the GPU machine (nvrtc.kernel_text: a served plan's #defines prepended). The CPU emulation
 (tests/cuda_emulation) replaces the kernels' PTX with C++, so a mistake there (an operand, a
 constraint, an instruction Hopper lacks) shows only here or on a GPU; and ptxas reports each plan's
 spills, which the served plans must not have. Skipped where nvcc is not installed."""
@@ -17,6 +17,7 @@ import torch
 
 from cadence.kernels import cuda_attention, cuda_gemm64, cuda_gemv, cuda_sampler
 from cadence.kernels.cuda_gemv import AttentionShape
+from cadence.kernels.nvrtc import kernel_text
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 
@@ -56,7 +57,7 @@ PLANS = _plans()
 def test_compiles_for_hopper_without_spills(tmp_path, name):
     source, defines = PLANS[name]
     unit = tmp_path / source.name
-    unit.write_text("".join(f"#define {macro} {value}\n" for macro, value in defines) + source.read_text())
+    unit.write_text(kernel_text(source, defines))
     cmd = ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(source.parent), "-o", str(tmp_path / "k.cubin"),
            str(unit)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)

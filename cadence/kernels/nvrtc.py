@@ -17,12 +17,18 @@ import torch
 log = logging.getLogger(__name__)
 
 
+def kernel_text(source: Path, defines: tuple[tuple[str, int], ...]) -> str:
+    """What NVRTC compiles for an instance: `source` with its compile-time constants as `#define`s
+    prepended (tests/test_cuda_compile.py hands nvcc the same text)."""
+    return "".join(f"#define {macro} {value}\n" for macro, value in defines) + source.read_text()
+
+
 @functools.cache
 def compile_source(source: Path, name: str, defines: tuple[tuple[str, int], ...], smem: int = 0):
-    """Kernel `name` of `source` with these compile-time constants (`#define`s prepended; the
-    source's folder is the include path), for compute capability 9.0; allowed `smem` bytes of
-    dynamic shared memory where that is more than the default 48 KB."""
-    text = "".join(f"#define {macro} {value}\n" for macro, value in defines) + source.read_text()
+    """Kernel `name` of `source` with these compile-time constants (kernel_text; the source's folder
+    is the include path), for compute capability 9.0; allowed `smem` bytes of dynamic shared memory
+    where that is more than the default 48 KB."""
+    text = kernel_text(source, defines)
     kernel = torch.cuda._compile_kernel(text, name, compute_capability="90", cuda_include_dirs=[str(source.parent)])
     if smem > 48 * 1024:
         allow_shared_memory(kernel, smem)
