@@ -193,6 +193,13 @@ for phase in "$@"; do
         2>&1 | tee "$OUT/pdl_chain_94.log"
       timeout -k 10 -s INT 200 python3 benchmarks/kernel_trace.py --rows 1 --layers ${PDL_LAYERS:-24} --no-norms \
         --attention-rows --json "$OUT/kernel_trace_94.json" 2>&1 | tail -30 ;;
+    xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
+      # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
+      nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \
+        2>&1 | grep -E "error" | head -6
+      for ctas in 128 96; do
+        timeout -k 10 -s INT 120 /tmp/x_multicast ctas=$ctas json="$OUT/x_multicast_${ctas}.json" 2>&1
+      done ;;
     slab95)  # perf-notes #95: the slab GEMM's gpu tests and the fast walk's, the bf16 walk's greedy agreement with
       # the fp32 model with and without it, then walks of this tree (slab on by default), with it off
       # (`off`) and TREES, interleaved (walkab; SLAB_BATCHES, default 1,2,8; ~6 min). The rest only if the tests pass.
