@@ -76,25 +76,6 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
         assert torch.equal(codes_of(fused[r.request_id]), codes_of(eager[r.request_id])), r.request_id
 
 
-@pytest.mark.parametrize("backend", list(backends()))
-@pytest.mark.parametrize("halves", ["talker,cp", "talker-free"])
-def test_walk_in_two_halves_equals_the_whole_walk(model, backend, halves, monkeypatch):
-    """The experiment of perf-notes #123: the rows as two halves side by side (on two streams under
-    graphs on a GPU, one after the other on the CPU) give the codes of the whole-batch walk, sampled,
-    with late joiners and a padded bucket: each half reads its own rows of the slot tables and the
-    code predictor's cache."""
-    from cadence.models.qwen3_tts import fast_step
-
-    reqs = [request(model, i, 16 + i, greedy=i % 2 == 0, seed=500 + i) for i in range(7)]
-    arrivals = {0: reqs[:4], 2: reqs[4:6], 4: reqs[6:]}
-    whole = run(build_core(model, config(attention_backend=backend)), arrivals)
-    monkeypatch.setattr(fast_step, "HALVES", set(halves.split(",")))
-    monkeypatch.setattr(fast_step, "HALVES_MIN_ROWS", 2)
-    split = run(build_core(model, config(attention_backend=backend)), arrivals)
-    for r in reqs:
-        assert torch.equal(codes_of(split[r.request_id]), codes_of(whole[r.request_id])), r.request_id
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,

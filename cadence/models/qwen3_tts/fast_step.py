@@ -49,11 +49,6 @@ PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 # The walk's small kernels off its critical path on a second stream (FastDecoder._beside, perf-notes
 # #100); "0" keeps them inline, to measure what the branch buys.
 SIDE_STREAM = os.environ.get("CADENCE_WALK_SIDE_STREAM", "1") != "0"
-# Experiment switch (perf-notes #123): from HALVES_MIN_ROWS rows the walk's rows as two halves side by
-# side on two streams: "talker" (the talker layers, each half's attention waiting for the other's),
-# "talker-free" (the same without that wait), "cp" (the code predictor's 15 steps), comma-separated.
-HALVES = set(filter(None, os.environ.get("CADENCE_WALK_HALVES", "").split(",")))
-HALVES_MIN_ROWS = int(os.environ.get("CADENCE_WALK_HALVES_MIN_ROWS", "64"))
 
 
 class FastDecoder:
@@ -101,7 +96,6 @@ class FastDecoder:
         use_side = SIDE_STREAM and self.dev.type == "cuda"
         self.side = torch.cuda.Stream(self.dev) if use_side else None  # see _beside
         self.copies = torch.cuda.Stream(self.dev) if self.dev.type == "cuda" else None  # see _read_back
-        self.half = torch.cuda.Stream(self.dev) if HALVES and self.dev.type == "cuda" else None  # #123's halves
         rows = partition.max_slots + 1
         shape = (cp_cfg.num_hidden_layers, rows, cp_cfg.num_code_groups, cp_cfg.num_key_value_heads, cp_cfg.head_dim)
         # The code predictor's 16-position cache: one "page" of 16 tokens per batch row.
@@ -183,12 +177,9 @@ class FastDecoder:
             st.position.narrow(0, self.dummy, 1).zero_()
             st.step.narrow(0, self.dummy, 1).zero_()
         x = self.ops.embed_frame(frame, self.frame_table, self.frame_offsets, inputs.text)
-        args = (x, inputs.position, inputs.block_table, inputs.context, inputs.slot_index, kv.k, kv.v)
-        halves = {"talker", "talker-free"} & HALVES if x.shape[0] >= HALVES_MIN_ROWS else set()
-        if halves:
-            st.hidden[slots] = self.talker_stack.halves(*args, side=self.half, gated="talker" in halves)
-        else:
-            st.hidden[slots] = self.talker_stack(*args, decode=True)
+        st.hidden[slots] = self.talker_stack(
+            x, inputs.position, inputs.block_table, inputs.context, inputs.slot_index, kv.k, kv.v, decode=True
+        )  # fmt: skip
         self._join()
 
     @contextlib.contextmanager
@@ -257,43 +248,19 @@ class FastDecoder:
         """Codes 1..15 of each row into frame[:, 1:], from pair [B, 2, H] (the talker's hidden state
         and code0's embedding: the code predictor's positions 0 and 1). params, seed and step (the
         noise's frame counter) are per row, or with `rows` tables read at those rows (the slots)."""
+        talker, ops = self.talker, self.ops
+        cp = talker.code_predictor
         b = pair.shape[0]
-        if "cp" in HALVES and rows is not None and b >= HALVES_MIN_ROWS and self.persistent is None:
-            self._predict_halves(pair, frame, params, seed, step, rows)
-            return
         # Positions 0 and 1 as 2B query rows sharing their page.
-        first = self.talker.code_predictor.small_to_mtp_projection(pair).flatten(0, 1)
+        first = cp.small_to_mtp_projection(pair).flatten(0, 1)
         if self.persistent is not None and b <= self.persistent.max_streams:
             if rows is not None:
                 params, seed, step = params.take(rows), seed[rows], step[rows]
             frame[:, 1:] = self.persistent(first, params, seed, step)
             return
-        self._predict_rows(first, frame, params, seed, step, rows, 0)
-
-    def _predict_halves(self, pair, frame, params, seed, step, rows: torch.Tensor) -> None:
-        """_predict_into for the rows' two halves side by side, the second on the halves' stream
-        (experiment, perf-notes #123); the tables are read at each half's `rows`."""
-        cut, b = pair.shape[0] // 2, pair.shape[0]
-        main = torch.cuda.current_stream(self.dev) if self.half is not None else None
-        if main is not None:
-            self.half.wait_stream(main)
-        for part, stream in ((slice(0, cut), main), (slice(cut, b), self.half)):
-            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                first = self.talker.code_predictor.small_to_mtp_projection(pair[part]).flatten(0, 1)
-                self._predict_rows(first, frame[part], params, seed, step, rows[part], part.start)
-        if main is not None:
-            main.wait_stream(self.half)
-
-    def _predict_rows(self, first, frame, params, seed, step, rows, start: int) -> None:
-        """The code predictor's steps for `first` [2B, H] (positions 0 and 1 of B rows), whose cache
-        rows start at `start` (the code predictor's index, walk_buffers.CodePredictorIndex)."""
-        talker, ops = self.talker, self.ops
-        cp = talker.code_predictor
-        b = first.shape[0] // 2
-        ix, lo, hi = self.cp_index, start, start + b
+        ix, n = self.cp_index, 2 * b
         h = self.cp_stack(
-            first, ix.first_pos[2 * lo : 2 * hi], ix.first_page[2 * lo : 2 * hi], ix.first_ctx[2 * lo : 2 * hi],
-            ix.first_slot[2 * lo : 2 * hi], self.cp_k, self.cp_v
+            first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v
         )[1::2]  # fmt: skip
         for j in range(self.groups - 1):
             logits = self._head(h, cp.lm_head[j].weight)
@@ -305,8 +272,8 @@ class FastDecoder:
             ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1], embed_table=table,
                               embed_out=embedded, rows=rows)  # fmt: skip
             h = self.cp_stack(
-                cp.small_to_mtp_projection(embedded), ix.step_pos[j, lo:hi], ix.page[lo:hi], ix.step_ctx[j, lo:hi],
-                ix.step_slot[j, lo:hi], self.cp_k, self.cp_v, decode=True,
+                cp.small_to_mtp_projection(embedded), ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b],
+                ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True,
             )  # fmt: skip
 
     @torch.no_grad()

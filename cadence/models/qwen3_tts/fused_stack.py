@@ -17,9 +17,7 @@ inside the o GEMM too (`slab_attention_linear`, #97): four kernels a layer.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -105,63 +103,15 @@ class FusedStack:
                 inside = functools.partial(self._attention_inside, positions, block_table, context_lens, slot_index,
                                            k_cache, v_cache)  # fmt: skip
                 return self._slab_layers(x, plans, attend, inside)
-        return _run(self._layer_steps(x, attend))
-
-    def _layer_steps(self, x: torch.Tensor, attend) -> Iterator[None]:
-        """The layers with the fused ops, as a generator that stops before and after each layer's
-        attention (so `halves` can order two row groups' attentions); returns the final hidden rows."""
         ops = self.ops
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
         for i, L in enumerate(self.layers):
-            qkv = ops.linear(h, L.wqkv)
-            yield
-            attn = attend(i, L, qkv)
-            yield
+            attn = attend(i, L, ops.linear(h, L.wqkv))
             h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual)
             # The next norm is the next layer's input norm, or the stack's final one after the last.
             next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
             h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual)
         return h
-
-    def halves(self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache,
-               side: torch.cuda.Stream | None, gated: bool = True) -> torch.Tensor:  # fmt: skip
-        """Decode rows as two halves whose layers run side by side (experiment, perf-notes #123): the
-        first half on the current stream, the second on `side` (forked and joined here; None runs them
-        one after the other, as on the CPU). `gated`: each attention waits for the other half's
-        attention before it, so the two halves' attentions (KV streams) alternate and each runs beside
-        the other half's GEMMs (latency-bound weight streams). Returns the rows' hidden states as
-        __call__ would."""
-        cut = x.shape[0] // 2
-        parts = [slice(0, cut), slice(cut, x.shape[0])]
-        main = torch.cuda.current_stream(x.device) if side is not None else None
-        streams = [main, side]
-        if side is not None:
-            side.wait_stream(main)
-        steps = []
-        for part in parts:
-            attend = functools.partial(self._attend, positions[part], block_table[part], context_lens[part],
-                                       slot_index[part], k_cache, v_cache, True)  # fmt: skip
-            steps.append(self._layer_steps(x[part], attend))
-        outs: list[torch.Tensor | None] = [None, None]
-        last_attention: list[torch.cuda.Event | None] = [None, None]
-        while any(o is None for o in outs):
-            for k in (0, 1):
-                if outs[k] is not None:
-                    continue
-                with _on(streams[k]):
-                    outs[k] = _advance(steps[k])  # to before its next attention (or its end)
-                    if outs[k] is not None:
-                        continue
-                    other = last_attention[1 - k]
-                    if gated and other is not None:
-                        streams[k].wait_event(other)
-                    _advance(steps[k])  # the attention
-                    if streams[k] is not None:
-                        last_attention[k] = torch.cuda.Event()
-                        last_attention[k].record(streams[k])
-        if side is not None:
-            main.wait_stream(side)
-        return torch.cat(outs)
 
     def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool, i: int,
                 L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
@@ -204,22 +154,3 @@ class FusedStack:
             act, residual = slab_linear(o, L.wgu, plans.gate_up, L.ln2, residual, eps)
             h, _ = slab_linear(act, L.wdown, plans.down)
         return self.ops.rms_norm(h, self.norm, eps, residual)[0]
-
-
-def _advance(steps: Iterator[None]) -> torch.Tensor | None:
-    """Run a layer generator to its next stop: None there, or its result where it ends."""
-    try:
-        next(steps)
-    except StopIteration as end:
-        return end.value
-    return None
-
-
-def _run(steps: Iterator[None]) -> torch.Tensor:
-    while (out := _advance(steps)) is None:
-        pass
-    return out
-
-
-def _on(stream: torch.cuda.Stream | None) -> contextlib.AbstractContextManager:
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
