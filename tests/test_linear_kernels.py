@@ -156,6 +156,34 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k, stages):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m", [65, 128])
+def test_gemm128_switch_routes_65_to_128_rows_to_the_kernel(ops, dtype, m, monkeypatch):
+    """The experiment switch of perf-notes #125 (CADENCE_GEMM128): 65-128 rows take 128-row tiles
+    for the 64-row route's shapes (gate/up stays cuBLAS), and the plain and split-K products and the
+    o / down projection with its norm (partials added by the norm) are the definition's."""
+    from cadence.kernels import triton_linear, triton_ops
+
+    tri, ref = ops
+    monkeypatch.setattr(triton_linear, "GEMM128", True)
+    assert triton_ops.skinny_tiles(6144, 1024, m) is None and triton_ops.skinny_tiles(1024, 1024, 129) is None
+    g = torch.Generator(device=DEV).manual_seed(17)
+    for n, k in [(4096, 1024), (2048, 1024), (1024, 2048)]:
+        tiles = triton_ops.skinny_tiles(n, k, m)
+        assert tiles.block_m == 128 and tiles.split_k == (4 if k >= 2048 else 1)
+        x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
+        w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
+        expected = torch.nn.functional.linear(x.float(), w.float())
+        out = tri.linear(x, w, force=True).float()
+        assert (out - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
+    norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
+    res = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
+    normed, total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
+    assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
+    assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m,inter", [(1, 3072), (5, 1500), (16, 3072), (48, 3072)])
 def test_linear_swiglu(ops, dtype, m, inter):
     """The weight-streaming GEMM with SwiGLU in its epilogue (the MLP's gate/up projection, one

@@ -171,9 +171,19 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
         if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against 7.1 for 64-row slabs in 96
             return None  # programs, fewer than the SMs; -0.02 ms a b64 walk even without the PDL overlap)
         return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=256, stages=4, block_m=64)
+    if rows <= 128 and GEMM128:  # experiment (#125): the code predictor's first pass at b64
+        if n <= 1024 and k >= 2048:
+            return SkinnyTiles(block_n=32, block_k=128, split_k=4, block_m=128)
+        if n >= 6144:
+            return None
+        return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=128, stages=3, block_m=128)
     return None
 
 
+# Experiment switch (perf-notes #125): 65-128 rows (the b64 code predictor's first pass, two
+# positions a stream) in the 64-row tiles' shapes with 128 rows a program and 128-wide K steps,
+# launched early under PDL as the 64-row ones are, instead of cuBLAS.
+GEMM128 = os.environ.get("CADENCE_GEMM128", "0") == "1"
 GEMM64_OVERRIDES = parse_tile_overrides(os.environ.get("CADENCE_GEMM64_TILES", ""))
 
 
