@@ -46,17 +46,19 @@ def test_skinny_linear_reads_strided_rows(ops, dtype, m):
 
 
 def test_linear_routes_by_shape_and_rows(ops):
-    """Which GEMMs go to the weight-streaming kernel (perf-notes #28, #60, #113): every shape up to
-    16 rows; at 17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); at 33-64
-    every shape but the 6144-wide gate/up, in 64-row tiles; above 64, none."""
+    """Which GEMMs go to the weight-streaming kernel (perf-notes #28, #60, #113, #125): every shape
+    up to 16 rows; at 17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); at
+    33-64 every shape but the 6144-wide gate/up, in 64-row tiles; at 65-128 the same in 128-row
+    tiles; above 128, none."""
     from cadence.kernels.triton_ops import skinny_tiles
 
     for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
         assert skinny_tiles(n, k, 1) is not None and skinny_tiles(n, k, 16) is not None
         if n < 6144:  # the 6144-wide gate/up: cuBLAS at 33-64 rows (#113)
             assert skinny_tiles(n, k, 33).block_m == 64 and skinny_tiles(n, k, 64).block_m == 64
-        assert skinny_tiles(n, k, 65) is None
-    assert skinny_tiles(6144, 1024, 33) is None and skinny_tiles(6144, 1024, 64) is None
+            assert skinny_tiles(n, k, 65).block_m == 128 and skinny_tiles(n, k, 128).block_m == 128
+        assert skinny_tiles(n, k, 129) is None
+    assert all(skinny_tiles(6144, 1024, m) is None for m in (33, 64, 65, 128))
     from cadence.kernels.triton_linear import swiglu_tiles
 
     assert swiglu_tiles(6144, 1024, 16) is not None and swiglu_tiles(6144, 1024, 48) is None  # GEMM, then silu
@@ -157,15 +159,13 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k, stages):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [65, 128])
-def test_gemm128_switch_routes_65_to_128_rows_to_the_kernel(ops, dtype, m, monkeypatch):
-    """The experiment switch of perf-notes #125 (CADENCE_GEMM128): 65-128 rows take 128-row tiles
-    for the 64-row route's shapes (gate/up stays cuBLAS), and the plain and split-K products and the
-    o / down projection with its norm (partials added by the norm) are the definition's."""
+def test_128_row_tiles_compute_the_definition(ops, dtype, m, monkeypatch):
+    """65-128 rows (perf-notes #125: the b64 code predictor's first pass) in 128-row tiles: the
+    plain and split-K products and the o / down projection with its norm (partials added by the
+    norm) are the definition's; with CADENCE_GEMM128=0 those rows go to cuBLAS."""
     from cadence.kernels import triton_linear, triton_ops
 
     tri, ref = ops
-    monkeypatch.setattr(triton_linear, "GEMM128", True)
-    assert triton_ops.skinny_tiles(6144, 1024, m) is None and triton_ops.skinny_tiles(1024, 1024, 129) is None
     g = torch.Generator(device=DEV).manual_seed(17)
     for n, k in [(4096, 1024), (2048, 1024), (1024, 2048)]:
         tiles = triton_ops.skinny_tiles(n, k, m)
@@ -181,6 +181,8 @@ def test_gemm128_switch_routes_65_to_128_rows_to_the_kernel(ops, dtype, m, monke
     exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
     assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
     assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
+    monkeypatch.setattr(triton_linear, "GEMM128", False)
+    assert triton_ops.skinny_tiles(4096, 1024, m) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])

@@ -152,7 +152,9 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     2.73 ms a walk's mix), so that the whole walk is Triton kernels and programmatic dependent
     launch can overlap each GEMM's weight read with the kernel before it; the unsplit ones in 4
     stages (#112: Triton 3.6's sweep, -0.01 ms a b64 walk), but the 6144-wide gate/up, which
-    walks faster on cuBLAS (#113). Above 64 rows cuBLAS."""
+    walks faster on cuBLAS (#113). 65-128 rows (#125, GEMM128): the same shapes with 128 rows a
+    program in 128-wide K steps (3 stages), -0.02 ms at b64 (its code predictor's first pass) and
+    b128. Above 128 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
         if n <= 1024 and k >= 2048:
             return SkinnyTiles(block_n=32, block_k=256, split_k=4)
@@ -171,7 +173,7 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
         if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against 7.1 for 64-row slabs in 96
             return None  # programs, fewer than the SMs; -0.02 ms a b64 walk even without the PDL overlap)
         return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=256, stages=4, block_m=64)
-    if rows <= 128 and GEMM128:  # experiment (#125): the code predictor's first pass at b64
+    if rows <= 128 and GEMM128:  # #125: 128 rows a program (the b64 code predictor's first pass)
         if n <= 1024 and k >= 2048:
             return SkinnyTiles(block_n=32, block_k=128, split_k=4, block_m=128)
         if n >= 6144:
@@ -180,10 +182,11 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     return None
 
 
-# Experiment switch (perf-notes #125): 65-128 rows (the b64 code predictor's first pass, two
-# positions a stream) in the 64-row tiles' shapes with 128 rows a program and 128-wide K steps,
-# launched early under PDL as the 64-row ones are, instead of cuBLAS.
-GEMM128 = os.environ.get("CADENCE_GEMM128", "0") == "1"
+# 65-128 rows (the b64 code predictor's first pass, two positions a stream; the 128-row decode and
+# prefill buckets) in the 64-row tiles' shapes with 128 rows a program and 128-wide K steps, launched
+# early under PDL as the 64-row ones are, instead of cuBLAS (perf-notes #125: b64 -0.02 ms, b128
+# -0.02); CADENCE_GEMM128=0 keeps cuBLAS there, for the A/B.
+GEMM128 = os.environ.get("CADENCE_GEMM128", "1") != "0"
 GEMM64_OVERRIDES = parse_tile_overrides(os.environ.get("CADENCE_GEMM64_TILES", ""))
 
 
