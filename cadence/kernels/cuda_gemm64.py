@@ -35,13 +35,15 @@ SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
 # Not borne out (perf-notes #115, qkv: at 1 CTA an SM 132 and 128 CTAs within 0.1 us; at 2 an SM
 # 132 was 0.6 us faster alone and 0.4 slower after a norm).
 CTAS = int(os.environ.get("CADENCE_GEMM64_CTAS", "0"))
-THREADS = 256
 MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
 MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024 (perf-notes #115)
 # A CTA's shared memory at most: the kernels around it (the norm before, attention or down after)
 # must still fit an SM beside it, or its slab copy cannot start before their end.
 SMEM_LIMIT = 128 * 1024
-WARP_KS = 4  # the kernel's 2 x 4 warps: K in four quarters, whose sums meet in shared memory
+# The kernel's warps: 2 x 4 (the rows' m16 tiles in two, K in four quarters whose sums meet in
+# shared memory), or with CADENCE_GEMM64_WARP_KS=1 (an experiment, perf-notes #127) 4 x 1, each warp
+# an m16 tile's outputs over all of K.
+WARP_KS = int(os.environ.get("CADENCE_GEMM64_WARP_KS", "4"))
 PAD = 32  # elements after each slab row in shared memory (the kernel's LD = K + 32)
 
 
@@ -85,6 +87,11 @@ class Gemm64Plan:
     ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy; wrong results (benchmarks/gemm64.py)
     padded: bool = PADDED
     ctas: int = 0
+    warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps) or 1 (4 x 1)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warp_ks * (2 if self.warp_ks > 1 else 4)
 
     @property
     def grid(self) -> int:
@@ -95,7 +102,7 @@ class Gemm64Plan:
         """The slab (rows padded), or the K quarters' sums that reuse it if larger, then the mbarrier."""
         pair = 2 if self.swiglu else 1
         slab = pair * self.rows_per_cta * (self.k + (PAD if self.padded else 0)) * 2
-        sums = WARP_KS * -(-self.m // 16) * 16 * pair * -(-self.rows_per_cta // 8) * 8 * 4
+        sums = self.warp_ks * -(-self.m // 16) * 16 * pair * -(-self.rows_per_cta // 8) * 8 * 4
         return -(-max(slab, sums) // 16) * 16 + 16
 
     @property
@@ -105,7 +112,8 @@ class Gemm64Plan:
             ("M", self.m),
             ("PAIR", 2 if self.swiglu else 1),
             ("ROWS", self.rows_per_cta),
-            ("THREADS", THREADS),
+            ("THREADS", self.threads),
+            ("WARP_KS", self.warp_ks),
             ("STAMP", int(self.stamp)),
             ("TRIGGER_FIRST", int(self.trigger_first)),
             ("BATCH", self.steps_in_flight),
@@ -117,7 +125,7 @@ class Gemm64Plan:
     @property
     def steps_in_flight(self) -> int:
         """`batch`, or the largest divisor of a warp's K steps (K / 128) below it."""
-        steps = self.k // (32 * WARP_KS)
+        steps = self.k // (32 * self.warp_ks)
         return max(b for b in range(1, min(self.batch, steps) + 1) if steps % b == 0)  # fmt: skip
 
 
@@ -187,5 +195,5 @@ def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> to
     pdl = pdl_launch(x)
     plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
     args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
-    launch(_kernel(plan.defines, plan.smem), plan.grid, THREADS, plan.smem, args, bool(pdl.get("launch_pdl")))
+    launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
     return y

@@ -26,6 +26,8 @@
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
 //   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
+//   WARP_KS  shares of K the warps split (default 4; 1: each warp owns its m16 tile's outputs over
+//            all of K, so no K shares' sums wait for the slowest warp, #127)
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
 //               so that the next GEMM's CTAs fit beside this one's and start their copies early
 //   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
@@ -42,9 +44,13 @@
 #define ABLATE 0
 #endif
 
+#ifndef WARP_KS
+#define WARP_KS 4  // K's shares a CTA's warps split (their sums meet in shared memory)
+#endif
 constexpr int WARPS = THREADS / 32;
-constexpr int WARP_ROWS = 2;                             // the warps split the input's m16 tiles in two
-constexpr int WARP_KS = WARPS / WARP_ROWS;               // and K in four
+constexpr int WARP_ROWS = WARPS / WARP_KS;               // the warps split the input's m16 tiles (2 x 4
+                                                         // warps; 4 x 1 with WARP_KS 1, #127)
+static_assert(WARPS % WARP_KS == 0, "THREADS / 32 warps in WARP_KS shares of K");
 constexpr int MT = (M + 15) / 16;                        // m16 tiles of the input
 constexpr int MTW = (MT + WARP_ROWS - 1) / WARP_ROWS;    // a warp's m16 tiles
 constexpr int MP = MT * 16;                              // the input's rows padded to whole tiles
