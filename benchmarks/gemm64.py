@@ -96,7 +96,7 @@ def main() -> None:
     ctas = cuda_gemm64.ctas_for(torch.device("cuda", 0))
     defaults = [cuda_gemm64.BATCH, cuda_gemm64.MIN_BLOCKS, 0, int(cuda_gemm64.PADDED), ctas]
     variants = [[int(v) for v in spec.split(":")] + defaults[len(spec.split(":")) :] for spec in args.variants]
-    cuda_gemm64.ENABLED = False  # `shipped` is the route without the switch
+    cuda_gemm64.ENABLED = False  # `shipped`: the Triton / cuBLAS route (the switch off; gate/up is on it by default)
     torch.manual_seed(0)
     results = []
     for rows in args.rows:

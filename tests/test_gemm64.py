@@ -7,6 +7,7 @@ definition: its source run on the CPU emulation for small shapes, the kernel its
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 from pathlib import Path
 
@@ -44,14 +45,15 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
 
 def test_the_switch_names_all_none_or_some_weights():
     parse = cuda_gemm64._shapes_switch
-    assert parse("1") is True and parse("0") is False and parse("") is False
+    assert parse("1") is True and parse("0") is False and parse("") is False and parse("swiglu") == "swiglu"
     assert parse("4096x1024+6144x1024") == {(4096, 1024), (6144, 1024)}
     with pytest.raises(ValueError, match="CADENCE_GEMM64"):
         parse("qkv")
 
 
 def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
-    """Off by default; on, bf16 rows of 33-64 on a Hopper GPU with the weight's shape named (or all)."""
+    """bf16 rows of 33-64 on a Hopper GPU, for the weights the switch names: by default (`swiglu`) the
+    gate/up GEMMs only (perf-notes #127), or every shape, or those named; none when off."""
     x, w = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(4096, 1024, dtype=torch.bfloat16)
     monkeypatch.setattr(cuda_gemm64, "ENABLED", False)
     assert cuda_gemm64.route(x, w) is None
@@ -67,6 +69,11 @@ def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
         assert cuda_gemm64.route(short, w) is None
     monkeypatch.setattr(cuda_gemm64, "ENABLED", frozenset({(6144, 1024)}))
     assert cuda_gemm64.route(fake_cuda, w) is None
+    gate_up = torch.zeros(6144, 1024, dtype=torch.bfloat16)
+    monkeypatch.setattr(cuda_gemm64, "ENABLED", cuda_gemm64._shapes_switch(os.environ.get("CADENCE_GEMM64", "swiglu")))
+    if "CADENCE_GEMM64" not in os.environ:  # the default: gate/up (SwiGLU) only
+        assert cuda_gemm64.route(fake_cuda, w) is None
+        assert cuda_gemm64.route(fake_cuda, gate_up, swiglu=True) == gemm64_plan(3072, 1024, 64, swiglu=True)
 
 
 def test_gemm64_linear_refuses_what_does_not_fit_its_plan():

@@ -6,13 +6,16 @@ cores' registers. For the GEMMs whose K fits a slab beside the next kernel's CTA
 0.6B: qkv, gate/up with SwiGLU, the heads); o and down (K = 2048, 3072) keep the split-K Triton
 kernel, whose partials the norm after them adds.
 
-`route` says which calls take it: bf16 on Hopper, 33-64 rows, and the experiment switch
-CADENCE_GEMM64 (`1`: every shape with a plan; `NxK+NxK`: those weights only; `0` or unset: none).
-Off, because the walk is slower with it (perf-notes #115: b64 4.34 against 4.20 ms). In the
-walk's stamps its loop (x's loads and the dots) beats the Triton tiles' (2.75 against 3.25 us at
-qkv), but its tail (the K quarters' sums, after the slowest warp) takes 1.5-2 us against 0.25, and
-its last CTA ends ~1.5 us after the median one. It stays as the base for a kernel without those
-(x in shared memory in one round trip and wgmma, each warp group owning its outputs).
+`route` says which calls take it: bf16 on Hopper, 33-64 rows, and CADENCE_GEMM64 (`swiglu`, the
+default: the MLP's gate/up with SwiGLU; `1`: every shape with a plan; `NxK+NxK`: those weights
+only; `0`: none). Gate/up alone on it takes the b64 walk 4.23 -> 4.16-4.17 ms (perf-notes #127,
+three rounds): there the Triton and cuBLAS routes are cuBLAS's GEMM, not launched early, then
+silu_mul. qkv and the heads stay on the Triton tiles: with them too the walk was slower (#115: 4.34
+against 4.20). In the walk's stamps its loop (x's loads and the dots) beats the Triton tiles' (2.75
+against 3.25 us at qkv), but its tail (the K quarters' sums, after the slowest warp) takes 1.5-2 us
+against 0.25, and its last CTA ends ~1.5 us after the median one; warps that own their outputs
+over all of K instead (CADENCE_GEMM64_WARP_KS=1, #127) keep too little of x in flight and are
+slower still.
 Compiled at first use by NVRTC, one instance per shape and row count (nvrtc.py).
 """
 
@@ -47,20 +50,23 @@ WARP_KS = int(os.environ.get("CADENCE_GEMM64_WARP_KS", "4"))
 PAD = 32  # elements after each slab row in shared memory (the kernel's LD = K + 32)
 
 
-def _shapes_switch(text: str) -> bool | frozenset[tuple[int, int]]:
-    """CADENCE_GEMM64: `1` all shapes with a plan, `0`/empty none, else `NxK+NxK` those weights."""
+def _shapes_switch(text: str) -> bool | str | frozenset[tuple[int, int]]:
+    """CADENCE_GEMM64: `swiglu` the gate/up GEMMs, `1` all shapes with a plan, `0`/empty none, else
+    `NxK+NxK` those weights."""
     text = text.strip()
     if text in ("", "0"):
         return False
     if text == "1":
         return True
+    if text == "swiglu":
+        return "swiglu"
     try:
         return frozenset(tuple(int(v) for v in item.split("x")) for item in text.split("+") if item)  # type: ignore[misc]
     except ValueError:
-        raise ValueError(f"CADENCE_GEMM64={text!r}: expected 1, 0 or NxK+NxK (weight shapes)") from None
+        raise ValueError(f"CADENCE_GEMM64={text!r}: expected swiglu, 1, 0 or NxK+NxK (weight shapes)") from None
 
 
-ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "0"))
+ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "swiglu"))
 # Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (a divisor of
 # K / 128; 8, all of a warp's quarter at K = 1024, took the walk's qkv loop 3.75 -> 2.75 us against
 # 4), and CTAs an SM must hold (2: at most 128 registers a thread, so that the next GEMM's CTAs fit
@@ -152,7 +158,9 @@ def route(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> Gemm64
     m, k = x.shape
     if not ENABLED or not MIN_ROWS <= m <= MAX_ROWS or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
         return None
-    if ENABLED is not True and tuple(weight.shape) not in ENABLED:
+    if ENABLED == "swiglu" and not swiglu:
+        return None
+    if isinstance(ENABLED, frozenset) and tuple(weight.shape) not in ENABLED:
         return None
     if x.device.type != "cuda" or not gemm64_supported(x.device):
         return None
