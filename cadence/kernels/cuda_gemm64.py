@@ -44,8 +44,9 @@ MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024
 # must still fit an SM beside it, or its slab copy cannot start before their end.
 SMEM_LIMIT = 128 * 1024
 # The kernel's warps: 2 x 4 (the rows' m16 tiles in two, K in four quarters whose sums meet in
-# shared memory), or with CADENCE_GEMM64_WARP_KS=1 (an experiment, perf-notes #127) 4 x 1, each warp
-# an m16 tile's outputs over all of K.
+# shared memory), or with CADENCE_GEMM64_WARP_KS (an experiment, perf-notes #127) 4 x 2 (K halves:
+# half the sums, unmeasured) or 4 x 1 (each warp an m16 tile's outputs over all of K: slower, too
+# little of x in flight).
 WARP_KS = int(os.environ.get("CADENCE_GEMM64_WARP_KS", "4"))
 PAD = 32  # elements after each slab row in shared memory (the kernel's LD = K + 32)
 
@@ -93,11 +94,13 @@ class Gemm64Plan:
     ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy; wrong results (benchmarks/gemm64.py)
     padded: bool = PADDED
     ctas: int = 0
-    warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps) or 1 (4 x 1)
+    warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps), 2 (4 x 2) or 1 (4 x 1)
 
     @property
     def threads(self) -> int:
-        return 32 * self.warp_ks * (2 if self.warp_ks > 1 else 4)
+        """8 warps (the input's m16 tiles over 8 / warp_ks of them), but at most 4 warp rows: 64 rows
+        are 4 m16 tiles."""
+        return 32 * self.warp_ks * min(4, 8 // self.warp_ks)
 
     @property
     def grid(self) -> int:

@@ -16,18 +16,21 @@
 // every weight element by two warps. The four K quarters' sums meet in shared memory (where the
 // slab was) and are added in quarter order.
 //
-// Measured (perf-notes #115): the b64 walk is slower with it (4.34 against 4.20 ms). In the walk's
+// Measured: for the MLP's gate/up alone it takes the b64 walk 4.23 -> 4.16-4.17 ms (perf-notes #127:
+// there the other route is cuBLAS, not launched early, and silu_mul), so gate/up runs here by
+// default. For qkv and the heads too the walk is slower (#115: 4.34 against 4.20 ms): in the walk's
 // stamps its loop beats the Triton tiles' (2.75 against 3.25 us at qkv, with BATCH 8), but the tail
 // (the quarters' sums in shared memory, after the slowest warp) takes 1.5-2 us and the last CTA
-// ends ~1.5 us after the median. Hence the experiment switch CADENCE_GEMM64, off.
+// ends ~1.5 us after the median.
 //
 // Compiled at run time by NVRTC with these macros prepended (cuda_gemm64.py):
 //   K      the input width (a multiple of 128)    M        activation rows (1-64)
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
 //   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
-//   WARP_KS  shares of K the warps split (default 4; 1: each warp owns its m16 tile's outputs over
-//            all of K, so no K shares' sums wait for the slowest warp, #127)
+//   WARP_KS  shares of K the warps split (default 4; 2: K halves, half the sums; 1: each warp owns
+//            its m16 tile's outputs over all of K, so no K shares' sums wait for the slowest warp,
+//            #127: slower, its 4 warps keep too little of x in flight)
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
 //               so that the next GEMM's CTAs fit beside this one's and start their copies early
 //   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
@@ -49,7 +52,7 @@
 #endif
 constexpr int WARPS = THREADS / 32;
 constexpr int WARP_ROWS = WARPS / WARP_KS;               // the warps split the input's m16 tiles (2 x 4
-                                                         // warps; 4 x 1 with WARP_KS 1, #127)
+                                                         // warps; 4 x 2 or 4 x 1, #127)
 static_assert(WARPS % WARP_KS == 0, "THREADS / 32 warps in WARP_KS shares of K");
 constexpr int MT = (M + 15) / 16;                        // m16 tiles of the input
 constexpr int MTW = (MT + WARP_ROWS - 1) / WARP_ROWS;    // a warp's m16 tiles
