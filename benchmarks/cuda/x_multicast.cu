@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "../../cadence/kernels/cuda/sm90.cuh"  // global_ns, mbarriers, bulk copies
 #include "check.cuh"
 
 typedef unsigned short u16;
@@ -40,12 +41,6 @@ constexpr int THREADS = 256;
 constexpr size_t W_POOL = size_t(1) << 30;  // weights cycled through 1 GB: every launch from HBM
 enum XMode { X_NONE, X_LDG, X_BULK, X_MULTICAST };
 
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ u64 global_ns() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
 __device__ __forceinline__ u32 cluster_rank() {
   u32 r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -53,25 +48,6 @@ __device__ __forceinline__ u32 cluster_rank() {
 }
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
 }
 // The same copy landing at the same offset in every CTA of the cluster that `mask` names, each
 // completing the bytes on its own mbarrier at `bar`'s offset.
@@ -98,7 +74,7 @@ __global__ void __launch_bounds__(THREADS) receive_kernel(const u16* x, const u1
   if (MODE == X_BULK || MODE == X_MULTICAST) bytes += X_BYTES;  // a multicast CTA receives every row
   if (threadIdx.x == 0) {
     mbar_init(&bar, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   if (CLUSTER > 1) cluster_sync();  // every CTA's barrier is ready before any copy lands in it
   else __syncthreads();
