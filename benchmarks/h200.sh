@@ -193,6 +193,21 @@ for phase in "$@"; do
         2>&1 | tee "$OUT/pdl_chain_94.log"
       timeout -k 10 -s INT 200 python3 benchmarks/kernel_trace.py --rows 1 --layers ${PDL_LAYERS:-24} --no-norms \
         --attention-rows --json "$OUT/kernel_trace_94.json" 2>&1 | tail -30 ;;
+    warpks128)  # perf-notes #128: the 64-row slab GEMM with 4 x 2 warps (K halves, CADENCE_GEMM64_WARP_KS=2, 16 K steps
+      # of x in flight): its gpu tests, gate/up and qkv alone against 2 x 4 warps, then b64 walks of this tree (gate/up on
+      # 2 x 4 warps), `ks2` (gate/up on 4 x 2), `all4` and `all2` (qkv and the heads on the slab too); W128_ROUNDS ("1")
+      need_full > "$OUT/need_full.log" 2>&1 &
+      CADENCE_GEMM64_WARP_KS=2 CADENCE_GEMM64_BATCH=16 timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
+        tests/test_gemm64.py -m gpu 2>&1 | tail -1
+      for pair in 4:8 2:16; do ks=${pair%%:*} batch=${pair#*:}
+        echo "== WARP_KS=$ks BATCH=$batch"
+        CADENCE_GEMM64_WARP_KS=$ks CADENCE_GEMM64_BATCH=$batch timeout -k 10 -s INT 150 python3 benchmarks/gemm64.py \
+          --rows 64 --variants $batch:1:0:1:132 --json "$OUT/gemm64_ks$ks.json" 2>&1 | grep -v Warn | tail -6
+      done
+      wait
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${W128_ROUNDS:-1} TREES="ks2=.,CADENCE_GEMM64_WARP_KS=2,CADENCE_GEMM64_BATCH=16
+        all4=.,CADENCE_GEMM64=1 all2=.,CADENCE_GEMM64=1,CADENCE_GEMM64_WARP_KS=2,CADENCE_GEMM64_BATCH=16 ${TREES:-}" \
+        bash "$0" walkab ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \
