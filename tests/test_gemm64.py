@@ -109,7 +109,7 @@ def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor)
     "m,k,swiglu,padded,warp_ks",
     [(64, 256, False, True, 4), (48, 384, True, True, 4), (33, 256, False, True, 4), (5, 128, True, True, 4),
      (64, 256, True, False, 4), (40, 384, False, False, 4), (64, 256, True, True, 1), (48, 384, False, True, 1),
-     (5, 128, False, False, 1), (64, 256, True, True, 2), (33, 512, False, True, 2)],
+     (5, 128, False, False, 1), (64, 256, True, True, 2), (33, 512, False, True, 2), (48, 1024, True, True, 2)],
 )  # fmt: skip
 def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, warp_ks):
     """The kernel's source on the CPU emulation (every CUDA thread a fiber; the bulk copies,
@@ -120,7 +120,7 @@ def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, warp_ks)
     an m16 tile over all of K or half of it; at 48, 33 and 5 rows some warps have no tile). Within a
     bf16 rounding step of the definition (the sums add in another order)."""
     n = 40
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12, padded=padded, warp_ks=warp_ks)
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12, padded=padded, warp_ks=warp_ks, batch=16 if warp_ks == 2 else 8)
     assert plan.threads == {4: 256, 2: 256, 1: 128}[warp_ks]
     x, w = _case(torch.Generator().manual_seed(m * k), m, n, k, swiglu)
     y, stamps = _emulate(tmp_path, plan, x, w)
