@@ -44,9 +44,10 @@ MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024
 # must still fit an SM beside it, or its slab copy cannot start before their end.
 SMEM_LIMIT = 128 * 1024
 # The kernel's warps: 2 x 4 (the rows' m16 tiles in two, K in four quarters whose sums meet in
-# shared memory), or with CADENCE_GEMM64_WARP_KS (an experiment, perf-notes #127) 4 x 2 (K halves:
-# half the sums, unmeasured) or 4 x 1 (each warp an m16 tile's outputs over all of K: slower, too
-# little of x in flight).
+# shared memory), or with CADENCE_GEMM64_WARP_KS (an experiment, perf-notes #127, #128) 4 x 2 (K
+# halves: half the sums) or 4 x 1 (each warp an m16 tile's outputs over all of K). Both walk b64
+# ~0.35 ms slower: with one m16 tile a warp each weight fragment read from shared memory feeds one
+# tile instead of two.
 WARP_KS = int(os.environ.get("CADENCE_GEMM64_WARP_KS", "4"))
 PAD = 32  # elements after each slab row in shared memory (the kernel's LD = K + 32)
 

@@ -29,8 +29,8 @@
 //   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
 //   WARP_KS  shares of K the warps split (default 4; 2: K halves, half the sums; 1: each warp owns
-//            its m16 tile's outputs over all of K, so no K shares' sums wait for the slowest warp,
-//            #127: slower, its 4 warps keep too little of x in flight)
+//            its m16 tile's outputs over all of K, no sums). Both walk ~0.35 ms slower (#127, #128):
+//            with one m16 tile a warp, each slab fragment read from shared memory feeds one tile
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
 //               so that the next GEMM's CTAs fit beside this one's and start their copies early
 //   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
