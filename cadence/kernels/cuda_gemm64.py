@@ -13,9 +13,9 @@ three rounds): there the Triton and cuBLAS routes are cuBLAS's GEMM, not launche
 silu_mul. qkv and the heads stay on the Triton tiles: with them too the walk was slower (#115: 4.34
 against 4.20). In the walk's stamps its loop (x's loads and the dots) beats the Triton tiles' (2.75
 against 3.25 us at qkv), but its tail (the K quarters' sums, after the slowest warp) takes 1.5-2 us
-against 0.25, and its last CTA ends ~1.5 us after the median one; warps that own their outputs
-over all of K instead (CADENCE_GEMM64_WARP_KS=1, #127) keep too little of x in flight and are
-slower still.
+against 0.25, and its last CTA ends ~1.5 us after the median one; warps of one m16 tile, over all
+of K or half of it (CADENCE_GEMM64_WARP_KS 1 or 2, #127, #128), have fewer sums but are slower
+still.
 Compiled at first use by NVRTC, one instance per shape and row count (nvrtc.py).
 """
 
