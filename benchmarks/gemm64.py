@@ -85,7 +85,8 @@ def main() -> None:
     p.add_argument(
         "--variants", nargs="+", default=["4:1:0:1:128", "2:2:0:1:128", "2:2", "2:2:1", "2:2:2", "2:2:0:0"],
         help="the slab GEMM's variants, BATCH:MIN_BLOCKS:ABLATE:PADDED:CTAS (K steps a warp's loads cover at "
-        "once : CTAs an SM : 1 leaves the input's loads out, 2 the slab's copy, wrong results timing the rest : "
+        "once : CTAs an SM : 1 leaves the input's loads out, 2 the slab's copy, 3 the K shares' sums, wrong "
+        "results timing the rest : "
         "0 the slab as one copy, rows unpadded : CTAs a GEMM); parts left off on the right take cuda_gemm64's "
         "defaults (its switches, no ablation, the SMs)",
     )  # fmt: skip

@@ -131,6 +131,23 @@ def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, warp_ks)
 
 
 @needs_gxx
+def test_gemm64_ablation_without_the_sums_stores_each_warps_dots(tmp_path):
+    """benchmarks/gemm64.py's ablation 3 (the K shares' sums left out, to time the loop without its
+    tail): the first share's warps store their own dots, so with one share (4 x 1 warps) the result
+    is still the product; with four it is a quarter's."""
+    n, k, m = 40, 256, 48
+    x, w = _case(torch.Generator().manual_seed(5), m, n, k, False)
+    one = Gemm64Plan(n, k, m, False, rows_per_cta=12, warp_ks=1, ablate=3)
+    y, _ = _emulate(tmp_path, one, x, w)
+    ref = _reference(x, w, False)
+    assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
+    (tmp_path / "quarters").mkdir()
+    quarter, _ = _emulate(tmp_path / "quarters", dataclasses.replace(one, warp_ks=4), x, w)
+    first = _reference(x[:, : k // 4], w[:, : k // 4], False)
+    assert (quarter.float() - first).abs().max() <= 1e-2 * first.abs().max()
+
+
+@needs_gxx
 def test_gemm64_clock_stamps_on_the_cpu(tmp_path):
     """Built with STAMP (walk_timeline.py --stamps), thread 0 of every CTA writes its row in order;
     y is the one without stamps."""

@@ -92,7 +92,7 @@ class Gemm64Plan:
     trigger_first: bool = False  # the next kernel launches at this one's start (the graph's PDL order)
     batch: int = BATCH
     min_blocks: int = MIN_BLOCKS
-    ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy; wrong results (benchmarks/gemm64.py)
+    ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy, 3: the K shares' sums; wrong results
     padded: bool = PADDED
     ctas: int = 0
     warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps), 2 (4 x 2) or 1 (4 x 1)

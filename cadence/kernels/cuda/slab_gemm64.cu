@@ -34,8 +34,9 @@
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
 //               so that the next GEMM's CTAs fit beside this one's and start their copies early
 //   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
-//          out (the dots read whatever shared memory holds): wrong results, for benchmarks/gemm64.py
-//          to time the rest; 0: served
+//          out (the dots read whatever shared memory holds), 3: the K shares' sums left out (the
+//          first share's warps store their own dots): wrong results, for benchmarks/gemm64.py to
+//          time the rest; 0: served. (Before session 37 ablation 2 left the input's loads out too.)
 //   PADDED 1: a bulk copy a weight row, each row 64 bytes apart in shared memory (no bank
 //          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
@@ -102,7 +103,7 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
       for (int i = 0; i < MTW; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          a[s][i][h] = ABLATE ? uint4{(u32)lane, (u32)s, (u32)i, (u32)h}
+          a[s][i][h] = ABLATE == 1 ? uint4{(u32)lane, (u32)s, (u32)i, (u32)h}
                               : has[i][h] ? xrow[i][h][chunk0 + (b + s) * 4] : uint4{0u, 0u, 0u, 0u};
 #pragma unroll
     for (int s = 0; s < BATCH; ++s) {
@@ -166,9 +167,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int wr = warp / WARP_KS, wk = warp % WARP_KS;
   dots(x, ws, mine, wr, wk, lane, acc);
   [[maybe_unused]] const i64 t_dots = STAMP ? (i64)global_ns() : 0;
+  const int g = lane / 4, c = lane % 4;
+  if (ABLATE == 3) {  // the sums left out: each warp of the first K share stores its own dots, unsummed
+    if (wk == 0)
+      for (int i = 0; i < MTW; ++i)
+        for (int t = 0; t < TILES; ++t)
+          for (int e = 0; e < 4; ++e) {  // D's rows g (e 0, 1) and g + 8 (e 2, 3), columns 2c, 2c + 1
+            const int r = (wr * MTW + i) * 16 + g + e / 2 * 8, col = t * 8 + 2 * c + e % 2;
+            if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(acc[i][t][e]);
+          }
+    return;
+  }
   __syncthreads();  // every warp's dots done: the slab's memory takes the sums
   float* red = reinterpret_cast<float*>(smem);  // [WARP_KS][MP][RED]
-  const int g = lane / 4, c = lane % 4;
 #pragma unroll
   for (int i = 0; i < MTW; ++i) {
     const int r = (wr * MTW + i) * 16 + g;
