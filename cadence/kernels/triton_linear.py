@@ -165,21 +165,20 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
         if n <= 2048:
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
         return None
-    if rows <= 64:
-        if (n, k) in GEMM64_OVERRIDES:
-            return GEMM64_OVERRIDES[(n, k)]
-        if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
-        if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against 7.1 for 64-row slabs in 96
-            return None  # programs, fewer than the SMs; -0.02 ms a b64 walk even without the PDL overlap)
-        return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=256, stages=4, block_m=64)
-    if rows <= 128 and GEMM128:  # #125: 128 rows a program (the b64 code predictor's first pass)
-        if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=128, split_k=4, block_m=128)
-        if n >= 6144:
-            return None
-        return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=128, stages=3, block_m=128)
-    return None
+    if rows > 128 or (rows > 64 and not GEMM128):
+        return None
+    # 33-128 rows: the same shapes in one program's 64 or 128 rows (#60, #125); at 128 rows x's tile
+    # takes 128-wide K steps in 3 stages, so that a program's stages fit its shared memory.
+    block_m = 64 if rows <= 64 else 128
+    if block_m == 64 and (n, k) in GEMM64_OVERRIDES:
+        return GEMM64_OVERRIDES[(n, k)]
+    block_k = 256 if block_m == 64 else 128
+    if n <= 1024 and k >= 2048:
+        return SkinnyTiles(block_n=32, block_k=block_k, split_k=4, block_m=block_m)
+    if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against 7.1 for 64-row slabs in 96
+        return None  # programs, fewer than the SMs; -0.02 ms a b64 walk even without the PDL overlap)
+    return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=block_k, stages=4 if block_m == 64 else 3,
+                       block_m=block_m)  # fmt: skip
 
 
 # 65-128 rows (the b64 code predictor's first pass, two positions a stream; the 128-row decode and
