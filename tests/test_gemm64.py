@@ -7,7 +7,6 @@ definition: its source run on the CPU emulation for small shapes, the kernel its
 from __future__ import annotations
 
 import dataclasses
-import os
 import struct
 from pathlib import Path
 
@@ -70,10 +69,9 @@ def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
     monkeypatch.setattr(cuda_gemm64, "ENABLED", frozenset({(6144, 1024)}))
     assert cuda_gemm64.route(fake_cuda, w) is None
     gate_up = torch.zeros(6144, 1024, dtype=torch.bfloat16)
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", cuda_gemm64._shapes_switch(os.environ.get("CADENCE_GEMM64", "swiglu")))
-    if "CADENCE_GEMM64" not in os.environ:  # the default: gate/up (SwiGLU) only
-        assert cuda_gemm64.route(fake_cuda, w) is None
-        assert cuda_gemm64.route(fake_cuda, gate_up, swiglu=True) == gemm64_plan(3072, 1024, 64, swiglu=True)
+    monkeypatch.setattr(cuda_gemm64, "ENABLED", cuda_gemm64._shapes_switch(cuda_gemm64.DEFAULT_SHAPES))
+    assert cuda_gemm64.route(fake_cuda, w) is None  # the default: gate/up (SwiGLU) only
+    assert cuda_gemm64.route(fake_cuda, gate_up, swiglu=True) == gemm64_plan(3072, 1024, 64, swiglu=True)
 
 
 def test_gemm64_linear_refuses_what_does_not_fit_its_plan():

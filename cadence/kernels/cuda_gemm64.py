@@ -68,7 +68,8 @@ def _shapes_switch(text: str) -> bool | str | frozenset[tuple[int, int]]:
         raise ValueError(f"CADENCE_GEMM64={text!r}: expected swiglu, 1, 0 or NxK+NxK (weight shapes)") from None
 
 
-ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", "swiglu"))
+DEFAULT_SHAPES = "swiglu"  # CADENCE_GEMM64 unset: the gate/up GEMMs (perf-notes #127)
+ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", DEFAULT_SHAPES))
 # Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (a divisor of
 # K / 128; 8, all of a warp's quarter at K = 1024, took the walk's qkv loop 3.75 -> 2.75 us against
 # 4), and CTAs an SM must hold (2: at most 128 registers a thread, so that the next GEMM's CTAs fit
