@@ -498,9 +498,6 @@ int main(int argc, char** argv) {
   unsigned long long* stamps;
   const size_t stamp_words = (size_t)4 * layers * CTAS * STAMPS;
   CHECK(cudaMalloc(&stamps, stamp_words * 8));
-  cudaEvent_t t0, t1;
-  CHECK(cudaEventCreate(&t0));
-  CHECK(cudaEventCreate(&t1));
 
   const Variant variants[] = {
       {"ahead", AHEAD, true, false, true},
@@ -523,18 +520,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants) {
     const Chain& c = chains[v.shared_weights];
     cudaGraphExec_t exec = capture(c, v.mode, v.pdl, nullptr, stream);
-    std::vector<float> ms;
-    for (int r = 0; r < reps + 5; ++r) {
-      CHECK(cudaEventRecord(t0, stream));
-      CHECK(cudaGraphLaunch(exec, stream));
-      CHECK(cudaEventRecord(t1, stream));
-      CHECK(cudaEventSynchronize(t1));
-      float t;
-      CHECK(cudaEventElapsedTime(&t, t0, t1));
-      if (r >= 5) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2], per_layer = med * 1e3 / layers;
+    const double med = graph_median_ms(exec, stream, reps, 5), per_layer = med * 1e3 / layers;
     for (const Gemm& g : c.gemms) CHECK(cudaMemsetAsync(g.y, 0xff, g.n * 2, stream));  // NaN: unwritten shows
     CHECK(cudaGraphLaunch(exec, stream));
     CHECK(cudaStreamSynchronize(stream));

@@ -187,20 +187,7 @@ int main(int argc, char** argv) {
     }
     CHECK(cudaStreamEndCapture(stream, &graph));
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::vector<float> times;
-    cudaEvent_t start, end;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&end));
-    for (int r = 0; r < reps + 2; ++r) {
-      CHECK(cudaEventRecord(start, stream));
-      CHECK(cudaGraphLaunch(exec, stream));
-      CHECK(cudaEventRecord(end, stream));
-      CHECK(cudaEventSynchronize(end));
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, start, end));
-      if (r >= 2) times.push_back(ms * 1000.f / launches);
-    }
-    std::sort(times.begin(), times.end());
+    const double launch_us = graph_median_ms(exec, stream, reps, 2) * 1000.0 / launches;
     launch(v, ctas, x, w + (W_POOL / 2) / 2, sink, stamps, stream);  // stamped, weights not touched above
     CHECK(cudaStreamSynchronize(stream));
     std::vector<u64> host(2 * ctas);
@@ -208,7 +195,7 @@ int main(int argc, char** argv) {
     std::vector<double> spans;
     for (int b = 0; b < ctas; ++b) spans.push_back((host[2 * b + 1] - host[2 * b]) / 1000.0);
     std::sort(spans.begin(), spans.end());
-    const double median = spans[ctas / 2], slowest = spans.back(), launch_us = times[times.size() / 2];
+    const double median = spans[ctas / 2], slowest = spans.back();
     std::printf("%-12s %12.2f %14.2f %14.2f\n", v.name.c_str(), launch_us, median, slowest);
     if (out)
       std::fprintf(out, "  {\"variant\": \"%s\", \"ctas\": %d, \"us_a_launch\": %.3f, \"cta_median_us\": %.3f, "
