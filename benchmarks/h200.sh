@@ -208,6 +208,16 @@ for phase in "$@"; do
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${W128_ROUNDS:-1} TREES="ks2=.,CADENCE_GEMM64_WARP_KS=2,CADENCE_GEMM64_BATCH=16
         all4=.,CADENCE_GEMM64=1 all2=.,CADENCE_GEMM64=1,CADENCE_GEMM64_WARP_KS=2,CADENCE_GEMM64_BATCH=16 ${TREES:-}" \
         bash "$0" walkab ;;
+    look129)  # perf-notes #129: the issue's table of this tree, a stamped b64 walk, and the 64-row slab GEMM with
+      # its K quarters' sums left out (ablation 3) beside the served kernel (~5 min)
+      need_full
+      timeout -k 10 -s INT 150 python3 benchmarks/gemm64.py --rows 64 --variants 8:1:0:1:132 8:1:3:1:132 \
+        --json "$OUT/gemm64_129.json" 2>&1 | grep -v Warn | tail -12
+      timeout -k 10 -s INT 240 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
+        --batches 1,64,256 --graph-buckets 1,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 \
+        --codec-frames 1 --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/walks_129.json" 2>&1 | quiet | tail -14
+      timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 64 \
+        --json "$OUT/stamps_129.json" 2>&1 | quiet | tail -14 ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \
