@@ -218,6 +218,16 @@ for phase in "$@"; do
         --codec-frames 1 --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/walks_129.json" 2>&1 | quiet | tail -14
       timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 64 \
         --json "$OUT/stamps_129.json" 2>&1 | quiet | tail -14 ;;
+    sums130)  # perf-notes #130: the 64-row slab GEMM with its K sums scattered over the warps: its gpu tests, gate/up and
+      # qkv alone (and without the sums), then b64 walks of this tree, of `prev` (PREV130, default prev130: `git archive` of
+      # the tree before, carried) and of `all` (qkv and the heads on the slab too); S130_ROUNDS (default "1 2") (~7 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_gemm64.py -m gpu 2>&1 | tail -1
+      timeout -k 10 -s INT 150 python3 benchmarks/gemm64.py --rows 64 --variants 8:1:0:1:132 8:1:3:1:132 \
+        --json "$OUT/gemm64_130.json" 2>&1 | grep -v Warn | tail -12
+      wait
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S130_ROUNDS:-1 2} \
+        TREES="prev=${PREV130:-prev130} all=.,CADENCE_GEMM64=1 ${TREES:-}" bash "$0" walkab ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \

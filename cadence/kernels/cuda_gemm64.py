@@ -110,10 +110,14 @@ class Gemm64Plan:
 
     @property
     def smem(self) -> int:
-        """The slab (rows padded), or the K quarters' sums that reuse it if larger, then the mbarrier."""
+        """The slab (rows padded), or the K shares' sums that reuse it if larger, then the mbarrier.
+        The sums: per warp row and part (a warp's share of the row's outputs), each K share's floats
+        a lane (the kernel's share_at)."""
         pair = 2 if self.swiglu else 1
         slab = pair * self.rows_per_cta * (self.k + (PAD if self.padded else 0)) * 2
-        sums = self.warp_ks * -(-self.m // 16) * 16 * pair * -(-self.rows_per_cta // 8) * 8 * 4
+        warp_rows = self.threads // 32 // self.warp_ks
+        units = -(-(-(-self.m // 16)) // warp_rows) * -(-self.rows_per_cta // 8) * 4  # a lane's outputs
+        sums = warp_rows * self.warp_ks * self.warp_ks * -(-units // self.warp_ks) * pair * 32 * 4
         return -(-max(slab, sums) // 16) * 16 + 16
 
     @property

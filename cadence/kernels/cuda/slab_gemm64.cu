@@ -14,7 +14,8 @@
 // tensor cores' A registers, never through shared memory: warp (r, q) of the 2 x 4 warps takes
 // half r of the rows' m16 tiles and quarter q of K, so every input element is read once a CTA and
 // every weight element by two warps. The four K quarters' sums meet in shared memory (where the
-// slab was) and are added in quarter order.
+// slab was), scattered over the warps: each warp adds the four shares of a quarter of its warp
+// row's outputs, in quarter order, and stores those (#130).
 //
 // Measured: for the MLP's gate/up alone it takes the b64 walk 4.23 -> 4.16-4.17 ms (perf-notes #127:
 // there the other route is cuBLAS, not launched early, and silu_mul), so gate/up runs here by
@@ -34,8 +35,8 @@
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
 //               so that the next GEMM's CTAs fit beside this one's and start their copies early
 //   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
-//          out (the dots read whatever shared memory holds), 3: the K shares' sums left out (the
-//          first share's warps store their own dots): wrong results, for benchmarks/gemm64.py to
+//          out (the dots read whatever shared memory holds), 3: the K shares' sums left out (each
+//          warp stores its own share of the outputs it owns): wrong results, for benchmarks/gemm64.py to
 //          time the rest; 0: served. (Before session 37 ablation 2 left the input's loads out too.)
 //   PADDED 1: a bulk copy a weight row, each row 64 bytes apart in shared memory (no bank
 //          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
@@ -57,13 +58,13 @@ constexpr int WARP_ROWS = WARPS / WARP_KS;               // the warps split the 
 static_assert(WARPS % WARP_KS == 0, "THREADS / 32 warps in WARP_KS shares of K");
 constexpr int MT = (M + 15) / 16;                        // m16 tiles of the input
 constexpr int MTW = (MT + WARP_ROWS - 1) / WARP_ROWS;    // a warp's m16 tiles
-constexpr int MP = MT * 16;                              // the input's rows padded to whole tiles
 constexpr int TILES = (ROWS + 7) / 8;                    // n8 tiles of a slab (gate's, then up's)
 constexpr int NT = PAIR * TILES;
 constexpr int KW = K / WARP_KS;                          // a warp's share of K
 constexpr int STEPS = KW / 32;                           // its steps: two mmas of k16 each
 static_assert(STEPS % BATCH == 0, "BATCH must divide a warp's K steps");
-constexpr int RED = NT * 8;                              // a row's sums in the reduction buffer
+constexpr int UNITS = MTW * TILES * 4;                   // a lane's outputs (D entries of its tiles)
+constexpr int UPP = (UNITS + WARP_KS - 1) / WARP_KS;     // units a part: the outputs a warp sums
 // A slab row in shared memory, in elements: with PADDED K and 64 bytes, so that the two weight rows
 // a quarter warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
 constexpr int LD = K + (PADDED ? 32 : 0);
@@ -124,6 +125,17 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
   }
 }
 
+// Output unit u of a lane (its m16 tile u / (TILES * 4), n8 tile u / 4 % TILES, D entry u % 4): its
+// gate (h 0) or up (h 1) dot.
+__device__ __forceinline__ float unit_dot(const float (&acc)[MTW][NT][4], int u, int h) {
+  return acc[u / (TILES * 4)][u / 4 % TILES + h * TILES][u % 4];
+}
+// Where share q of float j of warp row wr's part p sits for `lane`: [WARP_ROWS][WARP_KS parts]
+// [WARP_KS shares][UPP * PAIR][32 lanes], over the slab's memory once the dots are done.
+__device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, int q, int j, int lane) {
+  return reinterpret_cast<float*>(smem) + (((size_t)(wr * WARP_KS + p) * WARP_KS + q) * (UPP * PAIR) + j) * 32 + lane;
+}
+
 // x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
 // at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier.
@@ -131,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
   [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
-  constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_KS * MP * RED * 4;
+  constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_ROWS * WARP_KS * WARP_KS * UPP * PAIR * 32 * 4;
   constexpr size_t BAR_AT = ((SLAB_BYTES > RED_BYTES ? SLAB_BYTES : RED_BYTES) + 15) / 16 * 16;
   u16* ws = reinterpret_cast<u16*>(smem);
   u64* bar = reinterpret_cast<u64*>(smem + BAR_AT);
@@ -167,38 +179,46 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int wr = warp / WARP_KS, wk = warp % WARP_KS;
   dots(x, ws, mine, wr, wk, lane, acc);
   [[maybe_unused]] const i64 t_dots = STAMP ? (i64)global_ns() : 0;
+  // The K shares' sums, scattered over the warps of a warp row: a lane's UNITS outputs (each a gate
+  // and an up dot with PAIR 2) are cut into WARP_KS parts, and warp (wr, wk) owns part wk. Each warp
+  // stores the parts it does not own into shared memory, a float a lane at consecutive addresses (no
+  // bank conflicts), and reads the other shares of its own, adding them to its registers in share
+  // order (the bits of a sum over the shares in order). The owner then applies SwiGLU in registers
+  // and stores its outputs (#130; before, each lane stored all 48 of its floats 48 apart, 4 ways to
+  // a bank, and the CTA's threads read them back an output at a time: ~2,300 shared-memory
+  // wavefronts a CTA, ~1.2 us, against ~580 now).
   const int g = lane / 4, c = lane % 4;
-  if (ABLATE == 3) {  // the sums left out: each warp of the first K share stores its own dots, unsummed
-    if (wk == 0)
-      for (int i = 0; i < MTW; ++i)
-        for (int t = 0; t < TILES; ++t)
-          for (int e = 0; e < 4; ++e) {  // D's rows g (e 0, 1) and g + 8 (e 2, 3), columns 2c, 2c + 1
-            const int r = (wr * MTW + i) * 16 + g + e / 2 * 8, col = t * 8 + 2 * c + e % 2;
-            if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(acc[i][t][e]);
-          }
-    return;
+  if (ABLATE != 3) {  // 3: the sums left out, each warp stores its own share of its part, unsummed
+    __syncthreads();  // every warp's dots done: the slab's memory takes the shares
+#pragma unroll
+    for (int p = 0; p < WARP_KS; ++p) {
+      if (p == wk) continue;
+#pragma unroll
+      for (int u = p * UPP; u < imin(UNITS, (p + 1) * UPP); ++u)
+#pragma unroll
+        for (int h = 0; h < PAIR; ++h) *share_at(smem, wr, p, wk, (u - p * UPP) * PAIR + h, lane) = unit_dot(acc, u, h);
+    }
+    __syncthreads();
   }
-  __syncthreads();  // every warp's dots done: the slab's memory takes the sums
-  float* red = reinterpret_cast<float*>(smem);  // [WARP_KS][MP][RED]
 #pragma unroll
-  for (int i = 0; i < MTW; ++i) {
-    const int r = (wr * MTW + i) * 16 + g;
-    if (r >= MP) break;  // a tile past the input's (MT odd)
+  for (int p = 0; p < WARP_KS; ++p) {
+    if (p != wk) continue;  // p is known at compile time inside: acc's registers by constant index
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
+    for (int u = p * UPP; u < imin(UNITS, (p + 1) * UPP); ++u) {
+      float v[PAIR];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float* at = red + ((size_t)wk * MP + r + h * 8) * RED + t * 8 + 2 * c;
-        at[0] = acc[i][t][2 * h], at[1] = acc[i][t][2 * h + 1];
+      for (int h = 0; h < PAIR; ++h) {
+        v[h] = 0.0f;
+#pragma unroll
+        for (int q = 0; q < WARP_KS; ++q) {
+          if (q == p) v[h] += unit_dot(acc, u, h);
+          else if (ABLATE != 3) v[h] += *share_at(smem, wr, p, q, (u - p * UPP) * PAIR + h, lane);
+        }
       }
-  }
-  __syncthreads();
-  for (int i = tid; i < M * mine; i += THREADS) {  // the quarters' sums in order, one coalesced store
-    const int m = i / mine, col = i % mine;
-    float v[PAIR] = {};
-    for (int q = 0; q < WARP_KS; ++q)
-      for (int p = 0; p < PAIR; ++p) v[p] += red[((size_t)q * MP + m) * RED + p * TILES * 8 + col];
-    y[(size_t)m * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
+      const int i = u / (TILES * 4), t = u / 4 % TILES, e = u % 4;  // D's rows g, g + 8; columns 2c, 2c + 1
+      const int r = (wr * MTW + i) * 16 + g + e / 2 * 8, col = t * 8 + 2 * c + e % 2;
+      if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
+    }
   }
 #if STAMP
   if (tid == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_dots);
