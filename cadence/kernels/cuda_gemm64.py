@@ -79,6 +79,10 @@ MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "1"))
 PADDED = os.environ.get("CADENCE_GEMM64_PADDED", "1") == "1"  # a copy a padded row, or one a slab
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 @dataclass(frozen=True)
 class Gemm64Plan:
     """One instance of the kernel and its launch: y [m, n] from an [n, k] weight (SwiGLU: [2n, k],
@@ -116,8 +120,9 @@ class Gemm64Plan:
         pair = 2 if self.swiglu else 1
         slab = pair * self.rows_per_cta * (self.k + (PAD if self.padded else 0)) * 2
         warp_rows = self.threads // 32 // self.warp_ks
-        units = -(-(-(-self.m // 16)) // warp_rows) * -(-self.rows_per_cta // 8) * 4  # a lane's outputs
-        sums = warp_rows * self.warp_ks * self.warp_ks * -(-units // self.warp_ks) * pair * 32 * 4
+        m16_tiles_a_warp = _ceil_div(_ceil_div(self.m, 16), warp_rows)
+        units = m16_tiles_a_warp * _ceil_div(self.rows_per_cta, 8) * 4  # a lane's outputs
+        sums = warp_rows * self.warp_ks * self.warp_ks * _ceil_div(units, self.warp_ks) * pair * 32 * 4
         return -(-max(slab, sums) // 16) * 16 + 16
 
     @property
