@@ -228,6 +228,13 @@ for phase in "$@"; do
       wait
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S130_ROUNDS:-1 2} \
         TREES="prev=${PREV130:-prev130} all=.,CADENCE_GEMM64=1 ${TREES:-}" bash "$0" walkab ;;
+    stages131)  # perf-notes #131: b64 walks with o and down in 2 stages (`o2`), and qkv too (`o2q2`), against this tree;
+      # then the stamps of `o2` (whether gate/up's CTAs now start beside o's); S131_ROUNDS (default "1 2") (~7 min)
+      o2="CADENCE_GEMM64_TILES=1024x2048=32:256:4:2:4+1024x3072=32:256:4:2:4"
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S131_ROUNDS:-1 2} \
+        TREES="o2=.,$o2 o2q2=.,$o2+4096x1024=32:256:4:2:1 ${TREES:-}" bash "$0" walkab
+      env "$o2" timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 64 \
+        --json "$OUT/stamps_131.json" 2>&1 | quiet | tail -11 ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \
