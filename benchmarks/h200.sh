@@ -235,6 +235,15 @@ for phase in "$@"; do
         TREES="o2=.,$o2 o2q2=.,$o2+4096x1024=32:256:4:2:1 ${TREES:-}" bash "$0" walkab
       env "$o2" timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 64 \
         --json "$OUT/stamps_131.json" 2>&1 | quiet | tail -11 ;;
+    split132)  # perf-notes #132: o and down on the 64-row slab GEMM split over K (CADENCE_GEMM64_SPLIT=1): its gpu tests,
+      # b64 walks against this tree without it, then the stamps of `split`; S132_ROUNDS (default "1 2") (~6 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_gemm64.py -m gpu 2>&1 | tail -3
+      wait
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S132_ROUNDS:-1 2} TREES="split=.,CADENCE_GEMM64_SPLIT=1 ${TREES:-}" \
+        bash "$0" walkab
+      CADENCE_GEMM64_SPLIT=1 timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
+        --batches 64 --json "$OUT/stamps_132.json" 2>&1 | quiet | tail -11 ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \
