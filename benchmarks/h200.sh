@@ -235,15 +235,17 @@ for phase in "$@"; do
         TREES="o2=.,$o2 o2q2=.,$o2+4096x1024=32:256:4:2:1 ${TREES:-}" bash "$0" walkab
       env "$o2" timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 64 \
         --json "$OUT/stamps_131.json" 2>&1 | quiet | tail -11 ;;
-    split132)  # perf-notes #132: o and down on the 64-row slab GEMM split over K (CADENCE_GEMM64_SPLIT=1): its gpu tests,
-      # b64 walks against this tree without it, then the stamps of `split`; S132_ROUNDS (default "1 2") (~6 min)
+    regs133)  # perf-notes #133: the slab gate/up capped at 128 registers (CADENCE_GEMM64_MIN_BLOCKS=2): its gpu tests, b64 walks
+      # against this tree (S133_ROUNDS, default "1 2"), then the table of this tree (~6 min)
       need_full > "$OUT/need_full.log" 2>&1 &
-      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_gemm64.py -m gpu 2>&1 | tail -3
+      CADENCE_GEMM64_MIN_BLOCKS=2 timeout -k 10 -s INT 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_gemm64.py \
+        -m gpu 2>&1 | tail -1
       wait
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S132_ROUNDS:-1 2} TREES="split=.,CADENCE_GEMM64_SPLIT=1 ${TREES:-}" \
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${S133_ROUNDS:-1 2} TREES="mb2=.,CADENCE_GEMM64_MIN_BLOCKS=2 ${TREES:-}" \
         bash "$0" walkab
-      CADENCE_GEMM64_SPLIT=1 timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
-        --batches 64 --json "$OUT/stamps_132.json" 2>&1 | quiet | tail -11 ;;
+      timeout -k 10 -s INT 200 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
+        --batches 1,64,256 --graph-buckets 1,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 \
+        --codec-frames 1 --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/walks_133.json" 2>&1 | quiet | tail -9 ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \

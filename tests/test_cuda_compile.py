@@ -53,12 +53,6 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
             cuda_gemm64.SOURCE,
             dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), ablate=3).defines,
         ),
-        "gemm64 o split over K (perf-notes #132)": (
-            cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(1024, 2048, 64, split_k=4).defines),
-        "gemm64 down split over K, traced": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(1024, 3072, 64, split_k=4), stamp=True).defines,
-        ),
         "gemm64 qkv 4x2 warps, 16 steps in flight": (
             cuda_gemm64.SOURCE,
             dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), warp_ks=2, batch=16).defines,

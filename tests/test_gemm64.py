@@ -39,14 +39,6 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
     assert plans["qkv"].smem == 32 * (1024 + 32) * 2 + 16
     assert plans["gate_up"].smem == 2 * 24 * (1024 + 32) * 2 + 16
     assert gemm64_plan(1024, 2048, 64) is None and gemm64_plan(1024, 3072, 64) is None
-    # o and down split over K in 4 (perf-notes #132): 33 slabs of 32 rows, 4 CTAs each, a K share of
-    # 512 or 768; SwiGLU and shares off the 128 grid have none
-    o, down = gemm64_plan(1024, 2048, 64, split_k=4), gemm64_plan(1024, 3072, 64, split_k=4)
-    assert (o.grid, o.rows_per_cta, o.k_share) == (132, 32, 512) and down.k_share == 768
-    assert o.smem == 32 * (512 + 32) * 2 + 16 and down.smem == 32 * (768 + 32) * 2 + 16
-    assert ("K", 512) in o.defines and ("SPLIT", 4) in o.defines
-    assert gemm64_plan(3072, 2048, 64, swiglu=True, split_k=4) is None
-    assert gemm64_plan(1024, 2048, 64, split_k=3) is None
     assert gemm64_plan(4096, 1024, 65) is None and gemm64_plan(4096, 1000, 64) is None
 
 
@@ -80,26 +72,6 @@ def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
     monkeypatch.setattr(cuda_gemm64, "ENABLED", cuda_gemm64._shapes_switch(cuda_gemm64.DEFAULT_SHAPES))
     assert cuda_gemm64.route(fake_cuda, w) is None  # the default: gate/up (SwiGLU) only
     assert cuda_gemm64.route(fake_cuda, gate_up, swiglu=True) == gemm64_plan(3072, 1024, 64, swiglu=True)
-
-
-def test_route_partials_takes_o_and_down_only_when_switched_on(monkeypatch):
-    """CADENCE_GEMM64_SPLIT (perf-notes #132) sends the split-K GEMMs' partials at 33-64 bf16 rows
-    on a Hopper GPU here; off by default."""
-    w = torch.zeros(1024, 2048, dtype=torch.bfloat16)
-    fake_cuda = type("X", (), {"shape": (64, 2048), "dtype": torch.bfloat16, "device": torch.device("cuda", 0)})()
-    monkeypatch.setattr(cuda_gemm64, "gemm64_supported", lambda device: True)
-    monkeypatch.setattr(cuda_gemm64, "ctas_for", lambda device: 132)
-    monkeypatch.setattr(cuda_gemm64, "SPLIT_K", False)
-    assert cuda_gemm64.route_partials(fake_cuda, w, 4) is None
-    monkeypatch.setattr(cuda_gemm64, "SPLIT_K", True)
-    assert cuda_gemm64.route_partials(fake_cuda, w, 4) == gemm64_plan(1024, 2048, 64, split_k=4)
-    assert cuda_gemm64.route_partials(fake_cuda, w, 1) is None
-    short = type("X", (), {"shape": (16, 2048), "dtype": torch.bfloat16, "device": fake_cuda.device})()
-    assert cuda_gemm64.route_partials(short, w, 4) is None
-    assert cuda_gemm64.route_partials(torch.zeros(64, 2048, dtype=torch.bfloat16), w, 4) is None  # on the CPU
-    with pytest.raises(ValueError, match="partials"):
-        x = torch.zeros(64, 2048, dtype=torch.bfloat16)
-        cuda_gemm64.gemm64_linear(x, w, gemm64_plan(1024, 2048, 64, split_k=4))
 
 
 def test_gemm64_linear_refuses_what_does_not_fit_its_plan():
@@ -157,27 +129,6 @@ def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, warp_ks)
 
 
 @needs_gxx
-@pytest.mark.parametrize("m,k,split_k", [(64, 512, 4), (48, 512, 2), (5, 768, 2)])
-def test_gemm64_split_k_partials_on_the_cpu(tmp_path, m, k, split_k):
-    """With split_k (perf-notes #132: o and down) the CTAs of an output slab each take a K share
-    and store its fp32 partials [split_k, m, n]: each the product of that share of x and of the
-    weight, and their sum in split order the whole product."""
-    n = 40
-    plan = Gemm64Plan(n, k, m, False, rows_per_cta=12, split_k=split_k)
-    assert plan.grid == 4 * split_k and plan.k_share == k // split_k
-    x, w = _case(torch.Generator().manual_seed(m + k + split_k), m, n, k, False)
-    args = blob(x) + blob(w) + struct.pack("<qqq", plan.n, plan.grid, plan.smem)
-    out, _ = split_stamps(emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args), plan.grid)
-    parts = torch.frombuffer(bytearray(out), dtype=torch.float32).view(split_k, m, n)
-    share = k // split_k
-    for s in range(split_k):
-        want = x[:, s * share : (s + 1) * share].float() @ w[:, s * share : (s + 1) * share].float().T
-        assert (parts[s] - want).abs().max() <= 1e-4 * want.abs().max()
-    full = x.float() @ w.float().T
-    assert (parts.sum(0) - full).abs().max() <= 1e-4 * full.abs().max()
-
-
-@needs_gxx
 def test_gemm64_ablation_without_the_sums_stores_each_warps_dots(tmp_path):
     """benchmarks/gemm64.py's ablation 3 (the K shares' sums left out, to time the loop without its
     tail): each warp stores its own share of the outputs it owns, so with one share (4 x 1 warps)
@@ -230,35 +181,6 @@ def test_gemm64_linear_matches_the_definition(m, n, k, swiglu):
     ref = _reference(x, w, swiglu)
     assert y.shape == (m, n) and torch.isfinite(y).all()
     assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
-
-
-@pytest.mark.parametrize("m", [33, 64])
-@pytest.mark.parametrize("n,k", [(1024, 2048), (1024, 3072)])
-@pytest.mark.gpu
-@needs_hopper
-def test_gemm64_partials_and_their_norm_match_the_triton_split(m, n, k):
-    """o and down split over K in 4 (perf-notes #132): the partials add up to the definition, and
-    the norm after them (triton_ops.linear_rms_norm with the switch on) is within a bf16 rounding
-    step of the split-K Triton tiles' (each share's dots add in another order)."""
-    from cadence.kernels import triton_ops
-
-    plan = gemm64_plan(n, k, m, split_k=4)
-    x, w = _case(torch.Generator(device="cuda").manual_seed(n + k + m), m, n, k, False, device="cuda")
-    parts = cuda_gemm64.gemm64_partials(x, w, plan)
-    ref = _reference(x, w, False)
-    assert parts.shape == (4, m, n) and (parts.sum(0) - ref).abs().max() <= 1e-2 * ref.abs().max()
-    residual = torch.randn(m, n, device="cuda").to(torch.bfloat16)
-    norm_w = (1 + torch.randn(n, device="cuda") / 10).to(torch.bfloat16)
-    previous = cuda_gemm64.SPLIT_K
-    try:
-        runs = []
-        for switch in (False, True):
-            cuda_gemm64.SPLIT_K = switch
-            runs.append(triton_ops.linear_rms_norm(x, w, norm_w, 1e-6, residual))
-    finally:
-        cuda_gemm64.SPLIT_K = previous
-    for triton_out, cuda_out in zip(*runs, strict=True):
-        assert (cuda_out.float() - triton_out.float()).abs().max() <= 2e-2 * triton_out.float().abs().max()
 
 
 @pytest.mark.gpu

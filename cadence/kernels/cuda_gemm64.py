@@ -77,11 +77,6 @@ ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", DEFAULT_SHAPES))
 BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "8"))
 MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "1"))
 PADDED = os.environ.get("CADENCE_GEMM64_PADDED", "1") == "1"  # a copy a padded row, or one a slab
-# Experiment switch (perf-notes #132): o and down (K 2048, 3072; split over K in 4 at 33-64 rows) on
-# this kernel too, each CTA a K share of an output slab (32 KB or 48 KB of weights instead of the
-# Triton tiles' ~100-150 KB of stages, so that the GEMM after their norm fits beside them and starts
-# its copy early), its fp32 partials added by the norm kernel as the Triton split-K tiles' are.
-SPLIT_K = os.environ.get("CADENCE_GEMM64_SPLIT", "0") == "1"
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -91,8 +86,7 @@ def _ceil_div(a: int, b: int) -> int:
 @dataclass(frozen=True)
 class Gemm64Plan:
     """One instance of the kernel and its launch: y [m, n] from an [n, k] weight (SwiGLU: [2n, k],
-    y = silu(x @ gate^T) * (x @ up^T)), `rows_per_cta` weight rows (of each) a CTA; with split_k > 1
-    the fp32 partials [split_k, m, n] of the K shares, split_k CTAs an output slab."""
+    y = silu(x @ gate^T) * (x @ up^T)), `rows_per_cta` weight rows (of each) a CTA."""
 
     n: int
     k: int
@@ -107,12 +101,6 @@ class Gemm64Plan:
     padded: bool = PADDED
     ctas: int = 0
     warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps), 2 (4 x 2) or 1 (4 x 1)
-    split_k: int = 1  # CTAs an output slab, each a K share (fp32 partials out)
-
-    @property
-    def k_share(self) -> int:
-        """K a CTA's dots cover."""
-        return self.k // self.split_k
 
     @property
     def threads(self) -> int:
@@ -122,7 +110,7 @@ class Gemm64Plan:
 
     @property
     def grid(self) -> int:
-        return self.ctas or _ceil_div(self.n, self.rows_per_cta) * self.split_k
+        return self.ctas or -(-self.n // self.rows_per_cta)
 
     @property
     def smem(self) -> int:
@@ -130,7 +118,7 @@ class Gemm64Plan:
         The sums: per warp row and part (a warp's share of the row's outputs), each K share's floats
         a lane (the kernel's share_at)."""
         pair = 2 if self.swiglu else 1
-        slab = pair * self.rows_per_cta * (self.k_share + (PAD if self.padded else 0)) * 2
+        slab = pair * self.rows_per_cta * (self.k + (PAD if self.padded else 0)) * 2
         warp_rows = self.threads // 32 // self.warp_ks
         m16_tiles_a_warp = _ceil_div(_ceil_div(self.m, 16), warp_rows)
         units = m16_tiles_a_warp * _ceil_div(self.rows_per_cta, 8) * 4  # a lane's outputs
@@ -140,8 +128,7 @@ class Gemm64Plan:
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (
-            ("K", self.k_share),
-            ("SPLIT", self.split_k),
+            ("K", self.k),
             ("M", self.m),
             ("PAIR", 2 if self.swiglu else 1),
             ("ROWS", self.rows_per_cta),
@@ -158,21 +145,17 @@ class Gemm64Plan:
     @property
     def steps_in_flight(self) -> int:
         """`batch`, or the largest divisor of a warp's K steps (K / 128) below it."""
-        steps = self.k_share // (32 * self.warp_ks)
+        steps = self.k // (32 * self.warp_ks)
         return max(b for b in range(1, min(self.batch, steps) + 1) if steps % b == 0)  # fmt: skip
 
 
-def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132, split_k: int = 1) -> Gemm64Plan | None:
-    """The kernel's plan for this GEMM over `ctas` CTAs (the GPU's SMs: route passes its count; with
-    split_k, the most CTAs that are a multiple of it), or None where it does not apply: more than 64
-    rows, a K share not a multiple of 128 or above MAX_K, SwiGLU with split K, a slab over
-    SMEM_LIMIT."""
-    share, slabs = k // split_k, ctas // split_k
-    if not 1 <= m <= MAX_ROWS or k % split_k or share % 128 or share > MAX_K or slabs > n or slabs < 1:
+def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132) -> Gemm64Plan | None:
+    """The kernel's plan for this GEMM over `ctas` CTAs (the GPU's SMs: route passes its count), or
+    None where it does not apply: more than 64 rows, K not a multiple of 128 or above MAX_K, a slab
+    over SMEM_LIMIT."""
+    if not 1 <= m <= MAX_ROWS or k % 128 or k > MAX_K or ctas > n:
         return None
-    if split_k > 1 and swiglu:
-        return None
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=_ceil_div(n, slabs), ctas=slabs * split_k, split_k=split_k)
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=-(-n // ctas), ctas=ctas)
     return plan if plan.smem <= SMEM_LIMIT else None
 
 
@@ -198,19 +181,6 @@ def route(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> Gemm64
     return gemm64_plan(weight.shape[0] // 2 if swiglu else weight.shape[0], k, m, swiglu, ctas_for(x.device))
 
 
-def route_partials(x: torch.Tensor, weight: torch.Tensor, split_k: int) -> Gemm64Plan | None:
-    """The plan for x @ weight^T's fp32 partials over split_k K shares where CADENCE_GEMM64_SPLIT
-    sends them here (o and down, perf-notes #132), else None (the split-K Triton tiles)."""
-    m, k = x.shape
-    if not SPLIT_K or split_k < 2 or not MIN_ROWS <= m <= MAX_ROWS:
-        return None
-    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
-        return None
-    if x.device.type != "cuda" or not gemm64_supported(x.device):
-        return None
-    return gemm64_plan(weight.shape[0], k, m, ctas=ctas_for(x.device), split_k=split_k)
-
-
 @functools.cache
 def ctas_for(device: torch.device) -> int:
     """CTAs a GEMM on `device`: CADENCE_GEMM64_CTAS, or its SMs."""
@@ -234,30 +204,13 @@ def registers(plan: Gemm64Plan) -> tuple[int, int]:
 
 def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:
     """x @ weight^T (plan.swiglu: silu(x @ gate^T) * (x @ up^T) for weight = [gate; up]), [m, n]."""
-    if plan.split_k > 1:
-        raise ValueError("a split-K plan gives partials: gemm64_partials")
-    y = torch.empty(x.shape[0], plan.n, dtype=x.dtype, device=x.device)
-    _launch_plan(x, weight, plan, y)
-    return y
-
-
-def gemm64_partials(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:
-    """The fp32 partials of x @ weight^T over plan.split_k K shares, [split_k, m, n], for the norm
-    kernel to add in split order (triton_ops.linear_rms_norm)."""
-    if plan.split_k < 2:
-        raise ValueError("partials need a split K (split_k >= 2)")
-    parts = torch.empty(plan.split_k, x.shape[0], plan.n, dtype=torch.float32, device=x.device)
-    _launch_plan(x, weight, plan, parts)
-    return parts
-
-
-def _launch_plan(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan, y: torch.Tensor) -> None:
     m, k = x.shape
     if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
     if not weight.is_contiguous():
         raise ValueError("the weight must be contiguous (its rows are bulk-copied)")
     x = x.contiguous()
+    y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
     stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
     from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch  # here: triton is a GPU machine's package
 
@@ -265,3 +218,4 @@ def _launch_plan(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan, y: tor
     plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
     args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
     launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
+    return y

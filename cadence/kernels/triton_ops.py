@@ -124,8 +124,7 @@ def linear_rms_norm(
     tiles = linear_tiles(x, weight, force)
     if tiles is None or tiles.split_k == 1 or not SPLIT_K_IN_NORM or residual is None:
         return rms_norm(linear(x, weight, force=force), norm_weight, eps, residual)
-    plan = cuda_gemm64.route_partials(x, weight, tiles.split_k)  # CADENCE_GEMM64_SPLIT (#132)
-    parts = cuda_gemm64.gemm64_partials(x, weight, plan) if plan else skinny_linear_partials(x, weight, tiles)
+    parts = skinny_linear_partials(x, weight, tiles)
     out = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype, device=x.device)
     total = torch.empty_like(out)
     _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total)

@@ -25,11 +25,7 @@
 // ends ~1.5 us after the median.
 //
 // Compiled at run time by NVRTC with these macros prepended (cuda_gemm64.py):
-//   K      a CTA's share of the input width (a multiple of 128)   M   activation rows (1-64)
-//   SPLIT  CTAs that share an output slab, each a K share (default 1). Above 1 (#132: o and down,
-//          K 2048 and 3072, in 4 shares) the kernel stores fp32 partials [SPLIT, M, n] for the norm
-//          after it to add in split order (triton_ops.linear_rms_norm), as the split-K Triton tiles do
-//   KX     x's and w's row length (SPLIT x K)
+//   K      the input width (a multiple of 128)    M        activation rows (1-64)
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
 //   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
@@ -52,15 +48,6 @@
 #ifndef ABLATE
 #define ABLATE 0
 #endif
-
-#ifndef SPLIT
-#define SPLIT 1
-#endif
-#ifndef KX
-#define KX (SPLIT * K)
-#endif
-static_assert(KX == SPLIT * K, "x's rows are the SPLIT shares of K");
-static_assert(SPLIT == 1 || (PAIR == 1 && PADDED), "split K: plain GEMMs, a copy a weight row");
 
 #ifndef WARP_KS
 #define WARP_KS 4  // K's shares a CTA's warps split (their sums meet in shared memory)
@@ -101,7 +88,7 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
     for (int h = 0; h < 2; ++h) {
       const int r = (wr * MTW + i) * 16 + h * 8 + g;
       has[i][h] = r < M;
-      xrow[i][h] = reinterpret_cast<const uint4*>(x) + (size_t)(has[i][h] ? r : 0) * (KX / 8);
+      xrow[i][h] = reinterpret_cast<const uint4*>(x) + (size_t)(has[i][h] ? r : 0) * (K / 8);
     }
   const uint4* wrow[NT];  // this lane's weight row of each tile (past the CTA's last: its last)
 #pragma unroll
@@ -149,12 +136,11 @@ __device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, i
   return reinterpret_cast<float*>(smem) + (((size_t)(wr * WARP_KS + p) * WARP_KS + q) * (UPP * PAIR) + j) * 32 + lane;
 }
 
-// x [M, KX] (rows contiguous); w [PAIR * n, KX]; out: y [M, n] bf16, or with SPLIT > 1 the fp32
-// partials [SPLIT, M, n]; n / (gridDim.x / SPLIT) weight rows (outputs) a CTA, at most ROWS, and
-// CTA b the K share b % SPLIT of the outputs' slab b / SPLIT.
+// x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
+// at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier.
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-    slab_gemm64_kernel(const u16* x, const u16* w, void* out, int n STAMP_PARAMS) {
+    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
   [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
   constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_ROWS * WARP_KS * WARP_KS * UPP * PAIR * 32 * 4;
@@ -164,10 +150,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // This CTA's outputs: the n split evenly over the grid (at most ROWS each), so that the grid can be
   // one CTA an SM whatever n (cuda_gemm64.ctas_for).
-  const int slabs = gridDim.x / SPLIT, slab = blockIdx.x / SPLIT, split = blockIdx.x % SPLIT;
-  const int n0 = (int)((i64)slab * n / slabs), mine = (int)((i64)(slab + 1) * n / slabs) - n0;
-  x += (size_t)split * K;  // this CTA's share of K, of x's rows and of the weight rows
-  w += (size_t)split * K;
+  const int n0 = (int)((i64)blockIdx.x * n / gridDim.x), mine = (int)((i64)(blockIdx.x + 1) * n / gridDim.x) - n0;
   if (TRIGGER_FIRST) pdl_trigger();
   if (warp == 0) {  // the slab, on its way before the wait (weights are never written)
     const unsigned bytes = ABLATE == 2 ? 0u : (unsigned)(PAIR * mine * K * 2);
@@ -180,10 +163,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     if (bytes && PADDED) {  // a copy a row
       for (int r = lane; r < PAIR * mine; r += 32) {
         const int p = r / mine, row = r % mine;
-        bulk_load_once(ws + (size_t)(p * ROWS + row) * LD, w + ((size_t)p * n + n0 + row) * KX, K * 2, bar);
+        bulk_load_once(ws + (size_t)(p * ROWS + row) * LD, w + ((size_t)p * n + n0 + row) * K, K * 2, bar);
       }
     } else if (bytes && lane < PAIR) {  // a copy a slab (gate's, up's)
-      bulk_load_once(ws + (size_t)lane * ROWS * LD, w + ((size_t)lane * n + n0) * KX, bytes / PAIR, bar);
+      bulk_load_once(ws + (size_t)lane * ROWS * LD, w + ((size_t)lane * n + n0) * K, bytes / PAIR, bar);
     }
   }
   [[maybe_unused]] const i64 t_ahead = STAMP ? (i64)global_ns() : 0;
@@ -234,9 +217,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
       const int i = u / (TILES * 4), t = u / 4 % TILES, e = u % 4;  // D's rows g, g + 8; columns 2c, 2c + 1
       const int r = (wr * MTW + i) * 16 + g + e / 2 * 8, col = t * 8 + 2 * c + e % 2;
-      if (r >= M || col >= mine) continue;
-      if (SPLIT > 1) static_cast<float*>(out)[((size_t)split * M + r) * n + n0 + col] = v[0];
-      else static_cast<u16*>(out)[(size_t)r * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
+      if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
     }
   }
 #if STAMP
