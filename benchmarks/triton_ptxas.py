@@ -31,11 +31,40 @@ from triton.compiler import ASTSource
 
 from cadence.kernels import triton_attention, triton_linear, triton_sampler
 
+# The argument types the kernels are launched with (bf16 activations and cache).
+ATTENTION_TYPES = {
+    "q_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "bt_ptr": "*i32", "ctx_ptr": "*i64", "m_ptr": "*fp32",
+    "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": "*bf16", "scale": "fp32", "bt_stride": "i32", "num_pages": "i32",
+    "qn_ptr": "*bf16", "kn_ptr": "*bf16", "cos_ptr": "*bf16", "sin_ptr": "*bf16", "pos_ptr": "*i64",
+    "slot_ptr": "*i64", "eps": "fp32", "stamp_ptr": "*i64", "stamp_row": "i32",
+}  # fmt: skip
+LINEAR_TYPES = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32",
+                "stamp_ptr": "*i64", "stamp_row": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
+
 
 def ptxas_report(
     fn, types: dict[str, str], constexprs: dict[str, object], warps: int, arch: int, stages: int = 3
 ) -> str:
     """Compile `fn` (a @triton.jit function) for sm_{arch}a and return ptxas's register/spill line."""
+    kernel, stderr = compile_with_ptxas(fn, types, constexprs, warps, arch, stages)
+    lines = [line.split("info    : ")[-1].strip() for line in stderr.splitlines()]
+    report = "; ".join(line for line in lines if "registers" in line or "spill" in line)
+    # A software-pipelined loop's wait: num = 0 means no copy stays in flight while a step computes
+    waits = re.findall(r"ttg.async_wait[^{]*\{num = (\d+)", kernel.asm["ttgir"])
+    return report + (f"; async_wait num {', '.join(waits)}" if waits else "")
+
+
+def compile_with_ptxas(
+    fn,
+    types: dict[str, str],
+    constexprs: dict[str, object],
+    warps: int,
+    arch: int,
+    stages: int = 3,
+    max_registers: int = 0,
+) -> tuple[object, str]:
+    """`fn` (a @triton.jit function) compiled for sm_{arch}a (a thread's registers capped at
+    `max_registers` where it is set: Triton's maxnreg), and ptxas -v's report of its PTX."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
     # The hint the JIT gives every 16-byte-aligned tensor argument at launch: without it Triton may
@@ -45,7 +74,8 @@ def ptxas_report(
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in pointers}
     src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)  # fmt: skip
-    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps, "num_stages": stages})
+    options = {"num_warps": warps, "num_stages": stages, **({"maxnreg": max_registers} if max_registers else {})}
+    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))[0]
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "k.ptx")
@@ -53,11 +83,7 @@ def ptxas_report(
             f.write(kernel.asm["ptx"])
         run = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}a", ptx, "-o", ptx + ".cubin"],
                              capture_output=True, text=True, check=True)  # fmt: skip
-    lines = [line.split("info    : ")[-1].strip() for line in run.stderr.splitlines()]
-    report = "; ".join(line for line in lines if "registers" in line or "spill" in line)
-    # A software-pipelined loop's wait: num = 0 means no copy stays in flight while a step computes
-    waits = re.findall(r"ttg.async_wait[^{]*\{num = (\d+)", kernel.asm["ttgir"])
-    return report + (f"; async_wait num {', '.join(waits)}" if waits else "")
+    return kernel, run.stderr
 
 
 def main() -> None:
@@ -66,14 +92,7 @@ def main() -> None:
     ap.add_argument("--warps", type=int, nargs="+", default=[4], help="num_warps to compile with (default 4)")
     args = ap.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    ptr = "*bf16"
-    types = {
-        "q_ptr": ptr, "kc_ptr": ptr, "vc_ptr": ptr, "bt_ptr": "*i32", "ctx_ptr": "*i64", "m_ptr": "*fp32",
-        "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": ptr, "scale": "fp32", "bt_stride": "i32", "num_pages": "i32",
-        "qn_ptr": ptr,
-        "kn_ptr": ptr, "cos_ptr": ptr, "sin_ptr": ptr, "pos_ptr": "*i64", "slot_ptr": "*i64", "eps": "fp32",
-        "stamp_ptr": "*i64", "stamp_row": "i32",
-    }  # fmt: skip
+    ptr, types = "*bf16", ATTENTION_TYPES
     # Another Triton version (the GPU machine's) may allocate differently: read it as a warning sign.
     print(f"Triton {triton.__version__}, sm_{args.arch}a; paged attention, GQA 16/8 x 128, bf16 cache, 16-token pages")
     for warps in args.warps:
@@ -85,8 +104,7 @@ def main() -> None:
                 report = ptxas_report(triton_attention._paged_attention_kernel, types, consts, warps, args.arch)
                 print(f"  {'fused' if fused else 'plain'} splits {splits:>2} block {block:>3} stages {stages} "
                       f"warps {warps}: {report}")  # fmt: skip
-    linear_types = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "part_ptr": "*fp32", "count_ptr": "*i32",
-                    "stamp_ptr": "*i64", "stamp_row": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
+    linear_types = LINEAR_TYPES
     print("weight-streaming GEMM (skinny_tiles) on the 0.6B's decode shapes, bf16")
     for rows in (16, 32, 64):
         for n, k, swiglu in ((4096, 1024, False), (1024, 2048, False), (6144, 1024, True), (1024, 3072, False),

@@ -76,13 +76,35 @@ def test_gemm64_tile_overrides_parse_and_reject_typos():
     ignored setting."""
     from cadence.kernels.triton_linear import SkinnyTiles, parse_tile_overrides
 
-    parsed = parse_tile_overrides("4096x1024=32:256:4:4:1+1024x3072=32:256:8:3:4+6144x1024=cublas")
+    parsed = parse_tile_overrides("4096x1024=32:256:4:4:1+1024x3072=32:256:8:3:4:160+6144x1024=cublas")
     assert parsed == {(4096, 1024): SkinnyTiles(32, 256, 4, 4, 1, block_m=64),
-                      (1024, 3072): SkinnyTiles(32, 256, 8, 3, 4, block_m=64), (6144, 1024): None}  # fmt: skip
+                      (1024, 3072): SkinnyTiles(32, 256, 8, 3, 4, block_m=64, max_registers=160),
+                      (6144, 1024): None}  # fmt: skip
     assert parse_tile_overrides("") == {}
-    for bad in ("4096x1024=32:256:4:4", "4096=32:256:4:4:1", "4096x1024:32:256:4:4:1"):
+    for bad in ("4096x1024=32:256:4:4", "4096=32:256:4:4:1", "4096x1024:32:256:4:4:1", "4096x1024=32:256:4:4:1:2:3"):
         with pytest.raises(ValueError, match="NxK=BN:BK:WARPS:STAGES:SPLIT"):
             parse_tile_overrides(bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+def test_tiles_with_a_register_cap_compute_the_product(ops, dtype):
+    """max_registers (perf-notes #134; CADENCE_GEMM64_TILES' sixth field) caps a thread's registers
+    (Triton's maxnreg) so that the next kernels' CTAs fit beside a 64-row tile's: o's split-K tile
+    at 40 rows, its partials added by its last program and by the norm kernel, within rounding of
+    the uncapped tile's (a GPU may allocate and contract otherwise: not bit for bit)."""
+    from cadence.kernels.triton_linear import SkinnyTiles, skinny_linear, skinny_linear_partials
+
+    tri, _ = ops
+    g = torch.Generator(device=DEV).manual_seed(14)
+    x = torch.randn(40, 2048, device=DEV, generator=g).to(dtype)
+    w = (torch.randn(1024, 2048, device=DEV, generator=g) / 2048**0.5).to(dtype)
+    plain = SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
+    capped = SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64, max_registers=160)
+    want = skinny_linear(x, w, plain).float()
+    got = skinny_linear(x, w, capped).float()
+    assert (got - want).abs().max() <= tol(dtype) * 2 * want.abs().max()
+    parts = skinny_linear_partials(x, w, capped)[:, :40]
+    assert (parts.sum(0) - want).abs().max() <= tol(dtype) * 2 * want.abs().max()
 
 
 @pytest.mark.gpu  # the stamps are inline PTX: no interpreter

@@ -107,10 +107,10 @@ SKINNY_MAX_ROWS = 16
 
 
 def parse_tile_overrides(text: str) -> dict[tuple[int, int], SkinnyTiles | None]:
-    """`NxK=BN:BK:WARPS:STAGES:SPLIT+...` (the experiment switch CADENCE_GEMM64_TILES, perf-notes
-    #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py found;
-    `NxK=cublas`: cuBLAS for that weight; `+` between shapes, since h200.sh walkab splits a tree's
-    variables at commas)."""
+    """`NxK=BN:BK:WARPS:STAGES:SPLIT[:MAXNREG]+...` (the experiment switch CADENCE_GEMM64_TILES,
+    perf-notes #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py
+    found; MAXNREG caps a thread's registers, #134; `NxK=cublas`: cuBLAS for that weight; `+`
+    between shapes, since h200.sh walkab splits a tree's variables at commas)."""
     overrides: dict[tuple[int, int], SkinnyTiles | None] = {}
     for item in filter(None, (part.strip() for part in text.split("+"))):
         try:
@@ -119,18 +119,25 @@ def parse_tile_overrides(text: str) -> dict[tuple[int, int], SkinnyTiles | None]
             if spec == "cublas":
                 overrides[(n, k)] = None
                 continue
-            block_n, block_k, warps, stages, split_k = (int(v) for v in spec.split(":"))
+            values = [int(v) for v in spec.split(":")]
+            if len(values) not in (5, 6):
+                raise ValueError
         except ValueError:
-            raise ValueError(f"CADENCE_GEMM64_TILES: {item!r} is not NxK=BN:BK:WARPS:STAGES:SPLIT") from None
-        overrides[(n, k)] = SkinnyTiles(block_n, block_k, warps, stages, split_k, block_m=64)
+            raise ValueError(f"CADENCE_GEMM64_TILES: {item!r} is not NxK=BN:BK:WARPS:STAGES:SPLIT[:MAXNREG]") from None
+        block_n, block_k, warps, stages, split_k, *cap = values
+        overrides[(n, k)] = SkinnyTiles(block_n, block_k, warps, stages, split_k, block_m=64,
+                                        max_registers=cap[0] if cap else 0)  # fmt: skip
     return overrides
 
 
 @dataclass(frozen=True)
 class SkinnyTiles:
     """Launch choices of the weight-streaming GEMM: weight rows per program, K per loop step,
-    warps, pipeline stages, how many programs share one slab's K (split-K), and the activation
-    rows one program holds (the most rows a call may have; `linear` routes up to 16 here)."""
+    warps, pipeline stages, how many programs share one slab's K (split-K), the activation rows
+    one program holds (the most rows a call may have; `linear` routes up to 16 here), and a cap on a
+    thread's registers (0: Triton's and ptxas's choice; an experiment, perf-notes #134: at 64 rows
+    the tiles take 255 a thread, 32 K a program, and no kernel after the norm that follows them fits
+    beside them on an SM)."""
 
     block_n: int = 32
     block_k: int = 256
@@ -138,6 +145,7 @@ class SkinnyTiles:
     stages: int = 3
     split_k: int = 1
     block_m: int = SKINNY_MAX_ROWS
+    max_registers: int = 0
 
 
 def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
@@ -266,6 +274,7 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
         K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
         REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
+        **({"maxnreg": tiles.max_registers} if tiles.max_registers else {}),
     )  # fmt: skip
 
 
