@@ -73,7 +73,8 @@ ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", DEFAULT_SHAPES))
 # Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (a divisor of
 # K / 128; 8, all of a warp's quarter at K = 1024, took the walk's qkv loop 3.75 -> 2.75 us against
 # 4), and CTAs an SM must hold (2: at most 128 registers a thread, so that the next GEMM's CTAs fit
-# beside; that was slower after a norm than 1).
+# beside; that was slower after a norm than 1, and gate/up at 128 walks b64 +0.25 ms, perf-notes
+# #133: beside o's 32 K registers and a norm's 8 K it still does not fit, #134).
 BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "8"))
 MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "1"))
 PADDED = os.environ.get("CADENCE_GEMM64_PADDED", "1") == "1"  # a copy a padded row, or one a slab
@@ -110,7 +111,7 @@ class Gemm64Plan:
 
     @property
     def grid(self) -> int:
-        return self.ctas or -(-self.n // self.rows_per_cta)
+        return self.ctas or _ceil_div(self.n, self.rows_per_cta)
 
     @property
     def smem(self) -> int:
@@ -123,7 +124,7 @@ class Gemm64Plan:
         m16_tiles_a_warp = _ceil_div(_ceil_div(self.m, 16), warp_rows)
         units = m16_tiles_a_warp * _ceil_div(self.rows_per_cta, 8) * 4  # a lane's outputs
         sums = warp_rows * self.warp_ks * self.warp_ks * _ceil_div(units, self.warp_ks) * pair * 32 * 4
-        return -(-max(slab, sums) // 16) * 16 + 16
+        return _ceil_div(max(slab, sums), 16) * 16 + 16
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
@@ -155,7 +156,7 @@ def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132) -
     over SMEM_LIMIT."""
     if not 1 <= m <= MAX_ROWS or k % 128 or k > MAX_K or ctas > n:
         return None
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=-(-n // ctas), ctas=ctas)
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=_ceil_div(n, ctas), ctas=ctas)
     return plan if plan.smem <= SMEM_LIMIT else None
 
 

@@ -33,7 +33,8 @@
 //            its m16 tile's outputs over all of K, no sums). Both walk ~0.35 ms slower (#127, #128):
 //            with one m16 tile a warp, each slab fragment read from shared memory feeds one tile
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
-//               so that the next GEMM's CTAs fit beside this one's and start their copies early
+//               so that more fits beside this one's CTAs (at gate/up not enough to let it start beside
+//               o's and a norm's: perf-notes #133, #134)
 //   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
 //          out (the dots read whatever shared memory holds), 3: the K shares' sums left out (each
 //          warp stores its own share of the outputs it owns): wrong results, for benchmarks/gemm64.py to
