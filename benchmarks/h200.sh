@@ -246,6 +246,18 @@ for phase in "$@"; do
       timeout -k 10 -s INT 200 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,64,256 --graph-buckets 1,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 \
         --codec-frames 1 --steps 20 --warmup 5 --kv-gb 40 --json "$OUT/walks_133.json" 2>&1 | quiet | tail -9 ;;
+    cap134)  # perf-notes #134, the next session's first call: b64 walks with o and down capped at 160 registers a thread
+      # (`r160`), and o at 160 with down at 192 (`o160d192`: fewer spills in down, the same three kernels let in early,
+      # benchmarks/residency.py), against this tree; the cap's gpu test first, the stamps of `r160` last; CAP_ROUNDS ("1 2")
+      cap=1024x2048=32:256:4:3:4:160
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py -k register_cap \
+        2>&1 | tail -1
+      wait
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${CAP_ROUNDS:-1 2} TREES="r160=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160
+        o160d192=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:192 ${TREES:-}" bash "$0" walkab
+      CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160 timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py \
+        --model $full --stamps --batches 64 --json "$OUT/stamps_134.json" 2>&1 | quiet | tail -11 ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \
