@@ -107,15 +107,12 @@ def linear_cost(name: str, n: int, k: int, rows: int, stamped: bool) -> KernelCo
     """The 64-row Triton tiles of an [n, k] weight (skinny_tiles, with CADENCE_GEMM64_TILES' overrides),
     as the walk launches them: split-K ones store partials for the norm (no ticket)."""
     import triton
-    from triton_ptxas import LINEAR_TYPES
+    from triton_ptxas import LINEAR_TYPES, linear_constexprs
 
     from cadence.kernels import triton_linear
 
     tiles = triton_linear.skinny_tiles(n, k, rows)
-    k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
-    consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
-                  K_PER_SPLIT=k_per_split, SWIGLU=False, REDUCE=tiles.split_k == 1, USE_PDL=True,
-                  STAMP=stamped)  # fmt: skip
+    consts = linear_constexprs(k, tiles, swiglu=False, reduce=tiles.split_k == 1, stamp=stamped)
     grid = triton.cdiv(n, tiles.block_n) * tiles.split_k
     return triton_cost(name, grid, triton_linear._skinny_linear_kernel, LINEAR_TYPES, consts, tiles.warps,
                        tiles.stages, tiles.max_registers)  # fmt: skip

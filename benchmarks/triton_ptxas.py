@@ -42,6 +42,22 @@ LINEAR_TYPES = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "part_pt
                 "stamp_ptr": "*i64", "stamp_row": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
 
 
+def linear_constexprs(k: int, tiles, swiglu: bool, reduce: bool, stamp: bool = False) -> dict[str, object]:
+    """The weight-streaming GEMM's compile-time arguments for `tiles` (triton_linear._launch's)."""
+    return dict(
+        K=k,
+        BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k,
+        SPLIT_K=tiles.split_k,
+        K_PER_SPLIT=tiles.k_per_split(k),
+        SWIGLU=swiglu,
+        REDUCE=reduce,
+        USE_PDL=True,
+        STAMP=stamp,
+    )
+
+
 def ptxas_report(
     fn, types: dict[str, str], constexprs: dict[str, object], warps: int, arch: int, stages: int = 3
 ) -> str:
@@ -113,10 +129,7 @@ def main() -> None:
             if tiles is None:
                 print(f"  rows {rows:>2} {n:>4}x{k:<4}: cuBLAS")
                 continue
-            k_per_split = triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k
-            consts = dict(K=k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-                          SPLIT_K=tiles.split_k, K_PER_SPLIT=k_per_split, SWIGLU=swiglu, REDUCE=True,
-                          USE_PDL=True, STAMP=False)  # fmt: skip
+            consts = linear_constexprs(k, tiles, swiglu, reduce=True)
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
                                   tiles.stages)  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")

@@ -70,6 +70,17 @@ def test_linear_routes_by_shape_and_rows(ops):
     assert [skinny_tiles(n, 1024, 64).stages for n in (4096, 3072, 2048)] == [4, 4, 4]
 
 
+def test_a_split_covers_whole_k_steps():
+    """SkinnyTiles.k_per_split: a split program's share of K in whole steps (the kernel's K_PER_SPLIT;
+    the last program's share may run past K and is masked)."""
+    from cadence.kernels.triton_linear import SkinnyTiles
+
+    assert SkinnyTiles(block_k=256, split_k=4).k_per_split(2048) == 512
+    assert SkinnyTiles(block_k=256, split_k=4).k_per_split(3072) == 768
+    assert SkinnyTiles(block_k=256, split_k=3).k_per_split(1000) == 512  # 4 steps over 3 programs
+    assert SkinnyTiles(block_k=256).k_per_split(1024) == 1024
+
+
 def test_gemm64_tile_overrides_parse_and_reject_typos():
     """CADENCE_GEMM64_TILES (perf-notes #112, an experiment switch): `NxK=BN:BK:WARPS:STAGES:SPLIT`
     or `NxK=cublas` joined by '+'; anything else is an error that names the item, not a silently

@@ -147,6 +147,11 @@ class SkinnyTiles:
     block_m: int = SKINNY_MAX_ROWS
     max_registers: int = 0
 
+    def k_per_split(self, k: int) -> int:
+        """K one program of a split covers: its share of the K steps, whole steps."""
+        steps = -(-k // self.block_k)
+        return -(-steps // self.split_k) * self.block_k
+
 
 def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
     """Tiles of the weight-streaming GEMM for an [n, k] weight and `rows` activation rows, or None
@@ -272,7 +277,7 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
     _skinny_linear_kernel[grid](
         x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
-        K_PER_SPLIT=triton.cdiv(triton.cdiv(k, tiles.block_k), tiles.split_k) * tiles.block_k, SWIGLU=swiglu,
+        K_PER_SPLIT=tiles.k_per_split(k), SWIGLU=swiglu,
         REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
         **({"maxnreg": tiles.max_registers} if tiles.max_registers else {}),
     )  # fmt: skip
