@@ -118,16 +118,19 @@ def linear_cost(name: str, n: int, k: int, rows: int, stamped: bool) -> KernelCo
                        tiles.stages, tiles.max_registers)  # fmt: skip
 
 
-def walk_kernels(rows: int, sms: int, stamped: bool = False) -> dict[str, KernelCost]:
+def walk_kernels(rows: int, sms: int, stamped: bool = False, kv_prefetch: int = 0) -> dict[str, KernelCost]:
     """The kernels of a b64 talker and code-predictor layer (0.6B shapes), compiled for sm_90;
-    `stamped`: the builds `walk_timeline.py --stamps` runs (the norm has no stamps)."""
+    `stamped`: the builds `walk_timeline.py --stamps` runs (the norm has no stamps); `kv_prefetch`:
+    the norm pulling that many cached tokens a row into L2 (CADENCE_KV_PREFETCH, perf-notes #135)."""
     from triton_ptxas import ATTENTION_TYPES
 
     from cadence.kernels import cuda_attention, cuda_gemm64, triton_attention, triton_ops
 
     norm_types = {"x_ptr": "*fp32", "res_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "sum_ptr": "*bf16",
-                  "n_cols": "i32", "part_stride": "i32", "eps": "fp32"}  # fmt: skip
-    norm_consts = dict(HAS_RES=True, PARTS=4, BLOCK=1024, USE_PDL=True)
+                  "n_cols": "i32", "part_stride": "i32", "eps": "fp32", "kc_ptr": "*bf16", "vc_ptr": "*bf16",
+                  "bt_ptr": "*i64", "ctx_ptr": "*i64", "bt_stride": "i32", "num_pages": "i32"}  # fmt: skip
+    norm_consts = dict(HAS_RES=True, PARTS=4, BLOCK=1024, USE_PDL=True, KV_TOKENS=kv_prefetch, PS=16,
+                       KV_SLOTS=32 * triton_ops.PARTS_NORM_WARPS, TOKEN_ELEMS=8 * 128, EVICT_LAST=False)  # fmt: skip
     tiles = triton_attention.attention_tiles(rows)
     attention_consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=tiles.block_tokens, SPLITS=1, IEEE=False,
                             FUSED=True, STAGES=tiles.stages, PREFETCH=tiles.prefetch, USE_PDL=True,
@@ -158,10 +161,17 @@ def main() -> None:
     ap.add_argument("--sms", type=int, default=132, help="SMs of the GPU (an H200: 132)")
     ap.add_argument("--rows", type=int, default=64, help="decode rows (33-64: the trigger-first walk)")
     ap.add_argument("--stamped", action="store_true", help="the clock-stamped builds (walk_timeline.py --stamps)")
+    ap.add_argument(
+        "--kv-prefetch",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="the norms pulling each row's first TOKENS cached tokens into L2 (CADENCE_KV_PREFETCH)",
+    )
     args = ap.parse_args()
     if shutil.which("nvcc") is None:
         raise SystemExit("residency.py needs nvcc (the CUDA toolkit) for the CUDA kernels")
-    kernels = walk_kernels(args.rows, args.sms, args.stamped)
+    kernels = walk_kernels(args.rows, args.sms, args.stamped, args.kv_prefetch)
     import triton
 
     print(f"Triton {triton.__version__}, sm_90, {args.rows} rows, {args.sms} SMs; a CTA of each kernel takes:")

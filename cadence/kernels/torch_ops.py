@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
+from .kv_prefetch import KvPrefetch
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -19,9 +20,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(RMSNorm(x + residual) * weight, x + residual); residual None means just x."""
+    """(RMSNorm(x + residual) * weight, x + residual); residual None means just x. prefetch: the
+    Triton kernel's L2 hint (kv_prefetch.py), nothing to do here."""
     if residual is not None:
         x = x + residual
     x32 = x.float()
@@ -30,10 +36,15 @@ def rms_norm(
 
 
 def linear_rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor, eps: float, residual: torch.Tensor | None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None,
+    prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A projection and the residual-add + RMSNorm after it (a layer's o or down projection)."""
-    return rms_norm(linear(x, weight), norm_weight, eps, residual)
+    return rms_norm(linear(x, weight), norm_weight, eps, residual, prefetch)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

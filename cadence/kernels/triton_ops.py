@@ -14,6 +14,7 @@ import triton.language as tl
 
 from . import cuda_attention, cuda_gemm64
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
+from .kv_prefetch import KvPrefetch
 from .triton_attention import (
     AttentionTiles,
     attention_splits,
@@ -22,7 +23,17 @@ from .triton_attention import (
     paged_attention,
 )
 from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
-from .triton_launch import pdl_entry, pdl_launch, pdl_settings, pdl_trigger_first, trigger_first_for, use_pdl
+from .triton_launch import (
+    bulk_prefetch_l2,
+    pdl_entry,
+    pdl_launch,
+    pdl_settings,
+    pdl_trigger,
+    pdl_trigger_first,
+    pdl_wait,
+    trigger_first_for,
+    use_pdl,
+)
 from .triton_linear import (
     SKINNY_MAX_ROWS,
     SkinnyTiles,
@@ -48,11 +59,22 @@ __all__ = [
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_stride, eps, HAS_RES: tl.constexpr,
-                     PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
+                     PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr, kc_ptr=None, vc_ptr=None,
+                     bt_ptr=None, ctx_ptr=None, bt_stride=0, num_pages=1, KV_TOKENS: tl.constexpr = 0,
+                     KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1,
+                     EVICT_LAST: tl.constexpr = False):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
-    added in split order and rounded as the GEMM's own last program would: the same x, bit for bit."""
-    pdl_entry(USE_PDL)
+    added in split order and rounded as the GEMM's own last program would: the same x, bit for bit.
+
+    KV_TOKENS > 0 (kv_prefetch.py): before its wait for the kernel before, program `row` pulls the
+    first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's caches into L2, a page
+    of keys and one of values a thread (KV_SLOTS threads)."""
     row = tl.program_id(0)
+    pdl_trigger(USE_PDL)
+    if KV_TOKENS:
+        _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
+                           TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
+    pdl_wait(USE_PDL)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     if PARTS:
@@ -72,14 +94,45 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     tl.store(out_ptr + row * n_cols + cols, (w * normed).to(x.dtype), mask=mask)
 
 
+@triton.jit
+def kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.constexpr, SLOTS: tl.constexpr,
+                      PS: tl.constexpr):  # fmt: skip
+    """Slot i < SLOTS: page i of decode row `row` (its pool index, clamped inside the pool) and how
+    many of its tokens fall in the row's first min(context, TOKENS) (0: none, nothing to fetch).
+    The table and context may still be changing when read before the wait (a later page, a token
+    more): a guess that only costs bandwidth, never a wrong value."""
+    i = tl.arange(0, SLOTS)
+    ctx = tl.minimum(tl.load(ctx_ptr + row).to(tl.int32), TOKENS)
+    tokens = tl.minimum(tl.maximum(ctx - i * PS, 0), PS)
+    tokens = tl.where(i < bt_stride, tokens, 0)
+    page = tl.load(bt_ptr + row * bt_stride + i, mask=tokens > 0, other=0)
+    return tl.minimum(tl.maximum(page.to(tl.int64), 0), num_pages - 1), tokens
+
+
+@triton.jit
+def _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.constexpr,
+                       SLOTS: tl.constexpr, PS: tl.constexpr, TOKEN_ELEMS: tl.constexpr,
+                       EVICT_LAST: tl.constexpr):  # fmt: skip
+    page, tokens = kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS, SLOTS, PS)
+    offset = page * (PS * TOKEN_ELEMS)
+    nbytes = tokens * (TOKEN_ELEMS * kc_ptr.dtype.element_ty.primitive_bitwidth // 8)
+    bulk_prefetch_l2(kc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
+    bulk_prefetch_l2(vc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
+
+
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """prefetch: a layer's cached keys and values to pull into L2 for x's rows (decode rows), a hint."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
     out = torch.empty_like(x2)
     total = torch.empty_like(x2) if residual is not None else x2
-    _launch_rms_norm(x2, 0, weight, eps, residual, out, total)
+    _launch_rms_norm(x2, 0, weight, eps, residual, out, total, prefetch)
     return out.view(shape), total.view(shape)
 
 
@@ -90,13 +143,35 @@ def rms_norm(
 PARTS_NORM_WARPS = 8
 
 
-def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor) -> None:
+def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor,
+                     prefetch: KvPrefetch | None = None) -> None:  # fmt: skip
     """out (and total, with a residual) for out's rows; x [rows, n] or, with parts, [parts, tile rows, n] fp32."""
     rows, n = out.shape
     res = residual.reshape(rows, n) if residual is not None else out
+    warps = PARTS_NORM_WARPS if parts else 4
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
-        BLOCK=triton.next_power_of_2(n), num_warps=PARTS_NORM_WARPS if parts else 4, **pdl_launch(out),
+        BLOCK=triton.next_power_of_2(n), num_warps=warps, **pdl_launch(out), **_prefetch_args(prefetch, rows, warps),
+    )  # fmt: skip
+
+
+def _prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
+    """The norm kernel's KV prefetch arguments: none on the CPU (the interpreter runs no PTX) or
+    without a prefetch; else one thread a page of keys and one of values (kv_prefetch.py), so at
+    most a page a thread of each row's tokens."""
+    if prefetch is None or prefetch.tokens <= 0 or not prefetch.k_cache.is_cuda:
+        return {}
+    k, table = prefetch.k_cache, prefetch.block_table
+    # The kernel takes the table's row stride for its width, as the attention kernel does.
+    if table.shape[0] < rows or table.stride(0) != table.shape[1]:
+        raise ValueError(f"KV prefetch: a table {tuple(table.shape)} (strides {table.stride()}) for {rows} rows")
+    if k.stride(0) != k[0].numel() or not k[0].is_contiguous():
+        raise ValueError(f"KV prefetch: a cache not contiguous [pages, page size, heads, dim]: {tuple(k.shape)}")
+    slots, ps = 32 * warps, k.shape[1]
+    return dict(
+        kc_ptr=k, vc_ptr=prefetch.v_cache, bt_ptr=table, ctx_ptr=prefetch.context_lens, bt_stride=table.stride(0),
+        num_pages=k.shape[0], KV_TOKENS=min(prefetch.tokens, slots * ps), KV_SLOTS=slots, PS=ps,
+        TOKEN_ELEMS=k.shape[2] * k.shape[3], EVICT_LAST=prefetch.evict_last,
     )  # fmt: skip
 
 
@@ -112,6 +187,7 @@ def linear_rms_norm(
     eps: float,
     residual: torch.Tensor | None,
     force: bool = False,
+    prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """rms_norm(linear(x, weight), norm_weight, eps, residual): a decoder layer's o or down
     projection and the norm after it. Where the GEMM splits K (o_proj and down_proj up to 64 rows),
@@ -120,14 +196,14 @@ def linear_rms_norm(
     is the same bits as the two kernels'; the normalised rows may differ in the last bit, as the
     norm's reduction runs over 8 warps there (PARTS_NORM_WARPS). Without a residual (every layer
     has one) the two kernels. force: the weight-streaming GEMM for fp32 too (tests; `linear` routes
-    fp32 to cuBLAS)."""
+    fp32 to cuBLAS). prefetch: as rms_norm's."""
     tiles = linear_tiles(x, weight, force)
     if tiles is None or tiles.split_k == 1 or not SPLIT_K_IN_NORM or residual is None:
-        return rms_norm(linear(x, weight, force=force), norm_weight, eps, residual)
+        return rms_norm(linear(x, weight, force=force), norm_weight, eps, residual, prefetch)
     parts = skinny_linear_partials(x, weight, tiles)
     out = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype, device=x.device)
     total = torch.empty_like(out)
-    _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total)
+    _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total, prefetch)
     return out, total
 
 

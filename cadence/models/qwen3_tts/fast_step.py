@@ -35,6 +35,7 @@ from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
 from ...engine.transfer import to_device
 from ...kernels.cuda_gemv import slab_linear, slab_plan
+from ...kernels.kv_prefetch import KvPrefetchPlan
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
@@ -80,11 +81,14 @@ class FastDecoder:
         self.pad_text = model.config.tts_pad_token_id
         # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16;
         # the partition passes 0 but for the Triton walk).
-        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows)
+        prefetch = KvPrefetchPlan.from_env()  # off unless CADENCE_KV_PREFETCH is set (an experiment, #135)
+        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows,
+                                       kv_prefetch=prefetch.for_stack(talker=True))  # fmt: skip
         # The code predictor's context is one 16-token page: splitting it would only add empty programs.
         self.cp_stack = FusedStack(
-            talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1, slab_max_rows=slab_max_rows
-        )
+            talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1, slab_max_rows=slab_max_rows,
+            kv_prefetch=prefetch.for_stack(talker=False),
+        )  # fmt: skip
         self.talker = talker
         self.groups = cfg.num_code_groups
         # The 16 codebooks' input tables as one (a copy, ~70 MB for the 0.6B in bf16), so that a

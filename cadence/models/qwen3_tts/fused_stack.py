@@ -32,6 +32,7 @@ from ...kernels.cuda_gemv import (
     slab_linear,
     slab_supported,
 )
+from ...kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
 
 
@@ -67,8 +68,9 @@ class FusedStack:
     """A Qwen3 stack (layers + final norm) run with the fused ops over a paged KV cache."""
 
     def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int, attention_splits: int | None = None,
-                 slab_max_rows: int = 0):  # fmt: skip
+                 slab_max_rows: int = 0, kv_prefetch: KvPrefetchPlan | None = None):  # fmt: skip
         cfg = stack.cfg
+        self.kv_prefetch = kv_prefetch or KvPrefetchPlan()  # decode only: a norm's program is then its row's sequence
         self.ops = ops
         self.splits = attention_splits  # None: the kernel picks by batch size
         self.max_positions = max_positions  # the longest context: the attention kernel's tiles follow it
@@ -103,15 +105,29 @@ class FusedStack:
                 inside = functools.partial(self._attention_inside, positions, block_table, context_lens, slot_index,
                                            k_cache, v_cache)  # fmt: skip
                 return self._slab_layers(x, plans, attend, inside)
-        ops = self.ops
-        h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps)
+        ops, plan = self.ops, self.kv_prefetch
+        ahead = functools.partial(self._prefetch, block_table, context_lens, k_cache, v_cache) if decode else None
+        h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps, prefetch=ahead and ahead(0))
         for i, L in enumerate(self.layers):
             attn = attend(i, L, ops.linear(h, L.wqkv))
-            h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual)
+            # Layer i + 1's cache pulled into L2 by one of the two norms before its attention (kv_prefetch.py).
+            after_o = ahead(i + 1) if ahead and plan.after_o else None
+            h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual, prefetch=after_o)
             # The next norm is the next layer's input norm, or the stack's final one after the last.
             next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
-            h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual)
+            before_qkv = ahead(i + 1) if ahead and not plan.after_o else None
+            h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual,
+                                              prefetch=before_qkv)  # fmt: skip
         return h
+
+    def _prefetch(self, block_table, context_lens, k_cache, v_cache, i: int) -> KvPrefetch | None:
+        """What a norm before layer i's attention pulls into L2 for it (kv_prefetch.py): none past the
+        last layer, or with the plan off."""
+        plan = self.kv_prefetch
+        tokens = plan.tokens(block_table.shape[0], k_cache[0]) if i < len(self.layers) else 0
+        if tokens <= 0:
+            return None
+        return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens, plan.evict_last)
 
     def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool, i: int,
                 L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
