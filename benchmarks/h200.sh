@@ -271,6 +271,17 @@ for phase in "$@"; do
       trees=${KV_TREES:-kv32=.,CADENCE_KV_PREFETCH=32 kv16=.,CADENCE_KV_PREFETCH=16 kv32o=.,CADENCE_KV_PREFETCH=32:o}
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="$trees" bash "$0" walkab
       WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=2 TREES="${trees%% *}" bash "$0" walkab ;;
+    prefetch135b)  # perf-notes #135's follow-up, if a budget paid: the stamps of the b64 walk with KV_BEST (default 32) MB,
+      # then b256 walks of this tree against 32 and 48 MB, and b64 against KV_BEST with evict-last (`:last`), one round
+      # each (~7 min)
+      need_full
+      best=${KV_BEST:-32}
+      CADENCE_KV_PREFETCH=$best timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
+        --batches 64 --json "$OUT/stamps_135.json" 2>&1 | quiet | tail -11
+      WALKAB_TESTS=0 WALKAB_BATCHES=256 WALKAB_ROUNDS=1 TREES="kv32=.,CADENCE_KV_PREFETCH=32 kv48=.,CADENCE_KV_PREFETCH=48" \
+        bash "$0" walkab
+      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="kv${best}=.,CADENCE_KV_PREFETCH=$best \
+        kv${best}last=.,CADENCE_KV_PREFETCH=$best:last" bash "$0" walkab ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
       nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/x_multicast benchmarks/cuda/x_multicast.cu \
