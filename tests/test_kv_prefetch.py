@@ -22,7 +22,8 @@ def test_the_switch_parses_megabytes_then_flags():
     assert KvPrefetchPlan.parse("") == KvPrefetchPlan() and KvPrefetchPlan().megabytes == 0
     assert KvPrefetchPlan.parse("32") == KvPrefetchPlan(megabytes=32)
     plan = KvPrefetchPlan.parse("16.5:o:last:talker")
-    assert (plan.megabytes, plan.after_o, plan.evict_last) == (16.5, True, True)
+    assert (plan.megabytes, plan.after_o, plan.evict_last, plan.after_wait) == (16.5, True, True, False)
+    assert KvPrefetchPlan.parse("32:waited").after_wait
     assert (plan.talker, plan.code_predictor) == (True, False)
     only_cp = KvPrefetchPlan.parse("8:cp")
     assert only_cp.for_stack(talker=True) == KvPrefetchPlan() and only_cp.for_stack(talker=False) == only_cp
@@ -87,7 +88,8 @@ def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache(after_o
     calls: list = []
     stack = _tiny_stack(layers)
     x, index, k, v = _decode_inputs(rows=3, layers=layers)
-    plan = KvPrefetchPlan(megabytes=3 * 12 * 256 / 2**20, after_o=after_o, evict_last=True)  # 12 tokens a row
+    # 12 tokens a row: 3 rows of 256-byte tokens (keys and values, 2 heads of 16 fp32)
+    plan = KvPrefetchPlan(megabytes=3 * 12 * 256 / 2**20, after_o=after_o, evict_last=True, after_wait=after_o)
     with torch.no_grad():
         out = FusedStack(stack, _recording_ops(calls), 64, kv_prefetch=plan)(x, *index, k, v, decode=True)
     assert [kind for kind, _ in calls] == ["norm"] + ["linear+norm"] * 2 * layers
@@ -96,7 +98,7 @@ def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache(after_o
     first_of = (lambda i: 2 * i - 1) if after_o else (lambda i: 2 * i)
     assert [n for n, _ in prefetched] == [0] + [first_of(i) for i in range(1, layers)]
     for layer, (_, p) in enumerate(prefetched):
-        assert isinstance(p, KvPrefetch) and (p.tokens, p.evict_last) == (12, True)
+        assert isinstance(p, KvPrefetch) and (p.tokens, p.evict_last, p.after_wait) == (12, True, after_o)
         assert p.k_cache.data_ptr() == k[layer].data_ptr() and p.v_cache.data_ptr() == v[layer].data_ptr()
         assert p.block_table is index[1] and p.context_lens is index[2]
     calls.clear()
@@ -159,7 +161,7 @@ def test_a_norm_program_picks_its_rows_first_tokens_pages(tokens):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9, reason="Hopper")
-@pytest.mark.parametrize("spec", ["32", "128:o:last", "4"])
+@pytest.mark.parametrize("spec", ["32", "128:o:last", "4:waited"])
 def test_a_stack_with_the_prefetch_computes_the_same_bits(spec):
     """The prefetch is a hint: three 0.6B-shaped layers at 64 decode rows over contexts of 1-500
     tokens (the budgets: 128, 512 and 16 tokens a row) give the same hidden states and cache

@@ -11,7 +11,7 @@ whether a prefetch lands, is evicted again or is dropped.
 How much is a budget of bytes a layer, shared by the batch's rows (L2 holds ~50 MB on an H200,
 and the GEMMs' weights pass through it too): 32 MB is 128 tokens a row at 64 rows, 32 at 256.
 
-Off until timed on the device: CADENCE_KV_PREFETCH=MB[:o][:last][:talker|:cp] (KvPrefetchPlan.parse;
+Off until timed on the device: CADENCE_KV_PREFETCH=MB[:o][:last][:waited][:talker|:cp] (KvPrefetchPlan.parse;
 colons, not commas, so that h200.sh walkab's TREES can carry it).
 """
 
@@ -32,13 +32,18 @@ class KvPrefetchPlan:
     megabytes: float = 0.0  # of keys and values a layer, over the batch's rows; 0: off
     after_o: bool = False  # from the norm after the layer before's o projection, not the one before qkv
     evict_last: bool = False  # the prefetched lines at L2's evict-last priority
+    # Issued after the norm's wait for the GEMM before it, not before: launched early, the norm's
+    # programs sit beside that GEMM, so a prefetch before the wait queues ahead of the next GEMM's own
+    # weight prefetch in HBM; after it, behind.
+    after_wait: bool = False
     talker: bool = True
     code_predictor: bool = True
 
     @classmethod
     def parse(cls, spec: str) -> KvPrefetchPlan:
         """'32', '32:o', '16:last:talker', ...: megabytes a layer, then any of o (from the norm after
-        o), last (evict-last priority), talker or cp (only that stack); '' or '0': off."""
+        o), last (evict-last priority), waited (after the norm's wait), talker or cp (only that
+        stack); '' or '0': off."""
         fields = [f.strip() for f in spec.split(":") if f.strip()]
         if not fields:
             return cls()
@@ -47,11 +52,14 @@ class KvPrefetchPlan:
         except ValueError:
             raise ValueError(f"{ENV}: the first field is megabytes a layer, got {fields[0]!r} in {spec!r}") from None
         flags = set(fields[1:])
-        unknown = flags - {"o", "last", "talker", "cp"}
+        unknown = flags - {"o", "last", "waited", "talker", "cp"}
         if not megabytes >= 0 or unknown or {"talker", "cp"} <= flags:
-            raise ValueError(f"{ENV}={spec!r}: expected MB (>= 0) then any of o, last, and talker or cp (not both)")
+            raise ValueError(
+                f"{ENV}={spec!r}: expected MB (>= 0) then any of o, last, waited, and talker or cp (not both)"
+            )
         only = flags & {"talker", "cp"}
-        return cls(megabytes, "o" in flags, "last" in flags, not only or "talker" in flags, not only or "cp" in flags)
+        return cls(megabytes, "o" in flags, "last" in flags, "waited" in flags, not only or "talker" in flags,
+                   not only or "cp" in flags)  # fmt: skip
 
     @classmethod
     def from_env(cls) -> KvPrefetchPlan:
@@ -79,3 +87,4 @@ class KvPrefetch:
     context_lens: torch.Tensor  # [rows]
     tokens: int
     evict_last: bool = False
+    after_wait: bool = False

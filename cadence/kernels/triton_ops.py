@@ -62,19 +62,22 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
                      PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr, kc_ptr=None, vc_ptr=None,
                      bt_ptr=None, ctx_ptr=None, bt_stride=0, num_pages=1, KV_TOKENS: tl.constexpr = 0,
                      KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1,
-                     EVICT_LAST: tl.constexpr = False):  # fmt: skip
+                     EVICT_LAST: tl.constexpr = False, KV_AFTER_WAIT: tl.constexpr = False):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
     added in split order and rounded as the GEMM's own last program would: the same x, bit for bit.
 
-    KV_TOKENS > 0 (kv_prefetch.py): before its wait for the kernel before, program `row` pulls the
-    first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's caches into L2, a page
-    of keys and one of values a thread (KV_SLOTS threads)."""
+    KV_TOKENS > 0 (kv_prefetch.py): before its wait for the kernel before (KV_AFTER_WAIT: after it),
+    program `row` pulls the first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's
+    caches into L2, a page of keys and one of values a thread (KV_SLOTS threads)."""
     row = tl.program_id(0)
     pdl_trigger(USE_PDL)
-    if KV_TOKENS:
+    if KV_TOKENS and not KV_AFTER_WAIT:
         _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
                            TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
     pdl_wait(USE_PDL)
+    if KV_TOKENS and KV_AFTER_WAIT:
+        _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
+                           TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     if PARTS:
@@ -171,7 +174,7 @@ def _prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
     return dict(
         kc_ptr=k, vc_ptr=prefetch.v_cache, bt_ptr=table, ctx_ptr=prefetch.context_lens, bt_stride=table.stride(0),
         num_pages=k.shape[0], KV_TOKENS=min(prefetch.tokens, slots * ps), KV_SLOTS=slots, PS=ps,
-        TOKEN_ELEMS=k.shape[2] * k.shape[3], EVICT_LAST=prefetch.evict_last,
+        TOKEN_ELEMS=k.shape[2] * k.shape[3], EVICT_LAST=prefetch.evict_last, KV_AFTER_WAIT=prefetch.after_wait,
     )  # fmt: skip
 
 

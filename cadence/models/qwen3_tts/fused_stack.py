@@ -127,7 +127,7 @@ class FusedStack:
         tokens = plan.tokens(block_table.shape[0], k_cache[0]) if i < len(self.layers) else 0
         if tokens <= 0:
             return None
-        return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens, plan.evict_last)
+        return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens, plan.evict_last, plan.after_wait)
 
     def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool, i: int,
                 L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
