@@ -162,26 +162,31 @@ def test_a_norm_program_picks_its_rows_first_tokens_pages(tokens):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9, reason="Hopper")
 @pytest.mark.parametrize("spec", ["32", "128:o:last", "4:waited"])
-def test_a_stack_with_the_prefetch_computes_the_same_bits(spec):
-    """The prefetch is a hint: three 0.6B-shaped layers at 64 decode rows over contexts of 1-500
-    tokens (the budgets: 128, 512 and 16 tokens a row) give the same hidden states and cache
-    writes, bit for bit, with it as without, eagerly
-    and replayed from a graph captured with PDL, trigger first (the b64 walk's launch)."""
+@pytest.mark.parametrize("stack_kind", ["talker", "code predictor"])
+def test_a_stack_with_the_prefetch_computes_the_same_bits(spec, stack_kind):
+    """The prefetch is a hint: three 0.6B-shaped layers at 64 decode rows give the same hidden
+    states and cache writes, bit for bit, with it as without, eagerly and replayed from a graph
+    captured with PDL, trigger first (the b64 walk's launch). As the talker runs them: contexts of
+    1-500 tokens (the budgets: 128, 512 and 16 tokens a row; the Triton attention); as the code
+    predictor does: one 16-token page a row, contexts of 1-16 (the CUDA attention's short calls)."""
     from test_slab_gemv import _stack
 
     from cadence.kernels import triton_ops
 
     stack = _stack()
-    plain = FusedStack(stack, triton_ops, 512)
-    ahead = FusedStack(stack, triton_ops, 512, kv_prefetch=KvPrefetchPlan.parse(spec))
-    rows, ps, per_row = 64, 16, 32
+    talker = stack_kind == "talker"
+    positions, splits, longest = (512, None, 500) if talker else (16, 1, 16)
+    plain = FusedStack(stack, triton_ops, positions, attention_splits=splits)
+    ahead = FusedStack(stack, triton_ops, positions, attention_splits=splits, kv_prefetch=KvPrefetchPlan.parse(spec))
+    rows, ps = 64, 16
+    per_row = positions // ps
     g = torch.Generator(device="cuda").manual_seed(7)
     cache_shape = (3, rows * per_row + 1, ps, 8, 128)
     k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
     v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
     x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
     table = torch.randperm(rows * per_row, device="cuda", generator=g).view(rows, per_row)
-    lens = torch.randint(1, 501, (rows,), device="cuda", generator=g)
+    lens = torch.randint(1, longest + 1, (rows,), device="cuda", generator=g)
     slots = table.gather(1, ((lens - 1) // ps)[:, None])[:, 0] * ps + (lens - 1) % ps
     index = [lens - 1, table, lens, slots]
 
