@@ -106,27 +106,27 @@ class FusedStack:
                                            k_cache, v_cache)  # fmt: skip
                 return self._slab_layers(x, plans, attend, inside)
         ops, plan = self.ops, self.kv_prefetch
-        ahead = functools.partial(self._prefetch, block_table, context_lens, k_cache, v_cache) if decode else None
-        h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps, prefetch=ahead and ahead(0))
+        tokens = plan.tokens(x.shape[0], k_cache[0]) if decode else 0  # the budget's tokens a row; 0: off
+        ahead = functools.partial(self._prefetch, block_table, context_lens, k_cache, v_cache, tokens)
+        h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps, prefetch=ahead(0))
         for i, L in enumerate(self.layers):
             attn = attend(i, L, ops.linear(h, L.wqkv))
             # Layer i + 1's cache pulled into L2 by one of the two norms before its attention (kv_prefetch.py).
-            after_o = ahead(i + 1) if ahead and plan.after_o else None
+            after_o = ahead(i + 1) if plan.after_o else None
             h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual, prefetch=after_o)
             # The next norm is the next layer's input norm, or the stack's final one after the last.
             next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
-            before_qkv = ahead(i + 1) if ahead and not plan.after_o else None
+            before_qkv = None if plan.after_o else ahead(i + 1)
             h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual,
                                               prefetch=before_qkv)  # fmt: skip
         return h
 
-    def _prefetch(self, block_table, context_lens, k_cache, v_cache, i: int) -> KvPrefetch | None:
-        """What a norm before layer i's attention pulls into L2 for it (kv_prefetch.py): none past the
-        last layer, or with the plan off."""
-        plan = self.kv_prefetch
-        tokens = plan.tokens(block_table.shape[0], k_cache[0]) if i < len(self.layers) else 0
-        if tokens <= 0:
+    def _prefetch(self, block_table, context_lens, k_cache, v_cache, tokens: int, i: int) -> KvPrefetch | None:
+        """What a norm before layer i's attention pulls into L2 for it, `tokens` a row (kv_prefetch.py):
+        none past the last layer, or with none a row."""
+        if tokens <= 0 or i >= len(self.layers):
             return None
+        plan = self.kv_prefetch
         return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens, plan.evict_last, plan.after_wait)
 
     def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool, i: int,
