@@ -231,8 +231,10 @@ def main() -> None:
     )
     p.add_argument("--batches", type=ints, default=[1, 2, 4, 8])
     p.add_argument("--context", type=int, default=64, help="prompt tokens in the KV cache during decode")
-    p.add_argument("--prompt-lengths", type=ints, default=[16, 60, 128])
-    p.add_argument("--codec-streams", type=ints, default=[1, 4])
+    p.add_argument(
+        "--prompt-lengths", type=ints, default=[16, 60, 128], help="'' skips the prefill section and its engine"
+    )
+    p.add_argument("--codec-streams", type=ints, default=[1, 4], help="'' skips the codec section")
     p.add_argument("--codec-frames", type=ints, default=[1, 2, 8])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -287,7 +289,7 @@ def main() -> None:
     results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,
                      "backend": args.attention_backend, "pdl_max_rows": args.pdl_max_rows,
                      "persistent_max_rows": args.persistent_max_rows, "decode": []}  # fmt: skip
-    core, build_s = make_core(model, args, max(max(args.batches), max(args.codec_streams)))
+    core, build_s = make_core(model, args, max(args.batches + args.codec_streams))
     results["engine_build_seconds"] = build_s
     results["kv_cache_gb"] = core.talker.kv.nbytes / 2**30
     print(f"engine build (KV cache, graphs) {build_s:.1f} s; KV cache {results['kv_cache_gb']:.2f} GB")
@@ -302,10 +304,11 @@ def main() -> None:
             f"{r['frames_per_s']:>10.1f} {r['audio_s_per_s']:>10.1f}"
         )
 
-    print("\ntalker_prefill + first frame, batch 1")
     results["prefill"] = []
-    # an engine of its own, with a small cache: what is timed is one request from an empty engine
-    prefill_core, _ = make_core(model, args, 2, kv_gb=1.0 if dev.type == "cuda" else None)
+    if args.prompt_lengths:  # an A/B of decode walks skips it: ~10 s of a walk's ~30 (its engine's build)
+        print("\ntalker_prefill + first frame, batch 1")
+        # an engine of its own, with a small cache: what is timed is one request from an empty engine
+        prefill_core, _ = make_core(model, args, 2, kv_gb=1.0 if dev.type == "cuda" else None)
     for n in args.prompt_lengths:
         r = time_prefill(prefill_core, model, args, n)
         results["prefill"].append(r)
@@ -315,9 +318,10 @@ def main() -> None:
     # what TF32 costs (on by default for the codec's convs and linears, codec_stream.tf32_as_convs);
     # against the official package's arithmetic (PyTorch's defaults); against the same arithmetic
     # offline. On a CPU, all ~0.
-    print(f"\ncodec_chunk (streaming decoder, {args.codec_dtype}), per call; max abs err against the offline decode")
-    head = f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10}"
-    print(f"{head} {'vs exact':>9} {'vs official':>12} {'vs same':>8}")
+    if args.codec_streams:
+        print(f"\ncodec_chunk (streaming decoder, {args.codec_dtype}), per call; max abs err against the offline decode")
+        head = f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10}"
+        print(f"{head} {'vs exact':>9} {'vs official':>12} {'vs same':>8}")
     results["codec"] = []
     for s in args.codec_streams:
         for f in args.codec_frames:
@@ -351,7 +355,8 @@ def profile(core, model, args) -> None:
         step()
     sync(model.device)
     walks = [(f"decode walk, batch {batch}", step)]
-    for streams, frames in sorted({(1, 1), (max(args.codec_streams), max(args.codec_frames))}):
+    codec_shapes = {(1, 1), (max(args.codec_streams), max(args.codec_frames))} if args.codec_streams else set()
+    for streams, frames in sorted(codec_shapes):
         walks.append((f"codec chunk, {streams} streams x {frames} frames", _codec_call(core, model, streams, frames)))
     for name, fn in walks:
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

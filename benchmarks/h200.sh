@@ -148,9 +148,10 @@ for phase in "$@"; do
       # ..., e.g. `git archive` of earlier commits, carried; NAME=DIR,VAR=VALUE,... runs it with those
       # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=1`), interleaved so drift shows; gpu
       # tests first. Every tree runs this tree's engine_steps.py (one harness) on its own package. Each
-      # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~45 s; the
+      # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~30-45 s; the
       # engine's every bucket with WALKAB_ALL_BUCKETS=1, ~100 s), so a call fits ~8 walks:
-      # WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_CUDNN_LIMIT sets
+      # WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_DECODE_ONLY=1 skips the
+      # prefill and codec timings (their engine's build: ~10 s a walk), WALKAB_CUDNN_LIMIT sets
       # cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
       need_full
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
@@ -164,6 +165,8 @@ for phase in "$@"; do
       fi
       harness=$PWD/benchmarks/engine_steps.py batches=${WALKAB_BATCHES:-1,4,64}
       buckets="--graph-buckets $batches"; [ "${WALKAB_ALL_BUCKETS:-0}" = 1 ] && buckets=""
+      sections="--prompt-lengths 60 --codec-streams 1 --codec-frames 1"
+      [ "${WALKAB_DECODE_ONLY:-0}" = 1 ] && sections="--prompt-lengths= --codec-streams="
       for round in ${WALKAB_ROUNDS:-1 2}; do for tree in new=. ${TREES:-}; do
         name=${tree%%=*}; spec=${tree#*=}; dir=${spec%%,*}; envs=""
         [ "$spec" = "$dir" ] || envs=${spec#*,}
@@ -171,7 +174,7 @@ for phase in "$@"; do
         log=/tmp/walk_${name}_$round.log  # not under $OUT, which returns at most 8 files
         (cd "$dir" && env ${envs//,/ } PYTHONPATH=$PWD${site:+:$site} timeout 200 python3 $harness --model $full \
           --device cuda --attention-backend triton --batches $batches $buckets --context 500 \
-          --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 --kv-gb 20 \
+          $sections --steps 20 --warmup 5 --kv-gb 20 \
           --json "$OUT/walk_${name}_$round.json" > $log 2>&1) || { echo "  walk failed (exit $?; 124: timed out):"; tail -6 $log; }
         quiet < $log | sed -n "/^ *batch/,/tokens:/p"
       done; done ;;
@@ -254,14 +257,14 @@ for phase in "$@"; do
       timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py -k register_cap \
         2>&1 | tail -1
       wait
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=${CAP_ROUNDS:-1 2} TREES="r160=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=${CAP_ROUNDS:-1 2} TREES="r160=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160
         o160d192=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:192 ${TREES:-}" bash "$0" walkab
       CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160 timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py \
         --model $full --stamps --batches 64 --json "$OUT/stamps_134.json" 2>&1 | quiet | tail -11 ;;
     prefetch135)  # perf-notes #135: the norms pull the next attention's cached keys and values into L2
       # (CADENCE_KV_PREFETCH=MB a layer): their gpu tests and the fast walk's with 32 MB, then b64 walks of this
       # tree against 32 MB (`kv32`), 16 MB (`kv16`), 32 MB from the norm after o (`kv32o`) and 32 MB after the
-      # norm's wait (`kv32w`), one round, then this tree and kv32 again (~8 min; KV_TREES replaces the four)
+      # norm's wait (`kv32w`), two rounds, the decode walks alone (~7 min; KV_TREES replaces the four)
       need_full > "$OUT/need_full.log" 2>&1 &
       { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_kv_prefetch.py
         CADENCE_KV_PREFETCH=32 timeout -k 10 -s INT 120 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
@@ -270,8 +273,7 @@ for phase in "$@"; do
       grep -q " passed" "$OUT/prefetch_tests.log" && ! grep -qE "failed|error" "$OUT/prefetch_tests.log" || continue
       trees=${KV_TREES:-kv32=.,CADENCE_KV_PREFETCH=32 kv16=.,CADENCE_KV_PREFETCH=16 kv32o=.,CADENCE_KV_PREFETCH=32:o
         kv32w=.,CADENCE_KV_PREFETCH=32:waited}
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="$trees" bash "$0" walkab
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=2 TREES="${trees%% *}" bash "$0" walkab ;;
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" TREES="$trees" bash "$0" walkab ;;
     prefetch135b)  # perf-notes #135's follow-up, if a budget paid: the stamps of the b64 walk with KV_BEST (default 32) MB,
       # then b256 walks of this tree against 32 and 48 MB, and b64 against KV_BEST with evict-last (`:last`), one round
       # each (~7 min)
@@ -279,9 +281,9 @@ for phase in "$@"; do
       best=${KV_BEST:-32}
       CADENCE_KV_PREFETCH=$best timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
         --batches 64 --json "$OUT/stamps_135.json" 2>&1 | quiet | tail -11
-      WALKAB_TESTS=0 WALKAB_BATCHES=256 WALKAB_ROUNDS=1 TREES="kv32=.,CADENCE_KV_PREFETCH=32 kv48=.,CADENCE_KV_PREFETCH=48" \
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=256 WALKAB_ROUNDS=1 TREES="kv32=.,CADENCE_KV_PREFETCH=32 kv48=.,CADENCE_KV_PREFETCH=48" \
         bash "$0" walkab
-      WALKAB_TESTS=0 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="kv${best}=.,CADENCE_KV_PREFETCH=$best \
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="kv${best}=.,CADENCE_KV_PREFETCH=$best \
         kv${best}last=.,CADENCE_KV_PREFETCH=$best:last" bash "$0" walkab ;;
     xmulticast124)  # perf-notes #124: how fast 128 CTAs each receive a 64-row GEMM's 128 KB input from L2: loads,
       # bulk copies, or clusters of 2-8 sharing it by multicast copies; with and without each CTA's weights (~1 min)
