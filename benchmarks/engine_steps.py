@@ -319,7 +319,8 @@ def main() -> None:
     # against the official package's arithmetic (PyTorch's defaults); against the same arithmetic
     # offline. On a CPU, all ~0.
     if args.codec_streams:
-        print(f"\ncodec_chunk (streaming decoder, {args.codec_dtype}), per call; max abs err against the offline decode")
+        what = f"codec_chunk (streaming decoder, {args.codec_dtype}), per call"
+        print(f"\n{what}; max abs err against the offline decode")
         head = f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10}"
         print(f"{head} {'vs exact':>9} {'vs official':>12} {'vs same':>8}")
     results["codec"] = []
