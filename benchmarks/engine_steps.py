@@ -309,10 +309,10 @@ def main() -> None:
         print("\ntalker_prefill + first frame, batch 1")
         # an engine of its own, with a small cache: what is timed is one request from an empty engine
         prefill_core, _ = make_core(model, args, 2, kv_gb=1.0 if dev.type == "cuda" else None)
-    for n in args.prompt_lengths:
-        r = time_prefill(prefill_core, model, args, n)
-        results["prefill"].append(r)
-        print(f"  prompt {r['prompt_tokens']:>5} tokens: {r['prefill_plus_first_frame_ms']:.2f} ms")
+        for n in args.prompt_lengths:
+            r = time_prefill(prefill_core, model, args, n)
+            results["prefill"].append(r)
+            print(f"  prompt {r['prompt_tokens']:>5} tokens: {r['prefill_plus_first_frame_ms']:.2f} ms")
 
     # The error columns (codec_errors): against the exact fp32 offline decode, so in float32 they show
     # what TF32 costs (on by default for the codec's convs and linears, codec_stream.tf32_as_convs);
