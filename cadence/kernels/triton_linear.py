@@ -149,8 +149,7 @@ class SkinnyTiles:
 
     def k_per_split(self, k: int) -> int:
         """K one program of a split covers: its share of the K steps, whole steps."""
-        steps = -(-k // self.block_k)
-        return -(-steps // self.split_k) * self.block_k
+        return triton.cdiv(triton.cdiv(k, self.block_k), self.split_k) * self.block_k
 
 
 def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
