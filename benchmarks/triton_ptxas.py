@@ -43,19 +43,9 @@ LINEAR_TYPES = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "part_pt
 
 
 def linear_constexprs(k: int, tiles, swiglu: bool, reduce: bool, stamp: bool = False) -> dict[str, object]:
-    """The weight-streaming GEMM's compile-time arguments for `tiles` (triton_linear._launch's)."""
-    return dict(
-        K=k,
-        BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k,
-        SPLIT_K=tiles.split_k,
-        K_PER_SPLIT=tiles.k_per_split(k),
-        SWIGLU=swiglu,
-        REDUCE=reduce,
-        USE_PDL=True,
-        STAMP=stamp,
-    )
+    """The weight-streaming GEMM's compile-time arguments for `tiles` as the walk launches it (K, a
+    positional argument of the launch, and PDL on)."""
+    return dict(K=k, **tiles.constexprs(k, swiglu, reduce), USE_PDL=True, STAMP=stamp)
 
 
 def ptxas_report(

@@ -151,6 +151,12 @@ class SkinnyTiles:
         """K one program of a split covers: its share of the K steps, whole steps."""
         return triton.cdiv(triton.cdiv(k, self.block_k), self.split_k) * self.block_k
 
+    def constexprs(self, k: int, swiglu: bool, reduce: bool) -> dict[str, object]:
+        """The kernel's compile-time arguments these tiles set for a K-wide weight (the launch's, and
+        benchmarks/triton_ptxas.py's compiles of the same instance)."""
+        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k, SPLIT_K=self.split_k,
+                    K_PER_SPLIT=self.k_per_split(k), SWIGLU=swiglu, REDUCE=reduce)  # fmt: skip
+
 
 def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
     """Tiles of the weight-streaming GEMM for an [n, k] weight and `rows` activation rows, or None
@@ -274,10 +280,8 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
     grid = (triton.cdiv(n, tiles.block_n), tiles.split_k)
     stamps = stamp_args(f"gemm {weight.shape[0]}x{k}", grid[0] * grid[1], placeholder=out)
     _skinny_linear_kernel[grid](
-        x, weight, out, parts, counters, m, n, x.stride(0), k, BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
-        K_PER_SPLIT=tiles.k_per_split(k), SWIGLU=swiglu,
-        REDUCE=reduce, num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
+        x, weight, out, parts, counters, m, n, x.stride(0), k, **tiles.constexprs(k, swiglu, reduce),
+        num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
         **({"maxnreg": tiles.max_registers} if tiles.max_registers else {}),
     )  # fmt: skip
 
