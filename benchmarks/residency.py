@@ -130,8 +130,7 @@ def walk_kernels(rows: int, sms: int, stamped: bool = False, kv_prefetch: int = 
                   "n_cols": "i32", "part_stride": "i32", "eps": "fp32", "kc_ptr": "*bf16", "vc_ptr": "*bf16",
                   "bt_ptr": "*i64", "ctx_ptr": "*i64", "bt_stride": "i32", "num_pages": "i32"}  # fmt: skip
     norm_consts = dict(HAS_RES=True, PARTS=4, BLOCK=1024, USE_PDL=True, KV_TOKENS=kv_prefetch, PS=16,
-                       KV_SLOTS=32 * triton_ops.PARTS_NORM_WARPS, TOKEN_ELEMS=8 * 128, EVICT_LAST=False,
-                       KV_AFTER_WAIT=False)  # fmt: skip
+                       KV_SLOTS=32 * triton_ops.PARTS_NORM_WARPS, TOKEN_ELEMS=8 * 128)  # fmt: skip
     tiles = triton_attention.attention_tiles(rows)
     attention_consts = dict(HQ=16, HKV=8, D=128, PS=16, G=2, G_PAD=16, BT=tiles.block_tokens, SPLITS=1, IEEE=False,
                             FUSED=True, STAGES=tiles.stages, PREFETCH=tiles.prefetch, USE_PDL=True,
