@@ -23,10 +23,13 @@ decode attention: `slab NxK`, `cuda attention RxC`; `triton_launch.trace_kernels
 capture):
 one walk, each such kernel in time order, grouped by name (shape and grid). Per group, medians over
 its calls, us: lead (how long before the previous stamped kernel's last program ended its first
-started), release (that end -> its first program past its PDL wait: the unstamped kernels between,
-norms, silu, the sampler, run there), loop (a program's main loop, the median program), tail (loop
-done -> end) and span (the previous stamped kernel's end -> its own last end); and each group's
-spans summed over the walk, which with the time before the first stamped kernel make up the walk.
+started), start (that end -> its median program's start: negative where most of its programs sat on
+the SMs beside the kernels before it, which the lead cannot tell when a few started early on SMs
+the previous kernel left free; perf-notes #134, #136), release (that end -> its first program past
+its PDL wait: the unstamped kernels between, norms, silu, the sampler, run there), loop (a
+program's main loop, the median program), tail (loop done -> end) and span (the previous stamped
+kernel's end -> its own last end); and each group's spans summed over the walk, which with the time
+before the first stamped kernel make up the walk.
 """
 
 from __future__ import annotations
@@ -190,8 +193,8 @@ def call_columns(stamps: torch.Tensor, prev_end: float | None) -> dict[str, floa
     start, waited, loop, end = stamps[:, 0], stamps[:, 2], stamps[:, 3], stamps[:, 4]
     row = {"loop": float((loop - waited).median()), "tail": float((end - loop).median())}
     if prev_end is not None:
-        row.update(lead=prev_end - float(start.min()), release=float(waited.min()) - prev_end,
-                   span=float(end.max()) - prev_end)  # fmt: skip
+        row.update(lead=prev_end - float(start.min()), start=float(start.median()) - prev_end,
+                   release=float(waited.min()) - prev_end, span=float(end.max()) - prev_end)  # fmt: skip
     return row
 
 
@@ -224,11 +227,12 @@ def main_stamps(args, model: Qwen3TTS, config: EngineConfig) -> None:
     for batch in args.batches:
         span, rows = stamp_groups(stamped_walk(core, model, trace, batch, args.context))
         print(f"\n== batch {batch}: stamped kernels from the first one's start to the last one's end {span:.1f} us")
-        print(f"{'kernel (programs)':<34} {'calls':>5} {'lead':>6} {'release':>8} {'loop':>6} {'tail':>6} "
-              f"{'span':>6} {'span/walk':>9}")  # fmt: skip
+        print(f"{'kernel (programs)':<34} {'calls':>5} {'lead':>6} {'start':>6} {'release':>8} {'loop':>6} "
+              f"{'tail':>6} {'span':>6} {'span/walk':>9}")  # fmt: skip
         for r in rows:
-            print(f"{r['kernel']:<34} {r['calls']:>5} {r.get('lead', 0):>6.2f} {r.get('release', 0):>8.2f} "
-                  f"{r['loop']:>6.2f} {r['tail']:>6.2f} {r.get('span', 0):>6.2f} {r['span_total']:>9.1f}")  # fmt: skip
+            print(f"{r['kernel']:<34} {r['calls']:>5} {r.get('lead', 0):>6.2f} {r.get('start', 0):>6.2f} "
+                  f"{r.get('release', 0):>8.2f} {r['loop']:>6.2f} {r['tail']:>6.2f} {r.get('span', 0):>6.2f} "
+                  f"{r['span_total']:>9.1f}")  # fmt: skip
         results.append({"batch": batch, "span_us": span, "rows": rows})
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

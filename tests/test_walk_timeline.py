@@ -88,3 +88,13 @@ def test_stamp_groups_split_the_walk_into_each_kernels_span():
     assert (gemm["calls"], gemm["lead"], gemm["release"], gemm["span_total"]) == (2, -1, 2, 5)
     assert gemm["loop"] == 2.5 and gemm["tail"] == 1  # medians over its two calls: 3 and 2, 1 and 1
     assert gemm["span_total"] + attention["span_total"] == span - 5  # all but the first call's own time
+
+
+def test_stamp_groups_start_is_the_median_programs_not_the_first():
+    """A call whose first program started early on an SM the previous call left free, and the rest
+    only as that call ended: its lead says 3 us early, its start (the median program's) 0.5 late."""
+    calls = [stamped("gemm a", 0, 1, 4, 5, programs=3), stamped("gemm b", 2, 6, 7, 8, programs=3)]
+    calls[1]["stamps"][1:, 0] = 5.5  # two of gemm b's three programs start after gemm a's end
+    _, rows = stamp_groups(calls)
+    b = {r["kernel"]: r for r in rows}["gemm b (3)"]
+    assert (b["lead"], b["start"], b["release"]) == (3, 0.5, 1)
