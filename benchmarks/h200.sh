@@ -152,8 +152,11 @@ for phase in "$@"; do
       # engine's every bucket with WALKAB_ALL_BUCKETS=1, ~100 s), so a call fits ~8 walks:
       # WALKAB_ROUNDS (default "1 2"), WALKAB_TESTS=0 skips the tests, WALKAB_DECODE_ONLY=1 skips the
       # prefill and codec timings (their engine's build: ~10 s a walk), WALKAB_CUDNN_LIMIT sets
-      # cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk)
+      # cudnn.benchmark_limit in every tree's process (a sitecustomize: the codec's capture, not the walk).
+      # The walks' JSON files go into one, $OUT/walkab_b<batches>.json ({"NAME_ROUND": walk}), since a call
+      # returns at most 8 files (session 38 lost walks that way)
       need_full
+      walk_dir=$(mktemp -d /tmp/walkab.XXXX)
       [ "${WALKAB_TESTS:-1}" = 0 ] || { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
           $kernel_tests -k "${WALKAB_KERNEL_TESTS:-not cuda}"
         timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_fast_step.py; } 2>&1 \
@@ -175,9 +178,17 @@ for phase in "$@"; do
         (cd "$dir" && env ${envs//,/ } PYTHONPATH=$PWD${site:+:$site} timeout 200 python3 $harness --model $full \
           --device cuda --attention-backend triton --batches $batches $buckets --context 500 \
           $sections --steps 20 --warmup 5 --kv-gb 20 \
-          --json "$OUT/walk_${name}_$round.json" > $log 2>&1) || { echo "  walk failed (exit $?; 124: timed out):"; tail -6 $log; }
+          --json "$walk_dir/${name}_$round.json" > $log 2>&1) || { echo "  walk failed (exit $?; 124: timed out):"; tail -6 $log; }
         quiet < $log | sed -n "/^ *batch/,/tokens:/p"
-      done; done ;;
+      done; done
+      python3 - "$walk_dir" "$OUT/walkab_b${batches//,/_}.json" <<'PY'
+import json, pathlib, sys
+src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+walks = json.loads(dst.read_text()) if dst.exists() else {}  # a phase may call walkab more than once
+walks.update({f.stem: json.loads(f.read_text()) for f in sorted(src.glob("*.json"))})
+dst.write_text(json.dumps(walks, indent=1))
+PY
+      ;;
     trace93)  # perf-notes #93: the GEMM and attention kernel tests (the stamped GEMM's bits among them), then the
       # stamps of a GEMM chain at 1, 16 and 64 rows and of the talker attention at 64 and 256 (~2-3 min)
       timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py \
