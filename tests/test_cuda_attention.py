@@ -60,6 +60,7 @@ def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tu
     "heads,contexts,per_cta,stages,warps",
     [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2, 1),  # the talker's heads; pages reissued past 2 in flight
      ((16, 8), [5, 48, 49], 2, 3, 1),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
+     ((16, 8), [1, 2, 16, 17, 40], 4, 1, 1),  # one stage (#136): each page after the first waits for it to empty
      ((8, 8), [20, 64], 1, 2, 1),  # one query head a kv head (half of D's columns unused)
      ((16, 8), [1, 2, 17, 49, 100], 4, 4, 2)],  # two warps a kv head (#109): none, one, odd and even pages
 )  # fmt: skip
