@@ -27,21 +27,24 @@ def tol(dtype: torch.dtype) -> float:
     return 1e-5 if dtype == torch.float32 else 2e-2
 
 
-def decode_rows(shape, dtype, seed, device=DEV):
+def decode_rows(shape, dtype, seed, device=DEV, new_tokens: int = 1):
     """Inputs of one decode attention: each row its own sequence's new token, its pages its own,
     and the new tokens' cache cells NaN (a kernel that read them instead of taking the key and value
-    from registers, or that left one unwritten, shows NaN)."""
+    from registers, or that left one unwritten, shows NaN). With new_tokens > 1, each sequence's
+    last new_tokens tokens as that many consecutive rows (each row's context its position + 1, the
+    sequence's page table on each), as the code predictor's first pass lays out its two positions."""
     from cadence.models.qwen3_tts.layers import rope_cos_sin
 
     hq, hkv, d, ps, contexts = shape
     g = torch.Generator(device=device).manual_seed(seed)
     n, p = len(contexts), -(-max(contexts) // ps)
     pages = 2 * n * p
-    bt = torch.randperm(pages, device=device, generator=g)[: n * p].view(n, p)
-    ctx = torch.tensor(contexts, device=device)
-    pos = ctx - 1
+    bt = torch.randperm(pages, device=device, generator=g)[: n * p].view(n, p).repeat_interleave(new_tokens, 0)
+    last = torch.tensor(contexts, device=device) - 1
+    pos = (last[:, None] - new_tokens + 1 + torch.arange(new_tokens, device=device)).flatten()
+    ctx = pos + 1
     slots = bt.gather(1, (pos // ps)[:, None])[:, 0] * ps + pos % ps
-    qkv = torch.randn(n, (hq + 2 * hkv) * d, device=device, generator=g).to(dtype)
+    qkv = torch.randn(n * new_tokens, (hq + 2 * hkv) * d, device=device, generator=g).to(dtype)
     qn = (1 + 0.1 * torch.randn(d, device=device, generator=g)).to(dtype)
     kn = (1 + 0.1 * torch.randn(d, device=device, generator=g)).to(dtype)
     cos, sin = rope_cos_sin(torch.arange(max(contexts), device=device), d, 1e6, dtype)

@@ -25,7 +25,8 @@ TOLERANCE = 3e-2
 
 def test_plans():
     """64 rows of the talker: 4 kv heads a CTA (128 CTAs, one an SM), shared memory within an SM's
-    227 KB; fewer rows fewer heads a CTA; what the fragments cannot take gets no plan."""
+    227 KB; fewer rows fewer heads a CTA; 64 streams of two new tokens as 64 rows; what the
+    fragments cannot take gets no plan."""
     plan = attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
     assert plan.heads_per_cta == 4 and plan.grid(64) == 128 and plan.threads == 160
     assert plan.smem <= 227 * 1024
@@ -38,6 +39,9 @@ def test_plans():
     assert attention_plan(64, 16, 8, 64, 16, torch.bfloat16) is None
     assert attention_plan(64, 16, 8, 128, 32, torch.bfloat16) is None
     assert attention_plan(64, 32, 2, 128, 16, torch.bfloat16) is None  # 16 query heads a kv head
+    pairs = attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2)  # 64 streams of 2 rows (#137)
+    assert pairs.heads_per_cta == 4 and pairs.grid(128) == 128 and plan.smem < pairs.smem <= 227 * 1024
+    assert attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=5) is None  # 10 queries a kv head
 
 
 def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tuple[torch.Tensor, ...]:
@@ -75,6 +79,29 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, war
     plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages, warps_per_head=warps)
     out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
     assert not stamps.any()  # no clock stamps unless asked for
+    want_caches = [c.clone() for c in caches]
+    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
+    assert not out.isnan().any()
+    assert (out.float() - want.float()).abs().max() <= TOLERANCE
+    for got, wanted in ((k, want_caches[0]), (v, want_caches[1])):
+        assert not got.isnan().any()
+        assert (got.float() - wanted.float()).abs().max() <= TOLERANCE
+
+
+@needs_gxx
+@pytest.mark.parametrize("stages", [1, 2])
+def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, stages):
+    """NEW = 2 (the code predictor's first pass, perf-notes #137): every two consecutive rows one
+    sequence's two new tokens, the first attending over the cached pages and itself, the second over
+    them and both new tokens; contexts of two tokens (the first pass: no cached page), three, a page
+    boundary between the two new tokens (17) and after them (32, 33). Within bf16 rounding of the
+    definition (which writes every new key before any row attends), both rows' keys and values
+    written."""
+    qkv, args, caches, rest = decode_rows((16, 8, 128, 16, [2, 3, 17, 32, 33]), torch.bfloat16, seed=11,
+                                          device="cpu", new_tokens=2)  # fmt: skip
+    plan = AttentionPlan(16, 8, 128, 16, 4, stages=stages, new_tokens=2)
+    assert plan.grid(qkv.shape[0]) == 5 * 2
+    out, k, v, _ = _emulate(tmp_path, plan, qkv, args, caches, rest)
     want_caches = [c.clone() for c in caches]
     want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
     assert not out.isnan().any()
@@ -168,6 +195,45 @@ def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first, monkeypatch)
         want = torch_ops.qk_norm_rope_attention(source, *args, *want_caches, *rest)
         torch.cuda.synchronize()
         assert (out.float() - want.float()).abs().max() <= TOLERANCE, replay
+
+
+@gpu
+def test_the_first_pass_on_the_gpu(monkeypatch):
+    """The code predictor's first pass at b64 (perf-notes #137: 64 streams of two new tokens, with
+    CADENCE_CUDA_ATTENTION_FIRST_PASS): the dispatcher takes the kernel, captured in a graph under
+    trigger-first PDL behind the Triton kernel that writes its qkv rows; the definition's outputs and
+    caches, for the first pass's contexts (2) and longer ones."""
+    _cuda()
+    from cadence.kernels import cuda_attention, triton_ops
+    from cadence.kernels.triton_launch import pdl_settings
+
+    monkeypatch.setattr(cuda_attention, "FIRST_PASS", True)
+    contexts = [2] * 60 + [3, 16, 17, 32]
+    qkv, args, caches, rest = decode_rows((*TALKER, contexts), torch.bfloat16, seed=5, device="cuda", new_tokens=2)
+    plan = cuda_attention.decode_plan(qkv, caches[0], rest[1], *TALKER[:2], max_context=32, new_tokens=2)
+    assert plan is not None and plan.new_tokens == 2 and plan.grid(qkv.shape[0]) == 128
+    eye = torch.eye(qkv.shape[1], device="cuda", dtype=torch.bfloat16)
+    mine = [c.clone() for c in caches]
+
+    def attend() -> torch.Tensor:
+        rows = triton_ops.linear(qkv, eye)
+        return triton_ops.qk_norm_rope_attention(rows, *args, *mine, *rest, max_context=32, new_tokens=2)
+
+    with pdl_settings(True, True):
+        attend()  # compile
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = attend()
+    for c, b in zip(mine, caches, strict=True):
+        c.copy_(b)
+    graph.replay()
+    want_caches = [c.clone() for c in caches]
+    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
+    torch.cuda.synchronize()
+    assert not out.isnan().any() and (out.float() - want.float()).abs().max() <= TOLERANCE
+    for a, b in zip(mine, want_caches, strict=True):
+        assert not a.isnan().any() and (a.float() - b.float()).abs().max() <= TOLERANCE
 
 
 @gpu

@@ -39,6 +39,9 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
         "decode attention": (cuda_attention.SOURCE, attention.defines),
         "decode attention, traced, trigger first": (
             cuda_attention.SOURCE, dataclasses.replace(attention, stamp=True, trigger_first=True).defines),
+        "decode attention, two new tokens a stream (the first pass, #137)": (
+            cuda_attention.SOURCE,
+            cuda_attention.attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2).defines),
         "gemm64 qkv": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(4096, 1024, 64).defines),
         "gemm64 gate/up": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True).defines),
         "gemm64 gate/up 4x1 warps": (

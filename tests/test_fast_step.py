@@ -76,6 +76,29 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
         assert torch.equal(codes_of(fused[r.request_id]), codes_of(eager[r.request_id])), r.request_id
 
 
+def test_the_code_predictors_first_pass_asks_for_two_new_tokens_a_stream(model, monkeypatch):
+    """The code predictor's first pass (positions 0 and 1 of each stream as consecutive rows) goes to
+    the decode attention as two new tokens a sequence (perf-notes #137: the CUDA kernel takes it at
+    64 streams), its 14 decode steps and the talker's rows as one; with the torch ops the definition
+    is the same either way, so the walk's codes are checked by the tests above."""
+    from cadence.kernels import torch_ops
+
+    seen: list[tuple[int, int]] = []
+    define = torch_ops.qk_norm_rope_attention
+
+    def record(qkv, *args, new_tokens: int = 1, **kwargs):
+        seen.append((qkv.shape[0], new_tokens))
+        return define(qkv, *args, new_tokens=new_tokens, **kwargs)
+
+    monkeypatch.setattr(torch_ops, "qk_norm_rope_attention", record)
+    core = build_core(model, config(attention_backend="torch"))
+    run(core, {0: [request(model, i, 2) for i in range(3)]})
+    layers = len(model.talker.code_predictor.model.layers)
+    first = [rows for rows, n in seen if n == 2]
+    assert first and len(first) % layers == 0 and all(rows % 2 == 0 for rows in first)
+    assert {n for _, n in seen} == {1, 2}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,

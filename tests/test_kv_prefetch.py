@@ -82,8 +82,8 @@ def _decode_inputs(rows: int, layers: int, ctx: int = 20, ps: int = 8):
 def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache(after_o):
     """Layer 0's cache from the stack's first norm; layer i + 1's from the norm after layer i's down
     (before its qkv) or, with `after_o`, after layer i's o (before its MLP); nothing after the last
-    layer, nothing for prefill rows (a norm program is a row's sequence only in decode), nothing
-    with the plan off. The stack's output is the same either way."""
+    layer, nothing for prefill rows or two new tokens a sequence (a norm program is a row's
+    sequence only in one-token decode), nothing with the plan off. The stack's output is the same either way."""
     layers = 3
     calls: list = []
     stack = _tiny_stack(layers)
@@ -108,6 +108,10 @@ def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache(after_o
         calls.clear()
         FusedStack(stack, _recording_ops(calls), 64, kv_prefetch=plan)(x, *index, k, v, decode=False)
         assert all(p is None for _, p in calls)
+        calls.clear()  # nor for two new tokens a sequence (the code predictor's first pass: rows are not sequences)
+        two = FusedStack(stack, _recording_ops(calls), 64, kv_prefetch=plan)
+        two(x[:2], *(t[:2] for t in index), k, v, decode=True, new_tokens=2)
+        assert calls and all(p is None for _, p in calls)
 
 
 if triton_available():  # CI's torch has no Triton

@@ -14,6 +14,8 @@ Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-tok
 of 128; the Triton kernel runs everything else. `CADENCE_CUDA_ATTENTION` says which decode calls
 take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts;
 `CADENCE_CUDA_ATTENTION_LONG_WARPS` gives the long contexts more warps a kv head (#109, unmeasured).
+It also takes several new tokens a sequence as consecutive rows (`new_tokens`: the code
+predictor's first pass, two a stream), behind `CADENCE_CUDA_ATTENTION_FIRST_PASS` until timed (#137).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "short")
 # Experiment switch (perf-notes #109): warps a kv head for the talker's long contexts, each taking every
 # WARPS_PER_HEAD-th page, their sums merged at the end (1: a warp a head, as the short contexts run).
 LONG_WARPS_PER_HEAD = int(os.environ.get("CADENCE_CUDA_ATTENTION_LONG_WARPS", "1"))
+# Experiment switch (perf-notes #137): the code predictor's first pass (two new tokens a stream) by the kernel
+# too, where it takes 64 streams, instead of the Triton QK-norm + RoPE + cache write and paged attention.
+FIRST_PASS = os.environ.get("CADENCE_CUDA_ATTENTION_FIRST_PASS", "0") == "1"
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 
@@ -51,7 +56,8 @@ MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared m
 @dataclass(frozen=True)
 class AttentionPlan:
     """One compiled instance and its launch: the heads, page size, kv heads a CTA, warps a kv head
-    (each taking every warps_per_head-th page) and pages in flight a CTA."""
+    (each taking every warps_per_head-th page), pages in flight a CTA, and new tokens a sequence
+    (that many consecutive rows; the code predictor's first pass: 2, perf-notes #137)."""
 
     heads: int
     kv_heads: int
@@ -63,9 +69,10 @@ class AttentionPlan:
     stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     warps_per_head: int = 1
     ablate: int = 0  # a look (benchmarks/cuda_attention_parts.py): 1 the pages' arithmetic left out, 2 their copies
+    new_tokens: int = 1
 
     def grid(self, rows: int) -> int:
-        return rows * (self.kv_heads // self.heads_per_cta)
+        return rows // self.new_tokens * (self.kv_heads // self.heads_per_cta)
 
     @property
     def threads(self) -> int:
@@ -76,7 +83,8 @@ class AttentionPlan:
         """decode_attention.cu's stages (a page's keys and values, token rows padded 16 bytes) and
         its `struct Tail` (the mbarriers, the page table, each head warp's queries, sums, maxima and
         totals)."""
-        hc, g, d = self.heads_per_cta, self.heads // self.kv_heads, self.head_dim
+        hc, d = self.heads_per_cta, self.head_dim
+        g = self.new_tokens * self.heads // self.kv_heads  # a warp's query columns
         stage = 2 * self.page_size * (hc * d + 8) * 2
         warps = hc * self.warps_per_head
         return self.stages * stage + 16 * self.stages + 4 * MAX_PAGES + warps * g * d * (2 + 4) + 2 * warps * g * 4
@@ -86,33 +94,38 @@ class AttentionPlan:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
                 ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)),
-                ("WPH", self.warps_per_head), ("ABLATE", self.ablate))  # fmt: skip
+                ("WPH", self.warps_per_head), ("ABLATE", self.ablate), ("NEW", self.new_tokens))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
-                   min_rows: int = MIN_ROWS) -> AttentionPlan | None:  # fmt: skip
-    """The kernel's plan for a decode call, or None where it does not apply: fewer than `min_rows`
-    rows, another cache dtype, page size or head dim than the kernel's fragments take, or more than
-    8 query heads a kv head."""
+                   min_rows: int = MIN_ROWS, new_tokens: int = 1) -> AttentionPlan | None:  # fmt: skip
+    """The kernel's plan for a decode call of `rows` sequences (each `new_tokens` rows), or None
+    where it does not apply: fewer than `min_rows` sequences, another cache dtype, page size or head
+    dim than the kernel's fragments take, or more than 8 queries a kv head (query heads a kv head
+    times new tokens)."""
     if rows < min_rows or dtype != torch.bfloat16 or head_dim != 128 or page_size != 16:
         return None
-    if heads % kv_heads or heads // kv_heads > 8:
+    if heads % kv_heads or new_tokens < 1 or new_tokens * heads // kv_heads > 8:
         return None
     per_cta = 1  # as many kv heads a CTA as keep CTAS CTAs busy, at most 4 (4 heads' warps)
     while per_cta < 4 and kv_heads % (2 * per_cta) == 0 and rows * kv_heads // (2 * per_cta) >= CTAS:
         per_cta *= 2
-    return AttentionPlan(heads, kv_heads, head_dim, page_size, per_cta)
+    return AttentionPlan(heads, kv_heads, head_dim, page_size, per_cta, new_tokens=new_tokens)
 
 
 def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor, heads: int, kv_heads: int,
-                max_context: int | None) -> AttentionPlan | None:  # fmt: skip
-    """The plan for a decode call where the kernel takes it: MIN_ROWS to MAX_ROWS rows of the
-    contexts CONTEXTS names, page tables of up to MAX_PAGES, on a GPU where it runs; else None."""
-    rows = qkv.shape[0]
+                max_context: int | None, new_tokens: int = 1) -> AttentionPlan | None:  # fmt: skip
+    """The plan for a decode call where the kernel takes it: MIN_ROWS to MAX_ROWS sequences (of
+    `new_tokens` rows each) of the contexts CONTEXTS names, page tables of up to MAX_PAGES, on a GPU
+    where it runs; else None. Several new tokens a sequence only where FIRST_PASS says so."""
+    rows, sequences = qkv.shape[0], qkv.shape[0] // new_tokens
     kind = "short" if max_context is not None and max_context <= 32 else "long"
-    if CONTEXTS not in (kind, "all") or rows > MAX_ROWS or block_table.shape[1] > MAX_PAGES:
+    if CONTEXTS not in (kind, "all") or sequences > MAX_ROWS or block_table.shape[1] > MAX_PAGES:
         return None
-    plan = attention_plan(rows, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype)
+    if new_tokens > 1 and (not FIRST_PASS or rows % new_tokens):
+        return None
+    plan = attention_plan(sequences, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype,
+                          new_tokens=new_tokens)  # fmt: skip
     if plan is None or not qkv.is_cuda or not attention_supported(qkv.device):
         return None
     return dataclasses.replace(plan, warps_per_head=LONG_WARPS_PER_HEAD) if kind == "long" else plan
@@ -130,17 +143,22 @@ def _kernel(plan: AttentionPlan):
 
 def cuda_qk_norm_rope_attention(
     qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
-    num_heads: int, num_kv_heads: int, plan: AttentionPlan | None = None,
+    num_heads: int, num_kv_heads: int, plan: AttentionPlan | None = None, new_tokens: int = 1,
 ) -> torch.Tensor:  # fmt: skip
     """triton_attention.qk_norm_rope_attention by the CUDA kernel: row n of qkv [N, (Hq+2Hkv)*D] is
     its stream's new token at positions[n] = context_lens[n] - 1, written to cache slot
-    slot_index[n]. Returns [N, Hq*D]. The index tensors are int64, read before the kernel's PDL
-    wait (as are the cached tokens before the new ones), so the kernel it waits for must not write
-    them."""
+    slot_index[n]; with new_tokens (or plan.new_tokens) > 1, every that many consecutive rows are one
+    stream's new tokens at consecutive positions, each attending to the ones before it. Returns
+    [N, Hq*D]. The index tensors are int64, read before the kernel's PDL wait (as are the cached
+    tokens before the new ones), so the kernel it waits for must not write them."""
     n, d = qkv.shape[0], k_cache.shape[3]
-    plan = plan or attention_plan(n, num_heads, num_kv_heads, d, k_cache.shape[1], k_cache.dtype, min_rows=1)
+    new_tokens = plan.new_tokens if plan is not None else new_tokens
+    plan = plan or attention_plan(n // max(new_tokens, 1), num_heads, num_kv_heads, d, k_cache.shape[1],
+                                  k_cache.dtype, min_rows=1, new_tokens=new_tokens)  # fmt: skip
     if plan is None or k_cache.shape[2] != num_kv_heads or qkv.shape[1] != (num_heads + 2 * num_kv_heads) * d:
         raise ValueError(f"the CUDA attention does not take qkv {tuple(qkv.shape)} over a cache {tuple(k_cache.shape)}")
+    if n % plan.new_tokens:
+        raise ValueError(f"{n} rows are not whole sequences of {plan.new_tokens} new tokens")
     indices = (positions, slot_index, context_lens, block_table)
     if block_table.shape[1] > MAX_PAGES:
         raise ValueError(f"the CUDA attention takes page tables of up to {MAX_PAGES} pages")

@@ -136,9 +136,13 @@ def qk_norm_rope_attention(
     num_kv_heads: int,
     splits: int | None = None,
     max_context: int | None = None,
+    new_tokens: int = 1,
 ) -> torch.Tensor:
     """qk_norm_rope_store then paged_attention, for decode rows (each its own sequence's new token
-    at positions[n] = context_lens[n] - 1), which the Triton backend runs as one kernel."""
+    at positions[n] = context_lens[n] - 1), which the Triton backend runs as one kernel. With
+    new_tokens > 1, every that many consecutive rows are one sequence's new tokens (the code
+    predictor's first pass: 2), each attending over its own context_lens[n] tokens: the same
+    definition, since every key is written before any row attends."""
     q = qk_norm_rope_store(
         qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, num_heads, num_kv_heads
     )

@@ -263,19 +263,20 @@ FUSED_ATTENTION_MAX_ROWS = 64
 def qk_norm_rope_attention(
     qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
     num_heads: int, num_kv_heads: int, splits: int | None = None, tiles: AttentionTiles | None = None,
-    max_context: int | None = None,
+    max_context: int | None = None, new_tokens: int = 1,
 ) -> torch.Tensor:  # fmt: skip
-    """Decode attention with the rows' QK-norm, RoPE and cache write (torch_ops has the definition):
-    the CUDA kernel where cuda_attention.decode_plan takes the call (by default the code predictor's
-    short contexts at 64 rows, on Hopper), else one fused Triton kernel up to
-    FUSED_ATTENTION_MAX_ROWS rows and the two kernels above."""
+    """Decode attention with the rows' QK-norm, RoPE and cache write (torch_ops has the definition,
+    and says what new_tokens > 1 means): the CUDA kernel where cuda_attention.decode_plan takes the
+    call (by default the code predictor's short contexts at 64 rows, on Hopper), else one fused
+    Triton kernel up to FUSED_ATTENTION_MAX_ROWS rows of one new token each, and the two kernels
+    above (whose cache write precedes every row's attention)."""
     norm_rope = (q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index)
-    plan = cuda_attention.decode_plan(qkv, k_cache, block_table, num_heads, num_kv_heads, max_context)
+    plan = cuda_attention.decode_plan(qkv, k_cache, block_table, num_heads, num_kv_heads, max_context, new_tokens)
     if plan is not None:
         return cuda_attention.cuda_qk_norm_rope_attention(
             qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, plan
         )
-    if qkv.shape[0] <= FUSED_ATTENTION_MAX_ROWS:
+    if qkv.shape[0] <= FUSED_ATTENTION_MAX_ROWS and new_tokens == 1:
         return fused_qk_norm_rope_attention(
             qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, splits, tiles, max_context
         )

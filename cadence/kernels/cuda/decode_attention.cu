@@ -28,13 +28,18 @@
 // Token rows in shared memory are padded by 16 bytes, so the fragments' 32-bit loads (8 tokens at
 // one offset) fall in different banks.
 //
+// NEW > 1 (the code predictor's first pass, perf-notes #137): every NEW consecutive rows are one
+// sequence's NEW new tokens at consecutive positions, the last at its context - 1; a CTA takes the
+// sequence, each warp its kv head's G query heads of all NEW rows (NEW x G columns of B), and a row
+// attends over the cached pages and the sequence's new tokens up to its own, from registers.
+//
 // WPH > 1 (an experiment for the talker's long contexts, #109): WPH warps a kv head, warp `sub`
 // of a head taking pages sub, sub + WPH, ...; each keeps its own running max, sum and output, and
 // after the pages the head's first warp merges them (as a context split is merged) before the new
 // token.
 //
 // Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA), WPH
-// (warps a kv head, default 1), STAGES (pages in flight a CTA), TRIGGER_FIRST (1: let the next kernel launch before the
+// (warps a kv head, default 1), NEW (rows a sequence, default 1), STAGES (pages in flight a CTA), TRIGGER_FIRST (1: let the next kernel launch before the
 // wait), MAX_PAGES (the longest page table it takes), SMEM_BYTES (the dynamic shared memory it is
 // launched with), STAMP (1: thread 0 writes its CTA's clock stamps to row stamp_row + CTA of
 // `stamps`, prelude.cuh's write_stamps: its start, the page table loaded, the wait's return, warp
@@ -46,7 +51,11 @@
 #ifndef WPH
 #define WPH 1
 #endif
+#ifndef NEW
+#define NEW 1
+#endif
 constexpr int G = HQ / HKV;                 // query heads a kv head
+constexpr int NQ = NEW * G;                 // a warp's query columns: row j's head h is column j * G + h
 constexpr int HEAD_WARPS = HC * WPH;        // warp w takes kv head w % HC, pages w / HC, + WPH, ...
 constexpr int THREADS = 32 * (HEAD_WARPS + 1);  // the heads' warps, then the copying warp
 constexpr int PRODUCER = HEAD_WARPS;        // the copying warp
@@ -58,7 +67,7 @@ constexpr u32 STAGE_BYTES = 2u * PS * HC * HD * 2;
 #ifndef ABLATE  // a look (benchmarks/cuda_attention_parts.py): 1 leaves out the pages' arithmetic, 2 their copies
 #define ABLATE 0
 #endif
-static_assert(PS == 16 && G >= 1 && G <= 8 && HQ % HKV == 0 && HKV % HC == 0, "the kernel's fragment layout");
+static_assert(PS == 16 && G >= 1 && NQ <= 8 && HQ % HKV == 0 && HKV % HC == 0, "the kernel's fragment layout");
 
 // Shared memory after the stages: the pages' mbarriers, each warp's queries (bf16) and, after the
 // pages, its sums (fp32) with each head's running max and sum.
@@ -66,9 +75,9 @@ struct Tail {
   u64 full[STAGES];   // a stage's page has landed (the copying warp's expected bytes)
   u64 empty[STAGES];  // every head's warp is done with the stage (HC arrivals)
   int page[MAX_PAGES];  // the row's page table, read once (a global load a page cost ~1 us each, #104)
-  u16 q[HEAD_WARPS][G][HD];
-  float o[HEAD_WARPS][G][HD];
-  float m[HEAD_WARPS][G], l[HEAD_WARPS][G];
+  u16 q[HEAD_WARPS][NQ][HD];
+  float o[HEAD_WARPS][NQ][HD];
+  float m[HEAD_WARPS][NQ], l[HEAD_WARPS][NQ];
 };
 static_assert((size_t)STAGES * STAGE * 2 + sizeof(Tail) <= SMEM_BYTES, "SMEM_BYTES: the stages and the tail");
 
@@ -105,12 +114,13 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   [[maybe_unused]] i64 t_start = STAMP ? (i64)global_ns() : 0, t_ahead = 0, t_waited = 0, t_pages = 0;
   u16* stages = reinterpret_cast<u16*>(smem);
   Tail& tail = *reinterpret_cast<Tail*>(stages + (size_t)STAGES * STAGE);
-  const int row = blockIdx.x / (HKV / HC), head0 = blockIdx.x % (HKV / HC) * HC;
+  const int row0 = blockIdx.x / (HKV / HC) * NEW, head0 = blockIdx.x % (HKV / HC) * HC;  // its sequence's rows
+  const int last = row0 + NEW - 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int ctx = (int)context[row];
-  const int cached = ctx > 1 ? ctx - 1 : 0;  // the new token, at ctx - 1, comes from qkv
+  const int ctx = (int)context[last];
+  const int cached = ctx > NEW ? ctx - NEW : 0;  // the new tokens, at ctx - NEW .. ctx - 1, come from qkv
   const int pages = (cached + PS - 1) / PS;
-  const i64* table = block_table + (size_t)row * table_stride;
+  const i64* table = block_table + (size_t)last * table_stride;
   if (TRIGGER_FIRST) pdl_trigger();
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) mbar_init(&tail.full[s], 1), mbar_init(&tail.empty[s], HC);
@@ -132,31 +142,37 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   // position's load and then the tables' were two round trips after it).
   const int slot_in_cta = WPH == 1 ? warp : warp % HC, sub = WPH == 1 ? 0 : warp / HC;  // its kv head, pages
   const int kvh = head0 + slot_in_cta;
-  float cs[4], sn[4];
-  rope_at(cos, sin, position[row], lane, cs, sn);
+  float cs[NEW][4], sn[NEW][4];
+  size_t cell[NEW];
+  for (int j = 0; j < NEW; ++j) {
+    rope_at(cos, sin, position[row0 + j], lane, cs[j], sn[j]);
+    cell[j] = (size_t)slot[row0 + j] * TOKEN + (size_t)kvh * HD + 4 * lane;
+  }
   const uint2 k_weights = norm_weights(k_norm, lane), q_weights = norm_weights(q_norm, lane);
-  const size_t cell = (size_t)slot[row] * TOKEN + (size_t)kvh * HD + 4 * lane;
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
   if (STAMP) t_waited = (i64)global_ns();
 
-  // The row's new key and value for this warp's kv head, to the cache (by the head's first warp); its
-  // queries.
-  const u16* src = qkv + (size_t)row * QKV;
-  auto head = [&](int h) { return *reinterpret_cast<const uint2*>(src + h * HD + 4 * lane); };
-  const uint2 k_new = norm_rope(head(HQ + kvh), k_weights, cs, sn, lane, eps), v_new = head(HQ + HKV + kvh);
-  if (sub == 0) {
-    *reinterpret_cast<uint2*>(k_cache + cell) = k_new;
-    *reinterpret_cast<uint2*>(v_cache + cell) = v_new;
-  }
-  uint2 q[G];
-  for (int h = 0; h < G; ++h) {
-    q[h] = norm_rope(head(kvh * G + h), q_weights, cs, sn, lane, eps);
-    *reinterpret_cast<uint2*>(&tail.q[warp][h][4 * lane]) = q[h];
+  // The rows' new keys and values for this warp's kv head, to the cache (by the head's first warp);
+  // their queries.
+  auto head = [&](int j, int h) {
+    return *reinterpret_cast<const uint2*>(qkv + (size_t)(row0 + j) * QKV + h * HD + 4 * lane);
+  };
+  uint2 k_new[NEW], v_new[NEW], q[NQ];
+  for (int j = 0; j < NEW; ++j) {
+    k_new[j] = norm_rope(head(j, HQ + kvh), k_weights, cs[j], sn[j], lane, eps), v_new[j] = head(j, HQ + HKV + kvh);
+    if (sub == 0) {
+      *reinterpret_cast<uint2*>(k_cache + cell[j]) = k_new[j];
+      *reinterpret_cast<uint2*>(v_cache + cell[j]) = v_new[j];
+    }
+    for (int h = 0; h < G; ++h) {
+      q[j * G + h] = norm_rope(head(j, kvh * G + h), q_weights, cs[j], sn[j], lane, eps);
+      *reinterpret_cast<uint2*>(&tail.q[warp][j * G + h][4 * lane]) = q[j * G + h];
+    }
   }
   __syncwarp();
-  u32 qb[HD / 16][2] = {};  // B = Q^T: lane (g, c) holds head g's k = 16j + 2c, +1 and + 8, + 9
-  if (g < G)
+  u32 qb[HD / 16][2] = {};  // B = Q^T: lane (g, c) holds column g's k = 16j + 2c, +1 and + 8, + 9
+  if (g < NQ)
     for (int j = 0; j < HD / 16; ++j) {
       qb[j][0] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c]);
       qb[j][1] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c + 8]);
@@ -209,8 +225,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     float x[4], y[4];
     for (int i = 0; i < 4; ++i) x[i] = __shfl_sync(0xffffffffu, pr[i], from), y[i] = __shfl_sync(0xffffffffu, pr[i], from + 4);
     const bool odd = g % 2;  // selects, not an index: the arrays stay in registers
-    const u32 pb[2] = {g < G ? pack2(odd ? x[1] : x[0], odd ? y[1] : y[0]) : 0u,
-                       g < G ? pack2(odd ? x[3] : x[2], odd ? y[3] : y[2]) : 0u};
+    const u32 pb[2] = {g < NQ ? pack2(odd ? x[1] : x[0], odd ? y[1] : y[0]) : 0u,
+                       g < NQ ? pack2(odd ? x[3] : x[2], odd ? y[3] : y[2]) : 0u};
     for (int t = 0; t < HD / 16; ++t) {  // A = V^T: d = 16t + g (+ 8) at tokens 2c, 2c + 1 (+ 8)
       const u16* v0 = values + 2 * c * ROW + 16 * t + g;
       auto pair = [&](const u16* v) { return (u32)v[0] | (u32)v[ROW] << 16; };
@@ -226,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   // The sums to shared memory, 4 elements a lane again; then the new token and the outputs.
   for (int h = 0; h < 2; ++h) {
     const int n = 2 * c + h;
-    if (n >= G) continue;
+    if (n >= NQ) continue;
     for (int t = 0; t < HD / 16; ++t) tail.o[warp][n][16 * t + g] = acc[t][h], tail.o[warp][n][16 * t + g + 8] = acc[t][2 + h];
     if (g == 0) tail.m[warp][n] = run_max[h], tail.l[warp][n] = run_sum[h];
   }
@@ -235,32 +251,36 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     heads_sync();  // every warp's sums are in shared memory
     if (sub != 0) return;
   }
-  float kf[4], vf[4];
-  unpack4(k_new, kf);
-  unpack4(v_new, vf);
-  for (int h = 0; h < G; ++h) {
+  float kf[NEW][4], vf[NEW][4];
+  for (int j = 0; j < NEW; ++j) unpack4(k_new[j], kf[j]), unpack4(v_new[j], vf[j]);
+  for (int n = 0; n < NQ; ++n) {  // row j's query head h: the pages' sums, then new tokens 0..j
+    const int j = n / G, h = n % G;
     float qf[4];
-    unpack4(q[h], qf);
-    float s = qf[0] * kf[0] + qf[1] * kf[1] + qf[2] * kf[2] + qf[3] * kf[3];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    s *= scale;
-    float before = tail.m[warp][h], sum = tail.l[warp][h], acc_o[4];
-    for (int i = 0; i < 4; ++i) acc_o[i] = tail.o[warp][h][4 * lane + i];
+    unpack4(q[n], qf);
+    float before = tail.m[warp][n], sum = tail.l[warp][n], acc_o[4];
+    for (int i = 0; i < 4; ++i) acc_o[i] = tail.o[warp][n][4 * lane + i];
     for (int w = 1; w < WPH; ++w) {  // the head's other warps' pages, merged as a context split is
       const int other = slot_in_cta + w * HC;
-      const float theirs = tail.m[other][h], top = fmaxf(before, theirs);
+      const float theirs = tail.m[other][n], top = fmaxf(before, theirs);
       if (top == NEG_INF) continue;  // neither has a page yet
       const float a = expf(before - top), b = expf(theirs - top);
-      sum = sum * a + tail.l[other][h] * b;
-      for (int i = 0; i < 4; ++i) acc_o[i] = acc_o[i] * a + tail.o[other][h][4 * lane + i] * b;
+      sum = sum * a + tail.l[other][n] * b;
+      for (int i = 0; i < 4; ++i) acc_o[i] = acc_o[i] * a + tail.o[other][n][4 * lane + i] * b;
       before = top;
     }
-    const float now = fmaxf(before, s);
-    const float alpha = expf(before - now), p = expf(s - now);
-    const float total = sum * alpha + p, pv = round_bf16(p);
+    for (int t = 0; t <= j; ++t) {  // one more softmax step a new token, as the Triton kernel's _attend_one
+      float s = qf[0] * kf[t][0] + qf[1] * kf[t][1] + qf[2] * kf[t][2] + qf[3] * kf[t][3];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      s *= scale;
+      const float now = fmaxf(before, s);
+      const float alpha = expf(before - now), p = expf(s - now), pv = round_bf16(p);
+      sum = sum * alpha + p;
+      for (int i = 0; i < 4; ++i) acc_o[i] = acc_o[i] * alpha + pv * vf[t][i];
+      before = now;
+    }
     float o[4];
-    for (int i = 0; i < 4; ++i) o[i] = (acc_o[i] * alpha + pv * vf[i]) / total;
-    *reinterpret_cast<uint2*>(out + (size_t)row * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
+    for (int i = 0; i < 4; ++i) o[i] = acc_o[i] / sum;
+    *reinterpret_cast<uint2*>(out + (size_t)(row0 + j) * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
   }
 #if STAMP
   if (threadIdx.x == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_pages);

@@ -264,7 +264,8 @@ class FastDecoder:
             return
         ix, n = self.cp_index, 2 * b
         h = self.cp_stack(
-            first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v
+            first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v,
+            decode=True, new_tokens=2,
         )[1::2]  # fmt: skip
         for j in range(self.groups - 1):
             logits = self._head(h, cp.lm_head[j].weight)

@@ -85,20 +85,24 @@ class FusedStack:
         self.slab_max_rows = slab_max_rows if dtype == torch.bfloat16 and slab_supported(dev) else 0
 
     def __call__(
-        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False
-    ) -> torch.Tensor:
+        self, x, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool = False,
+        new_tokens: int = 1,
+    ) -> torch.Tensor:  # fmt: skip
         """x [N, H] at `positions` [N]; keys written to flat slots `slot_index`; attention over the
         first context_lens[n] tokens of block_table[n]. k_cache/v_cache: per layer [pages, ps, Hkv, D].
-        decode: every row is its own sequence's one new token (positions = context_lens - 1), so the
-        attention kernel may take the rows' QK-norm, RoPE and cache write (one kernel a layer fewer);
-        not for prefill, whose rows read each other's keys."""
+        decode: every row is its own sequence's one new token (positions = context_lens - 1), or with
+        new_tokens > 1 every that many consecutive rows are one sequence's new tokens (the code
+        predictor's first pass: 2), so the attention kernel may take the rows' QK-norm, RoPE and cache
+        write (one kernel a layer fewer); not for prefill, whose rows read each other's keys in any
+        layout."""
         attend = functools.partial(self._attend, positions, block_table, context_lens, slot_index, k_cache, v_cache,
-                                   decode)  # fmt: skip
+                                   decode, new_tokens)  # fmt: skip
+        one_token = decode and new_tokens == 1
         if x.shape[0] <= self.slab_max_rows:
             # The code predictor's decode steps at one row (one page of context): the attention goes
             # inside o (perf-notes #97: -0.14 ms at batch 1); its first pass too (two tokens of one
-            # stream, not decode; no other stack has a one-page context) with the switch of #99.
-            inside_o = x.shape[0] == 1 if decode else cuda_gemv.FIRST_PASS_INSIDE
+            # stream; no other stack has a one-page context) with the switch of #99.
+            inside_o = x.shape[0] == 1 if one_token else cuda_gemv.FIRST_PASS_INSIDE
             one_page = inside_o and self.max_positions <= k_cache.shape[2]
             shape = AttentionShape(self.heads, self.kv_heads, self.head_dim, k_cache.shape[2]) if one_page else None
             if (plans := self._slab_plans(x.shape[0], shape)) is not None:
@@ -106,7 +110,7 @@ class FusedStack:
                                            k_cache, v_cache)  # fmt: skip
                 return self._slab_layers(x, plans, attend, inside)
         ops, plan = self.ops, self.kv_prefetch
-        tokens = plan.tokens(x.shape[0], k_cache[0]) if decode else 0  # the budget's tokens a row; 0: off
+        tokens = plan.tokens(x.shape[0], k_cache[0]) if one_token else 0  # the budget's tokens a row; 0: off
         ahead = functools.partial(self._prefetch, block_table, context_lens, k_cache, v_cache, tokens)
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps, prefetch=ahead(0))
         for i, L in enumerate(self.layers):
@@ -129,8 +133,8 @@ class FusedStack:
         plan = self.kv_prefetch
         return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens, plan.evict_last, plan.after_wait)
 
-    def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool, i: int,
-                L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool,
+                new_tokens: int, i: int, L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """Layer i's attention of its qkv rows: QK-norm, RoPE, the cache write and paged attention."""
         ops = self.ops
         cache = (k_cache[i], v_cache[i], slot_index)
@@ -138,7 +142,7 @@ class FusedStack:
         if decode:
             return ops.qk_norm_rope_attention(
                 qkv, *norm_rope, block_table, context_lens, self.scale, self.heads, self.kv_heads, self.splits,
-                max_context=self.max_positions,
+                max_context=self.max_positions, new_tokens=new_tokens,
             )  # fmt: skip
         q = ops.qk_norm_rope_store(qkv, *norm_rope, self.heads, self.kv_heads)
         return ops.paged_attention(
