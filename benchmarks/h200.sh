@@ -272,20 +272,25 @@ PY
         o160d192=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:192 ${TREES:-}" bash "$0" walkab
       CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160 timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py \
         --model $full --stamps --batches 64 --json "$OUT/stamps_134.json" 2>&1 | quiet | tail -11 ;;
-    stages136)  # perf-notes #136: the code predictor's decode attention in 1 or 2 stages (its contexts hold one
-      # cached page): 45 / 78 KB a CTA instead of 145, so its CTAs fit beside qkv's and load the row's page, table,
-      # position and RoPE rows under it. Its tests at 1 stage, b64 walks of this tree, `cps1` and `cps2` (two
-      # rounds, decode only), then the stamps of this tree and of `cps1` (~6 min)
+    cp136)  # perf-notes #136 and #137, the code predictor's attention at b64: its decode steps' kernel in 1 stage
+      # (`cps1`: its contexts hold one cached page; 45 KB a CTA instead of 145, so its CTAs fit beside qkv's and
+      # load the row's page, table, position and RoPE rows under it), its first pass by the same kernel (`fp`,
+      # two new tokens a stream, instead of the Triton QK-norm + RoPE + cache write and paged attention), and
+      # both (`fps1`). The kernel's tests at 4 and 1 stages, b64 walks of this tree and the three, two rounds,
+      # decode only, then the stamps of this tree and of `fps1` (~7 min)
       need_full > "$OUT/need_full.log" 2>&1 &
-      CADENCE_CUDA_ATTENTION_STAGES=1 timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
-        tests/test_cuda_attention.py 2>&1 | tail -1
+      for stages in 4 1; do
+        CADENCE_CUDA_ATTENTION_STAGES=$stages timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
+          tests/test_cuda_attention.py 2>&1 | tail -1
+      done
       wait
       WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" TREES="cps1=.,CADENCE_CUDA_ATTENTION_STAGES=1
-        cps2=.,CADENCE_CUDA_ATTENTION_STAGES=2 ${TREES:-}" bash "$0" walkab
-      for stages in 4 1; do
-        echo "== stamps, the code predictor's attention with STAGES=$stages"
-        CADENCE_CUDA_ATTENTION_STAGES=$stages timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full \
-          --stamps --batches 64 --json "$OUT/stamps_136_s$stages.json" 2>&1 | quiet | tail -11
+        fp=.,CADENCE_CUDA_ATTENTION_FIRST_PASS=1 fps1=.,CADENCE_CUDA_ATTENTION_FIRST_PASS=1,CADENCE_CUDA_ATTENTION_STAGES=1
+        ${TREES:-}" bash "$0" walkab
+      for tree in "new:" "fps1:CADENCE_CUDA_ATTENTION_FIRST_PASS=1 CADENCE_CUDA_ATTENTION_STAGES=1"; do
+        echo "== stamps, ${tree%%:*} (${tree#*:})"
+        env ${tree#*:} timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
+          --batches 64 --json "$OUT/stamps_136_${tree%%:*}.json" 2>&1 | quiet | tail -12
       done ;;
     prefetch135)  # perf-notes #135: the norms pull the next attention's cached keys and values into L2
       # (CADENCE_KV_PREFETCH=MB a layer): their gpu tests and the fast walk's with 32 MB, then b64 walks of this
