@@ -59,6 +59,18 @@ def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tu
     return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1]), stamps
 
 
+def _check(qkv, args, caches, rest, out: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """A kernel's output and the caches after it (k, v; `caches` as they were before it) within bf16
+    rounding of the definition's, and no NaN in them."""
+    want_caches = [c.clone() for c in caches]
+    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
+    assert not out.isnan().any()
+    assert (out.float() - want.float()).abs().max() <= TOLERANCE
+    for got, wanted in ((k, want_caches[0]), (v, want_caches[1])):
+        assert not got.isnan().any()
+        assert (got.float() - wanted.float()).abs().max() <= TOLERANCE
+
+
 @needs_gxx
 @pytest.mark.parametrize(
     "heads,contexts,per_cta,stages,warps",
@@ -79,13 +91,7 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, war
     plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages, warps_per_head=warps)
     out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
     assert not stamps.any()  # no clock stamps unless asked for
-    want_caches = [c.clone() for c in caches]
-    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
-    assert not out.isnan().any()
-    assert (out.float() - want.float()).abs().max() <= TOLERANCE
-    for got, wanted in ((k, want_caches[0]), (v, want_caches[1])):
-        assert not got.isnan().any()
-        assert (got.float() - wanted.float()).abs().max() <= TOLERANCE
+    _check(qkv, args, caches, rest, out, k, v)
 
 
 @needs_gxx
@@ -102,13 +108,7 @@ def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, stages):
     plan = AttentionPlan(16, 8, 128, 16, 4, stages=stages, new_tokens=2)
     assert plan.grid(qkv.shape[0]) == 5 * 2
     out, k, v, _ = _emulate(tmp_path, plan, qkv, args, caches, rest)
-    want_caches = [c.clone() for c in caches]
-    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
-    assert not out.isnan().any()
-    assert (out.float() - want.float()).abs().max() <= TOLERANCE
-    for got, wanted in ((k, want_caches[0]), (v, want_caches[1])):
-        assert not got.isnan().any()
-        assert (got.float() - wanted.float()).abs().max() <= TOLERANCE
+    _check(qkv, args, caches, rest, out, k, v)
 
 
 @needs_gxx
@@ -153,14 +153,10 @@ def test_matches_definition_on_the_gpu(rows, min_rows):
     """64 and 70 rows (4 kv heads a CTA), 16 and 32 (1 and 2), contexts up to 540 tokens."""
     attend = _cuda()
     qkv, args, caches, rest = _talker_rows(rows, seed=rows)
-    mine, want_caches = [c.clone() for c in caches], [c.clone() for c in caches]
+    mine = [c.clone() for c in caches]
     plan = attention_plan(rows, *TALKER[:2], 128, 16, torch.bfloat16, min_rows=min_rows)
     got = attend(qkv, *args, *mine, *rest, plan=plan)
-    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
-    assert not got.isnan().any()
-    assert (got.float() - want.float()).abs().max() <= TOLERANCE
-    for a, b in zip(mine, want_caches, strict=True):
-        assert not a.isnan().any() and (a.float() - b.float()).abs().max() <= TOLERANCE
+    _check(qkv, args, caches, rest, got, *mine)
 
 
 @gpu
@@ -228,12 +224,7 @@ def test_the_first_pass_on_the_gpu(monkeypatch):
     for c, b in zip(mine, caches, strict=True):
         c.copy_(b)
     graph.replay()
-    want_caches = [c.clone() for c in caches]
-    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
-    torch.cuda.synchronize()
-    assert not out.isnan().any() and (out.float() - want.float()).abs().max() <= TOLERANCE
-    for a, b in zip(mine, want_caches, strict=True):
-        assert not a.isnan().any() and (a.float() - b.float()).abs().max() <= TOLERANCE
+    _check(qkv, args, caches, rest, out, *mine)
 
 
 @gpu
