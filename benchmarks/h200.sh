@@ -277,7 +277,7 @@ PY
       # load the row's page, table, position and RoPE rows under it), its first pass by the same kernel (`fp`,
       # two new tokens a stream, instead of the Triton QK-norm + RoPE + cache write and paged attention), and
       # both (`fps1`). The kernel's tests at 4 and 1 stages, b64 walks of this tree and the three, two rounds,
-      # decode only, then the stamps of this tree and of `fps1` (~7 min)
+      # decode only, then the stamps of this tree and of `fps1`, the norms' too (~7 min)
       need_full > "$OUT/need_full.log" 2>&1 &
       for stages in 4 1; do
         CADENCE_CUDA_ATTENTION_STAGES=$stages timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
@@ -290,7 +290,7 @@ PY
       for tree in "new:" "fps1:CADENCE_CUDA_ATTENTION_FIRST_PASS=1 CADENCE_CUDA_ATTENTION_STAGES=1"; do
         echo "== stamps, ${tree%%:*} (${tree#*:})"
         env ${tree#*:} timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
-          --batches 64 --json "$OUT/stamps_136_${tree%%:*}.json" 2>&1 | quiet | tail -12
+          --stamp-norms --batches 64 --json "$OUT/stamps_136_${tree%%:*}.json" 2>&1 | quiet | tail -14
       done ;;
     prefetch135)  # perf-notes #135: the norms pull the next attention's cached keys and values into L2
       # (CADENCE_KV_PREFETCH=MB a layer): their gpu tests and the fast walk's with 32 MB, then b64 walks of this

@@ -29,7 +29,9 @@ the previous kernel left free; perf-notes #134, #136), release (that end -> its 
 its PDL wait: the unstamped kernels between, norms, silu, the sampler, run there), loop (a
 program's main loop, the median program), tail (loop done -> end) and span (the previous stamped
 kernel's end -> its own last end); and each group's spans summed over the walk, which with the time
-before the first stamped kernel make up the walk.
+before the first stamped kernel make up the walk. --stamp-norms stamps the RMSNorms too (`norm` and
+`norm parts`, the ones that add a split GEMM's partials), so a norm's span stands between the GEMMs'
+and a GEMM's release counts from the norm before it.
 """
 
 from __future__ import annotations
@@ -221,7 +223,7 @@ def main_stamps(args, model: Qwen3TTS, config: EngineConfig) -> None:
     """--stamps: the engine built with its graphs' GEMMs and attentions stamped, one walk a batch."""
     from cadence.kernels.triton_launch import trace_kernels  # Triton: only where there is a GPU
 
-    with trace_kernels(16000, torch.device("cuda"), programs=1024) as trace:
+    with trace_kernels(16000, torch.device("cuda"), programs=1024, norms=args.stamp_norms) as trace:
         core = build_core(model, config)
     results = []
     for batch in args.batches:
@@ -250,6 +252,8 @@ def main() -> None:
                    help="trace whole walks, or replays of one of the walk's two graphs alone")  # fmt: skip
     p.add_argument("--stamps", action="store_true",
                    help="the stamps of the GEMMs and attentions instead of the profiler (perf-notes #93)")  # fmt: skip
+    p.add_argument("--stamp-norms", action="store_true",
+                   help="with --stamps, the RMSNorms too (a GEMM's release then counts from its norm)")  # fmt: skip
     p.add_argument("--json", help="write the totals, every row and the raw kernel list (compact) here")
     args = p.parse_args()
     if not torch.cuda.is_available():

@@ -153,6 +153,7 @@ class KernelTrace:
     stamps: torch.Tensor
     programs: int
     calls: list[tuple[str, int]] = field(default_factory=list)
+    norms: bool = False  # the RMSNorms too (their stamps put a norm's span between two GEMMs')
 
     def by_call(self) -> torch.Tensor:
         """The stamps of the calls so far, on the host: [calls, programs, STAMP_FIELDS] (a call's rows
@@ -164,22 +165,25 @@ _trace: KernelTrace | None = None
 
 
 @contextlib.contextmanager
-def trace_kernels(max_calls: int, device: torch.device, programs: int = 1024) -> Iterator[KernelTrace]:
-    """Stamp the traced kernels (the weight-streaming GEMM, the decode attention) launched inside:
-    at most `max_calls` launches, each of at most `programs` programs (wider ones run unstamped)."""
+def trace_kernels(max_calls: int, device: torch.device, programs: int = 1024,
+                  norms: bool = False) -> Iterator[KernelTrace]:  # fmt: skip
+    """Stamp the traced kernels (the weight-streaming GEMM, the decode attention; with `norms` the
+    RMSNorms too) launched inside: at most `max_calls` launches, each of at most `programs` programs
+    (wider ones run unstamped)."""
     global _trace
     stamps = torch.zeros(max_calls * programs, int(STAMP_FIELDS), dtype=torch.int64, device=device)
-    _trace = trace = KernelTrace(stamps, programs)
+    _trace = trace = KernelTrace(stamps, programs, norms=norms)
     try:
         yield trace
     finally:
         _trace = None
 
 
-def stamp_args(name: str, programs: int, placeholder: torch.Tensor) -> dict:
+def stamp_args(name: str, programs: int, placeholder: torch.Tensor, norm: bool = False) -> dict:
     """A traced kernel's launch arguments: its rows of the active trace, or none (STAMP off; also
-    for a launch of more programs than the trace keeps a call, such as a long prefill's attention)."""
-    if _trace is None or programs > _trace.programs:
+    for a launch of more programs than the trace keeps a call, such as a long prefill's attention,
+    and for a norm unless the trace asks for them)."""
+    if _trace is None or programs > _trace.programs or (norm and not _trace.norms):
         return {"stamp_ptr": placeholder, "stamp_row": 0, "STAMP": False}
     if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0]:
         raise ValueError(f"trace_kernels: more than {len(_trace.calls)} calls")
