@@ -283,6 +283,8 @@ PY
         CADENCE_CUDA_ATTENTION_STAGES=$stages timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
           tests/test_cuda_attention.py 2>&1 | tail -1
       done
+      timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py -k traced \
+        2>&1 | tail -1  # the norms' stamps (walk_timeline --stamp-norms) and the GEMMs'
       wait
       WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" TREES="cps1=.,CADENCE_CUDA_ATTENTION_STAGES=1
         fp=.,CADENCE_CUDA_ATTENTION_FIRST_PASS=1 fps1=.,CADENCE_CUDA_ATTENTION_FIRST_PASS=1,CADENCE_CUDA_ATTENTION_STAGES=1
