@@ -39,9 +39,9 @@
 // token.
 //
 // Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA), WPH
-// (warps a kv head, default 1), NEW (rows a sequence, default 1), STAGES (pages in flight a CTA), TRIGGER_FIRST (1: let the next kernel launch before the
-// wait), MAX_PAGES (the longest page table it takes), SMEM_BYTES (the dynamic shared memory it is
-// launched with), STAMP (1: thread 0 writes its CTA's clock stamps to row stamp_row + CTA of
+// (warps a kv head, default 1), NEW (rows a sequence, default 1), STAGES (pages in flight a CTA),
+// TRIGGER_FIRST (1: let the next kernel launch before the wait), MAX_PAGES (the longest page table
+// it takes), SMEM_BYTES (the dynamic shared memory it is launched with), STAMP (1: thread 0 writes its CTA's clock stamps to row stamp_row + CTA of
 // `stamps`, prelude.cuh's write_stamps: its start, the page table loaded, the wait's return, warp
 // 0's pages done, warp 0's end; the heads' warps go through the same pages alike).
 
