@@ -41,9 +41,10 @@
 // Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA), WPH
 // (warps a kv head, default 1), NEW (rows a sequence, default 1), STAGES (pages in flight a CTA),
 // TRIGGER_FIRST (1: let the next kernel launch before the wait), MAX_PAGES (the longest page table
-// it takes), SMEM_BYTES (the dynamic shared memory it is launched with), STAMP (1: thread 0 writes its CTA's clock stamps to row stamp_row + CTA of
-// `stamps`, prelude.cuh's write_stamps: its start, the page table loaded, the wait's return, warp
-// 0's pages done, warp 0's end; the heads' warps go through the same pages alike).
+// it takes), SMEM_BYTES (the dynamic shared memory it is launched with), STAMP (1: thread 0 writes
+// its CTA's clock stamps to row stamp_row + CTA of `stamps`, prelude.cuh's write_stamps: its start,
+// the page table loaded, the wait's return, warp 0's pages done, warp 0's end; the heads' warps go
+// through the same pages alike).
 
 #include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
 #include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
