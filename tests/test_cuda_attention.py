@@ -95,8 +95,8 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, war
 
 
 @needs_gxx
-@pytest.mark.parametrize("stages", [1, 2])
-def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, stages):
+@pytest.mark.parametrize("per_cta,stages", [(4, 1), (2, 2)])
+def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, per_cta, stages):
     """NEW = 2 (the code predictor's first pass, perf-notes #137): every two consecutive rows one
     sequence's two new tokens, the first attending over the cached pages and itself, the second over
     them and both new tokens; contexts of two tokens (the first pass: no cached page), three, a page
@@ -105,8 +105,8 @@ def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, stages):
     written."""
     qkv, args, caches, rest = decode_rows((16, 8, 128, 16, [2, 3, 17, 32, 33]), torch.bfloat16, seed=11,
                                           device="cpu", new_tokens=2)  # fmt: skip
-    plan = AttentionPlan(16, 8, 128, 16, 4, stages=stages, new_tokens=2)
-    assert plan.grid(qkv.shape[0]) == 5 * 2
+    plan = AttentionPlan(16, 8, 128, 16, per_cta, stages=stages, new_tokens=2)
+    assert plan.grid(qkv.shape[0]) == 5 * 8 // per_cta
     out, k, v, _ = _emulate(tmp_path, plan, qkv, args, caches, rest)
     _check(qkv, args, caches, rest, out, k, v)
 
