@@ -156,6 +156,12 @@ PY
         env ${tree#*:} timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
           --stamp-norms --batches 64 --json "$OUT/stamps_136_${tree%%:*}.json" 2>&1 | quiet | tail -14
       done ;;
+    qkvsplit138)  # the lever after #137 (perf-notes, Next device session): qkv at 64 rows alone, its tiles split
+      # over K with and without the ticket (--partials: the partials left for the attention to add), ~1 min
+      for mode in "" --partials; do
+        timeout -k 10 -s INT 200 python3 benchmarks/skinny_linear.py --rows 64 --stages 3 4 --shapes 4096x1024 \
+          $mode --json "$OUT/qkv_split${mode:+_partials}.json" 2>&1 | tail -3
+      done ;;
     prefetch135)  # perf-notes #135: the norms pull the next attention's cached keys and values into L2
       # (CADENCE_KV_PREFETCH=MB a layer): their gpu tests and the fast walk's with 32 MB, then b64 walks of this
       # tree against 32 MB (`kv32`), 16 MB (`kv16`), 32 MB from the norm after o (`kv32o`) and 32 MB after the

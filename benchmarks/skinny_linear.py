@@ -4,7 +4,11 @@ configuration is timed as 50 calls inside one CUDA graph (a decode walk replays 
 graph too), so launch cost counts as it does in the engine, each call on its own copy of the weight
 so that, as in a walk, it is read from HBM rather than L2.
 
-    python benchmarks/skinny_linear.py [--rows 1 16] [--json out.json]
+    python benchmarks/skinny_linear.py [--rows 1 16] [--shapes 4096x1024 ...] [--partials] [--json out.json]
+
+--partials times the split-K tiles without their ticket: the programs only store fp32 partials, for
+the next kernel to add (as the norm adds o's and down's, perf-notes #74; for qkv the attention would,
+the lever written down after #137).
 
 Prints, per (rows, N, K): cuBLAS, the tiles triton_ops.linear uses (`skinny_tiles`), and the
 fastest tiles found (BN, BK, warps, stages, split-K), in us per call and the weight-read bandwidth
@@ -55,7 +59,12 @@ def time_graph(fn, calls: int = CALLS) -> float:
     return replay_ms(lambda: [fn(i) for i in range(calls)]) * 1e3 / calls
 
 
-def skinny(x: torch.Tensor, weights: list[torch.Tensor], out: torch.Tensor, tiles: triton_ops.SkinnyTiles):
+def skinny(x: torch.Tensor, weights: list[torch.Tensor], out: torch.Tensor, tiles: triton_ops.SkinnyTiles,
+           partials: bool = False):  # fmt: skip
+    """Call i of a timed graph: the GEMM into `out`, or with `partials` (split-K tiles) only their
+    fp32 partials, summed into `out` afterwards by the caller's check, not in the timed calls."""
+    if partials and tiles.split_k > 1:
+        return lambda i: triton_ops.skinny_linear_partials(x, weights[i], tiles)
     return lambda i: triton_ops.skinny_linear(x, weights[i], tiles, out=out)
 
 
@@ -76,8 +85,15 @@ def main() -> None:
         "--stages", type=int, nargs="+", default=[3],
         help="pipeline stages to sweep (3: #20's and #60's sweeps; each adds 48 tiles a shape)",
     )  # fmt: skip
+    p.add_argument("--shapes", nargs="+", metavar="NxK", help="only these of the walk's shapes (default: all)")
+    p.add_argument("--partials", action="store_true",
+                   help="split-K tiles store their partials only, no ticket (the next kernel adds them)")  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
+    shapes = {nk: c for nk, c in SHAPES.items() if not args.shapes or f"{nk[0]}x{nk[1]}" in args.shapes}
+    if not shapes:
+        names = ", ".join(f"{n}x{k}" for n, k in SHAPES)
+        raise SystemExit(f"--shapes: none of {args.shapes} is a walk shape ({names})")
     if not torch.cuda.is_available():
         raise SystemExit("skinny_linear.py needs a CUDA device")
     torch.manual_seed(0)
@@ -90,7 +106,7 @@ def main() -> None:
         print(f"\nrows={rows}: us per call (weight GB/s)")
         print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best (BN, BK, warps, stages, split)")
         walk = {"cublas": 0.0, "shipped": 0.0, "best": 0.0}
-        for (n, k), count in SHAPES.items():
+        for (n, k), count in shapes.items():
             x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
             w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
             # Each call of a graph reads its own copy, so the weights come from HBM as in a walk
@@ -101,11 +117,15 @@ def main() -> None:
             cublas = time_graph(lambda i, x=x, ws=weights: torch.nn.functional.linear(x, ws[i]))
             timed = {}
             for tiles in sweep:
-                call = skinny(x, weights, out, tiles)
+                call = skinny(x, weights, out, tiles, args.partials)
                 try:
                     timed[tiles] = time_graph(call)
                 except Exception as e:  # a tile too large for shared memory: skip it
                     print(f"  skipped {label(tiles)}: {type(e).__name__}")
+                    continue
+                if args.partials and tiles.split_k > 1:  # the last call's partials (weight copy 49), summed
+                    got = triton_ops.skinny_linear_partials(x, weights[-1], tiles)[:, :rows].sum(0)
+                    assert (got - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
                     continue
                 assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
             shipped = triton_ops.skinny_tiles(n, k, rows)  # what triton_ops.linear uses; None: cuBLAS
