@@ -120,7 +120,7 @@ def linear_cost(name: str, n: int, k: int, rows: int, stamped: bool) -> KernelCo
 
 def walk_kernels(rows: int, sms: int, stamped: bool = False, kv_prefetch: int = 0) -> dict[str, KernelCost]:
     """The kernels of a b64 talker and code-predictor layer (0.6B shapes), compiled for sm_90;
-    `stamped`: the builds `walk_timeline.py --stamps` runs (the norm has no stamps); `kv_prefetch`:
+    `stamped`: the builds `walk_timeline.py --stamps` runs (the norm as without --stamp-norms); `kv_prefetch`:
     the norm pulling that many cached tokens a row into L2 (CADENCE_KV_PREFETCH, perf-notes #135)."""
     from triton_ptxas import ATTENTION_TYPES
 

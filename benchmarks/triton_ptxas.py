@@ -72,9 +72,10 @@ def compile_with_ptxas(
     """`fn` (a @triton.jit function) compiled for sm_{arch}a (a thread's registers capped at
     `max_registers` where it is set: Triton's maxnreg), and ptxas -v's report of its PTX."""
     names = fn.arg_names
-    # A compile-time argument not named here takes the kernel's default, as at a launch that leaves
-    # it out (so a switch added to a kernel later does not break these compiles).
-    defaults = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}
+    # An argument with a default that is not named here (a compile-time one, or one given no type,
+    # such as the norm's stamp pointer) takes that default as a constant, as at a launch that leaves it
+    # out (so a switch or an optional argument added to a kernel later does not break these compiles).
+    defaults = {p.name: p.default for p in fn.params if p.has_default and (p.is_constexpr or p.name not in types)}
     constexprs = {**defaults, **constexprs}
     signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
     # The hint the JIT gives every 16-byte-aligned tensor argument at launch: without it Triton may

@@ -38,3 +38,24 @@ def test_resident_ctas_are_the_grid_over_the_sms_as_far_as_they_fit():
     assert resident(O_TILE, 132) == 1
     wide = KernelCost("wide", 512, 128, 255, 81920)  # 4 an SM by the grid, 2 by registers and memory
     assert resident(wide, 132) == 2
+
+
+def test_the_walks_kernels_compile_for_hopper():
+    """walk_kernels compiles every kernel it weighs (Triton's with its bundled ptxas, the CUDA ones
+    with nvcc), plain and stamped, with and without the norms' KV prefetch: an argument added to a
+    kernel (the norm's stamps, its prefetch) must not break the script before a session that needs
+    it. Where Triton and nvcc are installed (not CI's CPU machine)."""
+    import shutil
+
+    import pytest
+
+    pytest.importorskip("triton")
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc (the CUDA toolkit)")
+    from residency import walk_kernels
+
+    for stamped, kv_prefetch in ((False, 0), (True, 0), (False, 128)):
+        kernels = walk_kernels(64, 132, stamped, kv_prefetch)
+        norm = kernels["norm (o's or down's partials)"]
+        assert (norm.grid, norm.threads) == (64, 256) and 0 < norm.registers <= 255
+        assert all(k.registers > 0 for k in kernels.values())
