@@ -122,6 +122,22 @@ PY
       need_full
       timeout -k 10 -s INT 400 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 1,64 \
         --json "$OUT/walk_stamps_93.json" 2>&1 | quiet | tail -60 ;;
+    screen139)  # perf-notes #139: the three ready levers screened in one call, for a session whose device comes late:
+      # their gpu tests (#135's same bits with the prefetch, #134's cap, #136/#137's kernel in 1 stage), then b64
+      # walks of this tree, `kv32` (#135), `r160` (#134), `cps1` and `fps1` (#136, #137) and `all` (the three
+      # together), two rounds, decode only (~8 min); the stamps and the variants of cap134, cp136 and prefetch135
+      # are for the levers that pay
+      need_full > "$OUT/need_full.log" 2>&1 &
+      { timeout -k 10 -s INT 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_kv_prefetch.py
+        timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py -k register_cap
+        CADENCE_CUDA_ATTENTION_STAGES=1 timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
+          tests/test_cuda_attention.py; } 2>&1 | tee "$OUT/screen_tests.log" | grep -E "passed|failed|error|Error" | tail -6
+      wait
+      caps=CADENCE_GEMM64_TILES=1024x2048=32:256:4:3:4:160+1024x3072=32:256:4:3:4:160
+      attn=CADENCE_CUDA_ATTENTION_FIRST_PASS=1,CADENCE_CUDA_ATTENTION_STAGES=1
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" TREES="kv32=.,CADENCE_KV_PREFETCH=32
+        r160=.,$caps cps1=.,CADENCE_CUDA_ATTENTION_STAGES=1 fps1=.,$attn all=.,CADENCE_KV_PREFETCH=32,$caps,$attn
+        ${TREES:-}" bash "$0" walkab ;;
     cap134)  # perf-notes #134, the next session's first call: b64 walks with o and down capped at 160 registers a thread
       # (`r160`), and o at 160 with down at 192 (`o160d192`: fewer spills in down, the same three kernels let in early,
       # benchmarks/residency.py), against this tree; the cap's gpu test first, the stamps of `r160` last; CAP_ROUNDS ("1 2")
