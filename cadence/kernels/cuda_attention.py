@@ -15,7 +15,8 @@ of 128; the Triton kernel runs everything else. `CADENCE_CUDA_ATTENTION` says wh
 take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts;
 `CADENCE_CUDA_ATTENTION_LONG_WARPS` gives the long contexts more warps a kv head (#109, unmeasured).
 It also takes several new tokens a sequence as consecutive rows (`new_tokens`: the code
-predictor's first pass, two a stream), behind `CADENCE_CUDA_ATTENTION_FIRST_PASS` until timed (#137).
+predictor's first pass, two a stream; #137, on since b64 walked -0.03 ms with it, #140;
+`CADENCE_CUDA_ATTENTION_FIRST_PASS=0` turns it off).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "short")
 # Experiment switch (perf-notes #109): warps a kv head for the talker's long contexts, each taking every
 # WARPS_PER_HEAD-th page, their sums merged at the end (1: a warp a head, as the short contexts run).
 LONG_WARPS_PER_HEAD = int(os.environ.get("CADENCE_CUDA_ATTENTION_LONG_WARPS", "1"))
-# Experiment switch (perf-notes #137): the code predictor's first pass (two new tokens a stream) by the kernel
-# too, where it takes 64 streams, instead of the Triton QK-norm + RoPE + cache write and paged attention.
-FIRST_PASS = os.environ.get("CADENCE_CUDA_ATTENTION_FIRST_PASS", "0") == "1"
+# The code predictor's first pass (two new tokens a stream) by the kernel too, where it takes 64 streams, instead
+# of the Triton QK-norm + RoPE + cache write and paged attention (perf-notes #137; `0` turns it off).
+FIRST_PASS = os.environ.get("CADENCE_CUDA_ATTENTION_FIRST_PASS", "1") == "1"  # b64 -0.03 ms (#140)
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 

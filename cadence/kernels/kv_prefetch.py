@@ -11,8 +11,12 @@ whether a prefetch lands, is evicted again or is dropped.
 How much is a budget of bytes a layer, shared by the batch's rows (L2 holds ~50 MB on an H200,
 and the GEMMs' weights pass through it too): 32 MB is 128 tokens a row at 64 rows, 32 at 256.
 
-Off until timed on the device: CADENCE_KV_PREFETCH=MB[:o][:last][:waited][:talker|:cp] (KvPrefetchPlan.parse;
-colons, not commas, so that h200.sh walkab's TREES can carry it).
+Timed in session 42 (#139-#140, b64 decode walks): the talker's prefetch lost (32 MB +0.06 ms, 32 MB
+after the wait +0.16: its reads compete with the GEMMs' weights in HBM and L2), the code predictor's
+alone paid (8, 16 or 32 MB: -0.03 to -0.04 ms). So the default is DEFAULT_SPEC, 16 MB a layer for the
+code predictor only, whose one-page contexts it then covers at 64 rows. Override or turn it off with
+CADENCE_KV_PREFETCH=MB[:o][:last][:waited][:talker|:cp] (KvPrefetchPlan.parse; `0` is off; colons, not
+commas, so that h200.sh walkab's TREES can carry it).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 ENV = "CADENCE_KV_PREFETCH"
+DEFAULT_SPEC = "16:cp"  # perf-notes #140
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,8 @@ class KvPrefetchPlan:
 
     @classmethod
     def from_env(cls) -> KvPrefetchPlan:
-        return cls.parse(os.environ.get(ENV, ""))
+        """The plan CADENCE_KV_PREFETCH names, DEFAULT_SPEC where it is unset."""
+        return cls.parse(os.environ.get(ENV, DEFAULT_SPEC))
 
     def for_stack(self, talker: bool) -> KvPrefetchPlan:
         """The plan as one stack runs it (the talker's or the code predictor's): off where excluded."""

@@ -81,7 +81,7 @@ class FastDecoder:
         self.pad_text = model.config.tts_pad_token_id
         # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16;
         # the partition passes 0 but for the Triton walk).
-        prefetch = KvPrefetchPlan.from_env()  # off unless CADENCE_KV_PREFETCH is set (an experiment, #135)
+        prefetch = KvPrefetchPlan.from_env()  # the code predictor's, 16 MB a layer (#140); CADENCE_KV_PREFETCH
         self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows,
                                        kv_prefetch=prefetch.for_stack(talker=True))  # fmt: skip
         # The code predictor's context is one 16-token page: splitting it would only add empty programs.
