@@ -32,7 +32,6 @@ def test_the_switch_parses_megabytes_then_flags():
             KvPrefetchPlan.parse(bad)
 
 
-
 def test_the_default_is_the_code_predictors_prefetch_and_zero_turns_it_off(monkeypatch):
     """Session 42's walks (#140): only the code predictor's prefetch paid, so it is on where the variable is unset."""
     monkeypatch.delenv("CADENCE_KV_PREFETCH", raising=False)
@@ -41,6 +40,7 @@ def test_the_default_is_the_code_predictors_prefetch_and_zero_turns_it_off(monke
     assert default.for_stack(talker=True) == KvPrefetchPlan() and default.for_stack(talker=False) == default
     monkeypatch.setenv("CADENCE_KV_PREFETCH", "0")
     assert KvPrefetchPlan.from_env().megabytes == 0
+
 
 def test_the_budget_is_shared_by_the_rows():
     """32 MB a layer of the 0.6B talker's bf16 keys and values (4 KB a token): 128 tokens a row at
