@@ -262,6 +262,86 @@ past_phase() {
         TREES="first=.,CADENCE_SLAB_FIRST_PASS=1 ${TREES:-}" bash "$0" walkab 2>&1 | grep -vE "INFO|prompt|prefill|^$" | tail -40 ;;
     kvlayout90)  # perf-notes #90: the talker's decode attention over the KV pool as laid out and head-major (~60 s)
       timeout -k 10 -s INT 300 python3 benchmarks/kv_layout.py --batches 64 256 --json "$OUT/kv_layout_90.json" ;;
+    screen139)  # perf-notes #139: the three ready levers screened in one call, for a session whose device comes late:
+      # their gpu tests (#135's same bits with the prefetch, #134's cap, #136/#137's kernel in 1 stage), then b64
+      # walks of this tree, `kv32` (#135), `r160` (#134), `cps1` and `fps1` (#136, #137) and `all` (the three
+      # together), two rounds, decode only (~8 min); the stamps and the variants of cap134, cp136 and prefetch135
+      # are for the levers that pay
+      need_full > "$OUT/need_full.log" 2>&1 &
+      { timeout -k 10 -s INT 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_kv_prefetch.py
+        timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py -k register_cap
+        CADENCE_CUDA_ATTENTION_STAGES=1 timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
+          tests/test_cuda_attention.py; } 2>&1 | tee "$OUT/screen_tests.log" | grep -E "passed|failed|error|Error" | tail -6
+      wait
+      caps=CADENCE_GEMM64_TILES=1024x2048=32:256:4:3:4:160+1024x3072=32:256:4:3:4:160
+      attn=CADENCE_CUDA_ATTENTION_FIRST_PASS=1,CADENCE_CUDA_ATTENTION_STAGES=1
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" TREES="kv32=.,CADENCE_KV_PREFETCH=32
+        r160=.,$caps cps1=.,CADENCE_CUDA_ATTENTION_STAGES=1 fps1=.,$attn all=.,CADENCE_KV_PREFETCH=32,$caps,$attn
+        ${TREES:-}" bash "$0" walkab ;;
+    cap134)  # perf-notes #134, the next session's first call: b64 walks with o and down capped at 160 registers a thread
+      # (`r160`), and o at 160 with down at 192 (`o160d192`: fewer spills in down, the same three kernels let in early,
+      # benchmarks/residency.py), against this tree; the cap's gpu test first, the stamps of `r160` last; CAP_ROUNDS ("1 2")
+      cap=1024x2048=32:256:4:3:4:160
+      need_full > "$OUT/need_full.log" 2>&1 &
+      timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py -k register_cap \
+        2>&1 | tail -1
+      wait
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=${CAP_ROUNDS:-1 2} TREES="r160=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160
+        o160d192=.,CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:192 ${TREES:-}" bash "$0" walkab
+      CADENCE_GEMM64_TILES=$cap+1024x3072=32:256:4:3:4:160 timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py \
+        --model $full --stamps --batches 64 --json "$OUT/stamps_134.json" 2>&1 | quiet | tail -11 ;;
+    cp136)  # perf-notes #136 and #137, the code predictor's attention at b64: its decode steps' kernel in 1 stage
+      # (`cps1`: its contexts hold one cached page; 45 KB a CTA instead of 145, so its CTAs fit beside qkv's and
+      # load the row's page, table, position and RoPE rows under it), its first pass by the same kernel (`fp`,
+      # two new tokens a stream, instead of the Triton QK-norm + RoPE + cache write and paged attention), and
+      # both (`fps1`). The kernel's tests at 4 and 1 stages, b64 walks of this tree and the three, two rounds,
+      # decode only, then the stamps of this tree and of `fps1`, the norms' too (~7 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      for stages in 4 1; do
+        CADENCE_CUDA_ATTENTION_STAGES=$stages timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider \
+          tests/test_cuda_attention.py 2>&1 | tail -1
+      done
+      timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py -k traced \
+        2>&1 | tail -1  # the norms' stamps (walk_timeline --stamp-norms) and the GEMMs'
+      wait
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" TREES="cps1=.,CADENCE_CUDA_ATTENTION_STAGES=1
+        fp=.,CADENCE_CUDA_ATTENTION_FIRST_PASS=1 fps1=.,CADENCE_CUDA_ATTENTION_FIRST_PASS=1,CADENCE_CUDA_ATTENTION_STAGES=1
+        ${TREES:-}" bash "$0" walkab
+      for tree in "new:" "fps1:CADENCE_CUDA_ATTENTION_FIRST_PASS=1 CADENCE_CUDA_ATTENTION_STAGES=1"; do
+        echo "== stamps, ${tree%%:*} (${tree#*:})"
+        env ${tree#*:} timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
+          --stamp-norms --batches 64 --json "$OUT/stamps_136_${tree%%:*}.json" 2>&1 | quiet | tail -14
+      done ;;
+    qkvsplit138)  # the lever after #137 (perf-notes, Next device session): qkv at 64 rows alone, its tiles split
+      # over K with and without the ticket (--partials: the partials left for the attention to add), ~1 min
+      for mode in "" --partials; do
+        timeout -k 10 -s INT 200 python3 benchmarks/skinny_linear.py --rows 64 --stages 3 4 --shapes 4096x1024 \
+          $mode --json "$OUT/qkv_split${mode:+_partials}.json" 2>&1 | tail -3
+      done ;;
+    prefetch135)  # perf-notes #135: the norms pull the next attention's cached keys and values into L2
+      # (CADENCE_KV_PREFETCH=MB a layer): their gpu tests and the fast walk's with 32 MB, then b64 walks of this
+      # tree against 32 MB (`kv32`), 16 MB (`kv16`), 32 MB from the norm after o (`kv32o`) and 32 MB after the
+      # norm's wait (`kv32w`), two rounds, the decode walks alone (~7 min; KV_TREES replaces the four)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      { timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider tests/test_kv_prefetch.py
+        CADENCE_KV_PREFETCH=32 timeout -k 10 -s INT 120 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
+          tests/test_fast_step.py -k greedy; } 2>&1 | tee "$OUT/prefetch_tests.log" | grep -E "passed|failed|error|Error" | tail -4
+      wait
+      grep -q " passed" "$OUT/prefetch_tests.log" && ! grep -qE "failed|error" "$OUT/prefetch_tests.log" || return 0
+      trees=${KV_TREES:-kv32=.,CADENCE_KV_PREFETCH=32 kv16=.,CADENCE_KV_PREFETCH=16 kv32o=.,CADENCE_KV_PREFETCH=32:o
+        kv32w=.,CADENCE_KV_PREFETCH=32:waited}
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" TREES="$trees" bash "$0" walkab ;;
+    prefetch135b)  # perf-notes #135's follow-up, if a budget paid: the stamps of the b64 walk with KV_BEST (default 32) MB,
+      # then b256 walks of this tree against 32 and 48 MB, and b64 against KV_BEST with evict-last (`:last`), one round
+      # each (~7 min)
+      need_full
+      best=${KV_BEST:-32}
+      CADENCE_KV_PREFETCH=$best timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
+        --batches 64 --json "$OUT/stamps_135.json" 2>&1 | quiet | tail -11
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=256 WALKAB_ROUNDS=1 TREES="kv32=.,CADENCE_KV_PREFETCH=32 kv48=.,CADENCE_KV_PREFETCH=48" \
+        bash "$0" walkab
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="kv${best}=.,CADENCE_KV_PREFETCH=$best \
+        kv${best}last=.,CADENCE_KV_PREFETCH=$best:last" bash "$0" walkab ;;
     *)
       echo "h200.sh: no phase '$1' (the phases are the cases of h200.sh and h200_past.sh)" >&2
       exit 2 ;;
