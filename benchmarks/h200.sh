@@ -67,6 +67,18 @@ for phase in "$@"; do
       timeout 500 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,8,16,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 \
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
+    norm141)  # perf-notes #141, the next session's first call: the norms' weights loaded before their PDL wait
+      # (CADENCE_NORM_WEIGHTS_EARLY=1, `nw`): its tests (the same bits), then b64 and b256 walks of this tree and
+      # `nw`, two rounds, decode only, then stamps142's stamps (~7 min)
+      need_full > "$OUT/need_full.log" 2>&1 &
+      { timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py -k rms_norm
+        CADENCE_NORM_WEIGHTS_EARLY=1 timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
+          tests/test_fast_step.py -k greedy; } 2>&1 | tee "$OUT/norm141_tests.log" | grep -E "passed|failed|rror" | tail -4
+      wait
+      grep -q " passed" "$OUT/norm141_tests.log" && ! grep -qE "failed|error" "$OUT/norm141_tests.log" || continue
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64,256 WALKAB_ROUNDS="1 2" \
+        TREES="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1 ${TREES:-}" bash "$0" walkab
+      bash "$0" stamps142 ;;
     stamps142)  # perf-notes "Next device session", item 1: the stamps of this tree's b64 walk with the norms stamped
       # (the `start` column: where the walk's 4.04 ms goes since #137 and #135 shipped, and each GEMM's release
       # after o and down split into the norm's span and the launches'), then those of the code predictor's attention

@@ -66,7 +66,7 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
                      bt_ptr=None, ctx_ptr=None, bt_stride=0, num_pages=1, KV_TOKENS: tl.constexpr = 0,
                      KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1,
                      EVICT_LAST: tl.constexpr = False, KV_AFTER_WAIT: tl.constexpr = False, stamp_ptr=None,
-                     stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
+                     stamp_row=0, STAMP: tl.constexpr = False, W_EARLY: tl.constexpr = False):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
     added in split order and rounded as the GEMM's own last program would: the same x, bit for bit.
 
@@ -75,14 +75,22 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     caches into L2, a page of keys and one of values a thread (KV_SLOTS threads).
 
     STAMP (a look, `trace_kernels(norms=True)`): each program writes the clock at its start, before
-    its wait, after it, once its row's sum of squares is in, and at its end, as the GEMMs do."""
+    its wait, after it, once its row's sum of squares is in, and at its end, as the GEMMs do.
+
+    W_EARLY (NORM_WEIGHTS_EARLY, perf-notes #141): the norm's weight loaded before the wait. Weights
+    never change, so they need not wait for the kernel before; loaded after it, ptxas leaves their
+    load behind the sum of squares' barriers, one more L2 round trip on every norm's critical path."""
     row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
     if STAMP:
         t_start = globaltimer(row)
     pdl_trigger(USE_PDL)
     if KV_TOKENS and not KV_AFTER_WAIT:
         _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
                            TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
+    if W_EARLY:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     if STAMP:
         t_ahead = globaltimer(row)
     pdl_wait(USE_PDL)
@@ -91,8 +99,6 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     if KV_TOKENS and KV_AFTER_WAIT:
         _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
                            TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
     if PARTS:
         total = tl.zeros([BLOCK], dtype=tl.float32)
         for s in tl.static_range(PARTS):
@@ -108,7 +114,8 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     if STAMP:
         t_summed = globaltimer(inv.to(tl.int32))
     normed = (x32 * inv).to(x.dtype).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if not W_EARLY:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * n_cols + cols, (w * normed).to(x.dtype), mask=mask)
     if STAMP:
         write_stamps(stamp_ptr, stamp_row + row, t_start, t_ahead, t_waited, t_summed)
@@ -162,6 +169,9 @@ def rms_norm(
 # 16 warps measured no gain in the walk (#78).
 PARTS_NORM_WARPS = 8
 
+# Experiment switch (perf-notes #141): the norms' weights loaded before their PDL wait (W_EARLY).
+NORM_WEIGHTS_EARLY = os.environ.get("CADENCE_NORM_WEIGHTS_EARLY", "0") == "1"
+
 
 def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor,
                      prefetch: KvPrefetch | None = None) -> None:  # fmt: skip
@@ -173,7 +183,7 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
         BLOCK=triton.next_power_of_2(n), num_warps=warps, **pdl_launch(out), **_prefetch_args(prefetch, rows, warps),
-        **stamps,
+        W_EARLY=NORM_WEIGHTS_EARLY, **stamps,
     )  # fmt: skip
 
 
