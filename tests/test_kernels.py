@@ -31,7 +31,6 @@ def test_rms_norm(ops, dtype):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * b.float().abs().max()
 
 
-
 @pytest.mark.parametrize("parts", [False, True])
 def test_rms_norm_with_its_weight_loaded_before_the_wait_is_the_same_bits(ops, parts, monkeypatch):
     """CADENCE_NORM_WEIGHTS_EARLY (perf-notes #141) moves the weight's load before the norm's PDL wait
@@ -59,6 +58,7 @@ def test_rms_norm_with_its_weight_loaded_before_the_wait_is_the_same_bits(ops, p
     for (a, sa), (b, sb) in zip(late, early, strict=True):
         assert torch.equal(a, b) and torch.equal(sa, sb)
     assert not torch.equal(late[0][0], late[1][0])  # the residual reached the norm
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_qk(ops, dtype):
