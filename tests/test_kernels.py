@@ -39,7 +39,9 @@ def test_rms_norm_with_its_weight_loaded_before_the_wait_is_the_same_bits(ops, p
     from cadence.kernels import triton_ops
 
     tri, _ = ops
-    dtype = DTYPES[0]
+    # The walk's bf16 on the GPU (fp32's 64-row GEMM tiles need more shared memory than an SM has), fp32
+    # under the interpreter
+    dtype = DTYPES[-1]
     g = torch.Generator(device=DEV).manual_seed(21)
     x = torch.randn(40, 2048 if parts else 1024, device=DEV, generator=g).to(dtype)
     w = (torch.randn(1024, 2048, device=DEV, generator=g) / 2048**0.5).to(dtype)
