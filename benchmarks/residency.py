@@ -82,11 +82,19 @@ def resident(kernel: KernelCost, sms: int) -> int:
 
 
 def triton_cost(
-    name: str, grid: int, fn, types: dict, constexprs: dict, warps: int, stages: int, max_registers: int = 0
+    name: str,
+    grid: int,
+    fn,
+    types: dict,
+    constexprs: dict,
+    warps: int,
+    stages: int,
+    max_registers: int = 0,
+    multiples_of_16: tuple[str, ...] = (),
 ) -> KernelCost:
     from triton_ptxas import compile_with_ptxas  # here: the arithmetic above needs no Triton (its tests)
 
-    kernel, report = compile_with_ptxas(fn, types, constexprs, warps, 90, stages, max_registers)
+    kernel, report = compile_with_ptxas(fn, types, constexprs, warps, 90, stages, max_registers, multiples_of_16)
     registers = int(re.search(r"Used (\d+) registers", report).group(1))
     return KernelCost(name, grid, 32 * warps, registers, kernel.metadata.shared)
 
@@ -142,7 +150,7 @@ def walk_kernels(rows: int, sms: int, stamped: bool = False, kv_prefetch: int = 
     cp_attention = dataclasses.replace(cp_attention, trigger_first=True, stamp=stamped)
     kernels = [
         triton_cost("norm (o's or down's partials)", rows, triton_ops._rms_norm_kernel, norm_types, norm_consts,
-                    triton_ops.PARTS_NORM_WARPS, 1),
+                    triton_ops.PARTS_NORM_WARPS, 1, multiples_of_16=("n_cols", "part_stride")),
         linear_cost("qkv 4096x1024", 4096, 1024, rows, stamped),
         triton_cost("talker attention", rows * 8, triton_attention._paged_attention_kernel, ATTENTION_TYPES,
                     attention_consts, tiles.warps, max(tiles.stages, 1)),

@@ -5,21 +5,24 @@ its bundled ptxas reports each kernel's registers and local-memory spills. A CPU
 so see whether a kernel change adds spills before any device time is spent on it (perf-notes #58:
 the decode attention's first fused design spilled 6 KB a thread at 128-token blocks).
 
-    python benchmarks/triton_ptxas.py            # paged attention, the GEMM's tiles, the sampler
+    python benchmarks/triton_ptxas.py            # paged attention, the GEMM's tiles, the sampler, the norm
     python benchmarks/triton_ptxas.py --arch 90 --warps 4 8
 
 Compile with the GPU machine's Triton (3.6 there), not only this machine's: a sampler written with
 a [16, vocab] comparison compiled here under 3.9 without spills, and under 3.6 to 32 registers and
-11.5 KB of local memory a thread, taking ~80 s, and hung the GPU (perf-notes #68). A venv of it:
+11.5 KB of local memory a thread, taking ~80 s, and hung the GPU (perf-notes #68); and 3.9 compiles
+the norm's sum of squares with one CTA barrier where 3.6 has two. A venv of it:
 
     python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0 torch==2.13.0
     PYTHONPATH=$PWD /tmp/t36/bin/python benchmarks/triton_ptxas.py
+
+`sass(kernel)` disassembles a compiled kernel (Triton's bundled cuobjdump), e.g. to see which loads a
+kernel issues before its PDL wait (griddepcontrol.wait: ACQBULK in Hopper's SASS).
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import re
 import subprocess
@@ -29,7 +32,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from cadence.kernels import triton_attention, triton_linear, triton_sampler
+from cadence.kernels import triton_attention, triton_launch, triton_linear, triton_ops, triton_sampler
 
 # The argument types the kernels are launched with (bf16 activations and cache).
 ATTENTION_TYPES = {
@@ -68,9 +71,16 @@ def compile_with_ptxas(
     arch: int,
     stages: int = 3,
     max_registers: int = 0,
+    multiples_of_16: tuple[str, ...] = (),
 ) -> tuple[object, str]:
     """`fn` (a @triton.jit function) compiled for sm_{arch}a (a thread's registers capped at
-    `max_registers` where it is set: Triton's maxnreg), and ptxas -v's report of its PTX."""
+    `max_registers` where it is set: Triton's maxnreg), and ptxas -v's report of its PTX.
+
+    multiples_of_16: the integer arguments whose launch values are multiples of 16 (a row length of
+    1024, a stride). The JIT gives such a value the same divisibility hint as an aligned pointer;
+    without it a mask built from the integer may keep Triton from vectorising the loads it guards,
+    and the kernel compiled here is not the one that runs (the norm: four 2-byte loads a thread and
+    five barriers instead of one 8-byte load and two; session 43)."""
     names = fn.arg_names
     # An argument with a default that is not named here (a compile-time one, or one given no type,
     # such as the norm's stamp pointer) takes that default as a constant, as at a launch that leaves it
@@ -82,12 +92,12 @@ def compile_with_ptxas(
     # not prove a load's alignment and compiles it scalar (the decode attention's K/V loads did,
     # reporting other registers than the kernel that runs; perf-notes #88).
     pointers = [n for n in names if n not in constexprs and types[n].startswith("*")]
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in pointers}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in (*pointers, *multiples_of_16)}
     src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)  # fmt: skip
     options = {"num_warps": warps, "num_stages": stages, **({"maxnreg": max_registers} if max_registers else {})}
     kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
-    ptxas = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas*"))[0]
+    ptxas = _ptxas(arch)
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "k.ptx")
         with open(ptx, "w") as f:
@@ -95,6 +105,45 @@ def compile_with_ptxas(
         run = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}a", ptx, "-o", ptx + ".cubin"],
                              capture_output=True, text=True, check=True)  # fmt: skip
     return kernel, run.stderr
+
+
+def _ptxas(arch: int) -> str:
+    """The ptxas Triton itself runs for sm_{arch}, whose PTX version it emits (3.6: the CUDA 12.8 one
+    for sm_90; 3.9: the CUDA 13 one it names ptxas-blackwell; the other rejects that PTX)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    return get_ptxas(arch).path
+
+
+def sass(kernel) -> str:
+    """The SASS of a kernel `compile_with_ptxas` returned (Triton's bundled cuobjdump on its cubin)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "k.cubin")
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        return subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-sass", cubin], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+
+
+# The norm's argument types as the walk launches it after o or down (their split-K partials in fp32).
+NORM_TYPES = {"x_ptr": "*fp32", "res_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "sum_ptr": "*bf16",
+              "n_cols": "i32", "part_stride": "i32", "eps": "fp32"}  # fmt: skip
+
+
+def norm_report(parts: int, warps: int, arch: int, **constexprs) -> str:
+    """The RMSNorm (+ residual) kernel for a 1024-wide row as the walk launches it (PDL trigger first,
+    the JIT's hints on n_cols and part_stride): registers, barriers, and where the weight's load sits
+    against the PDL wait (griddepcontrol.wait, ACQBULK in the SASS)."""
+    types = dict(NORM_TYPES, x_ptr="*fp32" if parts else "*bf16")
+    consts = dict(HAS_RES=True, PARTS=parts, BLOCK=1024, USE_PDL=triton_launch.PDL_TRIGGER_FIRST, **constexprs)
+    kernel, stderr = compile_with_ptxas(triton_ops._rms_norm_kernel, types, consts, warps, arch,
+                                        multiples_of_16=("n_cols", "part_stride"))  # fmt: skip
+    registers = re.search(r"Used (\d+) registers", stderr).group(1)
+    code = [line for line in sass(kernel).splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
+    wait = next(i for i, line in enumerate(code) if "ACQBULK" in line)
+    barriers = sum("BAR.SYNC" in line for line in code)
+    loads_ahead = sum("LDG" in line for line in code[:wait])
+    return f"{registers} registers, {barriers} barriers, {loads_ahead} global load(s) before the wait"
 
 
 def main() -> None:
@@ -144,6 +193,11 @@ def main() -> None:
             for warps in args.warps:
                 report = ptxas_report(triton_sampler._sample_kernel, sample_types, consts, warps, args.arch)
                 print(f"  {v} codes, {ways:>2} ways, warps {warps}: {report}")
+    print("RMSNorm (+ residual), 1024 wide, as the walk launches it (after o or down: their 4 split-K partials)")
+    for parts, warps in ((0, 4), (4, triton_ops.PARTS_NORM_WARPS)):
+        for early in (False, True):
+            report = norm_report(parts, warps, args.arch, W_EARLY=early)
+            print(f"  parts {parts} warps {warps} W_EARLY {int(early)}: {report}")
 
 
 if __name__ == "__main__":
