@@ -166,6 +166,94 @@ def test_gemm64_clock_stamps_on_the_cpu(tmp_path):
     assert (times[:, 3] > times[:, 2]).all()
 
 
+def _norm_case(g: torch.Generator, parts: int, part_rows: int, m: int, k: int, device="cpu"):
+    """A split-K GEMM's fp32 partials (rows past m filled too: they must not be read), a residual and
+    a norm weight, as the norm after o sees them."""
+    partials = torch.randn(parts, part_rows, k, generator=g, device=device) * 2
+    residual = torch.randn(m, k, generator=g, device=device).to(torch.bfloat16)
+    norm_w = (1 + 0.1 * torch.randn(k, generator=g, device=device)).to(torch.bfloat16)
+    return partials, residual, norm_w
+
+
+def _norm_reference(partials, residual, norm_w, eps: float, m: int):
+    """The norm after a split-K GEMM as defined (torch_ops): the partials added in split order from 0 and
+    rounded, the residual added and rounded (the sum), then RMSNorm rounded and times the weight."""
+    from cadence.kernels import torch_ops
+
+    x = torch.zeros_like(partials[0, :m])
+    for part in partials[:, :m]:
+        x = x + part
+    normed, total = torch_ops.rms_norm(x.to(residual.dtype), norm_w, eps, residual)
+    return normed, total
+
+
+def _emulate_norm(tmp_path: Path, plan: Gemm64Plan, partials, residual, norm_w, w, eps: float):
+    """The kernel with the norm inside (plan.norm_parts) on the CPU emulation: y, the sum, the normed
+    rows and the three counters as the kernel left them."""
+    m, k = residual.shape
+    args = blob(torch.zeros(m, k, dtype=torch.bfloat16)) + blob(w) + struct.pack("<qqq", plan.n, plan.grid, plan.smem)
+    args += blob(partials.contiguous()) + blob(residual) + blob(norm_w) + struct.pack("<d", eps)
+    out, _ = split_stamps(emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args), plan.grid)
+    y_bytes, row_bytes = m * plan.n * 2, m * k * 2
+    y = torch.frombuffer(bytearray(out[:y_bytes]), dtype=torch.bfloat16).view(m, plan.n)
+    total = torch.frombuffer(bytearray(out[y_bytes : y_bytes + row_bytes]), dtype=torch.bfloat16).view(m, k)
+    normed = torch.frombuffer(bytearray(out[y_bytes + row_bytes : y_bytes + 2 * row_bytes]), dtype=torch.bfloat16)
+    counters = struct.unpack("<3I", out[y_bytes + 2 * row_bytes :])
+    return y, total, normed.view(m, k), counters
+
+
+@needs_gxx
+@pytest.mark.parametrize(
+    "m,k,swiglu,parts,grid",
+    [(48, 256, True, 4, 4), (33, 512, False, 2, 5), (64, 256, True, 4, 2), (5, 1024, True, 3, 4)],
+)  # fmt: skip
+def test_gemm64_with_the_norm_inside_on_the_cpu(tmp_path, m, k, swiglu, parts, grid):
+    """NORM_PARTS (perf-notes #143): the kernel makes its input rows from a split-K GEMM's partials,
+    the residual and the norm's weight, the running CTAs claiming the rows and all of them waiting
+    for every row before their dots. With fewer CTAs than rows (a CTA makes many rows: no CTA waits
+    on one that has not started) and with partials of more rows than M (64-row tiles, stale rows
+    after M). The sum (the next residual) is the definition's bits; the normed rows within a bf16
+    step of it (the sum of squares adds in another order); y within the GEMM's tolerance of the
+    definition on those rows; the counters zeroed again for the next call."""
+    eps = 1e-6
+    n = 40
+    part_rows = 64
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=n // grid, ctas=grid, norm_parts=parts, part_rows=part_rows)
+    g = torch.Generator().manual_seed(m + k + parts)
+    partials, residual, norm_w = _norm_case(g, parts, part_rows, m, k)
+    _, w = _case(g, m, n, k, swiglu)
+    y, total, normed, counters = _emulate_norm(tmp_path, plan, partials, residual, norm_w, w, eps)
+    want_normed, want_total = _norm_reference(partials, residual, norm_w, eps, m)
+    assert torch.equal(total, want_total)
+    step = want_normed.float().abs().clamp_min(1e-3) * 2**-7  # one bf16 rounding step
+    assert ((normed.float() - want_normed.float()).abs() <= step).all()
+    ref = _reference(normed, w, swiglu)  # y is the GEMM of the rows the kernel made
+    assert torch.isfinite(y).all() and (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
+    assert counters == (0, 0, 0)
+
+
+def test_the_norm_inside_is_part_of_the_plan_only_when_asked():
+    """The shipped instance keeps its defines (its NVRTC build); the norm inside adds its two and 48
+    bytes of shared memory (the claimed row, the warps' sums)."""
+    plan = gemm64_plan(3072, 1024, 64, swiglu=True)
+    inside = dataclasses.replace(plan, norm_parts=4, part_rows=64)
+    assert not {"NORM_PARTS", "PART_ROWS"} & {name for name, _ in plan.defines}
+    assert dict(inside.defines)["NORM_PARTS"] == 4 and dict(inside.defines)["PART_ROWS"] == 64
+    assert inside.smem == plan.smem + 48 and inside.smem <= SMEM_LIMIT
+
+
+def test_gemm64_norm_linear_refuses_what_does_not_fit_its_plan():
+    plan = dataclasses.replace(gemm64_plan(3072, 1024, 48, swiglu=True), norm_parts=4, part_rows=64)
+    w = torch.zeros(6144, 1024, dtype=torch.bfloat16)
+    residual, norm_w = torch.zeros(48, 1024, dtype=torch.bfloat16), torch.ones(1024, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="partials"):
+        cuda_gemm64.gemm64_norm_linear(torch.zeros(2, 64, 1024), residual, norm_w, 1e-6, w, plan)
+    with pytest.raises(ValueError, match="partials"):
+        cuda_gemm64.gemm64_norm_linear(torch.zeros(4, 48, 1024), residual, norm_w, 1e-6, w, plan)
+    with pytest.raises(ValueError, match="do not fit"):
+        cuda_gemm64.gemm64_norm_linear(torch.zeros(4, 64, 1024), residual[:40], norm_w, 1e-6, w, plan)
+
+
 @pytest.mark.parametrize("m", [33, 48, 64])
 @pytest.mark.parametrize(
     "n,k,swiglu", [(4096, 1024, False), (3072, 1024, True), (2048, 1024, False), (1030, 1024, False)]
@@ -255,3 +343,111 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     index = [positions, table, lens, slots]
     _check_against_layer_kernels(_Switched(fused, False), _Switched(fused, True), x, index, k0, v0, decode=True)
     assert {(p.n, p.swiglu) for p in calls} == {(4096, False), (3072, True)}
+
+
+class _NormInside:
+    """A call run with CADENCE_GEMM64_NORM set (`enabled`) for its duration only."""
+
+    def __init__(self, fn, enabled: bool):
+        self.fn, self.enabled = fn, enabled
+
+    def __call__(self, *args, **kwargs):
+        previous, cuda_gemm64.NORM_INSIDE = cuda_gemm64.NORM_INSIDE, self.enabled
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            cuda_gemm64.NORM_INSIDE = previous
+
+
+def _o_norm_gate_up_case(m: int):
+    g = torch.Generator(device="cuda").manual_seed(143 + m)
+    attn = torch.randn(m, 2048, generator=g, device="cuda").to(torch.bfloat16)
+    wo = (torch.randn(1024, 2048, generator=g, device="cuda") / 2048**0.5).to(torch.bfloat16)
+    residual = torch.randn(m, 1024, generator=g, device="cuda").to(torch.bfloat16)
+    norm_w = (1 + 0.1 * torch.randn(1024, generator=g, device="cuda")).to(torch.bfloat16)
+    wgu = (torch.randn(6144, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
+    return attn, wo, norm_w, 1e-6, residual, wgu
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("m", [33, 48, 64])
+def test_the_norm_inside_gate_up_matches_the_norm_kernel(m):
+    """linear_rms_norm_swiglu at the 0.6B's shapes with the norm inside gate/up's kernel (#143) and
+    with the norm kernel between o and gate/up: the sum (the next residual) the same bits, the MLP's
+    activations within a bf16 rounding step of the unfused path's (the normed rows may differ in the
+    last bit: the sums of squares add in another order), and the kernel did take the norm."""
+    from cadence.kernels import triton_ops
+
+    case = _o_norm_gate_up_case(m)
+    assert triton_ops._norm_inside_plan(case[0], case[1], case[4], case[5]) is None  # the switch is off
+    want_act, want_total = _NormInside(triton_ops.linear_rms_norm_swiglu, False)(*case)
+    cuda_gemm64.NORM_INSIDE, previous = True, cuda_gemm64.NORM_INSIDE
+    try:
+        plan = triton_ops._norm_inside_plan(case[0], case[1], case[4], case[5])
+        act, total = triton_ops.linear_rms_norm_swiglu(*case)
+    finally:
+        cuda_gemm64.NORM_INSIDE = previous
+    assert plan is not None and plan.norm_parts == 4 and plan.part_rows == 64
+    assert torch.equal(total, want_total)
+    assert (act.float() - want_act.float()).abs().max() <= 2e-2 * want_act.float().abs().max()
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("trigger_first", [False, True])
+def test_the_norm_inside_gate_up_in_a_pdl_graph_replays_the_eager_bits(trigger_first):
+    """Three layers' o, norm and gate/up chained in a CUDA graph with PDL, replayed five times: every
+    replay gives the eager launches' bits, so each call leaves the row counters zeroed for the next
+    (the three calls share them: one shape) and no CTA reads a row before it is made."""
+    from cadence.kernels.triton_launch import pdl_settings
+    from cadence.kernels.triton_ops import linear_rms_norm_swiglu
+
+    attn, wo, norm_w, eps, residual, wgu = _o_norm_gate_up_case(64)
+
+    def chain():
+        res, x = residual, attn
+        for _ in range(3):
+            act, res = linear_rms_norm_swiglu(x, wo, norm_w, eps, res, wgu)
+            x = act[:, :2048] * 4  # the next layer's "attention" rows (elementwise: no cuBLAS in the graph)
+        return act, res
+
+    fused = _NormInside(chain, True)
+    want = fused()
+    with pdl_settings(True, trigger_first=trigger_first):
+        fused()  # compiled and warm
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = fused()
+    for _ in range(5):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_stack_at_64_rows_with_the_norm_inside_gate_up_matches_the_norm_kernels(monkeypatch):
+    """test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route with the norm after o inside
+    gate/up's kernel: within bf16 rounding of the stack without it, eagerly and from a graph."""
+    from test_slab_gemv import _check_against_layer_kernels, _stack
+
+    from cadence.kernels import triton_ops
+    from cadence.models.qwen3_tts.fused_stack import FusedStack
+
+    calls = []
+    real = cuda_gemm64.gemm64_norm_linear
+    monkeypatch.setattr(cuda_gemm64, "gemm64_norm_linear", lambda *a: calls.append(a[-1]) or real(*a))
+    fused = FusedStack(_stack(), triton_ops, 64)
+    rows, ps, ctx = 64, 16, 40
+    g = torch.Generator(device="cuda").manual_seed(143)
+    cache_shape = (3, 4 * rows, ps, 8, 128)
+    k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    table = torch.arange(4 * rows, device="cuda").view(rows, 4)
+    positions, lens = torch.full((rows,), ctx - 1, device="cuda"), torch.full((rows,), ctx, device="cuda")
+    slots = table[:, (ctx - 1) // ps] * ps + (ctx - 1) % ps
+    index = [positions, table, lens, slots]
+    _check_against_layer_kernels(_NormInside(fused, False), _NormInside(fused, True), x, index, k0, v0, decode=True)
+    assert calls and {(p.n, p.norm_parts) for p in calls} == {(3072, 4)}

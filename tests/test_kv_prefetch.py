@@ -72,7 +72,11 @@ def _recording_ops(calls: list) -> types.ModuleType:
         calls.append(("linear+norm", prefetch))
         return torch_ops.rms_norm(torch_ops.linear(x, weight), norm_weight, eps, residual)
 
-    ops.rms_norm, ops.linear_rms_norm = rms_norm, linear_rms_norm
+    def linear_rms_norm_swiglu(x, weight, norm_weight, eps, residual, gate_up, prefetch=None):
+        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch)
+        return torch_ops.linear_swiglu(h, gate_up), total
+
+    ops.rms_norm, ops.linear_rms_norm, ops.linear_rms_norm_swiglu = rms_norm, linear_rms_norm, linear_rms_norm_swiglu
     return ops
 
 

@@ -349,3 +349,22 @@ def test_split_k_partials_need_a_split(ops):
     x = torch.zeros(1, 256, device=DEV)
     with pytest.raises(ValueError, match="split_k >= 2"):
         skinny_linear_partials(x, torch.zeros(32, 256, device=DEV), SkinnyTiles(split_k=1))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
+@pytest.mark.parametrize("m", [3, 40])
+def test_linear_rms_norm_swiglu_is_the_norm_after_o_then_gate_up(ops, dtype, m):
+    """The layer's o, norm and gate/up as one op (perf-notes #143): with the norm inside gate/up's
+    kernel off (its default, and wherever it does not apply) the same bits as linear_rms_norm then
+    linear_swiglu, in both ops modules; the GPU's norm-inside path has its own tests (test_gemm64)."""
+    tri, ref = ops
+    g = torch.Generator(device=DEV).manual_seed(143)
+    attn = torch.randn(m, 2048, device=DEV, generator=g).to(dtype)
+    wo = (torch.randn(1024, 2048, device=DEV, generator=g) / 45).to(dtype)
+    residual = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
+    norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
+    wgu = (torch.randn(2 * 3072, 1024, device=DEV, generator=g) / 32).to(dtype)
+    for module in (tri, ref):
+        act, total = module.linear_rms_norm_swiglu(attn, wo, norm_w, 1e-6, residual, wgu)
+        h, want_total = module.linear_rms_norm(attn, wo, norm_w, 1e-6, residual)
+        assert torch.equal(total, want_total) and torch.equal(act, module.linear_swiglu(h, wgu))

@@ -102,6 +102,8 @@ class Gemm64Plan:
     padded: bool = PADDED
     ctas: int = 0
     warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps), 2 (4 x 2) or 1 (4 x 1)
+    norm_parts: int = 0  # > 0: the norm after a split-K GEMM in that many parts made inside (#143)
+    part_rows: int = 0  # with norm_parts: the rows a part holds (>= m; 0: m)
 
     @property
     def threads(self) -> int:
@@ -124,7 +126,8 @@ class Gemm64Plan:
         m16_tiles_a_warp = _ceil_div(_ceil_div(self.m, 16), warp_rows)
         units = m16_tiles_a_warp * _ceil_div(self.rows_per_cta, 8) * 4  # a lane's outputs
         sums = warp_rows * self.warp_ks * self.warp_ks * _ceil_div(units, self.warp_ks) * pair * 32 * 4
-        return _ceil_div(max(slab, sums), 16) * 16 + 16
+        scratch = 48 if self.norm_parts else 0  # the norm's claimed row and its warps' sums
+        return _ceil_div(max(slab, sums), 16) * 16 + 16 + scratch
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
@@ -141,7 +144,7 @@ class Gemm64Plan:
             ("MIN_BLOCKS", self.min_blocks),
             ("ABLATE", self.ablate),
             ("PADDED", int(self.padded)),
-        )
+        ) + ((("NORM_PARTS", self.norm_parts), ("PART_ROWS", self.part_rows or self.m)) if self.norm_parts else ())
 
     @property
     def steps_in_flight(self) -> int:
@@ -220,3 +223,48 @@ def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> to
     args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
     launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
     return y
+
+
+# The norm made inside the GEMM after it (NORM_PARTS, perf-notes #143): experiment switch, off until timed.
+NORM_INSIDE = os.environ.get("CADENCE_GEMM64_NORM", "0") == "1"
+_norm_sync: dict[tuple, torch.Tensor] = {}
+
+
+def _sync_counters(device: torch.device, plan: Gemm64Plan) -> torch.Tensor:
+    """The kernel's three row counters for this shape, zeroed once and kept for the process (a CUDA
+    graph captures their address); every call leaves them zeroed. Calls on one stream run one after
+    another, so one set a shape is enough, as for triton_linear's split-K tickets."""
+    key = (device, plan.n, plan.k, plan.m, plan.swiglu)
+    if key not in _norm_sync:
+        _norm_sync[key] = torch.zeros(4, dtype=torch.int32, device=device)
+    return _norm_sync[key]
+
+
+def gemm64_norm_linear(
+    parts: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
+    plan: Gemm64Plan,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """rms_norm(sum(parts) + residual) * norm_weight, then gemm64_linear of that, in one kernel:
+    parts [plan.norm_parts, plan.part_rows, k] fp32 (a split-K GEMM's partials; rows past m unread),
+    residual [m, k]. Returns (y, the sum), the sum being the next residual."""
+    m, k = residual.shape
+    if tuple(parts.shape) != (plan.norm_parts, plan.part_rows or m, k) or plan.norm_parts < 1:
+        raise ValueError(f"partials {tuple(parts.shape)} do not fit {plan}")
+    if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
+        raise ValueError(f"rows {tuple(residual.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
+    if not (weight.is_contiguous() and parts.is_contiguous()):
+        raise ValueError("the weight and the partials must be contiguous")
+    residual = residual.contiguous()
+    normed = torch.empty(m, k, dtype=residual.dtype, device=residual.device)
+    total = torch.empty_like(normed)
+    y = torch.empty(m, plan.n, dtype=residual.dtype, device=residual.device)
+    stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
+    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch  # here: triton is a GPU machine's package
+
+    pdl = pdl_launch(residual)
+    plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
+    sync = _sync_counters(residual.device, plan)
+    args = [normed, weight, y, ctypes.c_int(plan.n), *stamps, parts, residual, norm_weight, ctypes.c_float(eps),
+            total, normed, sync]  # fmt: skip
+    launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
+    return y, total

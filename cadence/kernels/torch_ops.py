@@ -47,6 +47,21 @@ def linear_rms_norm(
     return rms_norm(linear(x, weight), norm_weight, eps, residual, prefetch)
 
 
+def linear_rms_norm_swiglu(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor,
+    gate_up: torch.Tensor,
+    prefetch: KvPrefetch | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's o projection, the norm after it and the MLP's first half: (SwiGLU of the normed
+    rows, the sum x @ weight^T + residual, the next residual)."""
+    h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch)
+    return linear_swiglu(h, gate_up), total
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE in x's dtype: x * cos + rotate_half(x) * sin."""
     half = x.shape[-1] // 2

@@ -6,6 +6,7 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -51,10 +52,10 @@ from .triton_linear import (
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
     "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits",
-    "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_swiglu", "paged_attention", "pdl_launch",
-    "pdl_settings", "pdl_trigger_first", "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk",
-    "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles", "snake_beta", "swiglu_tiles", "trigger_first_for",
-    "use_pdl",
+    "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_rms_norm_swiglu", "linear_swiglu",
+    "paged_attention", "pdl_launch", "pdl_settings", "pdl_trigger_first", "qk_norm_rope_attention",
+    "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles",
+    "snake_beta", "swiglu_tiles", "trigger_first_for", "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
@@ -367,6 +368,42 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     block = 1024
     _silu_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, BLOCK=block, **pdl_launch(gate_up))
     return out
+
+
+def linear_rms_norm_swiglu(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor,
+    gate_up: torch.Tensor,
+    prefetch: KvPrefetch | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(linear_swiglu(h, gate_up), the sum) for (h, the sum) = linear_rms_norm(x, weight, ...): a
+    layer's o projection, the norm after it and the MLP's first half. With CADENCE_GEMM64_NORM=1
+    (perf-notes #143, off until timed), where o splits K and gate/up takes the 64-row slab GEMM, the
+    norm runs inside gate/up's kernel on o's partials: one kernel, and one grid's end, fewer between
+    the two GEMMs. Not with a prefetch (the norm kernel issues it)."""
+    plan = _norm_inside_plan(x, weight, residual, gate_up) if prefetch is None else None
+    if plan is None:
+        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
+        return linear_swiglu(h, gate_up), total
+    parts = skinny_linear_partials(x, weight, linear_tiles(x, weight))
+    return cuda_gemm64.gemm64_norm_linear(parts, residual, norm_weight, eps, gate_up, plan)
+
+
+def _norm_inside_plan(x, weight, residual, gate_up) -> cuda_gemm64.Gemm64Plan | None:
+    """gate/up's slab GEMM plan with the norm inside, or None: the switch off, no residual, o not
+    split over K (or its partials summed by its own programs), or gate/up not on the slab GEMM."""
+    if not cuda_gemm64.NORM_INSIDE or residual is None or not SPLIT_K_IN_NORM:
+        return None
+    tiles = linear_tiles(x, weight)
+    if tiles is None or tiles.split_k == 1:
+        return None
+    plan = cuda_gemm64.route(residual, gate_up, swiglu=True)  # the norm's rows are gate/up's input rows
+    if plan is None:
+        return None
+    return dataclasses.replace(plan, norm_parts=tiles.split_k, part_rows=tiles.block_m)
 
 
 def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:

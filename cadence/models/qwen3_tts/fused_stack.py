@@ -4,8 +4,9 @@ over a paged KV cache, the layout the fast walk and prefill share.
 A layer runs as: one QKV GEMM, QK-norm + RoPE + KV write (inside the decode attention kernel up
 to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/up GEMM with
 SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
-norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm. `ops` is
-`cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
+norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm (o's norm and
+gate/up together are `linear_rms_norm_swiglu`, which may run that norm inside gate/up's kernel,
+perf-notes #143). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
 
 With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
 instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
@@ -117,12 +118,11 @@ class FusedStack:
             attn = attend(i, L, ops.linear(h, L.wqkv))
             # Layer i + 1's cache pulled into L2 by one of the two norms before its attention (kv_prefetch.py).
             after_o = ahead(i + 1) if plan.after_o else None
-            h, residual = ops.linear_rms_norm(attn, L.wo, L.ln2, self.eps, residual, prefetch=after_o)
+            act, residual = ops.linear_rms_norm_swiglu(attn, L.wo, L.ln2, self.eps, residual, L.wgu, prefetch=after_o)
             # The next norm is the next layer's input norm, or the stack's final one after the last.
             next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
             before_qkv = None if plan.after_o else ahead(i + 1)
-            h, residual = ops.linear_rms_norm(ops.linear_swiglu(h, L.wgu), L.wdown, next_norm, self.eps, residual,
-                                              prefetch=before_qkv)  # fmt: skip
+            h, residual = ops.linear_rms_norm(act, L.wdown, next_norm, self.eps, residual, prefetch=before_qkv)
         return h
 
     def _prefetch(self, block_table, context_lens, k_cache, v_cache, tokens: int, i: int) -> KvPrefetch | None:
