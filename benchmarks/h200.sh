@@ -90,6 +90,33 @@ PY
       echo "== nw pays: $nw"
       [ $nw = 1 ] && CADENCE_NORM_WEIGHTS_EARLY=1 bash "$0" walks
       CADENCE_NORM_WEIGHTS_EARLY=$nw bash "$0" stamps142 ;;
+    screen143)  # perf-notes #141 and #143 in one call, the next session's first (~8-9 min): their GPU tests, b64
+      # walks of this tree, `nw` (CADENCE_NORM_WEIGHTS_EARLY=1), `ni` (CADENCE_GEMM64_NORM=1: the norm after o
+      # inside gate/up's kernel) and `nwni` (both), one round (session 42: walk-to-walk spread under 0.01 ms);
+      # then the issue's table (`walks`) with the fastest of the three if it beats this tree by 0.01 ms or more
+      need_full > "$OUT/need_full.log" 2>&1 &
+      { timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py -k rms_norm
+        timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_gemm64.py -k norm
+        CADENCE_NORM_WEIGHTS_EARLY=1 timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
+          tests/test_fast_step.py -k greedy; } 2>&1 | tee "$OUT/screen143_tests.log" | grep -E "passed|failed|rror" | tail -4
+      wait
+      grep -q " passed" "$OUT/screen143_tests.log" && ! grep -qE "failed|error" "$OUT/screen143_tests.log" || continue
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1 \
+        ni=.,CADENCE_GEMM64_NORM=1 nwni=.,CADENCE_NORM_WEIGHTS_EARLY=1,CADENCE_GEMM64_NORM=1 ${TREES:-}" bash "$0" walkab
+      best=$(python3 - "$OUT/walkab_b64.json" <<'PY'
+import json, sys
+walks = json.load(open(sys.argv[1]))
+ms = {name.rsplit("_", 1)[0]: walk["decode"][0]["back_to_back_ms"] for name, walk in walks.items()}
+print("  back to back, ms:", ", ".join(f"{n} {v:.3f}" for n, v in sorted(ms.items())), file=sys.stderr)
+best = min(ms, key=ms.get)
+print(best if best in ("nw", "ni", "nwni") and ms[best] <= ms.get("new", 0) - 0.01 else "")
+PY
+      )
+      echo "== the fastest that pays: ${best:-none}"
+      [ -z "$best" ] && continue
+      case $best in *nw*) export CADENCE_NORM_WEIGHTS_EARLY=1 ;; esac
+      case $best in *ni) export CADENCE_GEMM64_NORM=1 ;; esac
+      bash "$0" walks ;;
     stamps142)  # perf-notes "Next device session", item 1: the stamps of this tree's b64 walk with the norms stamped
       # (the `start` column: where the walk's 4.04 ms goes since #137 and #135 shipped, and each GEMM's release
       # after o and down split into the norm's span and the launches'), then those of the code predictor's attention
