@@ -189,7 +189,7 @@ def _norm_reference(partials, residual, norm_w, eps: float, m: int):
 
 def _emulate_norm(tmp_path: Path, plan: Gemm64Plan, partials, residual, norm_w, w, eps: float):
     """The kernel with the norm inside (plan.norm_parts) on the CPU emulation: y, the sum, the normed
-    rows and the three counters as the kernel left them."""
+    rows and the sync words (3 counters and a flag a row) as the kernel left them."""
     m, k = residual.shape
     args = blob(torch.zeros(m, k, dtype=torch.bfloat16)) + blob(w) + struct.pack("<qqq", plan.n, plan.grid, plan.smem)
     args += blob(partials.contiguous()) + blob(residual) + blob(norm_w) + struct.pack("<d", eps)
@@ -198,23 +198,25 @@ def _emulate_norm(tmp_path: Path, plan: Gemm64Plan, partials, residual, norm_w, 
     y = torch.frombuffer(bytearray(out[:y_bytes]), dtype=torch.bfloat16).view(m, plan.n)
     total = torch.frombuffer(bytearray(out[y_bytes : y_bytes + row_bytes]), dtype=torch.bfloat16).view(m, k)
     normed = torch.frombuffer(bytearray(out[y_bytes + row_bytes : y_bytes + 2 * row_bytes]), dtype=torch.bfloat16)
-    counters = struct.unpack("<3I", out[y_bytes + 2 * row_bytes :])
+    counters = struct.unpack(f"<{3 + m}I", out[y_bytes + 2 * row_bytes :])
     return y, total, normed.view(m, k), counters
 
 
 @needs_gxx
 @pytest.mark.parametrize(
     "m,k,swiglu,parts,grid",
-    [(48, 256, True, 4, 4), (33, 512, False, 2, 5), (64, 256, True, 4, 2), (5, 1024, True, 3, 4)],
+    [(48, 256, True, 4, 4), (33, 512, False, 2, 5), (64, 256, True, 4, 2), (5, 1024, True, 3, 4),
+     (5, 256, False, 4, 8)],
 )  # fmt: skip
 def test_gemm64_with_the_norm_inside_on_the_cpu(tmp_path, m, k, swiglu, parts, grid):
     """NORM_PARTS (perf-notes #143): the kernel makes its input rows from a split-K GEMM's partials,
-    the residual and the norm's weight, the running CTAs claiming the rows and all of them waiting
-    for every row before their dots. With fewer CTAs than rows (a CTA makes many rows: no CTA waits
-    on one that has not started) and with partials of more rows than M (64-row tiles, stale rows
-    after M). The sum (the next residual) is the definition's bits; the normed rows within a bf16
-    step of it (the sum of squares adds in another order); y within the GEMM's tolerance of the
-    definition on those rows; the counters zeroed again for the next call."""
+    the residual and the norm's weight, CTA b row b and the CTAs' tickets the rest, and all of them
+    wait for every row before their dots. With fewer CTAs than rows (most rows are taken by tickets,
+    and tickets for rows whose CTA holds them lose: the rows no CTA owns get made, no CTA waits on one
+    that has not started), with more CTAs than rows, and with partials of more rows than M (64-row
+    tiles, stale rows after M). The sum (the next residual) is the definition's bits; the normed rows
+    within a bf16 step of it (the sum of squares adds in another order); y within the GEMM's
+    tolerance of the definition on those rows; the counters and flags zeroed for the next call."""
     eps = 1e-6
     n = 40
     part_rows = 64
@@ -229,7 +231,7 @@ def test_gemm64_with_the_norm_inside_on_the_cpu(tmp_path, m, k, swiglu, parts, g
     assert ((normed.float() - want_normed.float()).abs() <= step).all()
     ref = _reference(normed, w, swiglu)  # y is the GEMM of the rows the kernel made
     assert torch.isfinite(y).all() and (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
-    assert counters == (0, 0, 0)
+    assert not any(counters)
 
 
 def test_the_norm_inside_is_part_of_the_plan_only_when_asked():

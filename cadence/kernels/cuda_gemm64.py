@@ -231,12 +231,13 @@ _norm_sync: dict[tuple, torch.Tensor] = {}
 
 
 def _sync_counters(device: torch.device, plan: Gemm64Plan) -> torch.Tensor:
-    """The kernel's three row counters for this shape, zeroed once and kept for the process (a CUDA
-    graph captures their address); every call leaves them zeroed. Calls on one stream run one after
-    another, so one set a shape is enough, as for triton_linear's split-K tickets."""
+    """The words the kernel's CTAs meet on for this shape (3 counters and a flag a row), zeroed once
+    and kept for the process (a CUDA graph captures their address); every call leaves them zeroed.
+    Calls on one stream run one after another, so one set a shape is enough, as for triton_linear's
+    split-K tickets."""
     key = (device, plan.n, plan.k, plan.m, plan.swiglu)
     if key not in _norm_sync:
-        _norm_sync[key] = torch.zeros(4, dtype=torch.int32, device=device)
+        _norm_sync[key] = torch.zeros(3 + plan.m, dtype=torch.int32, device=device)
     return _norm_sync[key]
 
 

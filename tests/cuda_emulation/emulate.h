@@ -242,6 +242,11 @@ inline unsigned add_release(unsigned* counter, unsigned v) {
   return old;
 }
 inline unsigned add_relaxed(unsigned* counter, unsigned v) { return add_release(counter, v); }
+inline unsigned exchange_relaxed(unsigned* word, unsigned v) {
+  const unsigned old = *word;
+  *word = v, ++emu::progress;
+  return old;
+}
 inline unsigned load_acquire(const unsigned* counter) {
   emu::yield();
   return *counter;

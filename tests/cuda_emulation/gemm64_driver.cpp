@@ -4,7 +4,7 @@
 // ARGS_FILE: x, w as (u64 byte count, bytes); then n, grid, shared memory as i64; with NORM_PARTS
 // then parts, res, norm_w as buffers and eps as a double.
 // OUT_FILE gets y's bytes (M x n bf16); with NORM_PARTS then the sum and the normed rows (M x K bf16
-// each) and the three counters as the kernel left them (u32); then the CTAs' clock stamps (grid x 6
+// each) and the 3 + M sync words as the kernel left them (u32); then the CTAs' clock stamps (grid x 6
 // i64; zeros unless the kernel is built with STAMP=1).
 
 #include "emulate.h"
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   auto parts = read_buffer(in), res = read_buffer(in), norm_w = read_buffer(in);
   const double eps = read_scalar<double>(in);
   std::vector<u16> total((size_t)M * K, 0xffff), xn((size_t)M * K, 0xffff);
-  std::vector<u32> sync(4, 0);
+  std::vector<u32> sync(3 + M, 0);
 #define NORM_ARGS , reinterpret_cast<const float*>(parts.data()), p(res), p(norm_w), (float)eps, total.data(), \
                     xn.data(), sync.data()
 #define X_IN xn.data()
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
 #if NORM_PARTS
   out.write(reinterpret_cast<const char*>(total.data()), total.size() * 2);
   out.write(reinterpret_cast<const char*>(xn.data()), xn.size() * 2);
-  out.write(reinterpret_cast<const char*>(sync.data()), 3 * 4);
+  out.write(reinterpret_cast<const char*>(sync.data()), sync.size() * 4);
 #endif
   out.write(reinterpret_cast<const char*>(stamps.data()), stamps.size() * 8);
   return 0;

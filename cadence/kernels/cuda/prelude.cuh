@@ -44,6 +44,11 @@ __device__ __forceinline__ u32 add_relaxed(u32* counter, u32 v) {  // no orderin
   asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(v) : "memory");
   return old;
 }
+__device__ __forceinline__ u32 exchange_relaxed(u32* word, u32 v) {  // who got there first
+  u32 old;
+  asm volatile("atom.relaxed.gpu.global.exch.b32 %0, [%1], %2;" : "=r"(old) : "l"(word), "r"(v) : "memory");
+  return old;
+}
 __device__ __forceinline__ u32 load_acquire(const u32* counter) {
   u32 v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");

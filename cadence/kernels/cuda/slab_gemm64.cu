@@ -45,10 +45,10 @@
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
 //   NORM_PARTS  P > 0: the kernel makes its own input, the norm after the split-K GEMM before it
 //               (perf-notes #143): x = rms_norm(sum of P fp32 partials + res) * norm_w, rounded as
-//               triton_ops' norm kernel rounds, and the sum (the next residual) stored too. The rows
-//               are claimed one at a time from a counter by whichever CTAs are running, and every
-//               CTA waits, on a second counter, for all M rows before its dots: no norm kernel, and
-//               no grid's end, between the two GEMMs, and the slab's copy runs under the norm.
+//               triton_ops' norm kernel rounds, and the sum (the next residual) stored too. CTA b
+//               makes row b, other running CTAs the rows of any that have not started (norm_rows),
+//               and every CTA waits, on a counter, for all M rows before its dots: no norm kernel,
+//               and no grid's end, between the two GEMMs, and the slab's copy runs under the norm.
 //               PART_ROWS: the rows a part holds (the split-K GEMM's tile rows, >= M).
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
@@ -68,8 +68,9 @@
 #define PART_ROWS M
 #endif
 static_assert(PART_ROWS >= M, "a part holds at least the M rows");
-// parts [P, PART_ROWS, K] fp32 (rows past M unread), res [M, K], norm_w [K]; total [M, K] gets parts' sum + res; x (the kernel's
-// x argument, the same buffer) the normed rows; sync: 3 zeroed counters, left zeroed for the next call.
+// parts [P, PART_ROWS, K] fp32 (rows past M unread), res [M, K], norm_w [K]; total [M, K] gets the
+// parts' sum + res; xn (the kernel's x argument, the same buffer) the normed rows; sync: 3 + M zeroed
+// words, left zeroed for the next call.
 #define NORM_PARAMS , const float *parts, const u16 *res, const u16 *norm_w, float eps, u16 *total, u16 *xn, u32 *sync
 #else
 #define NORM_PARAMS
@@ -161,14 +162,21 @@ __device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, i
 #if NORM_PARTS
 constexpr int NORM_CHUNKS = (K / 4 + THREADS - 1) / THREADS;  // a thread's 4-column chunks of a row
 
-// Row r of the norm (NORM_PARTS) by the CTA: thread t takes columns 4t, 4t + 1, ... (chunks THREADS
-// apart). The partials are added in split order from 0, rounded to bf16, then the residual added and
-// rounded (the next residual, stored); the sum of squares goes over the thread's columns in order,
-// the warp's lanes, then the warps' sums in the order of a butterfly over 8 lanes, as Triton 3.6
-// reduces the norm kernel's 8 warps (the bits may still differ in the last place: see the tests).
-__device__ __forceinline__ void norm_row(int r, const float* parts, const u16* res, const float (&w)[NORM_CHUNKS][4],
-                                         float eps, u16* total, u16* xn, float* warp_sums) {
+// Row r of the norm (NORM_PARTS) by the CTA, if it holds the row: with `flag` (row r's in sync's
+// table), thread 0 swaps the flag to 1 while the row's loads are in flight, and the CTA stores the
+// row only if the flag was 0 (another CTA holds it otherwise); without, the CTA holds it already.
+// Thread t takes columns 4t, 4t + 1, ... (chunks THREADS apart). The partials are added in split order
+// from 0, rounded to bf16, then the residual added and rounded (the sum, the next residual); the sum of
+// squares goes over the thread's columns in order, the warp's lanes, then the warps' sums in the order
+// of a butterfly over 8 lanes, as Triton 3.6 reduces the norm kernel's 8 warps (the bits may still
+// differ in the last place: see the tests). Returns whether it stored the row.
+__device__ __forceinline__ bool norm_row(int r, u32* flag, const float* parts, const u16* res,
+                                         const float (&w)[NORM_CHUNKS][4], float eps, u16* total, u16* xn,
+                                         unsigned char* scratch) {
+  int* held = reinterpret_cast<int*>(scratch);
+  float* warp_sums = reinterpret_cast<float*>(scratch + 16);
   const int tid = threadIdx.x;
+  const u32 was = tid == 0 && flag ? exchange_relaxed(flag, 1u) : 0u;  // its answer is needed at the barrier
   float v[NORM_CHUNKS][4];
   float ss = 0.f;
 #pragma unroll
@@ -184,13 +192,14 @@ __device__ __forceinline__ void norm_row(int r, const float* parts, const u16* r
     const uint2 b = reinterpret_cast<const uint2*>(res + (size_t)r * K + col)[0];
     v[c][0] = round_bf16(round_bf16(sum.x) + lo(b.x)), v[c][1] = round_bf16(round_bf16(sum.y) + hi(b.x));
     v[c][2] = round_bf16(round_bf16(sum.z) + lo(b.y)), v[c][3] = round_bf16(round_bf16(sum.w) + hi(b.y));
-    reinterpret_cast<uint2*>(total + (size_t)r * K + col)[0] = uint2{pack2(v[c][0], v[c][1]), pack2(v[c][2], v[c][3])};
 #pragma unroll
     for (int e = 0; e < 4; ++e) ss += v[c][e] * v[c][e];
   }
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (tid % 32 == 0) warp_sums[tid / 32] = ss;
+  if (tid == 0) *held = was == 0u;
   __syncthreads();
+  if (!*held) return false;  // the same answer for every thread
   float s[WARPS];
 #pragma unroll
   for (int i = 0; i < WARPS; ++i) s[i] = warp_sums[i];
@@ -206,43 +215,55 @@ __device__ __forceinline__ void norm_row(int r, const float* parts, const u16* r
     float o[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[e] = w[c][e] * round_bf16(v[c][e] * inv);  // rounded as rms_norm rounds
+    reinterpret_cast<uint2*>(total + (size_t)r * K + col)[0] = uint2{pack2(v[c][0], v[c][1]), pack2(v[c][2], v[c][3])};
     reinterpret_cast<uint2*>(xn + (size_t)r * K + col)[0] = uint2{pack2(o[0], o[1]), pack2(o[2], o[3])};
   }
+  return true;
 }
 
-// The norm's rows, made by the grid's running CTAs (NORM_PARTS): each CTA claims rows from sync[0]
-// until none are left (a row is claimed only by a CTA already running, which finishes it without
-// waiting on anything, so the grid needs no co-residency: on fewer SMs than CTAs too), publishes each
-// with a release add to sync[1], then waits until sync[1] counts all M rows. The last CTA past the
-// wait (sync[2]) zeroes the three counters for the next call: every claim and every poll is done by
-// then, and the next call of this shape starts after this grid's end (the PDL chain on one stream).
-__device__ __forceinline__ void norm_rows(const float* parts, const u16* res, const float (&w)[NORM_CHUNKS][4],
+// The counters the grid's CTAs meet on (sync, zeroed, NORM_SYNC_WORDS words): rows published, CTAs
+// past the wait, the next ticket, then a flag a row (1: a CTA holds it).
+constexpr int NORM_SYNC_WORDS = 3 + M;
+
+// The norm's rows, made by the grid's running CTAs (NORM_PARTS). CTA b < M makes row b, swapping its
+// flag while it loads the row (no round trip before the loads). Then every CTA takes tickets for rows
+// (sync[2]) until they run out, and makes each row whose flag it wins: the rows of CTAs that have not
+// started yet, so that no CTA ever waits on one that has not started and the grid needs no
+// co-residency (fewer SMs than CTAs, an SM share under MPS). A row stored is published by a release add
+// to sync[0]; every CTA then polls it (acquire) until it counts all M rows. Returns whether this CTA
+// was the last past the wait, which zeroes the counters at its end (every swap, ticket and poll is
+// done by then, and the next call of this shape starts after this grid's end: the PDL chain).
+__device__ __forceinline__ bool norm_rows(const float* parts, const u16* res, const float (&w)[NORM_CHUNKS][4],
                                           float eps, u16* total, u16* xn, u32* sync, unsigned char* scratch) {
-  int* claimed = reinterpret_cast<int*>(scratch);
-  float* warp_sums = reinterpret_cast<float*>(scratch + 16);
+  int* ticket = reinterpret_cast<int*>(scratch + 4);
   const int tid = threadIdx.x;
-  for (;;) {
-    if (tid == 0) *claimed = (int)add_relaxed(sync, 1u);  // a ticket: orders nothing
-    __syncthreads();
-    const int r = *claimed;
-    if (r >= M) break;
-    norm_row(r, parts, res, w, eps, total, xn, warp_sums);  // its barrier also frees `claimed`
+  auto publish = [&] {
     __syncthreads();  // the row's stores all made: thread 0's release add publishes them (as CUTLASS's
                       // grid barriers do: a CTA barrier, then one thread's red.release.gpu)
-    if (tid == 0) add_release(sync + 1, 1u);
+    if (tid == 0) add_release(sync, 1u);
+  };
+  if ((int)blockIdx.x < M && norm_row((int)blockIdx.x, sync + 3 + blockIdx.x, parts, res, w, eps, total, xn, scratch))
+    publish();
+  for (;;) {
+    if (tid == 0) *ticket = (int)add_relaxed(sync + 2, 1u);
+    __syncthreads();
+    const int r = *ticket;
+    if (r >= M) break;
+    if (norm_row(r, sync + 3 + r, parts, res, w, eps, total, xn, scratch)) publish();  // its barrier frees `ticket`
   }
   if (tid == 0)
-    while (load_acquire(sync + 1) < (u32)M) {
+    while (load_acquire(sync) < (u32)M) {
     }
   __syncthreads();  // every row in: the dots may read x
-  if (tid == 0 && add_relaxed(sync + 2, 1u) == gridDim.x - 1) sync[0] = 0, sync[1] = 0, sync[2] = 0;
+  return tid == 0 && add_relaxed(sync + 1, 1u) == gridDim.x - 1;
 }
 #endif
 
 // x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
 // at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier
-// (16 bytes) and with NORM_PARTS the norm's scratch (the claimed row, 16 bytes; the warps' sums, 32).
+// (16 bytes) and with NORM_PARTS the norm's scratch (whether the CTA holds its row and the ticket, 16
+// bytes; the warps' sums, 32).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS NORM_PARAMS) {
   DYNAMIC_SHARED(smem);
@@ -289,7 +310,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
   __syncthreads();  // the barrier's init, before anyone waits on it
 #if NORM_PARTS
-  norm_rows(parts, res, norm_w_cols, eps, total, xn, sync, smem + BAR_AT + 16);  // while the slab lands
+  const bool zero_sync = norm_rows(parts, res, norm_w_cols, eps, total, xn, sync, smem + BAR_AT + 16);  // while
+                                                                                                        // the slab lands
 #endif
   mbar_wait(bar, 0);
   float acc[MTW][NT][4] = {};
@@ -337,6 +359,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
     }
   }
+#if NORM_PARTS
+  if (zero_sync)
+    for (int i = 0; i < NORM_SYNC_WORDS; ++i) sync[i] = 0;  // off the dots' path: no CTA reads them again
+#endif
 #if STAMP
   if (tid == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_dots);
 #endif
