@@ -227,7 +227,8 @@ constexpr int NORM_SYNC_WORDS = 3 + M;
 
 // The norm's rows, made by the grid's running CTAs (NORM_PARTS). CTA b < M makes row b, swapping its
 // flag while it loads the row (no round trip before the loads). Then every CTA takes tickets for rows
-// (sync[2]) until they run out, and makes each row whose flag it wins: the rows of CTAs that have not
+// (sync[2]; its first one in flight under its own row) until they run out, and makes each row whose
+// flag it wins: the rows of CTAs that have not
 // started yet, so that no CTA ever waits on one that has not started and the grid needs no
 // co-residency (fewer SMs than CTAs, an SM share under MPS). A row stored is published by a release add
 // to sync[0]; every CTA then polls it (acquire) until it counts all M rows. Returns whether this CTA
@@ -242,14 +243,15 @@ __device__ __forceinline__ bool norm_rows(const float* parts, const u16* res, co
                       // grid barriers do: a CTA barrier, then one thread's red.release.gpu)
     if (tid == 0) add_release(sync, 1u);
   };
+  const int first = tid == 0 ? (int)add_relaxed(sync + 2, 1u) : 0;  // in flight under the CTA's own row
   if ((int)blockIdx.x < M && norm_row((int)blockIdx.x, sync + 3 + blockIdx.x, parts, res, w, eps, total, xn, scratch))
     publish();
-  for (;;) {
+  if (tid == 0) *ticket = first;
+  __syncthreads();
+  for (int r = *ticket; r < M; r = *ticket) {
+    if (norm_row(r, sync + 3 + r, parts, res, w, eps, total, xn, scratch)) publish();  // its barrier frees `ticket`
     if (tid == 0) *ticket = (int)add_relaxed(sync + 2, 1u);
     __syncthreads();
-    const int r = *ticket;
-    if (r >= M) break;
-    if (norm_row(r, sync + 3 + r, parts, res, w, eps, total, xn, scratch)) publish();  // its barrier frees `ticket`
   }
   if (tid == 0)
     while (load_acquire(sync) < (u32)M) {
