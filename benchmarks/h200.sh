@@ -90,15 +90,15 @@ PY
       echo "== nw pays: $nw"
       [ $nw = 1 ] && CADENCE_NORM_WEIGHTS_EARLY=1 bash "$0" walks
       CADENCE_NORM_WEIGHTS_EARLY=$nw bash "$0" stamps142 ;;
-    screen143)  # perf-notes #141 and #143 in one call, the next session's first (~8-9 min): their GPU tests, b64
+    screen143)  # perf-notes #141 and #143 in one call, the next session's first (~7-9 min): their GPU tests, b64
       # walks of this tree, `nw` (CADENCE_NORM_WEIGHTS_EARLY=1), `ni` (CADENCE_GEMM64_NORM=1: the norm after o
       # inside gate/up's kernel) and `nwni` (both), one round (session 42: walk-to-walk spread under 0.01 ms);
       # then the issue's table (`walks`) with the fastest of the three if it beats this tree by 0.01 ms or more
       need_full > "$OUT/need_full.log" 2>&1 &
+      # (#141's greedy walk with the switch passed in session 43's call: not run again, for the time)
       { timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py -k rms_norm
-        timeout -k 10 -s INT 150 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_gemm64.py -k norm
-        CADENCE_NORM_WEIGHTS_EARLY=1 timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
-          tests/test_fast_step.py -k greedy; } 2>&1 | tee "$OUT/screen143_tests.log" | grep -E "passed|failed|rror" | tail -4
+        timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_gemm64.py -k norm
+      } 2>&1 | tee "$OUT/screen143_tests.log" | grep -E "passed|failed|rror" | tail -4
       wait
       grep -q " passed" "$OUT/screen143_tests.log" && ! grep -qE "failed|error" "$OUT/screen143_tests.log" || continue
       WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1 \
