@@ -228,12 +228,12 @@ constexpr int NORM_SYNC_WORDS = 3 + M;
 // The norm's rows, made by the grid's running CTAs (NORM_PARTS). CTA b < M makes row b, swapping its
 // flag while it loads the row (no round trip before the loads). Then every CTA takes tickets for rows
 // (sync[2]; its first one in flight under its own row) until they run out, and makes each row whose
-// flag it wins: the rows of CTAs that have not
-// started yet, so that no CTA ever waits on one that has not started and the grid needs no
-// co-residency (fewer SMs than CTAs, an SM share under MPS). A row stored is published by a release add
-// to sync[0]; every CTA then polls it (acquire) until it counts all M rows. Returns whether this CTA
-// was the last past the wait, which zeroes the counters at its end (every swap, ticket and poll is
-// done by then, and the next call of this shape starts after this grid's end: the PDL chain).
+// flag it wins: the rows of CTAs that have not started yet, so that no CTA ever waits on one that has
+// not started and the grid needs no co-residency (fewer SMs than CTAs, an SM share under MPS). A row
+// stored is published by a release add to sync[0]; every CTA then polls it (acquire) until it counts
+// all M rows. Returns whether this CTA was the last past the wait, which zeroes the counters at its
+// end (every swap, ticket and poll is done by then, and the next call of this shape starts after this
+// grid's end: the PDL chain).
 __device__ __forceinline__ bool norm_rows(const float* parts, const u16* res, const float (&w)[NORM_CHUNKS][4],
                                           float eps, u16* total, u16* xn, u32* sync, unsigned char* scratch) {
   int* ticket = reinterpret_cast<int*>(scratch + 4);
@@ -312,8 +312,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
   __syncthreads();  // the barrier's init, before anyone waits on it
 #if NORM_PARTS
-  const bool zero_sync = norm_rows(parts, res, norm_w_cols, eps, total, xn, sync, smem + BAR_AT + 16);  // while
-                                                                                                        // the slab lands
+  // the rows of x, while the slab lands
+  const bool zero_sync = norm_rows(parts, res, norm_w_cols, eps, total, xn, sync, smem + BAR_AT + 16);
 #endif
   mbar_wait(bar, 0);
   float acc[MTW][NT][4] = {};
