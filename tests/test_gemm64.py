@@ -304,17 +304,34 @@ def test_gemm64_inside_a_pdl_graph_matches_eager():
 
 
 class _Switched:
-    """A fused stack run with the switch CADENCE_GEMM64 set (`enabled`) for its calls only."""
+    """A call run with one of cuda_gemm64's switches (`name`: ENABLED for CADENCE_GEMM64, NORM_INSIDE
+    for CADENCE_GEMM64_NORM) set to `value` for its duration only."""
 
-    def __init__(self, fused, enabled: bool):
-        self.fused, self.enabled = fused, enabled
+    def __init__(self, fn, value, name: str = "ENABLED"):
+        self.fn, self.value, self.name = fn, value, name
 
     def __call__(self, *args, **kwargs):
-        previous, cuda_gemm64.ENABLED = cuda_gemm64.ENABLED, self.enabled
+        previous = getattr(cuda_gemm64, self.name)
+        setattr(cuda_gemm64, self.name, self.value)
         try:
-            return self.fused(*args, **kwargs)
+            return self.fn(*args, **kwargs)
         finally:
-            cuda_gemm64.ENABLED = previous
+            setattr(cuda_gemm64, self.name, previous)
+
+
+def _decode_case(seed: int):
+    """64 decode rows at position 39 over a paged cache of 40 tokens a row (3 layers, 16-token pages,
+    4 pages a row): the rows, the stack's index arguments and the caches."""
+    rows, ps, ctx = 64, 16, 40
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    cache_shape = (3, 4 * rows, ps, 8, 128)
+    k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    table = torch.arange(4 * rows, device="cuda").view(rows, 4)
+    positions, lens = torch.full((rows,), ctx - 1, device="cuda"), torch.full((rows,), ctx, device="cuda")
+    slots = table[:, (ctx - 1) // ps] * ps + (ctx - 1) % ps
+    return x, [positions, table, lens, slots], k0, v0
 
 
 @pytest.mark.gpu
@@ -333,32 +350,9 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     real = cuda_gemm64.gemm64_linear
     monkeypatch.setattr(cuda_gemm64, "gemm64_linear", lambda x, w, plan: calls.append(plan) or real(x, w, plan))
     fused = FusedStack(_stack(), triton_ops, 64)
-    rows, ps, ctx = 64, 16, 40
-    g = torch.Generator(device="cuda").manual_seed(64)
-    cache_shape = (3, 4 * rows, ps, 8, 128)
-    k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
-    v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
-    x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
-    table = torch.arange(4 * rows, device="cuda").view(rows, 4)
-    positions, lens = torch.full((rows,), ctx - 1, device="cuda"), torch.full((rows,), ctx, device="cuda")
-    slots = table[:, (ctx - 1) // ps] * ps + (ctx - 1) % ps
-    index = [positions, table, lens, slots]
+    x, index, k0, v0 = _decode_case(64)
     _check_against_layer_kernels(_Switched(fused, False), _Switched(fused, True), x, index, k0, v0, decode=True)
     assert {(p.n, p.swiglu) for p in calls} == {(4096, False), (3072, True)}
-
-
-class _NormInside:
-    """A call run with CADENCE_GEMM64_NORM set (`enabled`) for its duration only."""
-
-    def __init__(self, fn, enabled: bool):
-        self.fn, self.enabled = fn, enabled
-
-    def __call__(self, *args, **kwargs):
-        previous, cuda_gemm64.NORM_INSIDE = cuda_gemm64.NORM_INSIDE, self.enabled
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            cuda_gemm64.NORM_INSIDE = previous
 
 
 def _o_norm_gate_up_case(m: int):
@@ -374,7 +368,7 @@ def _o_norm_gate_up_case(m: int):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("m", [33, 48, 64])
-def test_the_norm_inside_gate_up_matches_the_norm_kernel(m):
+def test_the_norm_inside_gate_up_matches_the_norm_kernel(m, monkeypatch):
     """linear_rms_norm_swiglu at the 0.6B's shapes with the norm inside gate/up's kernel (#143) and
     with the norm kernel between o and gate/up: the sum (the next residual) the same bits, the MLP's
     activations within a bf16 rounding step of the unfused path's (the normed rows may differ in the
@@ -383,13 +377,10 @@ def test_the_norm_inside_gate_up_matches_the_norm_kernel(m):
 
     case = _o_norm_gate_up_case(m)
     assert triton_ops._norm_inside_plan(case[0], case[1], case[4], case[5]) is None  # the switch is off
-    want_act, want_total = _NormInside(triton_ops.linear_rms_norm_swiglu, False)(*case)
-    cuda_gemm64.NORM_INSIDE, previous = True, cuda_gemm64.NORM_INSIDE
-    try:
-        plan = triton_ops._norm_inside_plan(case[0], case[1], case[4], case[5])
-        act, total = triton_ops.linear_rms_norm_swiglu(*case)
-    finally:
-        cuda_gemm64.NORM_INSIDE = previous
+    want_act, want_total = triton_ops.linear_rms_norm_swiglu(*case)
+    monkeypatch.setattr(cuda_gemm64, "NORM_INSIDE", True)
+    plan = triton_ops._norm_inside_plan(case[0], case[1], case[4], case[5])
+    act, total = triton_ops.linear_rms_norm_swiglu(*case)
     assert plan is not None and plan.norm_parts == 4 and plan.part_rows == 64
     assert torch.equal(total, want_total)
     assert (act.float() - want_act.float()).abs().max() <= 2e-2 * want_act.float().abs().max()
@@ -414,7 +405,7 @@ def test_the_norm_inside_gate_up_in_a_pdl_graph_replays_the_eager_bits(trigger_f
             x = act[:, :2048] * 4  # the next layer's "attention" rows (elementwise: no cuBLAS in the graph)
         return act, res
 
-    fused = _NormInside(chain, True)
+    fused = _Switched(chain, True, "NORM_INSIDE")
     want = fused()
     with pdl_settings(True, trigger_first=trigger_first):
         fused()  # compiled and warm
@@ -441,15 +432,7 @@ def test_stack_at_64_rows_with_the_norm_inside_gate_up_matches_the_norm_kernels(
     real = cuda_gemm64.gemm64_norm_linear
     monkeypatch.setattr(cuda_gemm64, "gemm64_norm_linear", lambda *a: calls.append(a[-1]) or real(*a))
     fused = FusedStack(_stack(), triton_ops, 64)
-    rows, ps, ctx = 64, 16, 40
-    g = torch.Generator(device="cuda").manual_seed(143)
-    cache_shape = (3, 4 * rows, ps, 8, 128)
-    k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
-    v0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
-    x = torch.randn(rows, 1024, device="cuda", generator=g).to(torch.bfloat16)
-    table = torch.arange(4 * rows, device="cuda").view(rows, 4)
-    positions, lens = torch.full((rows,), ctx - 1, device="cuda"), torch.full((rows,), ctx, device="cuda")
-    slots = table[:, (ctx - 1) // ps] * ps + (ctx - 1) % ps
-    index = [positions, table, lens, slots]
-    _check_against_layer_kernels(_NormInside(fused, False), _NormInside(fused, True), x, index, k0, v0, decode=True)
+    x, index, k0, v0 = _decode_case(143)
+    off, on = _Switched(fused, False, "NORM_INSIDE"), _Switched(fused, True, "NORM_INSIDE")
+    _check_against_layer_kernels(off, on, x, index, k0, v0, decode=True)
     assert calls and {(p.n, p.norm_parts) for p in calls} == {(3072, 4)}
