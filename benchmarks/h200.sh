@@ -95,14 +95,23 @@ PY
       # inside gate/up's kernel) and `nwni` (both), one round (session 42: walk-to-walk spread under 0.01 ms);
       # then the issue's table (`walks`) with the fastest of the three if it beats this tree by 0.01 ms or more
       need_full > "$OUT/need_full.log" 2>&1 &
+      # each switch walks only if its own tests pass, so a fault in one costs the other nothing
       # (#141's greedy walk with the switch passed in session 43's call: not run again, for the time)
-      { timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py -k rms_norm
-        timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_gemm64.py -k norm
-      } 2>&1 | tee "$OUT/screen143_tests.log" | grep -E "passed|failed|rror" | tail -4
+      nw_ok=0 ni_ok=0
+      timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py -k rms_norm \
+        > /tmp/screen143_nw.log 2>&1 && grep -q " passed" /tmp/screen143_nw.log && nw_ok=1
+      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_gemm64.py -k norm \
+        > /tmp/screen143_ni.log 2>&1 && grep -q " passed" /tmp/screen143_ni.log && ni_ok=1
+      cat /tmp/screen143_nw.log /tmp/screen143_ni.log > "$OUT/screen143_tests.log"
+      grep -hE "passed|failed|rror" /tmp/screen143_nw.log /tmp/screen143_ni.log | tail -6
+      echo "== tests pass: nw $nw_ok, ni $ni_ok"
       wait
-      grep -q " passed" "$OUT/screen143_tests.log" && ! grep -qE "failed|error" "$OUT/screen143_tests.log" || continue
-      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1 \
-        ni=.,CADENCE_GEMM64_NORM=1 nwni=.,CADENCE_NORM_WEIGHTS_EARLY=1,CADENCE_GEMM64_NORM=1 ${TREES:-}" bash "$0" walkab
+      trees=""
+      [ $nw_ok = 1 ] && trees="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1"
+      [ $ni_ok = 1 ] && trees="$trees ni=.,CADENCE_GEMM64_NORM=1"
+      [ $nw_ok$ni_ok = 11 ] && trees="$trees nwni=.,CADENCE_NORM_WEIGHTS_EARLY=1,CADENCE_GEMM64_NORM=1"
+      [ -z "$trees" ] && continue
+      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="$trees ${TREES:-}" bash "$0" walkab
       best=$(python3 - "$OUT/walkab_b64.json" <<'PY'
 import json, sys
 walks = json.load(open(sys.argv[1]))
