@@ -93,7 +93,8 @@ PY
     screen143)  # perf-notes #141 and #143 in one call, the next session's first (~7-9 min): their GPU tests, b64
       # walks of this tree, `nw` (CADENCE_NORM_WEIGHTS_EARLY=1), `ni` (CADENCE_GEMM64_NORM=1: the norm after o
       # inside gate/up's kernel) and `nwni` (both), one round (session 42: walk-to-walk spread under 0.01 ms);
-      # then the issue's table (`walks`) with the fastest of the three if it beats this tree by 0.01 ms or more
+      # then the issue's table (`walks`) with the fastest of the three if it beats this tree by 0.01 ms or more,
+      # else this tree's stamps (`stamps142`)
       need_full > "$OUT/need_full.log" 2>&1 &
       # each switch walks only if its own tests pass, so a fault in one costs the other nothing
       # (#141's greedy walk with the switch passed in session 43's call: not run again, for the time)
@@ -110,7 +111,7 @@ PY
       [ $nw_ok = 1 ] && trees="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1"
       [ $ni_ok = 1 ] && trees="$trees ni=.,CADENCE_GEMM64_NORM=1"
       [ $nw_ok$ni_ok = 11 ] && trees="$trees nwni=.,CADENCE_NORM_WEIGHTS_EARLY=1,CADENCE_GEMM64_NORM=1"
-      [ -z "$trees" ] && continue
+      [ -z "$trees" ] && { bash "$0" stamps142; continue; }
       WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="$trees ${TREES:-}" bash "$0" walkab
       best=$(python3 - "$OUT/walkab_b64.json" <<'PY'
 import json, sys
@@ -122,7 +123,8 @@ print(best if best in ("nw", "ni", "nwni") and ms[best] <= ms.get("new", 0) - 0.
 PY
       )
       echo "== the fastest that pays: ${best:-none}"
-      [ -z "$best" ] && continue
+      # none pays: the call's last ~3 minutes go to where this tree's walk spends its time instead
+      [ -z "$best" ] && { bash "$0" stamps142; continue; }
       case $best in *nw*) export CADENCE_NORM_WEIGHTS_EARLY=1 ;; esac
       case $best in *ni) export CADENCE_GEMM64_NORM=1 ;; esac
       bash "$0" walks ;;
