@@ -132,7 +132,7 @@ if triton_available():  # CI's torch has no Triton
     import triton
     import triton.language as tl
 
-    from cadence.kernels.triton_ops import kv_prefetch_pages
+    from cadence.kernels.triton_kv_prefetch import kv_prefetch_pages
 
     @triton.jit
     def _pages_kernel(bt_ptr, ctx_ptr, page_ptr, tokens_ptr, bt_stride, num_pages, TOKENS: tl.constexpr,

@@ -25,8 +25,8 @@ from .triton_attention import (
 )
 from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
+from .triton_kv_prefetch import prefetch_args, prefetch_kv_pages
 from .triton_launch import (
-    bulk_prefetch_l2,
     globaltimer,
     pdl_entry,
     pdl_launch,
@@ -89,8 +89,8 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
         t_start = globaltimer(row)
     pdl_trigger(USE_PDL)
     if KV_TOKENS and not KV_AFTER_WAIT:
-        _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
-                           TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
+        prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
+                          TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
     if W_EARLY:
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     if STAMP:
@@ -99,8 +99,8 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     if STAMP:
         t_waited = globaltimer(row)
     if KV_TOKENS and KV_AFTER_WAIT:
-        _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
-                           TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
+        prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
+                          TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
     if PARTS:
         total = tl.zeros([BLOCK], dtype=tl.float32)
         for s in tl.static_range(PARTS):
@@ -121,32 +121,6 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     tl.store(out_ptr + row * n_cols + cols, (w * normed).to(x.dtype), mask=mask)
     if STAMP:
         write_stamps(stamp_ptr, stamp_row + row, t_start, t_ahead, t_waited, t_summed)
-
-
-@triton.jit
-def kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.constexpr, SLOTS: tl.constexpr,
-                      PS: tl.constexpr):  # fmt: skip
-    """Slot i < SLOTS: page i of decode row `row` (its pool index, clamped inside the pool) and how
-    many of its tokens fall in the row's first min(context, TOKENS) (0: none, nothing to fetch).
-    The table and context may still be changing when read before the wait (a later page, a token
-    more): a guess that only costs bandwidth, never a wrong value."""
-    i = tl.arange(0, SLOTS)
-    ctx = tl.minimum(tl.load(ctx_ptr + row).to(tl.int32), TOKENS)
-    tokens = tl.minimum(tl.maximum(ctx - i * PS, 0), PS)
-    tokens = tl.where(i < bt_stride, tokens, 0)
-    page = tl.load(bt_ptr + row * bt_stride + i, mask=tokens > 0, other=0)
-    return tl.minimum(tl.maximum(page.to(tl.int64), 0), num_pages - 1), tokens
-
-
-@triton.jit
-def _prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.constexpr,
-                       SLOTS: tl.constexpr, PS: tl.constexpr, TOKEN_ELEMS: tl.constexpr,
-                       EVICT_LAST: tl.constexpr):  # fmt: skip
-    page, tokens = kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS, SLOTS, PS)
-    offset = page * (PS * TOKEN_ELEMS)
-    nbytes = tokens * (TOKEN_ELEMS * kc_ptr.dtype.element_ty.primitive_bitwidth // 8)
-    bulk_prefetch_l2(kc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
-    bulk_prefetch_l2(vc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
 
 
 def rms_norm(
@@ -184,28 +158,8 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
     stamps = stamp_args(f"norm{' parts' if parts else ''} {rows}x{n}", rows, placeholder=out, norm=True)
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
-        BLOCK=triton.next_power_of_2(n), num_warps=warps, **pdl_launch(out), **_prefetch_args(prefetch, rows, warps),
+        BLOCK=triton.next_power_of_2(n), num_warps=warps, **pdl_launch(out), **prefetch_args(prefetch, rows, warps),
         W_EARLY=NORM_WEIGHTS_EARLY, **stamps,
-    )  # fmt: skip
-
-
-def _prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
-    """The norm kernel's KV prefetch arguments: none on the CPU (the interpreter runs no PTX) or
-    without a prefetch; else one thread a page of keys and one of values (kv_prefetch.py), so at
-    most a page a thread of each row's tokens."""
-    if prefetch is None or prefetch.tokens <= 0 or not prefetch.k_cache.is_cuda:
-        return {}
-    k, table = prefetch.k_cache, prefetch.block_table
-    # The kernel takes the table's row stride for its width, as the attention kernel does.
-    if table.shape[0] < rows or table.stride(0) != table.shape[1]:
-        raise ValueError(f"KV prefetch: a table {tuple(table.shape)} (strides {table.stride()}) for {rows} rows")
-    if k.stride(0) != k[0].numel() or not k[0].is_contiguous():
-        raise ValueError(f"KV prefetch: a cache not contiguous [pages, page size, heads, dim]: {tuple(k.shape)}")
-    slots, ps = 32 * warps, k.shape[1]
-    return dict(
-        kc_ptr=k, vc_ptr=prefetch.v_cache, bt_ptr=table, ctx_ptr=prefetch.context_lens, bt_stride=table.stride(0),
-        num_pages=k.shape[0], KV_TOKENS=min(prefetch.tokens, slots * ps), KV_SLOTS=slots, PS=ps,
-        TOKEN_ELEMS=k.shape[2] * k.shape[3], EVICT_LAST=prefetch.evict_last, KV_AFTER_WAIT=prefetch.after_wait,
     )  # fmt: skip
 
 
