@@ -115,7 +115,7 @@ def linear_cost(name: str, n: int, k: int, rows: int, stamped: bool) -> KernelCo
     """The 64-row Triton tiles of an [n, k] weight (skinny_tiles, with CADENCE_GEMM64_TILES' overrides),
     as the walk launches them: split-K ones store partials for the norm (no ticket)."""
     import triton
-    from triton_ptxas import LINEAR_TYPES, linear_constexprs
+    from triton_ptxas import LINEAR_TYPES, linear_constexprs, linear_hints
 
     from cadence.kernels import triton_linear
 
@@ -123,7 +123,7 @@ def linear_cost(name: str, n: int, k: int, rows: int, stamped: bool) -> KernelCo
     consts = linear_constexprs(k, tiles, swiglu=False, reduce=tiles.split_k == 1, stamp=stamped)
     grid = triton.cdiv(n, tiles.block_n) * tiles.split_k
     return triton_cost(name, grid, triton_linear._skinny_linear_kernel, LINEAR_TYPES, consts, tiles.warps,
-                       tiles.stages, tiles.max_registers)  # fmt: skip
+                       tiles.stages, tiles.max_registers, multiples_of_16=linear_hints(rows, n, k))  # fmt: skip
 
 
 def walk_kernels(rows: int, sms: int, stamped: bool = False, kv_prefetch: int = 0) -> dict[str, KernelCost]:

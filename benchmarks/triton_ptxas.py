@@ -45,6 +45,13 @@ LINEAR_TYPES = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "part_pt
                 "stamp_ptr": "*i64", "stamp_row": "i32", "M": "i32", "N": "i32", "stride_xm": "i32"}  # fmt: skip
 
 
+def linear_hints(rows: int, n: int, k: int) -> tuple[str, ...]:
+    """The GEMM's integer arguments that the JIT hints as multiples of 16 at a launch of `rows` rows of
+    an [n, k] weight (x's row stride is k). Without the hint x's loads compile scalar: the 64-row tiles
+    then report 255 registers and spills, where the kernel that runs takes ~110-130 and none (session 45)."""
+    return tuple(name for name, value in (("M", rows), ("N", n), ("stride_xm", k)) if value % 16 == 0)
+
+
 def linear_constexprs(k: int, tiles, swiglu: bool, reduce: bool, stamp: bool = False) -> dict[str, object]:
     """The weight-streaming GEMM's compile-time arguments for `tiles` as the walk launches it (K, a
     positional argument of the launch, and PDL on)."""
@@ -52,14 +59,22 @@ def linear_constexprs(k: int, tiles, swiglu: bool, reduce: bool, stamp: bool = F
 
 
 def ptxas_report(
-    fn, types: dict[str, str], constexprs: dict[str, object], warps: int, arch: int, stages: int = 3
+    fn,
+    types: dict[str, str],
+    constexprs: dict[str, object],
+    warps: int,
+    arch: int,
+    stages: int = 3,
+    multiples_of_16: tuple[str, ...] = (),
 ) -> str:
-    """Compile `fn` (a @triton.jit function) for sm_{arch}a and return ptxas's register/spill line."""
-    kernel, stderr = compile_with_ptxas(fn, types, constexprs, warps, arch, stages)
+    """Compile `fn` (a @triton.jit function) for sm_{arch}a and return ptxas's register/spill line,
+    and the shared memory a CTA takes."""
+    kernel, stderr = compile_with_ptxas(fn, types, constexprs, warps, arch, stages, multiples_of_16=multiples_of_16)
     lines = [line.split("info    : ")[-1].strip() for line in stderr.splitlines()]
     report = "; ".join(line for line in lines if "registers" in line or "spill" in line)
     # A software-pipelined loop's wait: num = 0 means no copy stays in flight while a step computes
     waits = re.findall(r"ttg.async_wait[^{]*\{num = (\d+)", kernel.asm["ttgir"])
+    report += f"; {kernel.metadata.shared:,} bytes of shared memory"
     return report + (f"; async_wait num {', '.join(waits)}" if waits else "")
 
 
@@ -175,7 +190,7 @@ def main() -> None:
                 continue
             consts = linear_constexprs(k, tiles, swiglu, reduce=True)
             report = ptxas_report(triton_linear._skinny_linear_kernel, linear_types, consts, tiles.warps, args.arch,
-                                  tiles.stages)  # fmt: skip
+                                  tiles.stages, linear_hints(rows, n, k))  # fmt: skip
             print(f"  rows {rows:>2} {n:>4}x{k:<4}{' swiglu' if swiglu else ''} {tiles}: {report}")
     sample_types = {n: "*fp32" for n in triton_sampler._sample_kernel.arg_names if n.endswith("_ptr")}
     sample_types.update(logits_ptr=ptr, rows_ptr="*i64", seen_ptr="*i1", ban_ptr="*i1", do_ptr="*i1",
