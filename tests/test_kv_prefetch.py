@@ -76,7 +76,12 @@ def _recording_ops(calls: list) -> types.ModuleType:
         h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch)
         return torch_ops.linear_swiglu(h, gate_up), total
 
+    def linear_rms_norm_linear(x, weight, norm_weight, eps, residual, next_weight, prefetch=None):
+        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch)
+        return torch_ops.linear(h, next_weight), total
+
     ops.rms_norm, ops.linear_rms_norm, ops.linear_rms_norm_swiglu = rms_norm, linear_rms_norm, linear_rms_norm_swiglu
+    ops.linear_rms_norm_linear = linear_rms_norm_linear
     return ops
 
 

@@ -45,3 +45,41 @@ def test_the_norms_weight_is_loaded_before_the_pdl_wait_only_with_w_early(parts:
     assert "0 global load(s) before the wait" in late
     registers = [int(re.match(r"(\d+) registers", report).group(1)) for report in (early, late)]
     assert all(0 < r <= 64 for r in registers)  # a norm CTA stays small beside the GEMMs (#134)
+
+
+def _linear_report(n: int, k: int, hinted: bool) -> str:
+    from cadence.kernels import triton_linear
+
+    tiles = triton_linear.skinny_tiles(n, k, 64)
+    consts = triton_ptxas.linear_constexprs(k, tiles, swiglu=False, reduce=tiles.split_k == 1)
+    hints = triton_ptxas.linear_hints(64, n, k) if hinted else ()
+    return triton_ptxas.ptxas_report(triton_linear._skinny_linear_kernel, triton_ptxas.LINEAR_TYPES, consts,
+                                     tiles.warps, 90, tiles.stages, hints)  # fmt: skip
+
+
+def test_the_64_row_tiles_as_launched_take_no_spills_and_fill_shared_memory():
+    """Session 45: compiled with the JIT's hints on M, N and x's row stride (all multiples of 16 at
+    64 rows), qkv's 64-row tiles take ~120 registers and no spills; without them, 255 and spills
+    (#111's and #134's reports). What keeps the next GEMM off an SM is then its shared memory
+    (4 stages of a 64 x 256 x tile and a 32 x 256 weight tile: 192 KB)."""
+    hinted, bare = _linear_report(4096, 1024, True), _linear_report(4096, 1024, False)
+    registers = [int(re.search(r"Used (\d+) registers", r).group(1)) for r in (hinted, bare)]
+    assert registers[0] < 160 < registers[1] and "0 bytes spill stores" in hinted
+    assert "196,608 bytes of shared memory" in hinted
+
+
+def test_qkv_with_the_norm_inside_compiles_without_spills():
+    """triton_norm_linear's kernel (#144) as the walk would launch it after down (4 fp32 partials,
+    the 64-row qkv tiles, PDL, a KV prefetch): no spills, and no more shared memory than qkv's own."""
+    from cadence.kernels import triton_linear, triton_norm_linear
+
+    tiles = triton_linear.skinny_tiles(4096, 1024, 64)
+    types = {"parts_ptr": "*fp32", "res_ptr": "*bf16", "nw_ptr": "*bf16", "h_ptr": "*bf16", "sum_ptr": "*bf16",
+             "sync_ptr": "*i32", "w_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "N": "i32", "part_stride": "i32",
+             "eps": "fp32", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "bt_ptr": "*i32", "ctx_ptr": "*i64",
+             "bt_stride": "i32", "num_pages": "i32"}  # fmt: skip
+    consts = dict(K=1024, PARTS=4, BLOCK_M=64, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, NORM_BLOCK=1024,
+                  USE_PDL=True, KV_TOKENS=16, KV_SLOTS=128, PS=16, TOKEN_ELEMS=1024)  # fmt: skip
+    report = triton_ptxas.ptxas_report(triton_norm_linear._norm_linear_kernel, types, consts, tiles.warps, 90,
+                                       tiles.stages, ("M", "N", "part_stride"))  # fmt: skip
+    assert "0 bytes spill stores" in report and "196,608 bytes of shared memory" in report

@@ -3,7 +3,8 @@ PyTorch definitions elsewhere.
 
 `load_ops("triton" | "torch")` returns a module with the same functions: linear, rms_norm,
 linear_rms_norm (a projection and the norm after it), linear_rms_norm_swiglu (o, its norm and the
-MLP's gate/up with SwiGLU), qk_norm_rope_store, rope_qk,
+MLP's gate/up with SwiGLU), linear_rms_norm_linear (down, its norm and the next layer's qkv),
+qk_norm_rope_store, rope_qk,
 paged_attention, qk_norm_rope_attention (the two before it as one, for decode rows), silu_mul,
 linear_swiglu (the GEMM with SwiGLU after it), sample_tokens, snake_beta.
 """

@@ -47,6 +47,21 @@ def linear_rms_norm(
     return rms_norm(linear(x, weight), norm_weight, eps, residual, prefetch)
 
 
+def linear_rms_norm_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor,
+    next_weight: torch.Tensor,
+    prefetch: KvPrefetch | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's down projection, the norm after it and the next layer's qkv projection: (the
+    normed rows @ next_weight^T, the sum x @ weight^T + residual, the next residual)."""
+    h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch)
+    return linear(h, next_weight), total
+
+
 def linear_rms_norm_swiglu(
     x: torch.Tensor,
     weight: torch.Tensor,

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cuda_attention, cuda_gemm64
+from . import cuda_attention, cuda_gemm64, triton_norm_linear
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .kv_prefetch import KvPrefetch
 from .triton_attention import (
@@ -53,7 +53,8 @@ from .triton_linear import (
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
     "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits",
-    "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_rms_norm_swiglu", "linear_swiglu",
+    "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_rms_norm_linear", "linear_rms_norm_swiglu",
+    "linear_swiglu",
     "paged_attention", "pdl_launch", "pdl_settings", "pdl_trigger_first", "qk_norm_rope_attention",
     "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles",
     "snake_beta", "swiglu_tiles", "trigger_first_for", "use_pdl",
@@ -193,6 +194,42 @@ def linear_rms_norm(
     total = torch.empty_like(out)
     _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total, prefetch)
     return out, total
+
+
+def linear_rms_norm_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor,
+    next_weight: torch.Tensor,
+    prefetch: KvPrefetch | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(linear(h, next_weight), the sum) for (h, the sum) = linear_rms_norm(x, weight, ...): a layer's
+    down projection, the norm after it and the next layer's qkv. With CADENCE_NORM_IN_QKV=1 (perf-notes
+    #144, off until timed), where down splits K and the next GEMM takes the unsplit 64-row tiles, the
+    norm runs inside that GEMM's kernel on down's partials (triton_norm_linear), which then also
+    issues the norm's KV prefetch."""
+    tiles = _norm_in_gemm_tiles(x, weight, residual, next_weight)
+    if tiles is None:
+        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
+        return linear(h, next_weight), total
+    parts = skinny_linear_partials(x, weight, linear_tiles(x, weight))
+    y, total, _ = triton_norm_linear.norm_linear(parts, residual, norm_weight, eps, next_weight, tiles, prefetch)
+    return y, total
+
+
+def _norm_in_gemm_tiles(x, weight, residual, next_weight) -> SkinnyTiles | None:
+    """The next GEMM's tiles with the norm inside, or None: the switch off, no residual, the GEMM before
+    not split over K (or its partials summed by its own programs), or the next GEMM not on unsplit
+    64-row Triton tiles (on the 64-row slab GEMM, cuBLAS, or another row count)."""
+    if not triton_norm_linear.NORM_IN_QKV or residual is None or not SPLIT_K_IN_NORM:
+        return None
+    tiles = linear_tiles(x, weight)
+    if tiles is None or tiles.split_k == 1 or cuda_gemm64.route(residual, next_weight) is not None:
+        return None
+    after = linear_tiles(residual, next_weight)
+    return after if after is not None and after.split_k == 1 and after.block_m == 64 else None
 
 
 # -- QK-norm + RoPE + KV write ---------------------------------------------------------------------

@@ -6,7 +6,8 @@ to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/
 SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
 norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm (o's norm and
 gate/up together are `linear_rms_norm_swiglu`, which may run that norm inside gate/up's kernel,
-perf-notes #143). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
+perf-notes #143; down's norm and the next qkv `linear_rms_norm_linear`, which may run it inside
+qkv's, #144). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
 
 With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
 instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
@@ -114,15 +115,20 @@ class FusedStack:
         tokens = plan.tokens(x.shape[0], k_cache[0]) if one_token else 0  # the budget's tokens a row; 0: off
         ahead = functools.partial(self._prefetch, block_table, context_lens, k_cache, v_cache, tokens)
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps, prefetch=ahead(0))
+        qkv = ops.linear(h, self.layers[0].wqkv)
         for i, L in enumerate(self.layers):
-            attn = attend(i, L, ops.linear(h, L.wqkv))
+            attn = attend(i, L, qkv)
             # Layer i + 1's cache pulled into L2 by one of the two norms before its attention (kv_prefetch.py).
             after_o = ahead(i + 1) if plan.after_o else None
             act, residual = ops.linear_rms_norm_swiglu(attn, L.wo, L.ln2, self.eps, residual, L.wgu, prefetch=after_o)
-            # The next norm is the next layer's input norm, or the stack's final one after the last.
-            next_norm = self.layers[i + 1].ln1 if i + 1 < len(self.layers) else self.norm
             before_qkv = None if plan.after_o else ahead(i + 1)
-            h, residual = ops.linear_rms_norm(act, L.wdown, next_norm, self.eps, residual, prefetch=before_qkv)
+            if i + 1 == len(self.layers):  # the stack's final norm
+                h, _ = ops.linear_rms_norm(act, L.wdown, self.norm, self.eps, residual)
+                break
+            # The next layer's input norm and its qkv (one kernel with CADENCE_NORM_IN_QKV, perf-notes #144).
+            nxt = self.layers[i + 1]
+            qkv, residual = ops.linear_rms_norm_linear(act, L.wdown, nxt.ln1, self.eps, residual, nxt.wqkv,
+                                                       prefetch=before_qkv)  # fmt: skip
         return h
 
     def _prefetch(self, block_table, context_lens, k_cache, v_cache, tokens: int, i: int) -> KvPrefetch | None:
