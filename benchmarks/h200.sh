@@ -18,6 +18,27 @@ server_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site:$PYTHONPATH
 }
+screen_b64() {  # b64 walks (decode, one round) of this tree and of the trees in $1 (NAME=.,VAR=VALUE,...; session
+  # 42: walk-to-walk spread under 0.01 ms), then the issue's table (`walks`) with the variables of the fastest if it
+  # beats this tree by 0.01 ms or more; if none does (or $1 is empty), this tree's stamps (`stamps142`) instead
+  local trees=$1 best="" spec envs=""
+  [ -z "$trees" ] && { bash "$0" stamps142; return; }
+  WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="$trees" bash "$0" walkab
+  best=$(python3 - "$OUT/walkab_b64.json" $trees <<'PY'
+import json, sys
+walks = json.load(open(sys.argv[1]))
+ms = {name.rsplit("_", 1)[0]: walk["decode"][0]["back_to_back_ms"] for name, walk in walks.items()}
+print("  back to back, ms:", ", ".join(f"{n} {v:.3f}" for n, v in sorted(ms.items())), file=sys.stderr)
+switches = {spec.split("=")[0] for spec in sys.argv[2:] if spec.split("=", 1)[1].split(",")[0] == "."}
+best = min(ms, key=ms.get)
+print(best if best in switches and ms[best] <= ms.get("new", 0) - 0.01 else "")
+PY
+  )
+  echo "== the fastest that pays: ${best:-none}"
+  [ -z "$best" ] && { bash "$0" stamps142; return; }
+  for spec in $trees; do [ "${spec%%=*}" = "$best" ] && envs=${spec#*=.,}; done
+  env ${envs//,/ } bash "$0" walks
+}
 source "$(dirname "$0")/h200_past.sh"  # past_phase: the calls of past sessions, kept to rerun
 for phase in "$@"; do
   case $phase in
@@ -111,23 +132,21 @@ PY
       [ $nw_ok = 1 ] && trees="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1"
       [ $ni_ok = 1 ] && trees="$trees ni=.,CADENCE_GEMM64_NORM=1"
       [ $nw_ok$ni_ok = 11 ] && trees="$trees nwni=.,CADENCE_NORM_WEIGHTS_EARLY=1,CADENCE_GEMM64_NORM=1"
-      [ -z "$trees" ] && { bash "$0" stamps142; continue; }
-      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="$trees ${TREES:-}" bash "$0" walkab
-      best=$(python3 - "$OUT/walkab_b64.json" <<'PY'
-import json, sys
-walks = json.load(open(sys.argv[1]))
-ms = {name.rsplit("_", 1)[0]: walk["decode"][0]["back_to_back_ms"] for name, walk in walks.items()}
-print("  back to back, ms:", ", ".join(f"{n} {v:.3f}" for n, v in sorted(ms.items())), file=sys.stderr)
-best = min(ms, key=ms.get)
-print(best if best in ("nw", "ni", "nwni") and ms[best] <= ms.get("new", 0) - 0.01 else "")
-PY
-      )
-      echo "== the fastest that pays: ${best:-none}"
-      # none pays: the call's last ~3 minutes go to where this tree's walk spends its time instead
-      [ -z "$best" ] && { bash "$0" stamps142; continue; }
-      case $best in *nw*) export CADENCE_NORM_WEIGHTS_EARLY=1 ;; esac
-      case $best in *ni) export CADENCE_GEMM64_NORM=1 ;; esac
-      bash "$0" walks ;;
+      screen_b64 "$trees" ;;
+    screen144)  # perf-notes #144 (~5-6 min; after screen143, whose winner is on by default by then): its tests, then
+      # b64 walks of this tree, `nq` (CADENCE_NORM_IN_QKV=1: the norm after down inside the next qkv) and, unless
+      # #143 is on already, `nqni` (with CADENCE_GEMM64_NORM=1), one round; then screen_b64's table or stamps
+      need_full > "$OUT/need_full.log" 2>&1 &
+      nq_ok=0
+      timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_norm_linear.py \
+        > "$OUT/screen144_tests.log" 2>&1 && grep -q " passed" "$OUT/screen144_tests.log" && nq_ok=1
+      grep -E "passed|failed|rror" "$OUT/screen144_tests.log" | tail -4
+      echo "== tests pass: nq $nq_ok"
+      wait
+      [ $nq_ok = 1 ] || continue
+      trees="nq=.,CADENCE_NORM_IN_QKV=1"
+      [ "${CADENCE_GEMM64_NORM:-0}" = 1 ] || trees="$trees nqni=.,CADENCE_NORM_IN_QKV=1,CADENCE_GEMM64_NORM=1"
+      screen_b64 "$trees" ;;
     stamps142)  # perf-notes "Next device session", item 1: the stamps of this tree's b64 walk with the norms stamped
       # (the `start` column: where the walk's 4.04 ms goes since #137 and #135 shipped, and each GEMM's release
       # after o and down split into the norm's span and the launches'), then those of the code predictor's attention
