@@ -133,9 +133,10 @@ PY
       [ $ni_ok = 1 ] && trees="$trees ni=.,CADENCE_GEMM64_NORM=1"
       [ $nw_ok$ni_ok = 11 ] && trees="$trees nwni=.,CADENCE_NORM_WEIGHTS_EARLY=1,CADENCE_GEMM64_NORM=1"
       screen_b64 "$trees" ;;
-    screen144)  # perf-notes #144 (~5-6 min; after screen143, whose winner is on by default by then): its tests, then
-      # b64 walks of this tree, `nq` (CADENCE_NORM_IN_QKV=1: the norm after down inside the next qkv) and, unless
-      # #143 is on already, `nqni` (with CADENCE_GEMM64_NORM=1), one round; then screen_b64's table or stamps
+    screen144)  # perf-notes #144 and #146 (~7-8 min; after screen143, whose winner is on by default by then): #144's
+      # tests, then b64 walks of this tree, `nq` (CADENCE_NORM_IN_QKV=1: the norm after down inside the next qkv),
+      # unless #143 is on already `nqni` (with CADENCE_GEMM64_NORM=1), and `o8` (#146: o split over K in 8, one
+      # step a program, so gate/up's CTAs fit beside it), one round; then screen_b64's table or stamps
       need_full > "$OUT/need_full.log" 2>&1 &
       nq_ok=0
       timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_norm_linear.py \
@@ -143,9 +144,11 @@ PY
       grep -E "passed|failed|rror" "$OUT/screen144_tests.log" | tail -4
       echo "== tests pass: nq $nq_ok"
       wait
-      [ $nq_ok = 1 ] || continue
-      trees="nq=.,CADENCE_NORM_IN_QKV=1"
-      [ "${CADENCE_GEMM64_NORM:-0}" = 1 ] || trees="$trees nqni=.,CADENCE_NORM_IN_QKV=1,CADENCE_GEMM64_NORM=1"
+      trees="o8=.,CADENCE_GEMM64_TILES=1024x2048=32:256:4:2:8"
+      if [ $nq_ok = 1 ]; then
+        trees="nq=.,CADENCE_NORM_IN_QKV=1 $trees"
+        [ "${CADENCE_GEMM64_NORM:-0}" = 1 ] || trees="$trees nqni=.,CADENCE_NORM_IN_QKV=1,CADENCE_GEMM64_NORM=1"
+      fi
       screen_b64 "$trees" ;;
     stamps142)  # perf-notes "Next device session", item 1: the stamps of this tree's b64 walk with the norms stamped
       # (the `start` column: where the walk's 4.04 ms goes since #137 and #135 shipped, and each GEMM's release
