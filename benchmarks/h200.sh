@@ -138,13 +138,19 @@ PY
       # unless #143 is on already `nqni` (with CADENCE_GEMM64_NORM=1), and `o8` (#146: o split over K in 8, one
       # step a program, so gate/up's CTAs fit beside it), one round; then screen_b64's table or stamps
       need_full > "$OUT/need_full.log" 2>&1 &
-      nq_ok=0
+      nq_ok=0 o8_ok=0 o8=1024x2048=32:256:4:2:8
       timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_norm_linear.py \
-        > "$OUT/screen144_tests.log" 2>&1 && grep -q " passed" "$OUT/screen144_tests.log" && nq_ok=1
-      grep -E "passed|failed|rror" "$OUT/screen144_tests.log" | tail -4
-      echo "== tests pass: nq $nq_ok"
+        > /tmp/screen144_nq.log 2>&1 && grep -q " passed" /tmp/screen144_nq.log && nq_ok=1
+      # o's partials in 8 through the norm (the Triton tile table's split-K test with the override)
+      CADENCE_GEMM64_TILES=$o8 timeout -k 10 -s INT 120 python3 -m pytest -q -x -p no:cacheprovider \
+        tests/test_linear_kernels.py -k split_k_partials_in_the_norm > /tmp/screen144_o8.log 2>&1 \
+        && grep -q " passed" /tmp/screen144_o8.log && o8_ok=1
+      cat /tmp/screen144_nq.log /tmp/screen144_o8.log > "$OUT/screen144_tests.log"
+      grep -hE "passed|failed|rror" /tmp/screen144_nq.log /tmp/screen144_o8.log | tail -6
+      echo "== tests pass: nq $nq_ok, o8 $o8_ok"
       wait
-      trees="o8=.,CADENCE_GEMM64_TILES=1024x2048=32:256:4:2:8"
+      trees=""
+      [ $o8_ok = 1 ] && trees="o8=.,CADENCE_GEMM64_TILES=$o8"
       if [ $nq_ok = 1 ]; then
         trees="nq=.,CADENCE_NORM_IN_QKV=1 $trees"
         [ "${CADENCE_GEMM64_NORM:-0}" = 1 ] || trees="$trees nqni=.,CADENCE_NORM_IN_QKV=1,CADENCE_GEMM64_NORM=1"
