@@ -52,3 +52,22 @@ def decode_rows(shape, dtype, seed, device=DEV, new_tokens: int = 1):
     for c in caches:
         c.view(-1, hkv, d)[slots] = float("nan")
     return qkv, (qn, kn, 1e-6, cos, sin, pos), caches, (slots, bt, ctx, d**-0.5, hq, hkv)
+
+
+def assert_pdl_graph_replays_eager(run, trigger_first: bool, replays: int = 5) -> None:
+    """run() (returning tensors) eagerly, then captured in a CUDA graph launched with PDL in either
+    order and replayed `replays` times: every replay gives the eager launches' bits (a kernel that
+    leaves its workspace dirty for the next call, or reads what another program has not yet written,
+    shows here)."""
+    from cadence.kernels.triton_launch import pdl_settings
+
+    want = run()
+    with pdl_settings(True, trigger_first=trigger_first):
+        run()  # compiled and warm
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = run()
+    for _ in range(replays):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))

@@ -393,7 +393,8 @@ def test_the_norm_inside_gate_up_in_a_pdl_graph_replays_the_eager_bits(trigger_f
     """Three layers' o, norm and gate/up chained in a CUDA graph with PDL, replayed five times: every
     replay gives the eager launches' bits, so each call leaves the row counters zeroed for the next
     (the three calls share them: one shape) and no CTA reads a row before it is made."""
-    from cadence.kernels.triton_launch import pdl_settings
+    from kernel_checks import assert_pdl_graph_replays_eager
+
     from cadence.kernels.triton_ops import linear_rms_norm_swiglu
 
     attn, wo, norm_w, eps, residual, wgu = _o_norm_gate_up_case(64)
@@ -405,17 +406,7 @@ def test_the_norm_inside_gate_up_in_a_pdl_graph_replays_the_eager_bits(trigger_f
             x = act[:, :2048] * 4  # the next layer's "attention" rows (elementwise: no cuBLAS in the graph)
         return act, res
 
-    fused = _Switched(chain, True, "NORM_INSIDE")
-    want = fused()
-    with pdl_settings(True, trigger_first=trigger_first):
-        fused()  # compiled and warm
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            got = fused()
-    for _ in range(5):
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert_pdl_graph_replays_eager(_Switched(chain, True, "NORM_INSIDE"), trigger_first)
 
 
 @pytest.mark.gpu

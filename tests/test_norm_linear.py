@@ -33,6 +33,17 @@ def norm_in_qkv(on: bool):
         triton_norm_linear.NORM_IN_QKV = previous
 
 
+class _Switched:
+    """A stack called with CADENCE_NORM_IN_QKV set to `on` for the call only."""
+
+    def __init__(self, fn, on: bool):
+        self.fn, self.on = fn, on
+
+    def __call__(self, *args, **kwargs):
+        with norm_in_qkv(self.on):
+            return self.fn(*args, **kwargs)
+
+
 def _down_norm_qkv_case(m: int, dtype: torch.dtype, n: int = 4096, seed: int = 144):
     """down's input rows and weight, the residual, the norm's weight and the next GEMM's [n, 1024]."""
     g = torch.Generator(device=DEV).manual_seed(seed + m)
@@ -148,7 +159,8 @@ def test_three_chained_calls_in_a_pdl_graph_replay_the_eager_bits(trigger_first)
     """Three layers' down, norm and qkv chained in a CUDA graph with PDL, replayed five times: every
     replay gives the eager launches' bits, so each call leaves the workspace zeroed for the next (the
     three share it: one shape) and no program reads a row before it is published."""
-    from cadence.kernels.triton_launch import pdl_settings
+    from kernel_checks import assert_pdl_graph_replays_eager
+
     from cadence.kernels.triton_ops import linear_rms_norm_linear
 
     act, wdown, norm_w, eps, residual, wqkv = _down_norm_qkv_case(64, torch.bfloat16)
@@ -160,28 +172,7 @@ def test_three_chained_calls_in_a_pdl_graph_replay_the_eager_bits(trigger_first)
             x = y[:, :3072] * 2  # the next layer's "MLP" rows (elementwise: no cuBLAS in the graph)
         return y, res
 
-    with norm_in_qkv(True):
-        want = chain()
-        with pdl_settings(True, trigger_first=trigger_first):
-            chain()  # compiled and warm
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                got = chain()
-    for _ in range(5):
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-
-
-class _Switched:
-    """A stack called with CADENCE_NORM_IN_QKV set to `on` for the call only."""
-
-    def __init__(self, fn, on: bool):
-        self.fn, self.on = fn, on
-
-    def __call__(self, *args, **kwargs):
-        with norm_in_qkv(self.on):
-            return self.fn(*args, **kwargs)
+    assert_pdl_graph_replays_eager(_Switched(chain, True), trigger_first)
 
 
 @pytest.mark.gpu
