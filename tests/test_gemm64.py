@@ -206,7 +206,7 @@ def _emulate_norm(tmp_path: Path, plan: Gemm64Plan, partials, residual, norm_w, 
 @pytest.mark.parametrize(
     "m,k,swiglu,parts,grid",
     [(48, 256, True, 4, 4), (33, 512, False, 2, 5), (64, 256, True, 4, 2), (5, 1024, True, 3, 4),
-     (5, 256, False, 4, 8)],
+     (5, 256, False, 4, 8), (40, 256, True, 8, 4)],
 )  # fmt: skip
 def test_gemm64_with_the_norm_inside_on_the_cpu(tmp_path, m, k, swiglu, parts, grid):
     """NORM_PARTS (perf-notes #143): the kernel makes its input rows from a split-K GEMM's partials,
@@ -214,9 +214,10 @@ def test_gemm64_with_the_norm_inside_on_the_cpu(tmp_path, m, k, swiglu, parts, g
     wait for every row before their dots. With fewer CTAs than rows (most rows are taken by tickets,
     and tickets for rows whose CTA holds them lose: the rows no CTA owns get made, no CTA waits on one
     that has not started), with more CTAs than rows, and with partials of more rows than M (64-row
-    tiles, stale rows after M). The sum (the next residual) is the definition's bits; the normed rows
-    within a bf16 step of it (the sum of squares adds in another order); y within the GEMM's
-    tolerance of the definition on those rows; the counters and flags zeroed for the next call."""
+    tiles, stale rows after M), and o's partials in 8 (#146). The sum (the next residual) is the
+    definition's bits; the normed rows within a bf16 step of it (the sum of squares adds in another
+    order); y within the GEMM's tolerance of the definition on those rows; the counters and flags
+    zeroed for the next call."""
     eps = 1e-6
     n = 40
     part_rows = 64
