@@ -132,6 +132,26 @@ def test_the_switch_off_runs_the_norm_kernel_then_the_gemm():
         assert torch.equal(y, want) and torch.equal(total, want_total)
 
 
+@pytest.mark.parametrize("m,takes", [(16, False), (40, True), (64, True)])
+def test_the_op_takes_the_fused_kernel_at_33_to_64_rows_of_half_precision(m, takes, monkeypatch):
+    """fp16 (which the interpreter's dots also run): linear_rms_norm_linear with the switch on takes
+    the fused kernel where the next GEMM has unsplit 64-row tiles (33-64 rows), with the partials of
+    down's split-K tiles; the sum the same bits as with the switch off, the qkv rows within a rounding
+    step; at 16 rows the two kernels as before."""
+    from cadence.kernels import triton_norm_linear, triton_ops
+
+    case = _down_norm_qkv_case(m, torch.float16)
+    want_y, want_total = triton_ops.linear_rms_norm_linear(*case)
+    calls = []
+    real = triton_norm_linear.norm_linear
+    monkeypatch.setattr(triton_norm_linear, "norm_linear", lambda *a: calls.append(a[0].shape) or real(*a))
+    with norm_in_qkv(True):
+        y, total = triton_ops.linear_rms_norm_linear(*case)
+    assert calls == ([torch.Size([4, 64, 1024])] if takes else [])
+    assert torch.equal(total, want_total)
+    assert (y.float() - want_y.float()).abs().max() <= 1e-2 * want_y.float().abs().max()
+
+
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("m", [33, 48, 64])
