@@ -68,9 +68,9 @@ def test_the_64_row_tiles_as_launched_take_no_spills_and_fill_shared_memory():
     assert "196,608 bytes of shared memory" in hinted
 
 
-def test_qkv_with_the_norm_inside_compiles_without_spills():
-    """triton_norm_linear's kernel (#144) as the walk would launch it after down (4 fp32 partials,
-    the 64-row qkv tiles, PDL, a KV prefetch): no spills, and no more shared memory than qkv's own."""
+def _norm_linear_build() -> tuple[object, str]:
+    """triton_norm_linear's kernel (#144) as the walk would launch it after down (4 fp32 partials, the
+    64-row qkv tiles, PDL, a KV prefetch), and ptxas's report."""
     from cadence.kernels import triton_linear, triton_norm_linear
 
     tiles = triton_linear.skinny_tiles(4096, 1024, 64)
@@ -80,6 +80,22 @@ def test_qkv_with_the_norm_inside_compiles_without_spills():
              "bt_stride": "i32", "num_pages": "i32"}  # fmt: skip
     consts = dict(K=1024, PARTS=4, BLOCK_M=64, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, NORM_BLOCK=1024,
                   USE_PDL=True, KV_TOKENS=16, KV_SLOTS=128, PS=16, TOKEN_ELEMS=1024)  # fmt: skip
-    report = triton_ptxas.ptxas_report(triton_norm_linear._norm_linear_kernel, types, consts, tiles.warps, 90,
-                                       tiles.stages, ("M", "N", "part_stride"))  # fmt: skip
-    assert "0 bytes spill stores" in report and "196,608 bytes of shared memory" in report
+    fn, hints = triton_norm_linear._norm_linear_kernel, ("M", "N", "part_stride")
+    return triton_ptxas.compile_with_ptxas(fn, types, consts, tiles.warps, 90, tiles.stages, multiples_of_16=hints)
+
+
+def test_qkv_with_the_norm_inside_compiles_without_spills():
+    """No spills, and no more shared memory than qkv's own tiles."""
+    kernel, stderr = _norm_linear_build()
+    assert "0 bytes spill stores" in stderr and kernel.metadata.shared == 196_608
+
+
+def test_qkv_with_the_norm_inside_fences_only_where_it_publishes_a_row():
+    """The claims, tickets and the exit count are relaxed atomics: an acq_rel one is a MEMBAR.ALL.GPU
+    that waits for the program's loads in flight (the row's, issued before its claim) or its output's
+    stores. The only fences are the release adds that publish a row (the own row's and a ticket's)."""
+    kernel, _ = _norm_linear_build()
+    code = [line for line in triton_ptxas.sass(kernel).splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
+    assert sum("MEMBAR.ALL.GPU" in line for line in code) == sum("REDG" in line for line in code) == 2
+    first_claim = next(i for i, line in enumerate(code) if "ATOMG.E.EXCH" in line)
+    assert sum("LDG.E.128" in line for line in code[:first_claim]) >= 5  # 4 partials and the residual

@@ -39,32 +39,31 @@ SYNC_WORDS = tl.constexpr(4)
 
 
 @triton.jit
-def _norm_row(parts_ptr, part_stride, res_ptr, nw_ptr, h_ptr, sum_ptr, row, n_cols, eps, PARTS: tl.constexpr,
-              BLOCK: tl.constexpr):  # fmt: skip
-    """Row `row` of the norm: h = rms_norm(partials summed + residual) * weight, and the sum itself."""
+def _publish_row(parts_ptr, part_stride, res_ptr, nw_ptr, h_ptr, sum_ptr, sync_ptr, row, n_cols, eps,
+                 PARTS: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """Make row `row` of the norm if its flag is this program's to take, and publish it: h =
+    rms_norm(partials summed + residual) * weight, and the sum itself (the next residual).
+
+    The row's loads are issued before the flag's exchange, so the two L2 round trips overlap (a row
+    lost to another program costs only its loads). The exchange is relaxed: an acq_rel atomic is a
+    full fence (MEMBAR.ALL.GPU) that would wait for those loads; what orders the row's stores before
+    any reader is the release add that publishes it."""
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     at = row * n_cols + cols
     total = tl.zeros([BLOCK], dtype=tl.float32)
     for s in tl.static_range(PARTS):
         total += tl.load(parts_ptr + s * part_stride + at, mask=mask, other=0.0)
-    dtype = h_ptr.dtype.element_ty
-    x = total.to(dtype)
-    x = (x.to(tl.float32) + tl.load(res_ptr + at, mask=mask, other=0.0).to(tl.float32)).to(dtype)
-    tl.store(sum_ptr + at, x, mask=mask)
-    x32 = x.to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
-    normed = (x32 * inv).to(dtype).to(tl.float32)
-    w = tl.load(nw_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(h_ptr + at, (w * normed).to(dtype), mask=mask)
-
-
-@triton.jit
-def _publish_row(parts_ptr, part_stride, res_ptr, nw_ptr, h_ptr, sum_ptr, sync_ptr, row, n_cols, eps,
-                 PARTS: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
-    """Make row `row` if its flag is this program's to take, and publish it."""
-    if tl.atomic_xchg(sync_ptr + SYNC_WORDS + row, 1) == 0:
-        _norm_row(parts_ptr, part_stride, res_ptr, nw_ptr, h_ptr, sum_ptr, row, n_cols, eps, PARTS, BLOCK)
+    res = tl.load(res_ptr + at, mask=mask, other=0.0)
+    w = tl.load(nw_ptr + cols, mask=mask, other=0.0)
+    if tl.atomic_xchg(sync_ptr + SYNC_WORDS + row, 1, sem="relaxed") == 0:
+        dtype = h_ptr.dtype.element_ty
+        x = (total.to(dtype).to(tl.float32) + res.to(tl.float32)).to(dtype)
+        tl.store(sum_ptr + at, x, mask=mask)
+        x32 = x.to(tl.float32)
+        inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
+        normed = (x32 * inv).to(dtype).to(tl.float32)
+        tl.store(h_ptr + at, (w.to(tl.float32) * normed).to(dtype), mask=mask)
         tl.debug_barrier()  # every thread's stores of the row before the release that publishes them
         tl.atomic_add(sync_ptr + 1, 1, sem="release")
 
@@ -111,11 +110,11 @@ def _norm_linear_kernel(parts_ptr, res_ptr, nw_ptr, h_ptr, sum_ptr, sync_ptr, w_
     if pid < M:  # its own row first: the row's loads start without a ticket's round trip
         _publish_row(parts_ptr, part_stride, res_ptr, nw_ptr, h_ptr, sum_ptr, sync_ptr, pid, K, eps, PARTS,
                      NORM_BLOCK)  # fmt: skip
-    ticket = tl.atomic_add(sync_ptr, 1)
+    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")  # only the count matters: no fence
     while ticket < M:
         _publish_row(parts_ptr, part_stride, res_ptr, nw_ptr, h_ptr, sum_ptr, sync_ptr, ticket, K, eps, PARTS,
                      NORM_BLOCK)  # fmt: skip
-        ticket = tl.atomic_add(sync_ptr, 1)
+        ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
     published = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
     while published < M:
         published = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
@@ -133,8 +132,9 @@ def _norm_linear_kernel(parts_ptr, res_ptr, nw_ptr, h_ptr, sum_ptr, sync_ptr, w_
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
     tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty), mask=out_mask)
     # The last program out resets the workspace: every program is past its poll, so no row is still
-    # being claimed or waited for.
-    if tl.atomic_add(sync_ptr + 2, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+    # being claimed or waited for. Relaxed: a program counts itself only after its poll (an acquire
+    # load, which nothing later passes), and a fence here would hold its end for its output's stores.
+    if tl.atomic_add(sync_ptr + 2, 1, sem="relaxed") == tl.num_programs(0) - 1:
         words = tl.arange(0, SYNC_WORDS)
         tl.store(sync_ptr + words, tl.zeros_like(words))
         tl.store(sync_ptr + SYNC_WORDS + rm, tl.zeros_like(rm), mask=rm < M)
