@@ -135,9 +135,9 @@ class SkinnyTiles:
     """Launch choices of the weight-streaming GEMM: weight rows per program, K per loop step,
     warps, pipeline stages, how many programs share one slab's K (split-K), the activation rows
     one program holds (the most rows a call may have; `linear` routes up to 16 here), and a cap on a
-    thread's registers (0: Triton's and ptxas's choice; an experiment, perf-notes #134: at 64 rows
-    the tiles take 255 a thread, 32 K a program, and no kernel after the norm that follows them fits
-    beside them on an SM)."""
+    thread's registers (0: Triton's and ptxas's choice; an experiment, perf-notes #134, which walked
+    level: as launched the 64-row tiles take ~110-120 registers a thread, and their shared memory,
+    not their registers, keeps the kernel after the norm that follows them off their SMs, #145)."""
 
     block_n: int = 32
     block_k: int = 256

@@ -1,8 +1,8 @@
 """The norm after a split-K GEMM made inside the next GEMM's Triton tiles (perf-notes #144): a layer's
 down projection leaves its fp32 partials, and the next layer's qkv GEMM (64-row tiles) adds them, adds
 the residual, normalises the rows and multiplies them by the weights, in one kernel where the walk
-ran two (the norm kernel, then qkv). At 33-64 rows a qkv program takes 255 registers a thread, so it
-starts only as down's programs leave (#134); what goes is the norm kernel's own grid between them.
+ran two (the norm kernel, then qkv). At 33-64 rows a qkv program takes 192 KB of shared memory, so it
+starts only as down's programs leave (#145); what goes is the norm kernel's own grid between them.
 
 How the rows are made without a grid-wide barrier: after its PDL wait (down's end), program p < M
 claims row p's flag and, if it won, makes row p; then every program takes tickets, one row each,
