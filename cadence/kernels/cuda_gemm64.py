@@ -208,6 +208,12 @@ def registers(plan: Gemm64Plan) -> tuple[int, int]:
 
 def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:
     """x @ weight^T (plan.swiglu: silu(x @ gate^T) * (x @ up^T) for weight = [gate; up]), [m, n]."""
+    return _launch_plan(plan, x, weight)
+
+
+def _launch_plan(plan: Gemm64Plan, x: torch.Tensor, weight: torch.Tensor, extra: tuple = ()) -> torch.Tensor:
+    """One launch of the plan's kernel on input rows x [m, k] (with NORM_PARTS, the buffer the kernel
+    writes the normed rows into) and `extra` arguments after the stamps; returns y [m, n]."""
     m, k = x.shape
     if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
@@ -220,7 +226,7 @@ def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> to
 
     pdl = pdl_launch(x)
     plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
-    args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
+    args = [x, weight, y, ctypes.c_int(plan.n), *stamps, *extra]
     launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
     return y
 
@@ -251,21 +257,10 @@ def gemm64_norm_linear(
     m, k = residual.shape
     if tuple(parts.shape) != (plan.norm_parts, plan.part_rows or m, k) or plan.norm_parts < 1:
         raise ValueError(f"partials {tuple(parts.shape)} do not fit {plan}")
-    if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
-        raise ValueError(f"rows {tuple(residual.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
-    if not (weight.is_contiguous() and parts.is_contiguous()):
-        raise ValueError("the weight and the partials must be contiguous")
+    if not parts.is_contiguous():
+        raise ValueError("the partials must be contiguous")
     residual = residual.contiguous()
-    normed = torch.empty(m, k, dtype=residual.dtype, device=residual.device)
-    total = torch.empty_like(normed)
-    y = torch.empty(m, plan.n, dtype=residual.dtype, device=residual.device)
-    stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
-    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch  # here: triton is a GPU machine's package
-
-    pdl = pdl_launch(residual)
-    plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
-    sync = _sync_counters(residual.device, plan)
-    args = [normed, weight, y, ctypes.c_int(plan.n), *stamps, parts, residual, norm_weight, ctypes.c_float(eps),
-            total, normed, sync]  # fmt: skip
-    launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
-    return y, total
+    normed = torch.empty_like(residual)  # the kernel's input rows, which its CTAs make
+    total = torch.empty_like(residual)
+    extra = (parts, residual, norm_weight, ctypes.c_float(eps), total, normed, _sync_counters(residual.device, plan))
+    return _launch_plan(plan, normed, weight, extra), total
