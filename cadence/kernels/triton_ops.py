@@ -186,14 +186,24 @@ def linear_rms_norm(
     norm's reduction runs over 8 warps there (PARTS_NORM_WARPS). Without a residual (every layer
     has one) the two kernels. force: the weight-streaming GEMM for fp32 too (tests; `linear` routes
     fp32 to cuBLAS). prefetch: as rms_norm's."""
-    tiles = linear_tiles(x, weight, force)
-    if tiles is None or tiles.split_k == 1 or not SPLIT_K_IN_NORM or residual is None:
+    tiles = _partials_tiles(x, weight, residual, force)
+    if tiles is None:
         return rms_norm(linear(x, weight, force=force), norm_weight, eps, residual, prefetch)
     parts = skinny_linear_partials(x, weight, tiles)
     out = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype, device=x.device)
     total = torch.empty_like(out)
     _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total, prefetch)
     return out, total
+
+
+def _partials_tiles(x, weight, residual, force: bool = False) -> SkinnyTiles | None:
+    """The tiles of x @ weight^T where its programs leave their split-K partials for the kernel after
+    it to add (the norm's, or the next GEMM's with the norm inside), or None: the GEMM not split over
+    K, no residual (every layer has one), or CADENCE_SPLIT_K_IN_NORM=0."""
+    tiles = linear_tiles(x, weight, force)
+    if tiles is None or tiles.split_k == 1 or not SPLIT_K_IN_NORM or residual is None:
+        return None
+    return tiles
 
 
 def linear_rms_norm_linear(
@@ -220,13 +230,12 @@ def linear_rms_norm_linear(
 
 
 def _norm_in_gemm_tiles(x, weight, residual, next_weight) -> SkinnyTiles | None:
-    """The next GEMM's tiles with the norm inside, or None: the switch off, no residual, the GEMM before
-    not split over K (or its partials summed by its own programs), or the next GEMM not on unsplit
-    64-row Triton tiles (on the 64-row slab GEMM, cuBLAS, or another row count)."""
-    if not triton_norm_linear.NORM_IN_QKV or residual is None or not SPLIT_K_IN_NORM:
+    """The next GEMM's tiles with the norm inside, or None: the switch off, no partials left by the GEMM
+    before (_partials_tiles), or the next GEMM not on unsplit 64-row Triton tiles (on the 64-row slab
+    GEMM, cuBLAS, or another row count)."""
+    if not triton_norm_linear.NORM_IN_QKV or _partials_tiles(x, weight, residual) is None:
         return None
-    tiles = linear_tiles(x, weight)
-    if tiles is None or tiles.split_k == 1 or cuda_gemm64.route(residual, next_weight) is not None:
+    if cuda_gemm64.route(residual, next_weight) is not None:
         return None
     after = linear_tiles(residual, next_weight)
     return after if after is not None and after.split_k == 1 and after.block_m == 64 else None
@@ -353,12 +362,10 @@ def linear_rms_norm_swiglu(
 
 
 def _norm_inside_plan(x, weight, residual, gate_up) -> cuda_gemm64.Gemm64Plan | None:
-    """gate/up's slab GEMM plan with the norm inside, or None: the switch off, no residual, o not
-    split over K (or its partials summed by its own programs), or gate/up not on the slab GEMM."""
-    if not cuda_gemm64.NORM_INSIDE or residual is None or not SPLIT_K_IN_NORM:
-        return None
-    tiles = linear_tiles(x, weight)
-    if tiles is None or tiles.split_k == 1:
+    """gate/up's slab GEMM plan with the norm inside, or None: the switch off, no partials left by o
+    (_partials_tiles), or gate/up not on the slab GEMM."""
+    tiles = _partials_tiles(x, weight, residual) if cuda_gemm64.NORM_INSIDE else None
+    if tiles is None:
         return None
     plan = cuda_gemm64.route(residual, gate_up, swiglu=True)  # the norm's rows are gate/up's input rows
     if plan is None:
