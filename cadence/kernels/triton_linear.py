@@ -52,13 +52,7 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     rk = tl.arange(0, BLOCK_K)
     pdl_trigger(USE_PDL)
     if USE_PDL:
-        lines = tl.arange(0, BLOCK_K // 64) * 64  # one address per 128-byte line (bf16)
-        rows = tl.minimum(rn, N - 1)
-        for i in range(0, K_PER_SPLIT, BLOCK_K):
-            kk = tl.minimum(split * K_PER_SPLIT + i + lines, K - 1)
-            prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
-            if SWIGLU:
-                prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
+        prefetch_weight_slab(w_ptr, rn, N, K, split * K_PER_SPLIT, K_PER_SPLIT, BLOCK_K, SWIGLU)
     if STAMP:
         t_prefetched = globaltimer(pid)
     pdl_wait(USE_PDL)
@@ -101,6 +95,22 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                 tl.atomic_xchg(count_ptr + pid, 0)
     if STAMP:
         write_stamps(stamp_ptr, stamp_row + pid * SPLIT_K + split, t_start, t_prefetched, t_waited, t_dots)
+
+
+@triton.jit
+def prefetch_weight_slab(w_ptr, rn, N, K: tl.constexpr, k_start, K_SPAN: tl.constexpr, BLOCK_K: tl.constexpr,
+                         SWIGLU: tl.constexpr):  # fmt: skip
+    """Pull weight rows rn (clamped below N) of a [N, K] weight over K_SPAN columns from k_start into
+    L2, one address per 128-byte line (bf16), a BLOCK_K step at a time; with SWIGLU the up rows N + rn
+    too, step by step. Weights are never written, so a kernel launched early issues this before its
+    PDL wait."""
+    lines = tl.arange(0, BLOCK_K // 64) * 64
+    rows = tl.minimum(rn, N - 1)
+    for i in range(0, K_SPAN, BLOCK_K):
+        kk = tl.minimum(k_start + i + lines, K - 1)
+        prefetch_l2(w_ptr + rows[:, None] * K + kk[None, :])
+        if SWIGLU:
+            prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
 
 
 SKINNY_MAX_ROWS = 16

@@ -28,8 +28,8 @@ import triton.language as tl
 
 from .kv_prefetch import KvPrefetch
 from .triton_kv_prefetch import prefetch_args, prefetch_kv_pages
-from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, stamp_args, write_stamps
-from .triton_linear import SkinnyTiles
+from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, stamp_args, write_stamps
+from .triton_linear import SkinnyTiles, prefetch_weight_slab
 
 # Experiment switch (perf-notes #144), off until timed: the norm after down inside the next qkv GEMM.
 NORM_IN_QKV = os.environ.get("CADENCE_NORM_IN_QKV", "0") == "1"
@@ -94,10 +94,7 @@ def _norm_linear_kernel(parts_ptr, res_ptr, nw_ptr, h_ptr, sum_ptr, sync_ptr, w_
             prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, pid, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
                               TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
     if USE_PDL:
-        lines = tl.arange(0, BLOCK_K // 64) * 64  # one address per 128-byte line (bf16)
-        rows = tl.minimum(rn, N - 1)
-        for i in range(0, K, BLOCK_K):
-            prefetch_l2(w_ptr + rows[:, None] * K + tl.minimum(i + lines, K - 1)[None, :])
+        prefetch_weight_slab(w_ptr, rn, N, K, 0, K, BLOCK_K, False)
     if STAMP:
         t_ahead = globaltimer(pid)
     pdl_wait(USE_PDL)
