@@ -7,6 +7,7 @@ no Triton). Their `ops` fixture (the Triton kernels and the definitions) is in c
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -71,3 +72,27 @@ def assert_pdl_graph_replays_eager(run, trigger_first: bool, replays: int = 5) -
         graph.replay()
         torch.cuda.synchronize()
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@contextlib.contextmanager
+def switched(module, name: str, value):
+    """An experiment switch that a module reads at call time (`module.name`, e.g. cuda_gemm64's
+    NORM_INSIDE) set to `value` for the block only."""
+    previous = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, previous)
+
+
+class Switched:
+    """`fn` called with `module.name` set to `value` for each call only: a stack or a chain of ops
+    that a test runs, and captures in a graph, with an experiment switch on or off."""
+
+    def __init__(self, fn, module, name: str, value):
+        self.fn, self.module, self.name, self.value = fn, module, name, value
+
+    def __call__(self, *args, **kwargs):
+        with switched(self.module, self.name, self.value):
+            return self.fn(*args, **kwargs)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from cuda_driver import blob, emulate, needs_gxx, split_stamps
+from kernel_checks import Switched
 from test_slab_gemv import _reference as slab_reference
 
 from cadence.kernels import cuda_gemm64
@@ -304,22 +305,6 @@ def test_gemm64_inside_a_pdl_graph_matches_eager():
         assert torch.equal(got, want)
 
 
-class _Switched:
-    """A call run with one of cuda_gemm64's switches (`name`: ENABLED for CADENCE_GEMM64, NORM_INSIDE
-    for CADENCE_GEMM64_NORM) set to `value` for its duration only."""
-
-    def __init__(self, fn, value, name: str = "ENABLED"):
-        self.fn, self.value, self.name = fn, value, name
-
-    def __call__(self, *args, **kwargs):
-        previous = getattr(cuda_gemm64, self.name)
-        setattr(cuda_gemm64, self.name, self.value)
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            setattr(cuda_gemm64, self.name, previous)
-
-
 def _decode_case(seed: int):
     """64 decode rows at position 39 over a paged cache of 40 tokens a row (3 layers, 16-token pages,
     4 pages a row): the rows, the stack's index arguments and the caches."""
@@ -352,7 +337,8 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     monkeypatch.setattr(cuda_gemm64, "gemm64_linear", lambda x, w, plan: calls.append(plan) or real(x, w, plan))
     fused = FusedStack(_stack(), triton_ops, 64)
     x, index, k0, v0 = _decode_case(64)
-    _check_against_layer_kernels(_Switched(fused, False), _Switched(fused, True), x, index, k0, v0, decode=True)
+    off, on = (Switched(fused, cuda_gemm64, "ENABLED", value) for value in (False, True))
+    _check_against_layer_kernels(off, on, x, index, k0, v0, decode=True)
     assert {(p.n, p.swiglu) for p in calls} == {(4096, False), (3072, True)}
 
 
@@ -407,7 +393,7 @@ def test_the_norm_inside_gate_up_in_a_pdl_graph_replays_the_eager_bits(trigger_f
             x = act[:, :2048] * 4  # the next layer's "attention" rows (elementwise: no cuBLAS in the graph)
         return act, res
 
-    assert_pdl_graph_replays_eager(_Switched(chain, True, "NORM_INSIDE"), trigger_first)
+    assert_pdl_graph_replays_eager(Switched(chain, cuda_gemm64, "NORM_INSIDE", True), trigger_first)
 
 
 @pytest.mark.gpu
@@ -425,6 +411,6 @@ def test_stack_at_64_rows_with_the_norm_inside_gate_up_matches_the_norm_kernels(
     monkeypatch.setattr(cuda_gemm64, "gemm64_norm_linear", lambda *a: calls.append(a[-1]) or real(*a))
     fused = FusedStack(_stack(), triton_ops, 64)
     x, index, k0, v0 = _decode_case(143)
-    off, on = _Switched(fused, False, "NORM_INSIDE"), _Switched(fused, True, "NORM_INSIDE")
+    off, on = (Switched(fused, cuda_gemm64, "NORM_INSIDE", value) for value in (False, True))
     _check_against_layer_kernels(off, on, x, index, k0, v0, decode=True)
     assert calls and {(p.n, p.norm_parts) for p in calls} == {(3072, 4)}

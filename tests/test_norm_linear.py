@@ -6,11 +6,9 @@ decoder stack). Where they run: kernel_checks.py."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
-from kernel_checks import DEV, DTYPES, NEEDS_TRITON, tol
+from kernel_checks import DEV, DTYPES, NEEDS_TRITON, Switched, switched, tol
 
 pytestmark = NEEDS_TRITON
 
@@ -20,28 +18,11 @@ needs_hopper = pytest.mark.skipif(
 )
 
 
-@contextlib.contextmanager
 def norm_in_qkv(on: bool):
     """CADENCE_NORM_IN_QKV set to `on` for the block only."""
     from cadence.kernels import triton_norm_linear
 
-    previous = triton_norm_linear.NORM_IN_QKV
-    triton_norm_linear.NORM_IN_QKV = on
-    try:
-        yield
-    finally:
-        triton_norm_linear.NORM_IN_QKV = previous
-
-
-class _Switched:
-    """A stack called with CADENCE_NORM_IN_QKV set to `on` for the call only."""
-
-    def __init__(self, fn, on: bool):
-        self.fn, self.on = fn, on
-
-    def __call__(self, *args, **kwargs):
-        with norm_in_qkv(self.on):
-            return self.fn(*args, **kwargs)
+    return switched(triton_norm_linear, "NORM_IN_QKV", on)
 
 
 def _down_norm_qkv_case(m: int, dtype: torch.dtype, n: int = 4096, seed: int = 144):
@@ -181,6 +162,7 @@ def test_three_chained_calls_in_a_pdl_graph_replay_the_eager_bits(trigger_first)
     three share it: one shape) and no program reads a row before it is published."""
     from kernel_checks import assert_pdl_graph_replays_eager
 
+    from cadence.kernels import triton_norm_linear
     from cadence.kernels.triton_ops import linear_rms_norm_linear
 
     act, wdown, norm_w, eps, residual, wqkv = _down_norm_qkv_case(64, torch.bfloat16)
@@ -192,7 +174,7 @@ def test_three_chained_calls_in_a_pdl_graph_replay_the_eager_bits(trigger_first)
             x = y[:, :3072] * 2  # the next layer's "MLP" rows (elementwise: no cuBLAS in the graph)
         return y, res
 
-    assert_pdl_graph_replays_eager(_Switched(chain, True), trigger_first)
+    assert_pdl_graph_replays_eager(Switched(chain, triton_norm_linear, "NORM_IN_QKV", True), trigger_first)
 
 
 @pytest.mark.gpu
@@ -215,5 +197,6 @@ def test_stack_at_64_rows_with_the_norm_inside_qkv_matches_the_norm_kernels(pref
     plan = KvPrefetchPlan(megabytes=16) if prefetch else None
     fused = FusedStack(_stack(), triton_ops, 64, kv_prefetch=plan)
     x, index, k0, v0 = _decode_case(144)
-    _check_against_layer_kernels(_Switched(fused, False), _Switched(fused, True), x, index, k0, v0, decode=True)
+    off, on = (Switched(fused, triton_norm_linear, "NORM_IN_QKV", value) for value in (False, True))
+    _check_against_layer_kernels(off, on, x, index, k0, v0, decode=True)
     assert len(calls) >= 2 and all((p is not None) == prefetch for p in calls)  # layers 1 and 2, each run
