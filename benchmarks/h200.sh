@@ -18,6 +18,15 @@ server_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site:$PYTHONPATH
 }
+passes() {  # pytest, $1 seconds at most, its output into the log $2, then its arguments: its summary shown, and
+  # true only if it ran tests and all of them passed (a switch is walked only where its own tests passed)
+  local limit=$1 log=$2 rc
+  shift 2
+  timeout -k 10 -s INT "$limit" python3 -m pytest -q -x -p no:cacheprovider "$@" > "$log" 2>&1
+  rc=$?
+  grep -E "passed|failed|rror" "$log" | tail -3
+  [ $rc = 0 ] && grep -q " passed" "$log"
+}
 screen_b64() {  # b64 walks (decode, one round) of this tree and of the trees in $1 (NAME=.,VAR=VALUE,...; session
   # 42: walk-to-walk spread under 0.01 ms), then the issue's table (`walks`) with the variables of the fastest if it
   # beats this tree by 0.01 ms or more; if none does (or $1 is empty), this tree's stamps (`stamps142`) instead
@@ -120,12 +129,9 @@ PY
       # each switch walks only if its own tests pass, so a fault in one costs the other nothing
       # (#141's greedy walk with the switch passed in session 43's call: not run again, for the time)
       nw_ok=0 ni_ok=0
-      timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py -k rms_norm \
-        > /tmp/screen143_nw.log 2>&1 && grep -q " passed" /tmp/screen143_nw.log && nw_ok=1
-      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_gemm64.py -k norm \
-        > /tmp/screen143_ni.log 2>&1 && grep -q " passed" /tmp/screen143_ni.log && ni_ok=1
+      passes 100 /tmp/screen143_nw.log tests/test_kernels.py -k rms_norm && nw_ok=1
+      passes 200 /tmp/screen143_ni.log -m gpu tests/test_gemm64.py -k norm && ni_ok=1
       cat /tmp/screen143_nw.log /tmp/screen143_ni.log > "$OUT/screen143_tests.log"
-      grep -hE "passed|failed|rror" /tmp/screen143_nw.log /tmp/screen143_ni.log | tail -6
       echo "== tests pass: nw $nw_ok, ni $ni_ok"
       wait
       trees=""
@@ -139,14 +145,11 @@ PY
       # step a program, so gate/up's CTAs fit beside it), one round; then screen_b64's table or stamps
       need_full > "$OUT/need_full.log" 2>&1 &
       nq_ok=0 o8_ok=0 o8=1024x2048=32:256:4:2:8
-      timeout -k 10 -s INT 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_norm_linear.py \
-        > /tmp/screen144_nq.log 2>&1 && grep -q " passed" /tmp/screen144_nq.log && nq_ok=1
+      passes 240 /tmp/screen144_nq.log tests/test_norm_linear.py && nq_ok=1
       # o's partials in 8 through the norm (the Triton tile table's split-K test with the override)
-      CADENCE_GEMM64_TILES=$o8 timeout -k 10 -s INT 120 python3 -m pytest -q -x -p no:cacheprovider \
-        tests/test_linear_kernels.py -k split_k_partials_in_the_norm > /tmp/screen144_o8.log 2>&1 \
-        && grep -q " passed" /tmp/screen144_o8.log && o8_ok=1
+      CADENCE_GEMM64_TILES=$o8 passes 120 /tmp/screen144_o8.log tests/test_linear_kernels.py \
+        -k split_k_partials_in_the_norm && o8_ok=1
       cat /tmp/screen144_nq.log /tmp/screen144_o8.log > "$OUT/screen144_tests.log"
-      grep -hE "passed|failed|rror" /tmp/screen144_nq.log /tmp/screen144_o8.log | tail -6
       echo "== tests pass: nq $nq_ok, o8 $o8_ok"
       wait
       trees=""
