@@ -141,8 +141,8 @@ PY
       screen_b64 "$trees" ;;
     screen144)  # perf-notes #144 and #146 (~7-8 min; after screen143, whose winner is on by default by then): #144's
       # tests, then b64 walks of this tree, `nq` (CADENCE_NORM_IN_QKV=1: the norm after down inside the next qkv),
-      # unless #143 is on already `nqni` (with CADENCE_GEMM64_NORM=1), and `o8` (#146: o split over K in 8, one
-      # step a program, so gate/up's CTAs fit beside it), one round; then screen_b64's table or stamps
+      # and `o8` (#146: o split over K in 8, one step a program, so gate/up's CTAs fit beside it), one round; then
+      # screen_b64's table or stamps. No `nqni`: #143 (`ni`) walked +0.18 ms in session 46's screen143
       need_full > "$OUT/need_full.log" 2>&1 &
       nq_ok=0 o8_ok=0 o8=1024x2048=32:256:4:2:8
       passes 240 /tmp/screen144_nq.log tests/test_norm_linear.py && nq_ok=1
@@ -154,10 +154,7 @@ PY
       wait
       trees=""
       [ $o8_ok = 1 ] && trees="o8=.,CADENCE_GEMM64_TILES=$o8"
-      if [ $nq_ok = 1 ]; then
-        trees="nq=.,CADENCE_NORM_IN_QKV=1 $trees"
-        [ "${CADENCE_GEMM64_NORM:-0}" = 1 ] || trees="$trees nqni=.,CADENCE_NORM_IN_QKV=1,CADENCE_GEMM64_NORM=1"
-      fi
+      [ $nq_ok = 1 ] && trees="nq=.,CADENCE_NORM_IN_QKV=1 $trees"
       screen_b64 "$trees" ;;
     stamps142)  # perf-notes "Next device session", item 1: the stamps of this tree's b64 walk with the norms stamped
       # (the `start` column: where the walk's 4.04 ms goes since #137 and #135 shipped, and each GEMM's release

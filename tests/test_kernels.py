@@ -31,6 +31,16 @@ def test_rms_norm(ops, dtype):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * b.float().abs().max()
 
 
+def test_the_norms_load_their_weights_early_by_default_and_zero_turns_it_off(monkeypatch):
+    """Session 46's walks (perf-notes #141: b64 4.06 -> 3.98 ms back to back) made the early load the default."""
+    from cadence.kernels import triton_ops
+
+    monkeypatch.delenv("CADENCE_NORM_WEIGHTS_EARLY", raising=False)
+    assert triton_ops.norm_weights_early_from_env()
+    monkeypatch.setenv("CADENCE_NORM_WEIGHTS_EARLY", "0")
+    assert not triton_ops.norm_weights_early_from_env()
+
+
 @pytest.mark.parametrize("parts", [False, True])
 def test_rms_norm_with_its_weight_loaded_before_the_wait_is_the_same_bits(ops, parts, monkeypatch):
     """CADENCE_NORM_WEIGHTS_EARLY (perf-notes #141) moves the weight's load before the norm's PDL wait

@@ -146,8 +146,14 @@ def rms_norm(
 # 16 warps measured no gain in the walk (#78).
 PARTS_NORM_WARPS = 8
 
-# Experiment switch (perf-notes #141): the norms' weights loaded before their PDL wait (W_EARLY).
-NORM_WEIGHTS_EARLY = os.environ.get("CADENCE_NORM_WEIGHTS_EARLY", "0") == "1"
+
+def norm_weights_early_from_env() -> bool:
+    """Whether the norms load their weight before their PDL wait (W_EARLY; perf-notes #141, on by default
+    since session 46's walks; CADENCE_NORM_WEIGHTS_EARLY=0 loads it after the sum of squares, as before)."""
+    return os.environ.get("CADENCE_NORM_WEIGHTS_EARLY", "1") != "0"
+
+
+NORM_WEIGHTS_EARLY = norm_weights_early_from_env()
 
 
 def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor,
