@@ -97,49 +97,7 @@ for phase in "$@"; do
       timeout 500 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,8,16,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 \
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
-    norm141)  # perf-notes #141, the next session's first call: the norms' weights loaded before their PDL wait
-      # (CADENCE_NORM_WEIGHTS_EARLY=1, `nw`): its tests (the same bits), b64 walks of this tree and `nw`, two
-      # rounds, decode only; if `nw` is faster in both rounds by 0.01 ms or more, the issue's table with it
-      # (`walks`, with b256 and b1 in it); then stamps142's stamps, with `nw` where it paid (~8-9 min)
-      need_full > "$OUT/need_full.log" 2>&1 &
-      { timeout -k 10 -s INT 100 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py -k rms_norm
-        CADENCE_NORM_WEIGHTS_EARLY=1 timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
-          tests/test_fast_step.py -k greedy; } 2>&1 | tee "$OUT/norm141_tests.log" | grep -E "passed|failed|rror" | tail -4
-      wait
-      grep -q " passed" "$OUT/norm141_tests.log" && ! grep -qE "failed|error" "$OUT/norm141_tests.log" || continue
-      WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS="1 2" \
-        TREES="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1 ${TREES:-}" bash "$0" walkab
-      nw=0
-      python3 - "$OUT/walkab_b64.json" <<'PY' && nw=1
-import json, sys
-walks = json.load(open(sys.argv[1]))
-ms = {name: walk["decode"][0]["back_to_back_ms"] for name, walk in walks.items()}
-print("  back to back, ms:", ", ".join(f"{name} {v:.3f}" for name, v in sorted(ms.items())))
-sys.exit(0 if all(ms.get(f"nw_{r}", 1e9) <= ms.get(f"new_{r}", 0) - 0.01 for r in (1, 2)) else 1)
-PY
-      echo "== nw pays: $nw"
-      [ $nw = 1 ] && CADENCE_NORM_WEIGHTS_EARLY=1 bash "$0" walks
-      CADENCE_NORM_WEIGHTS_EARLY=$nw bash "$0" stamps142 ;;
-    screen143)  # perf-notes #141 and #143 in one call, the next session's first (~7-9 min): their GPU tests, b64
-      # walks of this tree, `nw` (CADENCE_NORM_WEIGHTS_EARLY=1), `ni` (CADENCE_GEMM64_NORM=1: the norm after o
-      # inside gate/up's kernel) and `nwni` (both), one round (session 42: walk-to-walk spread under 0.01 ms);
-      # then the issue's table (`walks`) with the fastest of the three if it beats this tree by 0.01 ms or more,
-      # else this tree's stamps (`stamps142`)
-      need_full > "$OUT/need_full.log" 2>&1 &
-      # each switch walks only if its own tests pass, so a fault in one costs the other nothing
-      # (#141's greedy walk with the switch passed in session 43's call: not run again, for the time)
-      nw_ok=0 ni_ok=0
-      passes 100 /tmp/screen143_nw.log tests/test_kernels.py -k rms_norm && nw_ok=1
-      passes 200 /tmp/screen143_ni.log -m gpu tests/test_gemm64.py -k norm && ni_ok=1
-      cat /tmp/screen143_nw.log /tmp/screen143_ni.log > "$OUT/screen143_tests.log"
-      echo "== tests pass: nw $nw_ok, ni $ni_ok"
-      wait
-      trees=""
-      [ $nw_ok = 1 ] && trees="nw=.,CADENCE_NORM_WEIGHTS_EARLY=1"
-      [ $ni_ok = 1 ] && trees="$trees ni=.,CADENCE_GEMM64_NORM=1"
-      [ $nw_ok$ni_ok = 11 ] && trees="$trees nwni=.,CADENCE_NORM_WEIGHTS_EARLY=1,CADENCE_GEMM64_NORM=1"
-      screen_b64 "$trees" ;;
-    screen144)  # perf-notes #144 and #146 (~7-8 min; after screen143, whose winner is on by default by then): #144's
+    screen144)  # perf-notes #144 and #146 (~7-8 min; after screen143, h200_past.sh, whose winner #141 is on by default): #144's
       # tests, then b64 walks of this tree, `nq` (CADENCE_NORM_IN_QKV=1: the norm after down inside the next qkv),
       # and `o8` (#146: o split over K in 8, one step a program, so gate/up's CTAs fit beside it), one round; then
       # screen_b64's table or stamps. No `nqni`: #143 (`ni`) walked +0.18 ms in session 46's screen143
