@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from cuda_driver import blob, emulate, needs_gxx, split_stamps
-from kernel_checks import Switched
+from kernel_checks import Switched, assert_pdl_graph_replays_eager
 from test_slab_gemv import _reference as slab_reference
 
 from cadence.kernels import cuda_gemm64
@@ -280,8 +280,6 @@ def test_gemm64_linear_matches_the_definition(m, n, k, swiglu):
 def test_gemm64_inside_a_pdl_graph_matches_eager():
     """Three GEMMs chained in a CUDA graph with PDL (each CTA's slab copied before its wait, each
     input written by the kernel before) give the bits the same calls give one at a time."""
-    from cadence.kernels.triton_launch import pdl_settings
-
     g = torch.Generator(device="cuda").manual_seed(7)
     x, w1 = _case(g, 64, 1024, 1024, False, device="cuda")
     w2 = (torch.randn(2 * 1024, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
@@ -289,20 +287,11 @@ def test_gemm64_inside_a_pdl_graph_matches_eager():
     p1, p2, p3 = gemm64_plan(1024, 1024, 64), gemm64_plan(1024, 1024, 64, swiglu=True), gemm64_plan(1024, 1024, 64)
 
     def chain():
-        return cuda_gemm64.gemm64_linear(
-            cuda_gemm64.gemm64_linear(cuda_gemm64.gemm64_linear(x, w1, p1), w2, p2), w3, p3
+        return (
+            cuda_gemm64.gemm64_linear(cuda_gemm64.gemm64_linear(cuda_gemm64.gemm64_linear(x, w1, p1), w2, p2), w3, p3),
         )
 
-    want = chain()
-    with pdl_settings(True, trigger_first=False):
-        chain()  # compiled and warm
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            got = chain()
-    for _ in range(3):
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(got, want)
+    assert_pdl_graph_replays_eager(chain, trigger_first=False, replays=3)
 
 
 def _decode_case(seed: int):
@@ -380,8 +369,6 @@ def test_the_norm_inside_gate_up_in_a_pdl_graph_replays_the_eager_bits(trigger_f
     """Three layers' o, norm and gate/up chained in a CUDA graph with PDL, replayed five times: every
     replay gives the eager launches' bits, so each call leaves the row counters zeroed for the next
     (the three calls share them: one shape) and no CTA reads a row before it is made."""
-    from kernel_checks import assert_pdl_graph_replays_eager
-
     from cadence.kernels.triton_ops import linear_rms_norm_swiglu
 
     attn, wo, norm_w, eps, residual, wgu = _o_norm_gate_up_case(64)

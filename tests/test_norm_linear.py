@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_checks import DEV, DTYPES, NEEDS_TRITON, Switched, switched, tol
+from kernel_checks import DEV, DTYPES, NEEDS_TRITON, Switched, assert_pdl_graph_replays_eager, switched, tol
 
 pytestmark = NEEDS_TRITON
 
@@ -160,8 +160,6 @@ def test_three_chained_calls_in_a_pdl_graph_replay_the_eager_bits(trigger_first)
     """Three layers' down, norm and qkv chained in a CUDA graph with PDL, replayed five times: every
     replay gives the eager launches' bits, so each call leaves the workspace zeroed for the next (the
     three share it: one shape) and no program reads a row before it is published."""
-    from kernel_checks import assert_pdl_graph_replays_eager
-
     from cadence.kernels import triton_norm_linear
     from cadence.kernels.triton_ops import linear_rms_norm_linear
 
