@@ -1,4 +1,4 @@
-"""Test audio: a fixed speech-like signal, and the same written as wav, mp3, flac or ogg (PyAV)."""
+"""Test audio: a fixed speech-like signal, and the same written in each accepted format (PyAV)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ FORMATS = {
     "flac": ("flac", "flac"),
     "mp3": ("mp3", "libmp3lame"),
     "ogg": ("ogg", "libopus"),
+    "m4a": ("mp4", "aac"),
+    "alac": ("ipod", "alac"),
+    "webm": ("webm", "libopus"),
+    "aiff": ("aiff", "pcm_s16be"),
+    "aac": ("adts", "aac"),
 }
 
 

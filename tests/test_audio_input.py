@@ -88,3 +88,64 @@ def test_limits():
 def test_malformed_input(data):
     with pytest.raises(AudioInputError):
         decode_audio(data, 24000)
+
+
+@pytest.mark.parametrize("fmt", ["m4a", "alac", "webm", "aiff", "aac"])
+def test_every_accepted_container(fmt):
+    wav = reference_audio(1.5)
+    out = decode_audio(encode_file(wav, 24000, fmt), 24000)
+    assert abs(out.size - wav.size) <= 0.1 * 24000  # codec delay and padding
+    assert np.sqrt(np.mean(out**2)) == pytest.approx(np.sqrt(np.mean(wav**2)), rel=0.15)
+
+
+# FFmpeg inputs that read other files or URLs when its probe picks their demuxer.
+INDIRECTIONS = {
+    "concat playlist": b"ffconcat version 1.0\nfile '{path}'\n",
+    "hls playlist": b"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\n{path}\n#EXT-X-ENDLIST\n",
+    "ffmetadata": b";FFMETADATA1\ntitle={path}\n",
+    "sdp": b"v=0\no=- 0 0 IN IP4 127.0.0.1\ns=x\nc=IN IP4 127.0.0.1\nm=audio 9 RTP/AVP 0\n",
+    "wav header over a playlist": b"RIFF\x00\x00\x00\x00WAVEffconcat version 1.0\nfile '{path}'\n",
+}
+
+
+@pytest.mark.parametrize("name", list(INDIRECTIONS))
+def test_indirections_never_open_other_files(name, tmp_path, monkeypatch):
+    """The same refusal, word for word, whether the named file exists or not: nothing is read and
+    nothing tells what the disk holds. (Relative names: FFmpeg's concat demuxer refuses absolute ones.)"""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "meeting.wav").write_bytes(encode_file(reference_audio(2.0)))
+    messages = set()
+    for path in ("meeting.wav", "missing.wav"):
+        with pytest.raises(AudioInputError) as e:
+            decode_audio(INDIRECTIONS[name].replace(b"{path}", path.encode()), 24000)
+        messages.add(str(e.value))
+    assert len(messages) == 1, messages
+    assert "such file" not in messages.pop()
+
+
+def float_wav(samples: np.ndarray) -> bytes:
+    import io
+
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="wav") as out:
+        stream = out.add_stream("pcm_f32le", rate=24000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(samples.astype(np.float32)[None], format="flt", layout="mono")
+        frame.sample_rate = 24000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e30])
+def test_non_finite_or_absurd_samples_are_refused(bad):
+    wav = reference_audio(1.5)
+    wav[1000:1010] = bad
+    with pytest.raises(AudioInputError, match="finite|amplitude"):
+        decode_audio(float_wav(wav), 24000)
+
+
+def test_float_audio_a_little_over_full_scale_is_kept():
+    wav = reference_audio(1.5) * 6  # peaks near 2: loud, but a real float recording can hold it
+    assert np.abs(decode_audio(float_wav(wav), 24000)).max() > 1.0
