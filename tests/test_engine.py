@@ -14,7 +14,7 @@ from cadence.audio import to_int16
 from cadence.engine.config import ChunkPolicy, EngineConfig, RunawayGuard
 from cadence.engine.core import EngineCore
 from cadence.engine.engine import Engine, SynthesisRequest, build_core, prepare_request
-from cadence.engine.request import AudioChunk, EngineRequest, FinishReason, QueueFullError
+from cadence.engine.request import AudioChunk, EngineRequest, FinishReason, QueueFullError, RequestTooLargeError
 from cadence.errors import InvalidRequestError
 from cadence.models.qwen3_tts import SamplingParams
 from cadence.models.qwen3_tts.reference import generate
@@ -235,14 +235,25 @@ def test_running_out_of_memory_at_build_names_the_part_and_the_settings(tiny_mod
 
 
 def test_queue_bound_and_oversized_request_are_refused(tiny_model):
-    core = build_core(tiny_model, config(max_queue=2))
-    core.add_request(request(tiny_model, 0, 10))
-    core.add_request(request(tiny_model, 1, 10))
+    """A burst fills the free slots first; the queue bound counts only what waits beyond them."""
+    core = build_core(tiny_model, config(max_streams=4, max_queue=2))
+    for i in range(4 + 2):
+        core.add_request(request(tiny_model, i, 10))
     with pytest.raises(QueueFullError):
-        core.add_request(request(tiny_model, 2, 10))
+        core.add_request(request(tiny_model, 6, 10))
+    core.step()  # four admitted: two wait, and nothing more fits until a stream finishes
+    assert len(core.running) == 4 and len(core.waiting) == 2
+    with pytest.raises(QueueFullError):
+        core.add_request(request(tiny_model, 7, 10))
+    none_queued = build_core(tiny_model, config(max_streams=2, max_queue=0))
+    none_queued.add_request(request(tiny_model, 0, 10))
+    none_queued.add_request(request(tiny_model, 1, 10))
+    with pytest.raises(QueueFullError):
+        none_queued.add_request(request(tiny_model, 2, 10))
     huge = request(tiny_model, 3, 10**7)
-    with pytest.raises(QueueFullError, match="whole cache"):
+    with pytest.raises(RequestTooLargeError, match="whole cache") as refused:
         build_core(tiny_model, config()).add_request(huge)
+    assert not refused.value.prompt_too_long
 
 
 def force_code0(model, token: int):

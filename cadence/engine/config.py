@@ -99,7 +99,7 @@ class EngineConfig:
     kv_cache_fraction: float = 0.5
     page_size: int = 16  # tokens per KV page
     prefill_token_budget: int = 2048  # prompt tokens prefilled per engine step
-    max_queue: int = 256  # waiting requests beyond this are refused (the server answers 429)
+    max_queue: int = 256  # requests waiting beyond the free slots; more are refused (the server answers 429)
     max_input_tokens: int = 4096  # text tokens per request
     return_codes: bool = False  # attach each chunk's 16-code frames (debugging, parity tests)
     max_seq_tokens: int = 12800  # prompt + frames of one request (RoPE table, page-table width)

@@ -33,7 +33,15 @@ import torch
 from ..audio import to_int16
 from .config import EngineConfig
 from .partition import Admission, CodecPartition, DecodeOutput, HostAudio, TalkerPartition
-from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
+from .request import (
+    AudioChunk,
+    EngineRequest,
+    EngineStats,
+    FinishReason,
+    QueueFullError,
+    RequestTooLargeError,
+    Timings,
+)
 from .runaway import LoopDetector, dbfs
 from .transfer import to_device
 
@@ -125,8 +133,11 @@ class EngineCore:
     def add_request(self, request: EngineRequest, arrival: float | None = None) -> None:
         if request.request_id in self.streams:
             raise ValueError(f"duplicate request id {request.request_id}")
-        if len(self.waiting) >= self.config.max_queue:
-            raise QueueFullError(f"queue full ({len(self.waiting)} waiting)", retry_after=self._retry_after())
+        if len(self.waiting) >= self.config.max_queue + len(self.free_slots):
+            raise QueueFullError(
+                f"queue full ({len(self.waiting)} waiting for {len(self.free_slots)} free slots)",
+                retry_after=self._retry_after(),
+            )
         guard = self.config.runaway
         budget = request.params.max_new_tokens
         runaway = False
@@ -137,8 +148,10 @@ class EngineCore:
         stream = Stream(request, Timings(arrival or time.monotonic()), budget, runaway)
         tokens = self.talker.tokens_to_reserve(request, budget)
         if not self.talker.fits(tokens):
-            raise QueueFullError(
-                f"request needs {tokens} KV tokens: more than one sequence may hold or the whole cache", retry_after=0
+            raise RequestTooLargeError(
+                f"the request needs {tokens} KV tokens (a {len(request.prompt)}-token prompt and up to {budget} "
+                "frames): more than one sequence may hold or the whole cache",
+                prompt_too_long=not self.talker.fits(self.talker.tokens_to_reserve(request, 1)),
             )
         self.streams[request.request_id] = stream
         self.waiting.append(stream)

@@ -88,6 +88,18 @@ def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, m
         raise InvalidRequestError(
             f"input is {prompt.num_text_tokens} tokens, more than the limit of {max_input_tokens}", "input"
         )
+    # The text fed while decoding (input, and a clone's transcript in the in-context mode) and the
+    # instructions ahead of the prompt are bounded like the input.
+    if len(prompt.trailing_text) > max_input_tokens + 1:
+        raise InvalidRequestError(
+            f"input and ref_text are {len(prompt.trailing_text) - 1} tokens together, more than the limit of "
+            f"{max_input_tokens}; shorten the reference's transcript",
+            "ref_text",
+        )
+    if req.instruct and (n := len(model.tokenizer.encode(req.instruct))) > max_input_tokens:
+        raise InvalidRequestError(
+            f"instructions are {n} tokens, more than the limit of {max_input_tokens}", "instructions"
+        )
     params = SamplingParams.from_defaults(
         model.config.generation,
         temperature=req.temperature,
@@ -217,7 +229,7 @@ class Engine:
             request = prepare_request(self.model, request, self.config.max_input_tokens)
         with self._inbox_lock:
             queued = len(self.core.waiting) + len(self._inbox)
-            if queued >= self.config.max_queue:
+            if queued >= self.config.max_queue + len(self.core.free_slots):  # a free slot admits it
                 raise QueueFullError(f"queue full ({queued} waiting)", retry_after=self.core._retry_after())
             self._sinks[request.request_id] = sink
             self._inbox.append(request)

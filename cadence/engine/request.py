@@ -81,3 +81,12 @@ class QueueFullError(RuntimeError):
     def __init__(self, message: str, retry_after: float = 1.0):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RequestTooLargeError(ValueError):
+    """The request can never run: its prompt and frame budget need more KV tokens than one sequence
+    may hold or the whole cache has. `prompt_too_long`: the prompt alone does not fit."""
+
+    def __init__(self, message: str, prompt_too_long: bool = False):
+        super().__init__(message)
+        self.prompt_too_long = prompt_too_long
