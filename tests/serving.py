@@ -7,6 +7,7 @@ an outcome with a generous deadline and fail with the server's log when it never
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
@@ -34,19 +35,31 @@ def free_port() -> int:
 
 
 class Server:
-    """`python -m cadence.cli serve [CHECKPOINT] --device cpu ARGS...` on a free port."""
+    """`python -m cadence.cli serve [CHECKPOINT] --device cpu ARGS...` on a free port. `entry` runs
+    another script in place of `-m cadence.cli` (one that injects faults); `cwd`: the server's working
+    directory (the repository's by default)."""
 
-    def __init__(self, checkpoint: Path | None, log_dir: Path, *args: str, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        checkpoint: Path | None,
+        log_dir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        entry: Path | None = None,
+        cwd: Path = REPO,
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"serve-{self.port}.log"
         model = [str(checkpoint)] if checkpoint is not None else []
-        cmd = [sys.executable, "-m", "cadence.cli", "serve", *model, "--port", str(self.port)]
+        program = [str(entry)] if entry is not None else ["-m", "cadence.cli"]
+        cmd = [sys.executable, *program, "serve", *model, "--port", str(self.port)]
         cmd += ["--device", "cpu", *args]
         self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        )
+        env = {**os.environ, **(env or {})}
+        if cwd != REPO:  # cadence itself still comes from this checkout
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     def log(self) -> str:
         self._log.flush()
@@ -96,6 +109,18 @@ class Server:
 
     def client(self, **kw) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=120, trust_env=False, **kw)
+
+    def ws_url(self, path: str = "/v1/audio/speech/stream") -> str:
+        return self.url.replace("http://", "ws://") + path
+
+    def access_log(self) -> list[dict]:
+        """The server's access-log lines (cadence.access), parsed."""
+        out = []
+        for line in self.log().splitlines():
+            _, sep, payload = line.partition(" cadence.access: ")
+            if sep:
+                out.append(json.loads(payload))
+        return out
 
     def metrics(self, headers: dict[str, str] | None = None) -> dict[str, float]:
         """Every sample of GET /metrics as 'name{label="value",...}' -> value."""

@@ -178,3 +178,13 @@ async def _until(predicate, what: str, timeout: float = 120) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+def test_docs_need_the_key(server):
+    with server.client() as c:
+        for path in ("/docs", "/openapi.json"):
+            assert c.get(path).status_code == 401
+            assert c.get(path, headers=AUTH).status_code == 200
+        page = c.get("/docs", params={"api_key": KEY})  # a browser opens the page with the key in its URL
+        assert page.status_code == 200 and f"/openapi.json?api_key={KEY}" in page.text
+        assert "/v1/audio/speech" in c.get("/openapi.json", params={"api_key": KEY}).json()["paths"]

@@ -132,10 +132,42 @@ def test_engine_death_answers_503_and_exits_nonzero(tiny_checkpoint, tmp_path):
         assert whole.status_code == 503 and whole.json()["error"]["code"] == "engine_dead"
         assert rest[-1]["type"] == "error" and rest[-1]["error"]["code"] == "engine_dead"
         assert s.proc.wait(120) != 0  # the API process exits instead of hanging
-        assert "engine process exited" in s.log()
+        assert "engine process exited (killed by SIGKILL)" in s.log() and "code None" not in s.log()
     finally:
         if s.proc.poll() is None:
             s.stop(signal.SIGKILL)
+
+
+def test_the_drain_timeout_cuts_open_streams_with_an_error_of_their_own(tiny_checkpoint, tmp_path):
+    """Streams still open when --drain-timeout runs out end as a shutdown, not as a client that left:
+    an SSE stream with a `draining` error event, a raw stream cut off; both logged with 503."""
+    s = Server(tiny_checkpoint, tmp_path, "--drain-timeout", "3").wait_ready()
+    results: dict = {}
+
+    def sse() -> None:
+        with s.client() as c, c.stream("POST", "/v1/audio/speech", json={**ENDLESS, "stream_format": "sse"}) as r:
+            results["sse"] = sse_events(r)
+
+    def raw() -> None:
+        try:
+            with s.client() as c, c.stream("POST", "/v1/audio/speech", json=ENDLESS) as r:
+                results["raw"] = sum(len(p) for p in r.iter_bytes())
+        except httpx.RemoteProtocolError as e:  # no terminating chunk
+            results["raw"] = e
+
+    threads = [threading.Thread(target=sse), threading.Thread(target=raw)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: s.metrics()["cadence_active_streams"] == 2, 120, "both streams to run", s)
+    s.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(120)
+    assert s.proc.wait(120) == 0, s.log()[-3000:]
+    last = results["sse"][-1]
+    assert last["type"] == "error" and last["error"]["code"] == "draining", last
+    assert isinstance(results["raw"], httpx.RemoteProtocolError)
+    statuses = [line["status"] for line in s.access_log() if line["route"] == "/v1/audio/speech"]
+    assert statuses == [503, 503], s.log()[-3000:]
 
 
 def test_dummy_weights_serve_without_any_checkpoint_files(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from cadence.models.qwen3_tts.model import Qwen3TTSFrontend
 from cadence.server.errors import APIError
-from cadence.server.schema import Limits, SpeechBody, decode_body, validate_speech
+from cadence.server.schema import Limits, SpeechBody, decode_json, validate_speech
 from cadence.server.voices import VoiceTable, parse_voice_map
 
 LIMITS = Limits(max_input_chars=100, max_input_tokens=20, model_names=("served", "tts-1"))
@@ -64,9 +64,9 @@ def test_model_names(frontends):
     assert (unknown.value.status, unknown.value.code) == (404, "model_not_found")
 
 
-def test_decode_body_names_the_field():
+def test_decode_json_names_the_field():
     with pytest.raises(APIError) as wrong:
-        decode_body(b'{"input": "x", "voice": "ryan", "top_k": 1.5}', SpeechBody)
+        decode_json(b'{"input": "x", "voice": "ryan", "top_k": 1.5}', SpeechBody)
     assert (wrong.value.status, wrong.value.param, wrong.value.code) == (400, "top_k", "invalid_type")
 
 

@@ -78,7 +78,8 @@ def test_custom_voice_refuses_cloning_fields(custom_17b):
 
 @pytest.fixture(scope="module")
 def design(tiny_voice_design_checkpoint, tmp_path_factory):
-    s = Server(tiny_voice_design_checkpoint, tmp_path_factory.mktemp("serve-design"))
+    # A short longest request, so that a long description alone can outgrow it.
+    s = Server(tiny_voice_design_checkpoint, tmp_path_factory.mktemp("serve-design"), "--max-seq-tokens", "512")
     try:
         yield s.wait_ready()
     finally:
@@ -103,3 +104,11 @@ def test_voice_design_refuses_presets_and_cloning(design):
     message = error(speech(design, voice="ryan", instructions="A deep voice."), 400, "voice")
     assert "custom_voice" in message and "instructions" in message
     assert "base" in error(speech(design, ref_text="Hello."), 400, "ref_text")
+
+
+def test_voice_design_names_the_description_when_it_is_too_long(design):
+    error(speech(design, instructions="a" * 5000), 413, "instructions")  # past --max-input-chars
+    long = " ".join(f"word{i}" for i in range(400))  # fits the characters, not the longest request
+    assert "instructions" in error(speech(design, instructions=long), 413, "instructions")
+    # A description that fits, with a frame budget that does not: the frames are named.
+    error(speech(design, instructions="A deep voice.", max_new_tokens=510), 400, "max_new_tokens")

@@ -91,6 +91,9 @@ class ServerSection:
     max_body_bytes: int = field(default=1 << 20, metadata=_min(1))
     request_timeout: float = field(default=600.0, metadata=_min(0))
     drain_timeout: float = field(default=30.0, metadata=_min(0))
+    ws_max_message_bytes: int = field(default=1 << 16, metadata=_min(64))
+    ws_max_buffered_chars: int = field(default=1 << 16, metadata=_min(1))
+    max_concurrent_uploads: int = field(default=4, metadata=_min(1))
 
 
 @dataclass(frozen=True)

@@ -84,21 +84,23 @@ class Utterance:
 def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, max_input_tokens: int) -> EngineRequest:
     """Validate and tokenise (before anything reaches the device). Raises InvalidRequestError."""
     prompt = model.prompt(req.text, req.voice, req.language, req.instruct, req.layout, req.clone, req.x_vector_only)
+    too_long = "request_too_large"
     if prompt.num_text_tokens > max_input_tokens:
         raise InvalidRequestError(
-            f"input is {prompt.num_text_tokens} tokens, more than the limit of {max_input_tokens}", "input"
+            f"input is {prompt.num_text_tokens} tokens; the limit is {max_input_tokens}", "input", code=too_long
         )
     # The text fed while decoding (input, and a clone's transcript in the in-context mode) and the
     # instructions ahead of the prompt are bounded like the input.
     if len(prompt.trailing_text) > max_input_tokens + 1:
         raise InvalidRequestError(
-            f"input and ref_text are {len(prompt.trailing_text) - 1} tokens together, more than the limit of "
-            f"{max_input_tokens}; shorten the reference's transcript",
+            f"input and ref_text are {len(prompt.trailing_text) - 1} tokens together; the limit is "
+            f"{max_input_tokens}: shorten the reference's transcript",
             "ref_text",
+            code=too_long,
         )
     if req.instruct and (n := len(model.tokenizer.encode(req.instruct))) > max_input_tokens:
         raise InvalidRequestError(
-            f"instructions are {n} tokens, more than the limit of {max_input_tokens}", "instructions"
+            f"instructions are {n} tokens; the limit is {max_input_tokens}", "instructions", code=too_long
         )
     params = SamplingParams.from_defaults(
         model.config.generation,

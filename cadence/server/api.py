@@ -2,7 +2,8 @@
 
 Routes: POST /v1/audio/speech, WS /v1/audio/speech/stream, GET /v1/models, GET /v1/models/{id},
 GET /v1/audio/voices[/{id}], POST and DELETE /v1/audio/voices (Base), GET /health, GET /ready,
-GET /metrics, GET /version. With an API key set, every /v1 route needs `Authorization: Bearer <key>`.
+GET /metrics, GET /version, GET /docs and /openapi.json. With an API key set, every /v1 route and the
+docs need `Authorization: Bearer <key>` (or `?api_key=`, for the docs page and the WebSocket).
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ import hmac
 import logging
 import platform
 import time
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request, WebSocket
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from . import errors as E
@@ -33,18 +38,38 @@ SPEECH_ROUTE = "/v1/audio/speech"
 DRAIN_LIMIT_BYTES = 16 << 20  # an oversized body is read (and dropped) up to this, so the client sees the 413
 
 
-class AbortStreamMiddleware:
-    """Lets a response body end the connection without its terminating chunk (speech.AbortStream):
-    the client sees a truncated stream instead of a short body that looks complete."""
+class LastResortMiddleware:
+    """Ends what a route could not end itself, for that request alone. An AbortStream cuts the
+    connection of a response that did not complete (the client sees a truncated stream instead of a
+    short body that looks whole); any other exception becomes a 500 that is logged once, counted in
+    the metrics and written to the access log, rather than reaching uvicorn."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, state: ServerState):
         self.app = app
+        self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
         except AbortStream:
             pass  # the server closes the connection of a response that did not complete
+        except Exception as e:
+            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            err = E.server_error(f"internal error: {type(e).__name__}")
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            record(self.state.metrics, Outcome(route), err.status, f"{type(e).__name__}: {e}")
+            if not started:
+                await err.response()(scope, receive, send)
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -54,9 +79,12 @@ def create_app(state: ServerState) -> FastAPI:
         yield
         await state.stop()
 
-    app = FastAPI(title="cadence", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    # /docs and /openapi.json are routes of their own below: behind the API key when one is set.
+    app = FastAPI(
+        title="cadence", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.cadence = state
-    app.add_middleware(AbortStreamMiddleware)
+    app.add_middleware(LastResortMiddleware, state=state)
 
     @app.exception_handler(E.APIError)
     async def api_error(request: Request, e: E.APIError) -> JSONResponse:
@@ -75,15 +103,24 @@ def create_app(state: ServerState) -> FastAPI:
         state.metrics.requests.labels(_route(request), str(err.status)).inc()
         return err.response()
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, e: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return E.server_error(f"internal error: {type(e).__name__}").response()
-
     def require_key(request: Request) -> None:
         check_api_key(state, request.headers.get("authorization"))
 
+    def require_key_or_query(request: Request) -> None:
+        """Header or `?api_key=`: for what a browser opens (the docs page, the WebSocket)."""
+        check_api_key(state, request_key(request.headers, request.query_params))
+
     auth = [Depends(require_key)]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key_or_query)])
+    async def openapi_schema() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(require_key_or_query)])
+    async def docs(request: Request) -> Response:
+        key = request.query_params.get("api_key")
+        schema = "/openapi.json" + (f"?api_key={quote(key, safe='')}" if key else "")
+        return get_swagger_ui_html(openapi_url=schema, title="cadence: API")
 
     # -- status routes ----------------------------------------------------------------------------
 
@@ -176,6 +213,15 @@ def _route(request: Request) -> str:
     return getattr(route, "path", None) or "unmatched"
 
 
+def request_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The Authorization header, or a `?api_key=` query parameter (browsers cannot set headers on a
+    WebSocket or on a page they navigate to) as one."""
+    if auth := headers.get("authorization"):
+        return auth
+    key = query.get("api_key")
+    return f"Bearer {key}" if key else None
+
+
 def check_api_key(state: ServerState, authorization: str | None) -> None:
     key = state.settings.api_key
     if not key:
@@ -194,12 +240,15 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise E.too_large(f"the body is {length} bytes; the limit is {limit}")
     data = bytearray()
     size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size <= limit:
-            data += part
-        elif size > DRAIN_LIMIT_BYTES:
-            break
+    try:
+        async for part in request.stream():
+            size += len(part)
+            if size <= limit:
+                data += part
+            elif size > DRAIN_LIMIT_BYTES:
+                break
+    except ClientDisconnect:
+        raise E.client_gone() from None
     if size > limit:
         raise E.too_large(f"the body is {size}{'+' if size > DRAIN_LIMIT_BYTES else ''} bytes; the limit is {limit}")
     try:

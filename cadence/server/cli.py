@@ -22,6 +22,7 @@ log = logging.getLogger("cadence.server")
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 API_KEY_ENV = "CADENCE_API_KEY"
+DRAIN_GRACE_S = 5.0  # after the drain timeout, for cut-off streams to send their error and close
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -187,7 +188,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--max-body-bytes", type=int, help="largest request body, then 413 (1 MiB)")
     g.add_argument("--request-timeout", type=float, help="seconds a request may take in all (600)")
-    g.add_argument("--drain-timeout", type=float, help="on SIGTERM, seconds open streams get to finish (30)")
+    g.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="on SIGTERM, seconds open streams get to finish; then they are cut off with a 'draining' error (30)",
+    )
+    g.add_argument(
+        "--ws-max-message-bytes",
+        type=int,
+        help="largest WebSocket message; past it the socket is closed with code 1009 (65536)",
+    )
+    g.add_argument(
+        "--ws-max-buffered-chars",
+        type=int,
+        help="text a WebSocket session may hold not yet spoken; a delta past it is refused with an error event (65536)",
+    )
+    g.add_argument(
+        "--max-concurrent-uploads",
+        type=int,
+        help="Base: requests carrying reference audio that are read and analysed at once; the rest wait (4)",
+    )
     g.add_argument("--warmup-frames", type=int, help="frames of the warm-up synthesis before /ready (8)")
     # None marks an option not given on the command line: the deployment file, else DeployFile's
     # default, fills it (cmd_serve), so that a flag always overrides the file.
@@ -224,8 +244,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_config=None,  # cadence's logging format for uvicorn's lines too
         access_log=False,  # cadence.access writes one structured line per synthesis instead
-        timeout_graceful_shutdown=args.drain_timeout,
+        # The server cuts open streams off at --drain-timeout (ServerState.begin_drain); uvicorn's own
+        # limit is the backstop behind it, once those streams have said why they end.
+        timeout_graceful_shutdown=args.drain_timeout + DRAIN_GRACE_S,
         ws="websockets-sansio",
+        ws_max_size=state.settings.ws_max_message_bytes,
     )
     server = DrainingServer(config, state)
     logging.getLogger("uvicorn.error").addFilter(_DenialIsNotAnError())
@@ -303,6 +326,10 @@ def build_state(args: argparse.Namespace) -> ServerState:
         max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes,
         request_timeout=args.request_timeout,
+        drain_timeout=args.drain_timeout,
+        ws_max_message_bytes=args.ws_max_message_bytes,
+        ws_max_buffered_chars=args.ws_max_buffered_chars,
+        max_concurrent_uploads=args.max_concurrent_uploads,
     )
     process = EngineProcessConfig(
         model_name=name,

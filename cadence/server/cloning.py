@@ -13,8 +13,10 @@ import argparse
 import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import re
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +34,7 @@ log = logging.getLogger("cadence.server")
 
 DEFAULT_VOICES_DIR = "~/.cache/cadence/voices"
 ENCODE_CONCURRENCY = 2  # reference encodes at once; more wait (each uses every CPU core it can get)
+CHARS_PER_TOKEN_BOUND = 8  # a transcript longer than this many characters a token is refused untokenised
 
 
 @dataclass
@@ -40,6 +43,8 @@ class CloningSettings:
     max_audio_bytes: int = AudioLimits.max_bytes
     max_audio_seconds: float = AudioLimits.max_seconds
     device: str = "cpu"
+    # A transcript of 30 s of speech is ~100 tokens; the in-context prompt carries it on every request.
+    max_ref_text_tokens: int = 512
 
     @property
     def limits(self) -> AudioLimits:
@@ -60,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.max_audio_seconds,
         help=f"longest reference audio, then 413 (default {d.max_audio_seconds:g})",
     )
+    g.add_argument(
+        "--max-ref-text-tokens",
+        type=int,
+        default=d.max_ref_text_tokens,
+        help=f"longest reference transcript (ref_text) in tokens, then 413 (default {d.max_ref_text_tokens})",
+    )
     g.add_argument("--voice-encoder-device", default=d.device, help="device of the voice encoders (default cpu)")
 
 
@@ -69,6 +80,8 @@ def attach(state: ServerState, args: argparse.Namespace, checkpoint: Path | None
     if config.tts_model_type != "base":
         return
     state.cloning = VoiceCloning.load(config, checkpoint, settings_from(args))
+    state.cloning.count_tokens = lambda text: len(state.frontend.tokenizer.encode(text))
+    state.cloning.uploads = asyncio.Semaphore(state.settings.max_concurrent_uploads)
     state.voices.library = state.cloning.library
     log.info(
         "voice cloning: encoders on %s, saved voices in %s",
@@ -84,16 +97,25 @@ def settings_from(args: argparse.Namespace) -> CloningSettings:
         getattr(args, "max_ref_audio_bytes", None) or d.max_audio_bytes,
         getattr(args, "max_ref_audio_seconds", None) or d.max_audio_seconds,
         getattr(args, "voice_encoder_device", None) or d.device,
+        getattr(args, "max_ref_text_tokens", None) or d.max_ref_text_tokens,
     )
 
 
 class VoiceCloning:
     """A Base server's cloning: the voice encoders, the saved voices, the reference-audio limits."""
 
-    def __init__(self, encoder: VoiceEncoder, library: VoiceLibrary, limits: AudioLimits):
+    def __init__(
+        self, encoder: VoiceEncoder, library: VoiceLibrary, limits: AudioLimits, max_ref_text_tokens: int = 512
+    ):
         self.encoder = encoder
         self.library = library
         self.limits = limits
+        self.max_ref_text_tokens = max_ref_text_tokens
+        # The checkpoint's tokenizer (attach() sets it), for the transcript's length in tokens.
+        self.count_tokens: Callable[[str], int] = len
+        # Requests carrying reference audio, from their first byte read to their analysis: each may
+        # hold its audio in memory, so only so many at once; the rest wait unread on their socket.
+        self.uploads = asyncio.Semaphore(4)
         self._slots = asyncio.Semaphore(ENCODE_CONCURRENCY)
 
     @classmethod
@@ -106,14 +128,23 @@ class VoiceCloning:
         else:
             encoder = VoiceEncoder.random(config, seed, settings.device)
         library = VoiceLibrary(settings.voices_dir, config.talker.hidden_size)
-        return cls(encoder, library, settings.limits)
+        return cls(encoder, library, settings.limits, settings.max_ref_text_tokens)
 
     @property
     def max_base64_chars(self) -> int:
         return 4 * -(-self.limits.max_bytes // 3) + 64  # base64 of the largest audio, and a data: prefix
 
+    @contextlib.asynccontextmanager
+    async def upload_slot(self) -> AsyncIterator[None]:
+        """Hold one of the concurrent-upload places while a reference is read and analysed."""
+        async with self.uploads:
+            yield
+
     async def analyze(self, data: bytes, ref_text: str | None, param: str) -> VoiceClonePrompt:
-        """Encoded audio -> the voice's prompt; a 400 or 413 naming `param` when the audio will not do."""
+        """Encoded audio -> the voice's prompt; a 400 or 413 naming `param` when the audio will not do,
+        or `ref_text` when the transcript is too long. Decoding, encoding and tokenising run in a
+        worker thread."""
+        self._check_ref_text_chars(ref_text)
         async with self._slots:
             try:
                 return await asyncio.to_thread(self._analyze, data, ref_text)
@@ -122,7 +153,18 @@ class VoiceCloning:
             except AudioInputError as e:
                 raise E.bad_request(str(e), param, "invalid_audio") from None
 
+    def _check_ref_text_chars(self, ref_text: str | None) -> None:
+        limit = self.max_ref_text_tokens * CHARS_PER_TOKEN_BOUND
+        if ref_text is not None and len(ref_text) > limit:
+            raise E.too_large(
+                f"ref_text is {len(ref_text)} characters; the limit is {self.max_ref_text_tokens} tokens "
+                f"(at most {limit} characters)",
+                "ref_text",
+            )
+
     def _analyze(self, data: bytes, ref_text: str | None) -> VoiceClonePrompt:
+        if ref_text is not None and (tokens := self.count_tokens(ref_text)) > self.max_ref_text_tokens:
+            raise E.too_large(f"ref_text is {tokens} tokens; the limit is {self.max_ref_text_tokens}", "ref_text")
         wav = decode_audio(data, self.encoder.sample_rate, self.limits)
         return self.encoder.encode(wav, ref_text)
 

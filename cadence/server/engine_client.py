@@ -13,6 +13,7 @@ import contextlib
 import logging
 import multiprocessing
 import shutil
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -21,7 +22,7 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from ..engine.request import AudioChunk, EngineRequest, EngineStats, QueueFullError
+from ..engine.request import AudioChunk, EngineRequest, EngineStats, QueueFullError, RequestTooLargeError
 from . import protocol as P
 from .engine_process import EngineProcessConfig, run_engine_process
 
@@ -34,10 +35,6 @@ class EngineDeadError(RuntimeError):
 
 class EngineStartError(RuntimeError):
     """The engine process failed while loading or warming up."""
-
-
-class RequestTooLargeError(ValueError):
-    """The engine refused a request that can never fit its KV cache."""
 
 
 class EngineClient:
@@ -162,6 +159,10 @@ class EngineClient:
         if not self.dead:
             self._send(P.Cancel(request_id))
 
+    def cancel_all(self) -> None:
+        for rid in list(self._streams):
+            self.cancel(rid)
+
     def _send(self, msg: P.Submit | P.Cancel | P.Shutdown) -> bool:
         """False when no engine is connected (it exited, or has not connected yet)."""
         try:
@@ -190,7 +191,7 @@ class EngineClient:
                     error = (
                         QueueFullError(msg.message, msg.retry_after)
                         if msg.retry_after > 0
-                        else RequestTooLargeError(msg.message)
+                        else RequestTooLargeError(msg.message, msg.prompt_too_long)
                     )
                     queue.put_nowait(error)
             elif isinstance(msg, P.Ready):
@@ -206,13 +207,24 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         loop.remove_reader(self._process.sentinel)
         self.dead = True
-        code = self._process.exitcode
+        self._process.join(1.0)  # reap it: its exit code is known only then
+        code = _describe_exit(self._process.exitcode)
         if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(EngineStartError(f"the engine process exited with code {code} while starting"))
+            self._ready.set_exception(EngineStartError(f"the engine process exited ({code}) while starting"))
         if self._closing:
             return
-        log.error("the engine process exited with code %s; failing %d open requests", code, len(self._streams))
+        log.error("the engine process exited (%s); failing %d open requests", code, len(self._streams))
         for queue in self._streams.values():
-            queue.put_nowait(EngineDeadError(f"the engine process exited with code {code}"))
+            queue.put_nowait(EngineDeadError(f"the engine process exited ({code})"))
         if self.on_death is not None:
             self.on_death()
+
+
+def _describe_exit(code: int | None) -> str:
+    """An exit code as words: 'code 1', 'killed by SIGKILL'."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"code {code}"

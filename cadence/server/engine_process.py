@@ -24,7 +24,7 @@ import zmq
 from ..engine.config import EngineConfig
 from ..engine.core import EngineCore
 from ..engine.engine import SynthesisRequest, build_core, prepare_request
-from ..engine.request import FinishReason, QueueFullError
+from ..engine.request import FinishReason, QueueFullError, RequestTooLargeError
 from ..models.qwen3_tts.builtin import Architecture
 from ..models.qwen3_tts.model import Qwen3TTS
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
@@ -206,6 +206,8 @@ class EngineLoop:
             self.core.add_request(request)
         except QueueFullError as e:
             self._send(P.Rejected(request.request_id, str(e), e.retry_after))
+        except RequestTooLargeError as e:
+            self._send(P.Rejected(request.request_id, str(e), 0.0, e.prompt_too_long))
         except ValueError as e:  # a duplicate id: an API bug, refused without touching the other stream
             log.error("request %s refused: %s", request.request_id, e)
             self._send(P.Rejected(request.request_id, str(e), 0.0))

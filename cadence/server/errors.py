@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from ..engine.request import AudioChunk, FinishReason
 from ..errors import InvalidRequestError
 
 
@@ -69,5 +70,24 @@ def server_error(message: str, code: str = "internal_error") -> APIError:
     return APIError(500, message, "server_error", code=code)
 
 
+def client_gone() -> APIError:
+    """The client went away before its request was read: nobody sees this answer; it is counted."""
+    return APIError(499, "client disconnected", code="client_disconnected")
+
+
 def timeout(message: str) -> APIError:
     return APIError(504, message, "server_error", code="timeout")
+
+
+def chunk_error(chunk: AudioChunk, drain_expired: bool = False) -> APIError | None:
+    """Why a final chunk ended its request abnormally, as the error the client gets, or None."""
+    if chunk.finish_reason is FinishReason.ERROR:
+        return server_error(f"request {chunk.request_id} failed: {chunk.error or 'synthesis failed'}")
+    if chunk.finish_reason is FinishReason.CANCELLED:
+        if drain_expired:
+            return unavailable(
+                f"request {chunk.request_id} was cut off: the server is shutting down and its drain timeout ran out",
+                "draining",
+            )
+        return server_error(f"request {chunk.request_id} was cancelled by the engine")
+    return None

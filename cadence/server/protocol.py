@@ -106,11 +106,12 @@ class StepOutput(msgspec.Struct, tag="step"):
 
 class Rejected(msgspec.Struct, tag="rejected"):
     """The core refused a request: its queue is full (retry_after > 0), or the request can never fit
-    the KV cache (retry_after == 0)."""
+    the KV cache (retry_after == 0; `prompt_too_long`: not even its prompt)."""
 
     request_id: str
     message: str
     retry_after: float
+    prompt_too_long: bool = False
 
 
 EngineOutput = Ready | Failed | StepOutput | Rejected

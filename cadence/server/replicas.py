@@ -178,6 +178,11 @@ class ReplicaPool:
     def describe(self) -> list[dict]:
         return [r.describe() for r in self.replicas]
 
+    def cancel_all(self) -> None:
+        """Cancel every open request (the drain timeout ran out); each ends with a cancelled chunk."""
+        for r in self.replicas:
+            r.client.cancel_all()
+
     async def synthesize(self, request: EngineRequest) -> AsyncIterator[AudioChunk]:
         """EngineClient.synthesize on the least loaded ready replica."""
         replica = self._pick()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ..engine.engine import SynthesisRequest, prepare_request
-from ..engine.request import EngineRequest
+from ..engine.request import EngineRequest, RequestTooLargeError
 from ..errors import InvalidRequestError
 from ..models.qwen3_tts.model import Qwen3TTSFrontend
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
@@ -26,6 +26,7 @@ OPENAI_VOICE_NAMES = frozenset(OPENAI_VOICES)
 STREAM_FORMATS = ("audio", "sse")
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # accepted so unmodified OpenAI clients work
 MAX_SEED = 2**63 - 1
+MAX_TOP_K = 100_000
 
 
 class VoiceRef(msgspec.Struct):
@@ -68,6 +69,10 @@ class Limits:
     max_input_chars: int
     max_input_tokens: int
     model_names: tuple[str, ...]  # what `model` may say (besides nothing)
+    max_new_tokens: int = 12800  # the engine's max_seq_tokens: no request is longer
+
+    def integer_ranges(self) -> dict[str, tuple[int, int]]:
+        return {"seed": (0, MAX_SEED), "top_k": (0, MAX_TOP_K), "max_new_tokens": (1, self.max_new_tokens)}
 
 
 @dataclass
@@ -91,13 +96,27 @@ class SpeechJob:
     def input_tokens(self) -> int:
         return self.request.prompt.num_text_tokens
 
+    def too_large(self, e: RequestTooLargeError) -> E.APIError:
+        """The engine's refusal of a request that can never fit its KV cache, naming what to shorten:
+        the frame budget, or the largest part of a prompt that does not fit on its own."""
+        if not e.prompt_too_long:
+            return E.bad_request(f"{e}; lower max_new_tokens", "max_new_tokens")
+        prompt = self.request.prompt
+        parts = {
+            "input": prompt.num_text_tokens,
+            "ref_audio": len(prompt.ref_codes),
+            "instructions": len(prompt) - prompt.num_text_tokens - len(prompt.ref_codes),
+        }
+        param = max(parts, key=parts.__getitem__)
+        return E.too_large(f"{e}; shorten {param}", param)
+
 
 _PATH = re.compile(r"at `\$\.([A-Za-z_][A-Za-z0-9_]*)")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
-def decode_body(raw: bytes, type_: type[msgspec.Struct]) -> msgspec.Struct:
-    """JSON bytes -> the struct, or a 400 saying what was wrong and where."""
+def decode_json(raw: bytes | str, type_: type[msgspec.Struct], what: str = "body") -> msgspec.Struct:
+    """JSON -> the struct, or a 400 saying what was wrong and where (`what`: "body", "message")."""
     try:
         return msgspec.json.decode(raw, type=type_)
     except msgspec.ValidationError as e:
@@ -108,9 +127,19 @@ def decode_body(raw: bytes, type_: type[msgspec.Struct]) -> msgspec.Struct:
                 f"missing required field '{missing.group(1)}'", missing.group(1), "missing_field"
             ) from None
         path = _PATH.search(text)
-        raise E.bad_request(f"invalid body: {text}", path.group(1) if path else None, "invalid_type") from None
+        raise E.bad_request(f"invalid {what}: {text}", path.group(1) if path else None, "invalid_type") from None
     except msgspec.DecodeError as e:
-        raise E.bad_request(f"the body is not valid JSON: {e}", None, "invalid_json") from None
+        raise E.bad_request(f"the {what} is not valid JSON: {e}", None, "invalid_json") from None
+    except RecursionError:  # arrays or objects nested thousands deep, in any field
+        raise E.bad_request(f"the {what} is nested too deeply", None, "invalid_json") from None
+
+
+def check_integers(body: msgspec.Struct, ranges: dict[str, tuple[int, int]]) -> None:
+    """Every integer field given within its documented range, else a 400 naming it."""
+    for name, (lo, hi) in ranges.items():
+        value = getattr(body, name, None)
+        if value is not None and not (lo <= value <= hi):
+            raise E.bad_request(f"{name} must be an integer from {lo} to {hi}, got {value}", name)
 
 
 def validate_speech(
@@ -132,8 +161,9 @@ def validate_speech(
     text = body.input
     if not text.strip():
         raise E.bad_request("input is empty", "input", "empty_input")
-    if len(text) > limits.max_input_chars:
-        raise E.too_large(f"input is {len(text)} characters; the limit is {limits.max_input_chars}", "input")
+    for name, value in (("input", text), ("instructions", body.instructions or "")):
+        if len(value) > limits.max_input_chars:
+            raise E.too_large(f"{name} is {len(value)} characters; the limit is {limits.max_input_chars}", name)
     response_format = body.response_format.lower()
     if response_format not in FORMATS:
         raise E.invalid(
@@ -147,10 +177,7 @@ def validate_speech(
     lo, hi = SPEED_RANGE
     if not (lo <= body.speed <= hi):
         raise E.bad_request(f"speed must be between {lo} and {hi}, got {body.speed}", "speed")
-    if body.seed is not None and not (0 <= body.seed <= MAX_SEED):
-        raise E.bad_request(f"seed must be between 0 and {MAX_SEED}, got {body.seed}", "seed")
-    if body.max_new_tokens is not None and body.max_new_tokens < 1:
-        raise E.bad_request(f"max_new_tokens must be >= 1, got {body.max_new_tokens}", "max_new_tokens")
+    check_integers(body, limits.integer_ranges())
     if body.ignore_eos and body.max_new_tokens is None:
         raise E.bad_request("ignore_eos needs max_new_tokens (the number of frames to generate)", "max_new_tokens")
     try:
@@ -171,13 +198,9 @@ def validate_speech(
             ignore_eos=body.ignore_eos,
             request_id=request_id or new_request_id(),
         )
-        # The token limit is checked below, as a 413 like the character limit.
-        request = prepare_request(frontend, synthesis, max_input_tokens=1 << 62)
+        request = prepare_request(frontend, synthesis, limits.max_input_tokens)
     except InvalidRequestError as e:
-        raise E.invalid(e) from None
-    tokens = request.prompt.num_text_tokens
-    if tokens > limits.max_input_tokens:
-        raise E.too_large(f"input is {tokens} tokens; the limit is {limits.max_input_tokens}", "input")
+        raise (E.too_large(e.message, e.param) if e.code == "request_too_large" else E.invalid(e)) from None
     return SpeechJob(
         request,
         text,

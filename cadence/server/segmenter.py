@@ -5,6 +5,11 @@ more text), at a CJK terminator 。！？ (no space follows those), or at a line
 and brackets stay with their sentence. A known abbreviation ("Dr.", "e.g.") does not end one. Text
 that runs past `max_chars` without an end is cut at its last clause mark or space, so one long
 run-on delta cannot hold audio back indefinitely.
+
+The work is linear in the text: a scan position carries over from one delta to the next, so each
+character is examined a bounded number of times however the text is split (a run of closers and
+full stops at the very end of the buffer is looked at again when the next delta arrives; it is at
+most `max_chars` long). The buffer holds at most the unfinished sentence.
 """
 
 from __future__ import annotations
@@ -14,58 +19,91 @@ CJK_ENDS = "。！？；"
 CLOSERS = "\"')]}”’」』》）"
 CLAUSE_MARKS = ",;:，、；：—"
 ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "vs", "etc", "e.g", "i.e", "no", "fig"}
+LONGEST_WORD_CHECKED = 8  # an abbreviation is short: the word before a "." is looked at this far back
 
 
 class SentenceSegmenter:
     def __init__(self, max_chars: int = 400):
         self.max_chars = max_chars
-        self.buffer = ""
+        self._buf = ""  # the unfinished sentence and what follows it
+        self._scan = 0  # the first character not yet examined
+        self._has_text = False  # something other than whitespace before _scan
+        self._run_to = 0  # how far the run of stops at _scan, waiting for more text, was scanned
+
+    @property
+    def pending_chars(self) -> int:
+        """Characters held back, waiting for the end of their sentence."""
+        return len(self._buf)
 
     def push(self, text: str) -> list[str]:
         """Add a delta; return the sentences it completed, in order."""
-        self.buffer += text
+        self._buf += text
         out = []
-        while True:
-            end = self._sentence_end()
-            if (end is None or end > self.max_chars) and len(self.buffer) > self.max_chars:
-                end = self._forced_cut()
-            if end is None:
-                return out
-            sentence, self.buffer = self.buffer[:end].strip(), self.buffer[end:]
+        while (end := self._next_end()) is not None:
+            sentence = self._buf[:end].strip()
+            self._buf = self._buf[end:]
+            self._scan, self._has_text, self._run_to = 0, False, 0
             if sentence:
                 out.append(sentence)
+        return out
 
     def flush(self) -> str | None:
         """The rest of the text (end of input), or None if only whitespace is left."""
-        rest, self.buffer = self.buffer.strip(), ""
+        rest = self._buf.strip()
+        self._buf, self._scan, self._has_text, self._run_to = "", 0, False, 0
         return rest or None
 
-    def _sentence_end(self) -> int | None:
-        buf = self.buffer
-        for i, ch in enumerate(buf):
-            if ch == "\n" and buf[:i].strip():
+    def _next_end(self) -> int | None:
+        """Where the first sentence of the buffer ends (exclusive), or None to wait for more text."""
+        buf, limit = self._buf, self.max_chars
+        i = self._scan
+        while i < len(buf) and i < limit:
+            ch = buf[i]
+            if ch == "\n" and self._has_text:
                 return i + 1
             if ch in CJK_ENDS:
-                return self._after_closers(i + 1)
-            if ch in LATIN_ENDS:
                 j = self._after_closers(i + 1)
+                return j if j <= limit or len(buf) <= limit else self._forced_cut()
+            if ch in LATIN_ENDS:
+                j = self._after_closers(max(i + 1, self._run_to))
+                if j > limit:
+                    return self._forced_cut()  # whatever follows the run, it ends past the limit
                 if j >= len(buf):
-                    return None  # the next delta decides ("3." + "14", "Dr." + " Smith")
-                if buf[j].isspace() and not (ch == "." and self._abbreviation(i)):
+                    self._scan, self._run_to = i, j  # the next delta decides ("3." + "14", "Dr." + " Smith")
+                    return None
+                if buf[j].isspace() and self._ends_sentence(i, j):
                     return j
-        return None
+                self._has_text = True
+                i = j  # the run of stops and closers decided at once
+                continue
+            self._has_text = self._has_text or not ch.isspace()
+            i += 1
+        self._scan = i
+        return self._forced_cut() if len(buf) > limit else None
+
+    def _ends_sentence(self, first: int, after: int) -> bool:
+        """The run of stops and closers buf[first:after] ends a sentence (a whitespace follows it),
+        unless it is a single "." after an abbreviation."""
+        run = self._buf[first:after]
+        return run[0] != "." or any(c in LATIN_ENDS for c in run[1:]) or not self._abbreviation(first)
 
     def _after_closers(self, j: int) -> int:
-        while j < len(self.buffer) and (self.buffer[j] in CLOSERS or self.buffer[j] in LATIN_ENDS):
+        """The end of the run of closers and stops from j; past max_chars it does not matter where."""
+        buf, stop = self._buf, min(len(self._buf), self.max_chars + 1)
+        while j < stop and (buf[j] in CLOSERS or buf[j] in LATIN_ENDS):
             j += 1
         return j
 
     def _abbreviation(self, dot: int) -> bool:
-        words = self.buffer[:dot].split()
-        return bool(words) and words[-1].lower().lstrip("(\"'") in ABBREVIATIONS
+        start = dot
+        while start > 0 and dot - start < LONGEST_WORD_CHECKED and not self._buf[start - 1].isspace():
+            start -= 1
+        if start > 0 and not self._buf[start - 1].isspace():
+            return False  # longer than any abbreviation
+        return self._buf[start:dot].lower().lstrip("(\"'") in ABBREVIATIONS
 
     def _forced_cut(self) -> int:
-        window = self.buffer[: self.max_chars]
+        window = self._buf[: self.max_chars]
         for marks in (CLAUSE_MARKS, " \t"):
             cut = max(window.rfind(m) for m in marks)
             if cut > self.max_chars // 4:

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..engine.request import AudioChunk, FinishReason, QueueFullError
+from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import CONTENT_TYPES, make_encoder
-from .engine_client import EngineDeadError, RequestTooLargeError
+from .engine_client import EngineDeadError
 from .schema import SpeechJob
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 
 class AbortStream(Exception):
-    """Raised from a response body to cut the connection (see api.AbortStreamMiddleware)."""
+    """Raised from a response body to cut the connection (see api.LastResortMiddleware)."""
 
 
 class ClientGone(Exception):
@@ -79,13 +79,18 @@ class SpeechRun:
         except QueueFullError as e:
             raise E.queue_full(f"the engine queue is full: {e}", e.retry_after) from None
         except RequestTooLargeError as e:
-            raise E.bad_request(f"{e}; lower max_new_tokens or the input length", "max_new_tokens") from None
+            raise self.job.too_large(e) from None
         except EngineDeadError as e:
             raise E.unavailable(str(e), "engine_dead") from None
         except TimeoutError:
             raise E.timeout(
                 f"no result within the request timeout ({self.state.settings.request_timeout:g} s)"
             ) from None
+        except (ClientGone, E.APIError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # an engine-client bug: this request fails, counted and logged, and no other
+            log.exception("request %s failed", self.job.request_id)
+            raise E.server_error(f"internal error: {type(e).__name__}") from None
         o = self.outcome
         o.frames = chunk.frame_end
         if chunk.pcm.size and o.first_audio is None:
@@ -126,6 +131,17 @@ class SpeechRun:
             self.outcome.audio_seconds = self.encoder.seconds
             record(self.state.metrics, self.outcome, status, error)
 
+    def record_cut(self) -> None:
+        """The response was cut off: the client went away, or the drain timeout ran out."""
+        if self.state.drain_expired:
+            self.record(503, "cut off: the server shut down before the request finished (--drain-timeout)")
+        else:
+            self.record(499, "client disconnected")
+
+    def failure(self, chunk: AudioChunk) -> E.APIError | None:
+        """The error a final chunk that ends the request abnormally means for the client, or None."""
+        return E.chunk_error(chunk, self.state.drain_expired)
+
     @property
     def finish_reason(self) -> str | None:
         return self.outcome.finish_reason
@@ -145,15 +161,6 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _failure(chunk: AudioChunk) -> str | None:
-    """Why a final chunk ended the request abnormally, or None."""
-    if chunk.finish_reason is FinishReason.ERROR:
-        return chunk.error or "synthesis failed"
-    if chunk.finish_reason is FinishReason.CANCELLED:
-        return "cancelled by the engine"
-    return None
-
-
 async def respond(state: ServerState, job: SpeechJob, request: Request, arrival: float, route: str) -> Response:
     """The HTTP answer to a validated speech request."""
     run = SpeechRun(state, job, request, arrival, route)
@@ -163,8 +170,8 @@ async def respond(state: ServerState, job: SpeechJob, request: Request, arrival:
         headers["Warning"] = f'299 cadence "instructions are ignored: the {size} model does not take them"'
     try:
         first = await run.next_chunk(watch_client=True)
-        if (why := _failure(first)) is not None:
-            raise E.server_error(f"request {job.request_id} failed: {why}")
+        if (error := run.failure(first)) is not None:
+            raise error
         if not job.stream:
             return await _whole(run, first, headers)
     except ClientGone:
@@ -188,8 +195,8 @@ async def _whole(run: SpeechRun, first: AudioChunk, headers: dict[str, str]) -> 
     while not chunk.is_final:
         chunk = await run.next_chunk(watch_client=True)
         parts.append(run.encoder.encode(chunk.pcm))
-    if (why := _failure(chunk)) is not None:
-        raise E.server_error(f"request {run.job.request_id} failed: {why}")
+    if (error := run.failure(chunk)) is not None:
+        raise error
     parts.append(run.encoder.finish())
     usage = run.usage()
     headers = {
@@ -204,61 +211,61 @@ async def _whole(run: SpeechRun, first: AudioChunk, headers: dict[str, str]) -> 
 
 
 async def _chunks(run: SpeechRun, first: AudioChunk) -> AsyncIterator[AudioChunk]:
+    """The request's chunks; a final chunk that ends it abnormally raises its APIError."""
     chunk = first
-    yield chunk
-    while not chunk.is_final:
-        chunk = await run.next_chunk()
+    while True:
+        if chunk.is_final and (error := run.failure(chunk)) is not None:
+            raise error
         yield chunk
+        if chunk.is_final:
+            return
+        chunk = await run.next_chunk()
 
 
 async def _audio_body(run: SpeechRun, first: AudioChunk) -> AsyncIterator[bytes]:
-    error = None
+    error: E.APIError | None = None
     try:
         try:
             async for chunk in _chunks(run, first):
                 if data := run.encoder.encode(chunk.pcm):
                     yield data
-                if chunk.is_final:
-                    error = _failure(chunk)
-            if error is None and (tail := run.encoder.finish()):
+            if tail := run.encoder.finish():
                 yield tail
         except E.APIError as e:
-            error = e.message
+            error = e
     except (asyncio.CancelledError, GeneratorExit):
         await run.close()
-        run.record(499, "client disconnected")
+        run.record_cut()
         raise
     await run.close()
     if error is None:
         run.record(200)
         return
-    log.error("request %s failed after streaming started: %s", run.job.request_id, error)
-    run.record(500, error)
-    raise AbortStream(error)
+    log.error("request %s failed after streaming started: %s", run.job.request_id, error.message)
+    run.record(error.status, error.message)
+    raise AbortStream(error.message)
 
 
 async def _sse_body(run: SpeechRun, first: AudioChunk) -> AsyncIterator[bytes]:
-    error = None
+    error: E.APIError | None = None
     try:
         try:
             async for chunk in _chunks(run, first):
                 if data := run.encoder.encode(chunk.pcm):
                     yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
-                if chunk.is_final and (why := _failure(chunk)) is not None:
-                    raise E.server_error(f"request {run.job.request_id} failed: {why}")
             if tail := run.encoder.finish():
                 yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
             yield _event({"type": "speech.audio.done", "usage": run.usage(), "finish_reason": run.finish_reason})
         except E.APIError as e:
-            error = e.message
+            error = e
             log.error("request %s failed after streaming started: %s", run.job.request_id, e.message)
             yield _event({"type": "error", **e.body()})
     except (asyncio.CancelledError, GeneratorExit):
         await run.close()
-        run.record(499, "client disconnected")
+        run.record_cut()
         raise
     await run.close()
-    run.record(500 if error else 200, error)
+    run.record(error.status if error else 200, error.message if error else None)
 
 
 def _event(payload: dict[str, Any]) -> bytes:

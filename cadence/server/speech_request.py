@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 import msgspec
 from fastapi import Request
 from starlette.datastructures import UploadFile
+from starlette.requests import ClientDisconnect
 
 from . import errors as E
 from .cloning import decode_base64_audio
-from .schema import SpeechBody, SpeechJob, decode_body, validate_speech
+from .schema import SpeechBody, SpeechJob, decode_json, validate_speech
 
 if TYPE_CHECKING:
     from .state import ServerState
@@ -26,7 +27,22 @@ MAX_FORM_FIELDS = 64
 
 
 async def read_speech(request: Request, state: ServerState) -> SpeechJob:
-    """The validated job of a speech request. Raises APIError."""
+    """The validated job of a speech request. Raises APIError. On a Base server a request that may
+    carry reference audio (multipart, or a body larger than a plain one may be) is read and analysed
+    in one of the concurrent-upload places."""
+    if state.cloning is not None and may_carry_audio(request, state.settings.max_body_bytes):
+        async with state.cloning.upload_slot():
+            return await _read_speech(request, state)
+    return await _read_speech(request, state)
+
+
+def may_carry_audio(request: Request, max_plain_bytes: int) -> bool:
+    length = request.headers.get("content-length", "")
+    multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
+    return multipart or not length.isdigit() or int(length) > max_plain_bytes
+
+
+async def _read_speech(request: Request, state: ServerState) -> SpeechJob:
     from .api import read_body  # the shared body reader (limits, drain, UTF-8)
 
     cloning = state.cloning
@@ -35,7 +51,7 @@ async def read_speech(request: Request, state: ServerState) -> SpeechJob:
         body, upload = await read_form(request, state, SpeechBody, "ref_audio")
     else:
         extra = cloning.max_base64_chars if cloning is not None else 0
-        body, upload = decode_body(await read_body(request, state.settings.max_body_bytes + extra), SpeechBody), None
+        body, upload = decode_json(await read_body(request, state.settings.max_body_bytes + extra), SpeechBody), None
     clone = None
     if cloning is not None and (upload is not None or body.ref_audio is not None):
         data = (
@@ -58,6 +74,8 @@ async def read_form(
         raise E.too_large(f"the body is {length} bytes; the limit is {limit}", file_field)
     try:
         form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS)
+    except ClientDisconnect:
+        raise E.client_gone() from None
     except Exception as e:  # starlette raises its own errors (malformed parts, too many fields)
         raise E.bad_request(f"invalid multipart form data: {e}", None, "invalid_form") from None
     fields: dict[str, str] = {}

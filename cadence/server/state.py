@@ -4,6 +4,7 @@ and the server's life cycle (loading -> ready -> draining, or dead when no engin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +35,10 @@ class ServerSettings:
     max_input_chars: int = 4096
     max_body_bytes: int = 1 << 20
     request_timeout: float = 600.0  # seconds, whole request
+    drain_timeout: float = 30.0  # seconds open streams get to finish after SIGTERM; then they are cut off
+    ws_max_message_bytes: int = 1 << 16  # one WebSocket message; uvicorn closes the socket (1009) past it
+    ws_max_buffered_chars: int = 1 << 16  # text a WebSocket session holds unspoken; a delta past it is refused
+    max_concurrent_uploads: int = 4  # requests carrying reference audio read and analysed at once; more wait
     model_aliases: tuple[str, ...] = OPENAI_MODELS
 
 
@@ -60,10 +65,12 @@ class ServerState:
             settings.max_input_chars,
             self.engine_config.max_input_tokens,
             (settings.model_name, *[a for a in settings.model_aliases if a != settings.model_name]),
+            self.engine_config.max_seq_tokens,
         )
         self.on_ready = on_ready
         self.started = time.time()
         self.draining = False
+        self.drain_expired = False  # the drain timeout ran out: what is still open is being cut off
         self.exit_code = 0
         # Set by the runner: stop the HTTP server (graceful: it drains open responses first).
         self.request_exit: Callable[[], None] = lambda: None
@@ -105,11 +112,21 @@ class ServerState:
         await self.engine.shutdown(timeout)
 
     def begin_drain(self) -> None:
-        """SIGTERM: refuse new requests (503) while open streams finish."""
+        """SIGTERM: refuse new requests (503) while open streams finish; after `drain_timeout` the
+        ones still open are cancelled in the engine and end with a `draining` error of their own."""
         if not self.draining:
             log.info("draining: %d requests in flight", self.engine.outstanding)
+            with contextlib.suppress(RuntimeError):  # no loop: nothing is open to cut
+                loop = asyncio.get_running_loop()
+                loop.call_soon_threadsafe(loop.call_later, self.settings.drain_timeout, self._cut_open_requests)
         self.draining = True
         self.metrics.ready.set(0)
+
+    def _cut_open_requests(self) -> None:
+        if self.engine.outstanding:
+            log.warning("the drain timeout ran out: cutting off %d open requests", self.engine.outstanding)
+        self.drain_expired = True
+        self.engine.cancel_all()
 
     def _on_engine_death(self, reason: str) -> None:
         log.error("%s: the server cannot serve any more and exits", reason)

@@ -8,8 +8,14 @@ directory per voice:
     <voices dir>/<id>/prompt.safetensors  x_vector [hidden] float32, ref_codes [frames, 16] int64
 
 The reference audio itself is not kept. A voice is written to a temporary directory and renamed
-into place, so a crash never leaves half a voice; voices whose x-vector does not fit the loaded
-checkpoint's width (saved with another model size) are skipped with a warning, not deleted.
+into place, so a crash never leaves half a voice; both files are readable by the server's user only
+(0600, in a 0700 directory): a transcript and a consent record are personal data. Voices whose
+x-vector does not fit the loaded checkpoint's width (saved with another model size) are skipped
+with a warning, not deleted.
+
+A name has one form, used when it is saved, looked up and deleted: Unicode NFKC without surrounding
+whitespace, compared case-insensitively. A name that is not already in that form is refused at
+creation (a trailing space or newline would otherwise make a voice that cannot be named again).
 
 Several servers may share one directory (Ray Serve replicas on a shared volume): before answering,
 the library looks at the directory's modification time and, when it changed, takes in the voices
@@ -21,9 +27,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import time
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +40,10 @@ from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 
 log = logging.getLogger("cadence.server")
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
+NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9 _.\-]{0,62}[A-Za-z0-9_.\-])?")  # fullmatch: 1 to 64
 ID_PREFIX = "voice_"
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
 
 
 class VoiceExistsError(ValueError):
@@ -66,7 +76,7 @@ class SavedVoice:
 class VoiceLibrary:
     def __init__(self, directory: str | Path, hidden_size: int, max_voices: int = 1000):
         self.directory = Path(directory).expanduser()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
         self.hidden_size = hidden_size
         self.max_voices = max_voices
         self._voices: dict[str, SavedVoice] = {}
@@ -116,13 +126,13 @@ class VoiceLibrary:
         return sorted(self._voices.values(), key=lambda v: (v.created_at, v.id))
 
     def get(self, key: str) -> SavedVoice | None:
-        """By id, or by name (case-insensitive)."""
+        """By id, or by name (case-insensitive, in the one normal form)."""
         self._sync()
-        key = key.strip()
+        key = normalize_name(key)
         if key in self._voices:
             return self._voices[key]
         folded = key.casefold()
-        return next((v for v in self._voices.values() if v.name.casefold() == folded), None)
+        return next((v for v in self._voices.values() if normalize_name(v.name).casefold() == folded), None)
 
     def names(self) -> list[str]:
         return [v.name for v in self.list()]
@@ -136,14 +146,16 @@ class VoiceLibrary:
             raise ValueError(f"the library holds its maximum of {self.max_voices} voices; delete some first")
         voice = SavedVoice(f"{ID_PREFIX}{uuid.uuid4().hex[:16]}", name, int(time.time()), consent, prompt)
         tmp = self.directory / f".tmp-{voice.id}"
-        tmp.mkdir()
+        tmp.mkdir(mode=PRIVATE_DIR)
         try:
             prompt.save(tmp / "prompt.safetensors")
             info = {
                 "id": voice.id, "name": name, "created_at": voice.created_at, "consent": consent,
                 "ref_text": prompt.ref_text, "seconds": round(prompt.seconds, 2), "x_vector_dim": self.hidden_size,
             }  # fmt: skip
-            (tmp / "voice.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            _write_private(tmp / "voice.json", json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+            (tmp / "prompt.safetensors").chmod(PRIVATE_FILE)
+            tmp.chmod(PRIVATE_DIR)  # whatever the umask did to mkdir's mode
             tmp.rename(self.directory / voice.id)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -160,11 +172,27 @@ class VoiceLibrary:
         return voice
 
 
+def normalize_name(name: str) -> str:
+    """The one form of a voice name (stored, looked up, deleted): NFKC, no surrounding whitespace."""
+    return unicodedata.normalize("NFKC", name).strip()
+
+
 def check_name(name: str) -> None:
-    if not NAME.match(name or ""):
+    if name and normalize_name(name) != name:
         raise ValueError(
-            f"invalid voice name '{name}': 1 to 64 letters, digits, spaces, '_', '-' or '.', starting with a "
-            "letter or digit"
+            f"invalid voice name {name!r}: it would be stored as {normalize_name(name)!r}; send it in that form"
+        )
+    if not NAME.fullmatch(name or ""):
+        raise ValueError(
+            f"invalid voice name {name!r}: 1 to 64 letters, digits, spaces, '_', '-' or '.', starting with a "
+            "letter or digit and not ending in a space"
         )
     if name.startswith(ID_PREFIX):
         raise ValueError(f"invalid voice name '{name}': names starting with '{ID_PREFIX}' are reserved for ids")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """A new file only the server's user may read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

@@ -7,6 +7,7 @@ for the in-context clone mode). The voice's prompt is computed once here and sto
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -15,13 +16,15 @@ from fastapi.responses import JSONResponse
 
 from . import errors as E
 from .speech_request import read_form
-from .voice_library import VoiceExistsError
+from .voice_library import VoiceExistsError, check_name
 
 if TYPE_CHECKING:
     from .state import ServerState
 
 VOICES = "/v1/audio/voices"
 CONSENT_FLAGS = ("true", "yes", "1", "on")
+CONSENT_ID = re.compile(r"cons_[A-Za-z0-9_-]{1,64}")  # an OpenAI consent recording's id (fullmatch)
+LIST_LIMIT = (1, 1000, 100)  # GET /v1/audio/voices?limit=: least, most, default
 
 
 class VoiceForm(msgspec.Struct, kw_only=True):
@@ -50,11 +53,32 @@ def capabilities(state: ServerState) -> dict[str, Any]:
 
 def add_voice_routes(app: FastAPI, state: ServerState, auth: list) -> None:
     @app.get(VOICES, dependencies=auth)
-    async def list_voices() -> JSONResponse:
-        return JSONResponse({"voices": state.voices.describe(), "languages": state.frontend.config.languages})
+    async def list_voices(limit: str | None = None, after: str | None = None) -> JSONResponse:
+        """A page of voices, in creation order (saved voices) or by name (presets): `limit` of
+        them after the one whose id is `after`; `has_more` says whether more follow."""
+        voices = state.voices.describe()
+        start = 0
+        if after is not None:
+            ids = [v["id"] for v in voices]
+            if after not in ids:
+                raise E.bad_request(f"after: no voice '{after}' to continue after", "after")
+            start = ids.index(after) + 1
+        n = _list_limit(limit)
+        page = voices[start : start + n]
+        return JSONResponse(
+            {
+                "voices": page,
+                "languages": state.frontend.config.languages,
+                "has_more": start + n < len(voices),
+                "last_id": page[-1]["id"] if page else None,
+            }
+        )
 
     @app.get(VOICES + "/{voice_id}", dependencies=auth)
     async def get_voice(voice_id: str) -> JSONResponse:
+        library = state.voices.library
+        if library is not None and (saved := library.get(voice_id)) is not None:
+            return JSONResponse(saved.card())
         for card in state.voices.describe():
             if voice_id in (card["id"], card["name"]):
                 return JSONResponse(card)
@@ -67,30 +91,14 @@ def add_voice_routes(app: FastAPI, state: ServerState, auth: list) -> None:
         form_types = ("multipart/form-data", "application/x-www-form-urlencoded")
         if not request.headers.get("content-type", "").startswith(form_types):
             raise E.bad_request("send the voice as multipart/form-data (audio_sample, name, consent, ref_text)")
-        form, audio = await read_form(request, state, VoiceForm, "audio_sample", "audio")
-        if form.type != "audio_sample":
-            raise E.bad_request(f"unknown type '{form.type}'; allowed: audio_sample", "type")
-        if audio is None:
-            raise E.bad_request("missing the audio file 'audio_sample'", "audio_sample", "missing_field")
-        consent = (form.consent or "").strip()
-        if consent.lower() not in CONSENT_FLAGS and not consent.startswith("cons_"):
-            raise E.bad_request(
-                "consent is required: send consent=true to confirm the speaker agreed to having their voice "
-                "cloned (or an OpenAI consent recording id, cons_...)",
-                "consent",
-                "consent_required",
-            )
+        async with cloning.upload_slot():
+            form, audio = await read_form(request, state, VoiceForm, "audio_sample", "audio")
+            _check_voice_form(form, audio)
+            if cloning.library.get(form.name) is not None:
+                raise E.APIError(409, f"a saved voice named '{form.name}' exists", param="name", code="voice_exists")
+            prompt = await cloning.analyze(audio, form.ref_text, "audio_sample")
         try:
-            from .voice_library import check_name
-
-            check_name(form.name)
-        except ValueError as e:
-            raise E.bad_request(str(e), "name") from None
-        if cloning.library.get(form.name) is not None:
-            raise E.APIError(409, f"a saved voice named '{form.name}' exists", param="name", code="voice_exists")
-        prompt = await cloning.analyze(audio, form.ref_text, "audio_sample")
-        try:
-            voice = cloning.library.add(form.name, prompt, consent)
+            voice = cloning.library.add(form.name, prompt, form.consent.strip())
         except VoiceExistsError as e:
             raise E.APIError(409, str(e), param="name", code="voice_exists") from None
         except ValueError as e:
@@ -104,6 +112,34 @@ def add_voice_routes(app: FastAPI, state: ServerState, auth: list) -> None:
         if voice is None:
             raise E.not_found(f"no saved voice '{voice_id}'", "voice_id", "voice_not_found")
         return JSONResponse({"id": voice.id, "object": "audio.voice.deleted", "deleted": True})
+
+
+def _check_voice_form(form: VoiceForm, audio: bytes | None) -> None:
+    if form.type != "audio_sample":
+        raise E.bad_request(f"unknown type '{form.type}'; allowed: audio_sample", "type")
+    if audio is None:
+        raise E.bad_request("missing the audio file 'audio_sample'", "audio_sample", "missing_field")
+    consent = (form.consent or "").strip()
+    if consent.lower() not in CONSENT_FLAGS and not CONSENT_ID.fullmatch(consent):
+        raise E.bad_request(
+            "consent is required: send consent=true to confirm the speaker agreed to having their voice "
+            "cloned (or an OpenAI consent recording id, cons_ and up to 64 letters, digits, '_' or '-')",
+            "consent",
+            "consent_required",
+        )
+    try:
+        check_name(form.name)
+    except ValueError as e:
+        raise E.bad_request(str(e), "name") from None
+
+
+def _list_limit(text: str | None) -> int:
+    lo, hi, default = LIST_LIMIT
+    if text is None:
+        return default
+    if not text.isdigit() or not lo <= int(text) <= hi:
+        raise E.bad_request(f"limit must be an integer from {lo} to {hi}, got '{text[:32]}'", "limit")
+    return int(text)
 
 
 def _require_cloning(state: ServerState):

@@ -16,6 +16,13 @@ Server -> client:
 Segments of one session are synthesised in order on one voice. The next segment starts generating
 while the current one is still being sent (one segment of lookahead), so sentences follow each
 other without a gap the size of the time to first audio; their audio is sent strictly in order.
+
+Every client's input is bounded: a message by `ws_max_message_bytes` (uvicorn closes the socket with
+1009 past it), the text a session holds unspoken by `ws_max_buffered_chars` (a delta past it is
+refused with an `error` event, and the session goes on). Segmentation is linear in the text, and a
+large delta is segmented and tokenised in a worker thread, so one client never stalls the others.
+A segment that fails for any reason ends with an `error` event and `audio.done` (finish_reason
+`error`); a client that goes away, at any point, cancels everything it started.
 """
 
 from __future__ import annotations
@@ -30,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from fastapi import WebSocket, WebSocketDisconnect
 
-from ..engine.request import AudioChunk, FinishReason, QueueFullError
+from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import PcmEncoder
 from .engine_client import EngineDeadError
-from .schema import SpeechBody, SpeechJob, VoiceRef, new_request_id, validate_speech
+from .schema import SpeechBody, SpeechJob, VoiceRef, decode_json, new_request_id, validate_speech
 from .segmenter import SentenceSegmenter
 
 if TYPE_CHECKING:
@@ -46,6 +53,7 @@ log = logging.getLogger("cadence.server")
 ROUTE = "/v1/audio/speech/stream"
 LOOKAHEAD = 2  # segments of a session generating or buffered at once
 MAX_SEGMENT_CHARS = 400
+INLINE_DELTA_CHARS = 2048  # larger deltas are segmented and tokenised in a worker thread
 
 
 class SessionConfig(msgspec.Struct, kw_only=True):
@@ -81,6 +89,10 @@ class Segment:
     sent: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
 
+    @property
+    def where(self) -> dict[str, Any]:
+        return {"utterance_index": self.utterance, "sentence_index": self.index, "request_id": self.job.request_id}
+
 
 class SpeechSession:
     def __init__(self, state: ServerState, ws: WebSocket, config: SessionConfig):
@@ -93,28 +105,57 @@ class SpeechSession:
         self.utterance = 0
         self.sentence = 0
         self.active: set[Segment] = set()  # generating or waiting to be sent
+        self.queued_chars = 0  # text of the active segments
         self.totals = {"segments": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0, "audio_seconds": 0.0}
         self.sender = asyncio.create_task(self._send_all(), name="cadence-ws-sender")
 
     # -- input ------------------------------------------------------------------------------------
 
+    @property
+    def buffered_chars(self) -> int:
+        """Text taken in and not yet spoken: the unfinished sentence and the segments not yet sent."""
+        return self.segmenter.pending_chars + self.queued_chars
+
     async def add_text(self, text: str) -> None:
-        for sentence in self.segmenter.push(text):
-            await self._enqueue(sentence)
+        limit = self.state.settings.ws_max_buffered_chars
+        if self.buffered_chars + len(text) > limit:
+            err = E.too_large(
+                f"this delta of {len(text)} characters would make the text waiting to be spoken "
+                f"{self.buffered_chars + len(text)} characters; the limit is {limit}: the delta was dropped, "
+                "send it again once audio has been received",
+                "text",
+            )
+            await self._send_error(err)
+            return
+        arrival = time.monotonic()
+        if len(text) > INLINE_DELTA_CHARS:
+            prepared = await asyncio.to_thread(self._prepare, text)
+        else:
+            prepared = self._prepare(text)
+        for sentence, job in prepared:
+            await self._enqueue(sentence, job, arrival)
 
     async def flush(self) -> None:
         if (rest := self.segmenter.flush()) is not None:
-            await self._enqueue(rest)
+            await self._enqueue(rest, self._validate(rest), time.monotonic())
         self.utterance += 1
         self.sentence = 0
 
-    async def _enqueue(self, text: str) -> None:
-        arrival = time.monotonic()
+    def _prepare(self, text: str) -> list[tuple[str, SpeechJob | E.APIError]]:
+        """Segment a delta and validate (tokenise) the sentences it completes; may run in a thread
+        (one delta of a session at a time)."""
+        return [(sentence, self._validate(sentence)) for sentence in self.segmenter.push(text)]
+
+    def _validate(self, text: str) -> SpeechJob | E.APIError:
         body = SpeechBody(input=text, **_fields(self.config))
         try:
-            job = validate_speech(body, self.state.frontend, self.state.voices, self.state.limits, new_request_id())
+            return validate_speech(body, self.state.frontend, self.state.voices, self.state.limits, new_request_id())
         except E.APIError as e:
-            await self.ws.send_json({"type": "error", **e.body(), **self._where()})
+            return e
+
+    async def _enqueue(self, text: str, job: SpeechJob | E.APIError, arrival: float) -> None:
+        if isinstance(job, E.APIError):
+            await self._send_error(job, utterance_index=self.utterance, sentence_index=self.sentence)
             self.sentence += 1
             return
         outcome = Outcome(
@@ -124,21 +165,22 @@ class SpeechSession:
         self.sentence += 1
         seg.task = asyncio.create_task(self._generate(seg))
         self.active.add(seg)
+        self.queued_chars += len(text)
         self.pending.put_nowait(seg)
-
-    def _where(self) -> dict[str, int]:
-        return {"utterance_index": self.utterance, "sentence_index": self.sentence}
 
     # -- synthesis --------------------------------------------------------------------------------
 
     async def _generate(self, seg: Segment) -> None:
-        """Run one segment through the engine into its queue (holding a lookahead slot until sent)."""
+        """Run one segment through the engine into its queue (holding a lookahead slot until sent).
+        Whatever goes wrong reaches the sender as the segment's failure."""
         async with self.lookahead:
             try:
                 self.state.check_serving()
                 async for chunk in self.state.engine.synthesize(seg.job.request):
                     seg.queue.put_nowait(chunk)
-            except (E.APIError, QueueFullError, EngineDeadError, ValueError) as e:
+            except Exception as e:
+                if not isinstance(e, (E.APIError, QueueFullError, EngineDeadError, RequestTooLargeError)):
+                    log.exception("request %s failed", seg.job.request_id)
                 seg.queue.put_nowait(e)
             await seg.sent.wait()
 
@@ -149,62 +191,89 @@ class SpeechSession:
             finally:
                 seg.sent.set()
                 self.active.discard(seg)
+                self.queued_chars -= len(seg.job.text)
 
     async def _send_segment(self, seg: Segment) -> None:
-        job = seg.job
-        where = {"utterance_index": seg.utterance, "sentence_index": seg.index, "request_id": job.request_id}
-        outcome = seg.outcome
+        job, outcome = seg.job, seg.outcome
         encoder = PcmEncoder(self.state.sample_rate, job.speed)
         await self.ws.send_json(
-            {"type": "audio.start", **where, "text": job.text, "format": "pcm", "sample_rate": self.state.sample_rate}
+            {
+                "type": "audio.start",
+                **seg.where,
+                "text": job.text,
+                "format": "pcm",
+                "sample_rate": self.state.sample_rate,
+            }
         )
+        error: E.APIError | None = None
+        item: AudioChunk | BaseException
         while True:
             item = await seg.queue.get()
             if isinstance(item, BaseException):
-                err = _api_error(item)
-                self.totals["segments"] += 1
-                self.totals["failed"] += 1
-                record(self.state.metrics, outcome, err.status, err.message)
-                await self.ws.send_json({"type": "error", **err.body(), **where})
-                if isinstance(item, EngineDeadError):  # nothing more can be spoken: end the session
-                    await self.ws.close(code=1011, reason="the engine process has exited")
-                    raise item
-                return
+                error = _api_error(item, job)
+                break
             if item.pcm.size and outcome.first_audio is None:
                 outcome.first_audio = time.monotonic()
             if data := encoder.encode(item.pcm):
                 await self.ws.send_bytes(data)
+            outcome.frames = item.frame_end
             if item.is_final:
+                outcome.finish_reason = item.finish_reason.value if item.finish_reason else None
+                error = E.chunk_error(item, self.state.drain_expired)
                 break
-        if tail := encoder.finish():
+        if error is None and (tail := encoder.finish()):
             await self.ws.send_bytes(tail)
-        outcome.frames = item.frame_end
-        outcome.finish_reason = item.finish_reason.value if item.finish_reason else None
         outcome.audio_seconds = encoder.seconds
+        if error is not None:
+            outcome.finish_reason = "error"
+            await self.ws.send_json({"type": "error", **error.body(), **seg.where})
+        record(self.state.metrics, outcome, error.status if error else 200, error.message if error else None)
         usage = {
             "input_tokens": job.input_tokens,
-            "output_tokens": item.frame_end,
+            "output_tokens": outcome.frames,
             "audio_seconds": round(encoder.seconds, 3),
         }
-        failed = item.finish_reason in (FinishReason.ERROR, FinishReason.CANCELLED)
-        record(self.state.metrics, outcome, 500 if failed else 200, item.error)
-        self.totals["segments"] += 1
-        self.totals["failed"] += int(failed)
-        self.totals["input_tokens"] += usage["input_tokens"]
-        self.totals["output_tokens"] += usage["output_tokens"]
-        self.totals["audio_seconds"] = round(self.totals["audio_seconds"] + encoder.seconds, 3)
-        if failed:
-            await self.ws.send_json(
-                {"type": "error", **E.server_error(item.error or "synthesis failed").body(), **where}
-            )
-        await self.ws.send_json({"type": "audio.done", **where, "finish_reason": outcome.finish_reason, "usage": usage})
+        self._count(usage, failed=error is not None)
+        await self.ws.send_json(
+            {"type": "audio.done", **seg.where, "finish_reason": outcome.finish_reason, "usage": usage}
+        )
+        if isinstance(item, EngineDeadError):  # nothing more can be spoken: end the session
+            await self.ws.close(code=1011, reason="the engine process has exited")
+            raise item
+
+    def _count(self, usage: dict[str, Any], failed: bool) -> None:
+        t = self.totals
+        t["segments"] += 1
+        t["failed"] += int(failed)
+        t["input_tokens"] += usage["input_tokens"]
+        t["output_tokens"] += usage["output_tokens"]
+        t["audio_seconds"] = round(t["audio_seconds"] + usage["audio_seconds"], 3)
+
+    async def _send_error(self, error: E.APIError, **where: int) -> None:
+        await self.ws.send_json({"type": "error", **error.body(), **where})
+
+    # -- the end ----------------------------------------------------------------------------------
 
     async def finish(self) -> None:
-        """session.close: flush, wait for every segment to be sent."""
+        """session.close: flush, wait for every segment to be sent (or the client to leave)."""
         await self.flush()
         self.pending.put_nowait(None)
-        await self.sender
+        watcher = asyncio.ensure_future(self._refuse_input_until_disconnect())
+        try:
+            await asyncio.wait({self.sender, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if not self.sender.done():
+            raise WebSocketDisconnect(1001)  # the client left before the last segment was sent
+        self.sender.result()
         await self.ws.send_json({"type": "session.done", "usage": self.totals})
+
+    async def _refuse_input_until_disconnect(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            await self._send_error(E.bad_request("the session is closing (session.close): no more input is taken"))
 
     async def abort(self) -> None:
         """The client is gone (or the session failed): cancel everything still generating."""
@@ -215,22 +284,38 @@ class SpeechSession:
             with contextlib.suppress(BaseException):
                 await task
 
+    async def next_message(self) -> ClientMessage | None:
+        """The client's next message, or the sender's failure if that comes first (the client's
+        socket broke while audio was being sent, or the engine process died)."""
+        receive = asyncio.ensure_future(_receive(self.ws))
+        try:
+            await asyncio.wait({receive, self.sender}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not receive.done():
+                receive.cancel()
+        if receive.done():
+            return receive.result()
+        self.sender.result()  # raises what ended it
+        raise RuntimeError("the session's sender ended before session.close")
 
-def _api_error(e: BaseException) -> E.APIError:
+
+def _api_error(e: BaseException, job: SpeechJob) -> E.APIError:
     if isinstance(e, E.APIError):
         return e
     if isinstance(e, QueueFullError):
         return E.queue_full(f"the engine queue is full: {e}", e.retry_after)
     if isinstance(e, EngineDeadError):
         return E.unavailable("the engine process has exited", "engine_dead")
-    return E.bad_request(str(e), "max_new_tokens")
+    if isinstance(e, RequestTooLargeError):
+        return job.too_large(e)
+    return E.server_error(f"internal error: {type(e).__name__}")
 
 
 async def speech_stream(state: ServerState, ws: WebSocket) -> None:
-    from .api import check_api_key  # the route lives in api.py; the key check is shared
+    from .api import check_api_key, request_key  # the route lives in api.py; the key check is shared
 
     try:
-        check_api_key(state, ws.headers.get("authorization") or _query_key(ws))
+        check_api_key(state, request_key(ws.headers, ws.query_params))
         if state.engine.dead or state.draining or not state.engine.ready:
             state.check_serving()
     except E.APIError as e:
@@ -244,62 +329,62 @@ async def speech_stream(state: ServerState, ws: WebSocket) -> None:
     session: SpeechSession | None = None
     try:
         session = await _configure(state, ws)
-        if session is None:
-            return
-        await ws.send_json(
-            {
-                "type": "session.created",
-                "voice": session.config.voice.id
-                if isinstance(session.config.voice, VoiceRef)
-                else session.config.voice,
-                "language": session.config.language or "auto",
-                "format": "pcm",
-                "sample_rate": state.sample_rate,
-                "model": state.settings.model_name,
-            }
-        )
-        while True:
-            msg = await _receive(ws)
-            if msg is None:
-                continue
-            if msg.type == "input.text":
-                await session.add_text(msg.text or "")
-            elif msg.type == "input.done":
-                await session.flush()
-            elif msg.type == "session.close":
-                await session.finish()
-                await ws.close()
-                return
-            else:
-                await _error(ws, f"unknown message type '{msg.type}'", "type")
-            if session.sender.done():  # the engine died under it
-                session.sender.result()
+        if session is not None:
+            await _serve(session)
     except WebSocketDisconnect:
         pass
     except EngineDeadError:
         with contextlib.suppress(Exception):
             await ws.close(code=1011, reason="the engine process has exited")
+    except Exception:
+        log.exception("WebSocket session failed")
+        with contextlib.suppress(Exception):
+            await ws.close(code=1011, reason="internal error")
     finally:
         if session is not None:
             await session.abort()
 
 
+async def _serve(session: SpeechSession) -> None:
+    ws = session.ws
+    await ws.send_json(
+        {
+            "type": "session.created",
+            "voice": session.config.voice.id if isinstance(session.config.voice, VoiceRef) else session.config.voice,
+            "language": session.config.language or "auto",
+            "format": "pcm",
+            "sample_rate": session.state.sample_rate,
+            "model": session.state.settings.model_name,
+        }
+    )
+    while True:
+        msg = await session.next_message()
+        if msg is None:
+            continue
+        if msg.type == "input.text":
+            await session.add_text(msg.text or "")
+        elif msg.type == "input.done":
+            await session.flush()
+        elif msg.type == "session.close":
+            await session.finish()
+            await ws.close()
+            return
+        else:
+            await _error(ws, f"unknown message type '{msg.type}'", "type")
+
+
 async def _configure(state: ServerState, ws: WebSocket) -> SpeechSession | None:
     raw = await _receive_text(ws)
     try:
-        head = msgspec.json.decode(raw, type=ClientMessage)
+        head = decode_json(raw, ClientMessage)
         if head.type != "session.config":
             raise E.bad_request("the first message must be session.config", "type")
-        config = msgspec.json.decode(raw, type=SessionConfig)
+        config = decode_json(raw, SessionConfig)
         if config.response_format.lower() != "pcm":
             raise E.bad_request("the WebSocket route sends pcm (24 kHz s16le mono); allowed: pcm", "response_format")
         # Validate the voice, language, speed and sampling fields once, with a stand-in input.
         probe = SpeechBody(input="probe", **_fields(config))
         validate_speech(probe, state.frontend, state.voices, state.limits, "probe")
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        await _error(ws, f"invalid session.config: {e}", None)
-        await ws.close(code=1003)
-        return None
     except E.APIError as e:
         await ws.send_json({"type": "error", **e.body()})
         await ws.close(code=1003)
@@ -317,21 +402,14 @@ async def _receive_text(ws: WebSocket) -> str | bytes:
 async def _receive(ws: WebSocket) -> ClientMessage | None:
     raw = await _receive_text(ws)
     try:
-        msg = msgspec.json.decode(raw, type=ClientMessage)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        await _error(ws, f"invalid message: {e}", None)
+        return decode_json(raw, ClientMessage)
+    except E.APIError as e:
+        await ws.send_json({"type": "error", **e.body()})
         return None
-    return msg
 
 
 async def _error(ws: WebSocket, message: str, param: str | None) -> None:
     await ws.send_json({"type": "error", **E.bad_request(message, param).body()})
-
-
-def _query_key(ws: WebSocket) -> str | None:
-    """Browsers cannot set headers on a WebSocket: `?api_key=` is accepted there instead."""
-    key = ws.query_params.get("api_key")
-    return f"Bearer {key}" if key else None
 
 
 def _fields(config: SessionConfig) -> dict[str, Any]:
