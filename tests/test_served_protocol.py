@@ -1,0 +1,31 @@
+"""benchmarks/served_protocol.py, the served-performance protocol, run end to end on the CPU: it starts a
+real `cadence serve` on the tiny checkpoint, sends Poisson arrivals at two rates and writes its table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from serving import REPO, free_port
+
+
+def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "served_protocol.py"), "--checkpoint", str(tiny_checkpoint)]
+    cmd += ["--device", "cpu", "--rates", "1", "2", "--requests", "3", "--seeds", "0", "--max-seconds", "4"]
+    cmd += ["--warmup", "1", "--fixed-frames", "4", "--port", str(free_port()), "--out", str(out)]
+    cmd += ["--", "--max-streams", "4"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "protocol.json").read_text())
+    assert [row["rate"] for row in summary["rows"]] == [1.0, 2.0]
+    for row in summary["rows"]:
+        assert row["sent"] == row["completed"] + row["failed"] and row["completed"] > 0
+        p50, p95, p99 = row["ttfa_ms"]
+        assert 0 < p50 <= p95 <= p99
+    table = (out / "protocol.md").read_text()
+    assert table.startswith("| requests/s | 1 | 2 |") and "playback gap" in table
+    assert (out / "bench" / "results.json").exists() and "cadence serve" not in done.stdout
+    assert Path(out / "serve.log").read_text().count("warm-up synthesis") == 1
