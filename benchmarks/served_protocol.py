@@ -14,10 +14,11 @@ comparison in docs/benchmarks.md: rates 1, 4, 10, 20, 40, 60 and 80 requests/s, 
 1,000 requests a rate, voice ryan, raw pcm, the built-in English sentences with `--fixed-frames auto`
 (random weights do not stop on their own). `--dataset seed-tts` takes the peer's prompt list instead.
 
-Writes OUT/bench/ (the bench's results.json, requests.csv and plots), OUT/protocol.json and
-OUT/protocol.md (one row a rate: TTFA p50/p95/p99, requests with a playback gap, failures, delivered
-requests/s), OUT/protocol.png (TTFA percentiles and the share of requests with a gap against load)
-and OUT/serve.log.
+Writes OUT/bench/<rate>/ (the bench's results.json, requests.csv and plots), OUT/protocol.json and
+OUT/protocol.md (one column a rate: TTFA p50/p95/p99, requests with a playback gap, failures,
+delivered requests/s; then where the first audio's time goes: the p50 and p95 of each stage of its
+path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
+requests with a gap against load) and OUT/serve.log.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,12 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cadence.bench.aggregate import Aggregate  # noqa: E402
 from cadence.bench.client import ServerConfig  # noqa: E402
 from cadence.bench.load import LoadConfig  # noqa: E402
+from cadence.bench.metrics import summarize  # noqa: E402
 from cadence.bench.run import BenchConfig, WorkloadSpec, run_bench  # noqa: E402
 from cadence.bench.workload import parse_fixed_frames  # noqa: E402
 
 SIZES = {"0.6b": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"}
 RATES = [1.0, 4.0, 10.0, 20.0, 40.0, 60.0, 80.0]
 SERVER_ARGS = ["--max-streams", "128"]
+STAGES = ("api", "to_engine", "queue", "prefill", "codec", "to_api")  # the access log's first_audio_ms
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,14 @@ class Row:
     ttfa_ms: tuple[float | None, float | None, float | None]  # p50, p95, p99
     with_gap: int  # completed requests whose playback stalled at least once
     requests_per_s: float | None
+    stages_ms: dict[str, tuple[float, float]]  # the server's first-audio path: stage -> (p50, p95)
 
     @classmethod
-    def of(cls, a: Aggregate) -> Row:
+    def of(cls, a: Aggregate, stages_ms: dict[str, tuple[float, float]]) -> Row:
         ms = [None if v is None else round(v * 1000, 1) for v in (a.ttfa_s.p50, a.ttfa_s.p95, a.ttfa_s.p99)]
-        return cls(a.load, a.sent, a.completed, a.failed, tuple(ms), a.requests_with_underruns, a.requests_per_s)
+        return cls(
+            a.load, a.sent, a.completed, a.failed, tuple(ms), a.requests_with_underruns, a.requests_per_s, stages_ms
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -128,27 +135,59 @@ def wait_ready(url: str, server: subprocess.Popen, log: Path, timeout: float = 9
     raise SystemExit(f"cadence serve was not ready within {timeout:g} s")
 
 
-def run_protocol(args: argparse.Namespace, url: str, out: Path) -> list[Row]:
+def run_protocol(args: argparse.Namespace, url: str, out: Path, log: Path) -> list[Row]:
+    """One bench run a rate (all seeds), so that the server's access-log lines of each rate can be
+    told apart by time."""
     fixed = None if args.fixed_frames == "none" else parse_fixed_frames(args.fixed_frames)
-    config = BenchConfig(
-        server=ServerConfig(base_url=url, model="protocol", voice="ryan", language="English", timeout_s=120),
-        load=LoadConfig(
-            rates=list(args.rates),
-            num_requests=args.requests,
-            duration_s=args.max_seconds,
-            warmup_s=args.warmup,
-            seeds=list(args.seeds),
-            fixed_frames=fixed,
-        ),  # fmt: skip
-        workload=WorkloadSpec(
-            kind=args.dataset, path=args.dataset_path, languages=["en"] if args.dataset == "builtin" else None
-        ),
-        output_dir=out / "bench",
-        label=f"cadence-{args.size}",
-        progress=sys.stderr.isatty(),
-    )
-    result = run_bench(config)
-    return [Row.of(a) for a in result.points() if a.mode == "open"]
+    rows = []
+    for rate in args.rates:
+        config = BenchConfig(
+            server=ServerConfig(base_url=url, model="protocol", voice="ryan", language="English", timeout_s=120),
+            load=LoadConfig(
+                rates=[rate],
+                num_requests=args.requests,
+                duration_s=args.max_seconds,
+                warmup_s=args.warmup,
+                seeds=list(args.seeds),
+                fixed_frames=fixed,
+            ),  # fmt: skip
+            workload=WorkloadSpec(
+                kind=args.dataset, path=args.dataset_path, languages=["en"] if args.dataset == "builtin" else None
+            ),
+            output_dir=out / "bench" / f"{rate:g}",
+            label=f"cadence-{args.size}",
+            progress=sys.stderr.isatty(),
+        )
+        start = time.time()
+        result = run_bench(config)
+        stages = first_audio_stages(log, start, time.time())
+        rows += [Row.of(a, stages) for a in result.points() if a.mode == "open"]
+    return rows
+
+
+ACCESS_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cadence\.access: (\{.*\})$")
+
+
+def first_audio_stages(log: Path, start: float, end: float) -> dict[str, tuple[float, float]]:
+    """p50 and p95 (ms) of each first-audio stage over the access-log lines written in [start, end]
+    (warm-up requests included: the log cannot tell them apart)."""
+    from datetime import datetime
+
+    values: dict[str, list[float]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = ACCESS_LINE.match(line)
+        if not m:
+            continue
+        when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        entry = json.loads(m.group(2))
+        if start <= when <= end and entry.get("status") == 200:
+            for stage, ms in entry.get("first_audio_ms", {}).items():
+                values.setdefault(stage, []).append(ms / 1000)
+    out = {}
+    for stage, seconds in values.items():
+        s = summarize(seconds)
+        out[stage] = (round(s.p50 * 1000, 2), round(s.p95 * 1000, 2))
+    return out
 
 
 def table(rows: list[Row]) -> str:
@@ -165,6 +204,13 @@ def table(rows: list[Row]) -> str:
         + " | ".join("–" if r.requests_per_s is None else f"{r.requests_per_s:.2f}" for r in rows)
         + " |",
     ]
+    stages = [s for s in STAGES if any(s in r.stages_ms for r in rows)]
+    if stages:
+        lines += ["", "Where the first audio's time goes in the server, p50 / p95 (ms):", ""]
+        lines += ["| stage | " + " | ".join(f"{r.rate:g}/s" for r in rows) + " |", "|---|" + "---:|" * len(rows)]
+        for stage in stages:
+            cells = [" / ".join(f"{v:.1f}" for v in r.stages_ms[stage]) if stage in r.stages_ms else "–" for r in rows]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -205,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         ready_s = wait_ready(url, server, log)
         print(f"server ready in {ready_s:.0f} s; client on cores {sorted(client_cores)}", file=sys.stderr)
         os.sched_setaffinity(0, client_cores)
-        rows = run_protocol(args, url, out)
+        rows = run_protocol(args, url, out, log)
     finally:
         server.send_signal(signal.SIGTERM)
         try:

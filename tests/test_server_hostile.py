@@ -319,3 +319,15 @@ def test_a_megabyte_of_adversarial_text_never_stalls_the_server(server):
     assert received["audio"] > 0
     wait_for(lambda: server.metrics()["cadence_active_streams"] == 0, 300, "the session to be cancelled", server)
     assert post(server).status_code == 200
+
+
+def test_the_first_audios_path_is_logged_and_measured(server):
+    r = post(server, seed=11)
+    assert r.status_code == 200
+    rid = r.headers["x-request-id"]
+    line = next(line for line in server.access_log() if line["id"] == rid)
+    path = line["first_audio_ms"]
+    assert list(path) == ["api", "to_engine", "queue", "prefill", "codec", "to_api"]
+    assert all(ms >= 0 for ms in path.values()) and sum(path.values()) <= line["ttfa_ms"] + 0.1
+    metrics = server.metrics()
+    assert all(metrics[f'cadence_first_audio_stage_seconds_count{{stage="{s}"}}'] >= 1 for s in path)

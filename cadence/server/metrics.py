@@ -15,6 +15,7 @@ from . import protocol as P
 # Seconds to first audio: a few ms (warm GPU, idle) to seconds (queued under load).
 TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
 RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
+STAGE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -31,6 +32,13 @@ class Metrics:
         )
         self.ttfa = Histogram(
             "cadence_ttfa_seconds", "Request arrival to the first audio sent", buckets=TTFA_BUCKETS, registry=r
+        )
+        self.first_audio_stage = Histogram(
+            "cadence_first_audio_stage_seconds",
+            "Time to first audio by stage of its path (api, to_engine, queue, prefill, codec, to_api)",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
         )
         self.rtf = Histogram(
             "cadence_rtf", "Real-time factor per request: wall seconds / audio seconds", buckets=RTF_BUCKETS, registry=r

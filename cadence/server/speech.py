@@ -69,6 +69,8 @@ class SpeechRun:
         """The next chunk, within the deadline; maps engine refusals and failures to APIErrors.
         With `watch_client` (before a response exists, when nothing else would notice) a client
         that disconnects ends the wait with ClientGone."""
+        if self.outcome.submitted is None:
+            self.outcome.submitted = time.monotonic()  # the first wait submits the request
         try:
             if watch_client:
                 chunk = await self._race_client(anext(self.chunks))
@@ -94,7 +96,7 @@ class SpeechRun:
         o = self.outcome
         o.frames = chunk.frame_end
         if chunk.pcm.size and o.first_audio is None:
-            o.first_audio = time.monotonic()
+            o.audio_arrived(chunk.timings)
         if chunk.is_final:
             o.finish_reason = chunk.finish_reason.value if chunk.finish_reason else None
         return chunk

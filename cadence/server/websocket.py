@@ -176,6 +176,7 @@ class SpeechSession:
         async with self.lookahead:
             try:
                 self.state.check_serving()
+                seg.outcome.submitted = time.monotonic()
                 async for chunk in self.state.engine.synthesize(seg.job.request):
                     seg.queue.put_nowait(chunk)
             except Exception as e:
@@ -213,7 +214,7 @@ class SpeechSession:
                 error = _api_error(item, job)
                 break
             if item.pcm.size and outcome.first_audio is None:
-                outcome.first_audio = time.monotonic()
+                outcome.audio_arrived(item.timings)
             if data := encoder.encode(item.pcm):
                 await self.ws.send_bytes(data)
             outcome.frames = item.frame_end
