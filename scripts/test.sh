@@ -18,6 +18,12 @@ python -m pip install -q -e ".[test,ray]"
 # The official implementation is the test oracle. --no-deps: it pins gradio, torchaudio, sox and
 # onnxruntime, which its 12 Hz path never uses (tests/official.py stubs them).
 python -m pip install -q --no-deps "qwen-tts==0.1.1"
+# The playground's browser test drives the system's Chromium: install Debian's where this machine can
+# (root with apt); elsewhere that one test says why it skips.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
+        || echo "could not install chromium: tests/test_playground.py will skip"
+fi
 ruff check cadence tests benchmarks scripts
 if [ "$#" -eq 0 ]; then set -- -m "not slow and not gpu"; fi
 python -m pytest -q "$@"

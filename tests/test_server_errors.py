@@ -25,7 +25,7 @@ GOOD = {"input": "Hello.", "voice": "ryan", "response_format": "pcm", "max_new_t
 
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint, tmp_path_factory):
-    args = ["--api-key", KEY, "--max-streams", "1", "--max-queue", "1"]
+    args = ["--api-key", KEY, "--max-streams", "1", "--max-queue", "1", "--no-ui"]
     args += ["--max-input-chars", str(MAX_CHARS), "--max-body-bytes", str(MAX_BODY)]
     s = Server(tiny_checkpoint, tmp_path_factory.mktemp("serve-errors"), *args)
     try:
@@ -188,3 +188,9 @@ def test_docs_need_the_key(server):
         page = c.get("/docs", params={"api_key": KEY})  # a browser opens the page with the key in its URL
         assert page.status_code == 200 and f"/openapi.json?api_key={KEY}" in page.text
         assert "/v1/audio/speech" in c.get("/openapi.json", params={"api_key": KEY}).json()["paths"]
+
+
+def test_no_ui_serves_no_playground(server):
+    with server.client() as c:
+        for path in ("/", "/ui/app.js"):
+            assert c.get(path, headers=AUTH).status_code == 404

@@ -94,6 +94,7 @@ class ServerSection:
     ws_max_message_bytes: int = field(default=1 << 16, metadata=_min(64))
     ws_max_buffered_chars: int = field(default=1 << 16, metadata=_min(1))
     max_concurrent_uploads: int = field(default=4, metadata=_min(1))
+    ui: bool = True
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import platform
 import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
+from importlib import resources
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request, WebSocket
@@ -186,6 +187,8 @@ def create_app(state: ServerState) -> FastAPI:
         return JSONResponse(model_card())
 
     add_voice_routes(app, state, auth)
+    if state.settings.ui:
+        add_playground(app)
 
     @app.post(SPEECH_ROUTE, dependencies=auth)
     async def speech(request: Request) -> Response:
@@ -204,6 +207,36 @@ def create_app(state: ServerState) -> FastAPI:
         await speech_stream(state, websocket)
 
     return app
+
+
+# The playground's files (cadence/server/ui), by name: nothing else under /ui is served.
+PLAYGROUND_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+PLAYGROUND_HEADERS = {
+    # Its own files and this server's API only: no inline code, no other origin, no framing.
+    "Content-Security-Policy": "default-src 'self'; media-src 'self' blob:; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+
+
+def add_playground(app: FastAPI) -> None:
+    """GET / and /ui/{file}: a page to try the server in a browser (docs/api.md, Playground). The page
+    holds no data of its own: it calls the API like any client, with the key the user types in."""
+    ui = resources.files("cadence.server") / "ui"
+
+    def serve(name: str) -> Response:
+        return Response((ui / name).read_bytes(), media_type=PLAYGROUND_FILES[name], headers=PLAYGROUND_HEADERS)
+
+    @app.get("/", include_in_schema=False)
+    async def playground() -> Response:
+        return serve("index.html")
+
+    @app.get("/ui/{name}", include_in_schema=False)
+    async def playground_file(name: str) -> Response:
+        if name not in PLAYGROUND_FILES:
+            raise E.not_found(f"no route GET /ui/{name}")
+        return serve(name)
 
 
 def _route(request: Request) -> str:

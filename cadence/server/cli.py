@@ -56,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"require 'Authorization: Bearer KEY' on every /v1 route (default: ${API_KEY_ENV}, else none)",
     )
     p.add_argument("--served-model-name", help="the model id clients see and send (default: MODEL as given)")
+    p.add_argument(
+        "--ui",
+        action=argparse.BooleanOptionalAction,
+        help="the playground page at / to try the server in a browser (default on; --no-ui turns it off)",
+    )
     g = p.add_argument_group("placement (docs/deploy.md)")
     g.add_argument("--device", help="cpu, cuda, cuda:N or auto (default auto); with --replicas, cuda spreads them")
     g.add_argument(
@@ -330,6 +335,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
         ws_max_message_bytes=args.ws_max_message_bytes,
         ws_max_buffered_chars=args.ws_max_buffered_chars,
         max_concurrent_uploads=args.max_concurrent_uploads,
+        ui=args.ui,
     )
     process = EngineProcessConfig(
         model_name=name,
@@ -383,6 +389,8 @@ def _banner(args: argparse.Namespace, state: ServerState, info) -> None:
     if len(state.engine.replicas) > 1:
         devices = ", ".join(r.placement for r in state.engine.replicas)
         lines.insert(2, f"  {len(state.engine.replicas)} replicas on {devices}; capacity and KV cache per replica:")
+    if settings.ui:
+        lines.append(f"  playground: open {url}/ in a browser")
     lines += [
         f"  try: curl {url}/v1/audio/speech{auth} -H 'Content-Type: application/json' -d '{json.dumps(example)}' "
         "-o hello.wav",
