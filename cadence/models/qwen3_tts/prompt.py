@@ -132,24 +132,114 @@ class _Rows:
         return len(self.text)
 
 
+class MoreTextNeeded(ValueError):
+    """An open prompt (text still arriving) cannot be laid out yet: its prefill needs more text
+    tokens than have arrived (the in-context clone puts the first text beside the reference frames)."""
+
+
+@dataclass(frozen=True)
+class TextTokens:
+    """Text as a prompt takes it, tokenised as the official code does it: the whole chat string,
+    sliced by position. `role` is the assistant prefix (a text that starts with a newline merges it
+    into the prefix's last token, and parity needs the same ids); `ids` the text's own."""
+
+    role: tuple[int, ...]
+    ids: tuple[int, ...]
+
+
+def tokenize_text(tokenizer: TextTokenizer, text: str) -> TextTokens:
+    ids = tokenizer.encode(assistant_text(text))
+    return TextTokens(tuple(ids[:3]), tuple(ids[3:-5]))
+
+
+class IncrementalText:
+    """Text that arrives in pieces (an LLM's deltas), tokenised exactly as the whole text will be.
+
+    Byte-level BPE never merges across pre-tokens, and text that comes later can change only the
+    last pre-token of what has arrived (it may grow, or split: "a  " + "b" is "a", " ", " b"), so
+    every token before the last pre-token is final. `push` commits those as they become final, and
+    `finish` the rest. Text that could still become an added token ("<|im_" before "end|>") is held
+    back as well. The first tokens are found inside the chat string, so that leading newlines merge
+    into the role prefix as they do for the whole text. A call costs the uncommitted text only.
+    """
+
+    def __init__(self, tokenizer: TextTokenizer):
+        self.tokenizer = tokenizer
+        self.pending = ""  # arrived, not committed
+        self.role: tuple[int, ...] | None = None  # known once a text token is committed
+        self.ids: list[int] = []  # committed
+        self._added = tokenizer.added_tokens()
+        self._prefix = assistant_text("").split("<|im_end|>")[0]  # "<|im_start|>assistant\n"
+
+    @property
+    def tokens(self) -> TextTokens:
+        assert self.role is not None, "nothing committed yet"
+        return TextTokens(self.role, tuple(self.ids))
+
+    def push(self, delta: str) -> list[int]:
+        """Add a delta; the ids it made final."""
+        self.pending += delta
+        return self._commit(self.pending[: self._added_token_cut()], final=False)
+
+    def finish(self) -> list[int]:
+        """The end of the text: the ids not committed yet."""
+        return self._commit(self.pending, final=True)
+
+    def _commit(self, text: str, final: bool) -> list[int]:
+        if not text and self.role is not None:
+            return []
+        prefix = self._prefix if self.role is None else ""
+        ids, words, spans = self.tokenizer.encode_words(prefix + text)
+        first = 3 if self.role is None else 0  # the role prefix's tokens
+        end = len(ids)
+        if not final:
+            last = words[-1]
+            end = next((i for i in range(first, len(ids)) if words[i] == last), len(ids))
+            if end == first:
+                return []  # only the last pre-token: nothing is final yet
+        if self.role is None:
+            self.role = tuple(ids[:3])
+        new = ids[first:end]
+        used = spans[end][0] - len(prefix) if end < len(ids) else len(text)
+        self.pending = self.pending[used:]
+        self.ids += new
+        return new
+
+    def _added_token_cut(self) -> int:
+        """Where text that may still become an added token begins (else the end)."""
+        start = self.pending.rfind("<")
+        if start < 0:
+            return len(self.pending)
+        tail = self.pending[start:]
+        return start if any(len(t) > len(tail) and t.startswith(tail) for t in self._added) else len(self.pending)
+
+
 def build_prompt(
     cfg: Qwen3TTSConfig,
     tokenizer: TextTokenizer,
-    text: str,
+    text: str | TextTokens,
     speaker: str | None,
     language: str | None = "auto",
     instruct: str | None = None,
     layout: TextLayout | str | None = None,
     clone: VoiceClonePrompt | None = None,
     x_vector_only: bool | None = None,
+    text_open: bool = False,
 ) -> Prompt:
     """The prefill rows and trailing text of one request. Raises InvalidRequestError.
 
     speaker: a preset (custom_voice); clone: a cloned voice (base), used in-context unless
     `x_vector_only` (None: in-context when its transcript is known). layout None: the variant's
-    official default (whole text for custom_voice and voice_design, streaming for base)."""
+    official default (whole text for custom_voice and voice_design, streaming for base).
+
+    `text` is a string, or its tokens when they are already known. `text_open`: more text
+    follows (the streaming layout only): the trailing text ends without tts_eos, which is appended
+    with the rest of the text once it has all arrived; MoreTextNeeded if the prefill needs text that
+    has not arrived yet."""
     layout = TextLayout(layout) if layout is not None else DEFAULT_LAYOUT[cfg.tts_model_type]
-    if not text or not text.strip():
+    if text_open and layout is not TextLayout.STREAMING:
+        raise ValueError("text that is still arriving needs the streaming layout")
+    if isinstance(text, str) and (not text or not text.strip()):
         raise InvalidRequestError("input text is empty", "input")
     check_voice_fields(cfg, speaker, instruct, clone)
     speaker = resolve_speaker(cfg, speaker) if cfg.tts_model_type == "custom_voice" else None
@@ -162,11 +252,11 @@ def build_prompt(
         except ValueError as e:
             raise InvalidRequestError(str(e), "ref_text") from None
 
-    # Tokenise the whole chat string and slice by position, as the official code does: a text that
-    # starts with a newline merges it into the role prefix, and parity needs the same ids.
-    ids = tokenizer.encode(assistant_text(text))
-    role, text_ids = ids[:3], ids[3:-5]
-    if not text_ids:
+    tokens = tokenize_text(tokenizer, text) if isinstance(text, str) else text
+    role, ids = tokens.role, list(tokens.ids)
+    if not ids and text_open:
+        raise MoreTextNeeded("no text tokens yet")
+    if not ids:
         raise InvalidRequestError("input text has no tokens after the role prefix", "input")
 
     rows = _Rows()
@@ -190,21 +280,24 @@ def build_prompt(
     for j, c in enumerate(codec):
         rows.add(cfg.tts_bos_token_id if j == len(codec) - 1 else cfg.tts_pad_token_id, c)
 
+    end = () if text_open else (cfg.tts_eos_token_id,)
     trailing: tuple[int, ...] = ()
     if in_context:
         ref_ids = tokenizer.encode(ref_text(clone.ref_text))[3:-2]
         frames = tuple(tuple(int(c) for c in f) for f in clone.ref_codes.tolist())
-        first, trailing = _in_context_rows(cfg, layout, rows, [*ref_ids, *text_ids], len(frames))
+        if text_open and len(ref_ids) + len(ids) < len(frames) + 1:
+            raise MoreTextNeeded(f"the prefill needs {len(frames) + 1 - len(ref_ids)} text tokens")
+        first, trailing = _in_context_rows(cfg, layout, rows, [*ref_ids, *ids, *end], len(frames))
         voice.update(ref_row=first, ref_codes=frames)
     elif layout is TextLayout.WHOLE:
-        for i in text_ids:
+        for i in ids:
             rows.add(i, t.codec_pad_id)
         rows.add(cfg.tts_eos_token_id, t.codec_pad_id)
         rows.add(cfg.tts_pad_token_id, t.codec_bos_id)
     else:
-        rows.add(text_ids[0], t.codec_bos_id)
-        trailing = (*text_ids[1:], cfg.tts_eos_token_id)
-    return Prompt(tuple(rows.text), tuple(rows.codec), trailing, len(text_ids), **voice)
+        rows.add(ids[0], t.codec_bos_id)
+        trailing = (*ids[1:], *end)
+    return Prompt(tuple(rows.text), tuple(rows.codec), trailing, len(ids), **voice)
 
 
 def _in_context_rows(
@@ -216,7 +309,7 @@ def _in_context_rows(
     longer runs on alone (leftover text is fed while decoding, leftover frames get tts_pad).
     Returns the first frame's row and the trailing text."""
     t = cfg.talker
-    text = [*text_ids, cfg.tts_eos_token_id]
+    text = text_ids  # tts_eos last, unless more text follows
     if layout is TextLayout.WHOLE:
         for i in text:
             rows.add(i, t.codec_pad_id)

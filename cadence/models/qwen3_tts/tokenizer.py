@@ -99,6 +99,15 @@ class TextTokenizer:
         """Ids of `text`; special-token strings inside it are parsed as specials (as officially)."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def encode_words(self, text: str) -> tuple[list[int], list[int | None], list[tuple[int, int]]]:
+        """Ids of `text`, each token's pre-token index ("word") and its character span in `text`."""
+        e = self._tok.encode(text, add_special_tokens=False)
+        return e.ids, e.word_ids, e.offsets
+
+    def added_tokens(self) -> list[str]:
+        """The added (special and other) tokens' texts: `encode` parses them as one token each."""
+        return [t.content for t in self._tok.get_added_tokens_decoder().values()]
+
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
 
