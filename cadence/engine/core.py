@@ -66,10 +66,21 @@ class Stream:
     silent_samples: int = 0
     finish: FinishReason | None = None
     error: str | None = None
+    # Text still arriving (request.text_open): the trailing text tokens the Talker has, whether
+    # they are all, the text tokens so far (the runaway frame budget follows them), and what
+    # arrived before the stream had a slot.
+    text_len: int = 0
+    text_done: bool = True
+    text_tokens: int = 0
+    held_text: list[int] = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return self.request.request_id
+
+    def waits_for_text(self) -> bool:
+        """Running, and its next decode walk reads trailing text that has not arrived yet."""
+        return self.finish is None and not self.text_done and self.walks >= self.text_len
 
     def audio_frames(self, eos_free: int) -> int:
         """Frames the codec may take: those read back, and any not yet read back that cannot be EOS
@@ -142,10 +153,15 @@ class EngineCore:
         budget = request.params.max_new_tokens
         runaway = False
         if not request.ignore_eos:
-            text_budget = guard.frame_budget(request.prompt.num_text_tokens)
-            runaway = text_budget < budget
+            # Text still arriving may grow to max_input_tokens: its pages are reserved for that, and
+            # its frame budget follows the text as it comes (append_text).
+            tokens = self.config.max_input_tokens if request.text_open else request.prompt.num_text_tokens
+            text_budget = guard.frame_budget(tokens)
+            runaway = text_budget < budget and not request.text_open
             budget = min(budget, text_budget)
         stream = Stream(request, Timings(arrival or time.monotonic()), budget, runaway)
+        stream.text_len, stream.text_done = len(request.prompt.trailing_text), not request.text_open
+        stream.text_tokens = request.prompt.num_text_tokens
         tokens = self.talker.tokens_to_reserve(request, budget)
         if not self.talker.fits(tokens):
             raise RequestTooLargeError(
@@ -159,8 +175,39 @@ class EngineCore:
     def cancel(self, request_id: str) -> None:
         self._cancelled.add(request_id)
 
+    def append_text(self, request_id: str, ids: list[int], done: bool, text_tokens: int) -> None:
+        """More trailing text of a request whose text is still arriving (and, `done`, the last of it,
+        ending with the model's end of text). `text_tokens`: the request's text tokens so far. A
+        request that has finished or is unknown (cancelled, failed) ignores it."""
+        stream = self.streams.get(request_id)
+        if stream is None or stream.finish is not None:
+            return
+        if stream.text_done:
+            raise ValueError(f"request {request_id} has all of its text already")
+        if stream.slot >= 0:
+            try:
+                self.talker.append_text(stream.slot, stream.text_len, ids)
+            except ValueError as e:
+                self._fail(stream, e)
+                return
+        else:
+            stream.held_text += ids
+        stream.text_len += len(ids)
+        stream.text_tokens = text_tokens
+        if done:
+            stream.text_done = True
+            guard = self.config.runaway
+            text_budget = guard.frame_budget(text_tokens)
+            if not stream.request.ignore_eos and text_budget < stream.max_frames:
+                stream.max_frames = max(stream.walks, text_budget)
+                stream.budget_is_runaway = True
+
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running or self._cancelled or self._walk or self._codec_in_flight)
+        """Anything to step: streams to admit, cancel, decode, read back or decode audio for. A
+        stream waiting for text it does not have yet is none of these."""
+        if self.waiting or self._cancelled or self._walk or self._codec_in_flight:
+            return True
+        return any(not s.waits_for_text() or s.pending(self._eos_free) for s in self.running.values())
 
     def _retry_after(self) -> float:
         """A hint for 429 answers: seconds until a queue place is likely to free up."""
@@ -241,20 +288,29 @@ class EngineCore:
         try:
             self.talker.prefill(admitted)
             self.codec.reset([a.slot for a in admitted], [a.request for a in admitted])
-            return
         except Exception:
             log.exception("batched prefill failed; retrying requests one by one")
-        for a in admitted:  # isolate the culprit: one bad request must not fail the others
-            try:
-                self.talker.prefill([a])
-                self.codec.reset([a.slot], [a.request])
-            except Exception as e:
-                log.exception("prefill of request %s failed", a.request.request_id)
-                self._fail(self.running[a.slot], e)
+            for a in admitted:  # isolate the culprit: one bad request must not fail the others
+                try:
+                    self.talker.prefill([a])
+                    self.codec.reset([a.slot], [a.request])
+                except Exception as e:
+                    log.exception("prefill of request %s failed", a.request.request_id)
+                    self._fail(self.running[a.slot], e)
+        for a in admitted:  # text that arrived while the request waited for its slot
+            stream = self.running[a.slot]
+            if stream.held_text and stream.finish is None:
+                held, stream.held_text = stream.held_text, []
+                try:
+                    self.talker.append_text(a.slot, len(a.request.prompt.trailing_text), held)
+                except ValueError as e:
+                    self._fail(stream, e)
 
     def _decode(self) -> Walk | None:
         """Launch talker_decode for every running stream with frames to go; returns without waiting."""
-        streams = [s for s in self.running.values() if s.finish is None and s.walks < s.max_frames]
+        streams = [
+            s for s in self.running.values() if s.finish is None and s.walks < s.max_frames and not s.waits_for_text()
+        ]
         if not streams:
             return None
         try:
@@ -353,6 +409,8 @@ class EngineCore:
                 continue
             if stream.finish is not None:
                 size = n  # finishing: flush what is left
+            elif stream.waits_for_text():
+                size = min(1 << (n.bit_length() - 1), policy.max_chunk_frames)  # its audio now, in graph sizes
             elif n >= (target := policy.chunk_size(stream.chunks)):
                 size = target
             elif policy.deadline and stream.timings.first_chunk is not None:

@@ -27,6 +27,7 @@ from ..errors import InvalidRequestError
 from ..kernels import triton_available
 from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
+from ..models.qwen3_tts.prompt import TextTokens
 from ..models.qwen3_tts.sampling import SamplingParams
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from .config import AUTO_DEADLINE, EngineConfig
@@ -42,7 +43,7 @@ CPU_KV_BUDGET_BYTES = 1 << 30  # what kv_cache_fraction is a fraction of on CPU
 class SynthesisRequest:
     """One utterance to synthesise. Sampling fields left None take the checkpoint's defaults."""
 
-    text: str
+    text: str | TextTokens  # or its tokens, when text arrives in pieces (IncrementalText)
     voice: str | None = None  # a preset (CustomVoice); None: the checkpoint's default preset
     language: str = "auto"
     instruct: str | None = None  # style (1.7B CustomVoice) or the voice's description (VoiceDesign)
@@ -61,6 +62,19 @@ class SynthesisRequest:
     greedy: bool = False
     ignore_eos: bool = False  # generate exactly max_new_tokens frames (benchmarking)
     request_id: str | None = None
+    # More text follows (Engine.append_text); the streaming layout: the request starts with what
+    # has arrived and waits whenever it has spoken all of it.
+    text_open: bool = False
+
+
+@dataclass(frozen=True)
+class TextAppend:
+    """More text for a running request (Engine.append_text), through the engine's inbox."""
+
+    request_id: str
+    ids: list[int]
+    done: bool
+    text_tokens: int
 
 
 @dataclass
@@ -83,7 +97,9 @@ class Utterance:
 
 def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, max_input_tokens: int) -> EngineRequest:
     """Validate and tokenise (before anything reaches the device). Raises InvalidRequestError."""
-    prompt = model.prompt(req.text, req.voice, req.language, req.instruct, req.layout, req.clone, req.x_vector_only)
+    prompt = model.prompt(
+        req.text, req.voice, req.language, req.instruct, req.layout, req.clone, req.x_vector_only, req.text_open
+    )
     too_long = "request_too_large"
     if prompt.num_text_tokens > max_input_tokens:
         raise InvalidRequestError(
@@ -117,7 +133,8 @@ def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, m
         params = params.greedy()
     # Unseeded requests still sample through the counter-based RNG, with a fresh random seed.
     seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(7), "little")
-    return EngineRequest(req.request_id or uuid.uuid4().hex, prompt, replace(params, seed=seed), req.ignore_eos)
+    request_id = req.request_id or uuid.uuid4().hex
+    return EngineRequest(request_id, prompt, replace(params, seed=seed), req.ignore_eos, req.text_open)
 
 
 def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
@@ -191,7 +208,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.core = build_core(model, self.config)
         self._log_capacity(self.core.talker, self.core.codec)
-        self._inbox: list[EngineRequest | str] = []  # requests to add, ids to cancel
+        self._inbox: list[EngineRequest | str | TextAppend] = []  # requests to add, ids to cancel, text
         self._inbox_lock = threading.Lock()
         self._wake = threading.Event()
         self._sinks: dict[str, Callable[[AudioChunk], None]] = {}
@@ -230,7 +247,7 @@ class Engine:
         if isinstance(request, SynthesisRequest):
             request = prepare_request(self.model, request, self.config.max_input_tokens)
         with self._inbox_lock:
-            queued = len(self.core.waiting) + len(self._inbox)
+            queued = len(self.core.waiting) + sum(isinstance(i, EngineRequest) for i in self._inbox)
             if queued >= self.config.max_queue + len(self.core.free_slots):  # a free slot admits it
                 raise QueueFullError(f"queue full ({queued} waiting)", retry_after=self.core._retry_after())
             self._sinks[request.request_id] = sink
@@ -242,6 +259,12 @@ class Engine:
         """Stop a request; its KV pages and codec state are freed within one step."""
         with self._inbox_lock:
             self._inbox.append(request_id)
+        self._wake.set()
+
+    def append_text(self, request_id: str, ids: list[int], done: bool, text_tokens: int) -> None:
+        """More text of a request submitted with its text still arriving (EngineCore.append_text)."""
+        with self._inbox_lock:
+            self._inbox.append(TextAppend(request_id, ids, done, text_tokens))
         self._wake.set()
 
     async def synthesize(self, request: SynthesisRequest | EngineRequest) -> AsyncIterator[AudioChunk]:
@@ -288,6 +311,12 @@ class Engine:
             for item in work:
                 if isinstance(item, str):
                     self.core.cancel(item)
+                    continue
+                if isinstance(item, TextAppend):
+                    try:
+                        self.core.append_text(item.request_id, item.ids, item.done, item.text_tokens)
+                    except ValueError as e:  # text for a request whose text had ended: a caller's bug
+                        log.warning("text for request %s refused: %s", item.request_id, e)
                     continue
                 try:
                     self.core.add_request(item)

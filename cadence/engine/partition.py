@@ -95,6 +95,12 @@ class TalkerPartition(Protocol):
         call it themselves if it was not."""
         ...
 
+    def append_text(self, slot: int, start: int, ids: list[int]) -> None:
+        """More of a running request's trailing text (its text was still arriving): `ids` from
+        position `start` on, read by the decode walks queued after this call. ValueError if the
+        slot's text would outgrow what the partition holds."""
+        ...
+
     def release(self, slot: int) -> None: ...
 
 

@@ -27,6 +27,9 @@ class EngineRequest:
     prompt: Prompt
     params: SamplingParams  # seed always set: unseeded requests get a random one at submission
     ignore_eos: bool = False
+    # The text is still arriving: the prompt's trailing text is what has arrived so far, and the
+    # rest comes through EngineCore.append_text. A stream that has used up its text waits.
+    text_open: bool = False
 
 
 @dataclass

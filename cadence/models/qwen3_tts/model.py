@@ -16,7 +16,7 @@ from ...errors import InvalidRequestError
 from ...weights import load_weights, resolve_checkpoint, safetensors_files
 from .codec import SpeechTokenizer
 from .config import Qwen3TTSConfig
-from .prompt import Prompt, TextLayout, build_prompt
+from .prompt import Prompt, TextLayout, TextTokens, build_prompt
 from .talker import Qwen3TTSTalkerModel, Talker
 from .tokenizer import PretokenizerRegex, TextTokenizer
 from .voice_clone import VoiceClonePrompt
@@ -61,18 +61,22 @@ class Qwen3TTSFrontend:
 
     def prompt(
         self,
-        text: str,
+        text: str | TextTokens,
         voice: str | None = None,
         language: str | None = "auto",
         instruct: str | None = None,
         layout: TextLayout | str | None = None,
         clone: VoiceClonePrompt | None = None,
         x_vector_only: bool | None = None,
+        text_open: bool = False,
     ) -> Prompt:
-        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field.
+        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field
+        (MoreTextNeeded: text still arriving is too short yet for the prefill).
 
         voice: a preset (custom_voice; None takes `default_voice`); clone: a cloned voice (base);
-        layout None: the variant's official default."""
+        layout None: the variant's official default, or streaming for text still arriving."""
+        if text_open and layout is None:
+            layout = TextLayout.STREAMING
         if layout is not None:
             try:
                 layout = TextLayout(layout)
@@ -82,7 +86,9 @@ class Qwen3TTSFrontend:
                 ) from None
         if voice is None:
             voice = self.default_voice
-        return build_prompt(self.config, self.tokenizer, text, voice, language, instruct, layout, clone, x_vector_only)
+        return build_prompt(
+            self.config, self.tokenizer, text, voice, language, instruct, layout, clone, x_vector_only, text_open
+        )
 
     @property
     def default_voice(self) -> str | None:
@@ -92,6 +98,11 @@ class Qwen3TTSFrontend:
         if self.config.tts_model_type != "custom_voice" or not speakers:
             return None
         return "ryan" if "ryan" in speakers else speakers[0]
+
+    def end_of_text(self) -> list[int]:
+        """What follows the last text token in the trailing text (text that arrived in pieces ends
+        with it: EngineCore.append_text)."""
+        return [self.config.tts_eos_token_id]
 
     def instruct_ignored(self, instruct: str | None) -> bool:
         """True when `instruct` was given but this model drops it (0.6B CustomVoice, as the official
@@ -167,6 +178,9 @@ class Qwen3TTS:
 
     def instruct_ignored(self, instruct: str | None) -> bool:
         return self.frontend.instruct_ignored(instruct)
+
+    def end_of_text(self) -> list[int]:
+        return self.frontend.end_of_text()
 
     @torch.no_grad()
     def prefill_embeddings(self, prompt: Prompt) -> torch.Tensor:

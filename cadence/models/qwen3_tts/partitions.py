@@ -88,6 +88,17 @@ class SlotState:
             self.trailing[:, : text.shape[1]].index_copy_(0, idx, text)
         self.block_table[:, : table.shape[1]].index_copy_(0, idx, table)
 
+    def extend_trailing(self, slot: int, start: int, ids: list[int]) -> None:
+        """Write more trailing text for a running slot (text still arriving), without a host wait."""
+        end = start + len(ids)
+        if end > self.trailing.shape[1]:
+            raise ValueError(f"the text outgrows the {self.trailing.shape[1] - 1} tokens a request may hold")
+        text, length = to_device_packed(
+            [np.asarray(ids, dtype=np.int64), np.asarray([end], dtype=np.int64)], self.step.device
+        )
+        self.trailing[slot, start:end] = text
+        self.trailing_len[slot : slot + 1] = length
+
 
 def _scalar_fields(requests: list[EngineRequest], prompt_lens: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The columns of SlotState's packed fields for `requests` ([fields, requests] each), in the
@@ -258,6 +269,9 @@ class Qwen3TTSTalker:
         st.step[idx] = step + 1
         st.position[idx] = position + 1
         return DecodeOutput(frame.cpu(), (code0 == self._eos).cpu(), frame)
+
+    def append_text(self, slot: int, start: int, ids: list[int]) -> None:
+        self.state.extend_trailing(slot, start, ids)
 
     def release(self, slot: int) -> None:
         self._positions[slot] = 0
