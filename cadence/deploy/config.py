@@ -93,6 +93,7 @@ class ServerSection:
     drain_timeout: float = field(default=30.0, metadata=_min(0))
     ws_max_message_bytes: int = field(default=1 << 16, metadata=_min(64))
     ws_max_buffered_chars: int = field(default=1 << 16, metadata=_min(1))
+    ws_input_timeout: float = field(default=30.0, metadata=_min(0))
     max_concurrent_uploads: int = field(default=4, metadata=_min(1))
     ui: bool = True
 

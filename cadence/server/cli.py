@@ -209,6 +209,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="text a WebSocket session may hold not yet spoken; a delta past it is refused with an error event (65536)",
     )
     g.add_argument(
+        "--ws-input-timeout",
+        type=float,
+        help="seconds a continuous WebSocket utterance waits for more text before it is ended (30)",
+    )
+    g.add_argument(
         "--max-concurrent-uploads",
         type=int,
         help="Base: requests carrying reference audio that are read and analysed at once; the rest wait (4)",
@@ -334,6 +339,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
         drain_timeout=args.drain_timeout,
         ws_max_message_bytes=args.ws_max_message_bytes,
         ws_max_buffered_chars=args.ws_max_buffered_chars,
+        ws_input_timeout=args.ws_input_timeout,
         max_concurrent_uploads=args.max_concurrent_uploads,
         ui=args.ui,
     )

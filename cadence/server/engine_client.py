@@ -133,14 +133,17 @@ class EngineClient:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    async def synthesize(self, request: EngineRequest) -> AsyncIterator[AudioChunk]:
-        """Stream a request's chunks. Raises QueueFullError (refused by the core), RequestTooLargeError,
-        or EngineDeadError; closing the iterator before the final chunk cancels the request."""
+    def synthesize(self, request: EngineRequest) -> AsyncIterator[AudioChunk]:
+        """Submit a request now and return its chunks as they come. Raises EngineDeadError now; the
+        iterator raises QueueFullError (refused by the core), RequestTooLargeError or
+        EngineDeadError; closing it before the final chunk cancels the request."""
         if self.dead or not self._send(P.Submit(request)):
             raise EngineDeadError("the engine process has exited")
-        rid = request.request_id
         queue: asyncio.Queue[AudioChunk | BaseException] = asyncio.Queue()
-        self._streams[rid] = queue
+        self._streams[request.request_id] = queue
+        return self._chunks(request.request_id, queue)
+
+    async def _chunks(self, rid: str, queue: asyncio.Queue[AudioChunk | BaseException]) -> AsyncIterator[AudioChunk]:
         finished = False
         try:
             while not finished:
@@ -159,11 +162,16 @@ class EngineClient:
         if not self.dead:
             self._send(P.Cancel(request_id))
 
+    def append_text(self, request_id: str, ids: list[int], done: bool, text_tokens: int) -> None:
+        """More text of a request submitted with its text still arriving."""
+        if not self.dead:
+            self._send(P.AppendText(request_id, ids, done, text_tokens))
+
     def cancel_all(self) -> None:
         for rid in list(self._streams):
             self.cancel(rid)
 
-    def _send(self, msg: P.Submit | P.Cancel | P.Shutdown) -> bool:
+    def _send(self, msg: P.EngineInput) -> bool:
         """False when no engine is connected (it exited, or has not connected yet)."""
         try:
             self._push.send(P.encode(msg), zmq.NOBLOCK)

@@ -198,6 +198,11 @@ class EngineLoop:
                 self._add(msg.request)
             elif isinstance(msg, P.Cancel):
                 self.core.cancel(msg.request_id)
+            elif isinstance(msg, P.AppendText):
+                try:
+                    self.core.append_text(msg.request_id, msg.ids, msg.done, msg.text_tokens)
+                except ValueError as e:  # text for a request whose text had ended: an API bug
+                    log.error("text for request %s refused: %s", msg.request_id, e)
             elif isinstance(msg, P.Shutdown):
                 self.stopping = True
 

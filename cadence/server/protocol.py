@@ -1,6 +1,6 @@
 """Messages between the API process and the engine-core process (msgpack over ZMQ, via msgspec).
 
-API -> engine (PUSH/PULL): Submit, Cancel, Shutdown.
+API -> engine (PUSH/PULL): Submit, Cancel, AppendText, Shutdown.
 Engine -> API (PUSH/PULL): Ready once after loading and warm-up (or Failed), then a StepOutput after
 every engine step (its chunks and the core's stats; also a heartbeat while idle), and Rejected for a
 request the core refused.
@@ -27,11 +27,20 @@ class Cancel(msgspec.Struct, tag="cancel"):
     request_id: str
 
 
+class AppendText(msgspec.Struct, tag="append"):
+    """More trailing text of a request submitted with its text still arriving (EngineCore.append_text)."""
+
+    request_id: str
+    ids: list[int]
+    done: bool
+    text_tokens: int
+
+
 class Shutdown(msgspec.Struct, tag="shutdown"):
     """Cancel whatever is left and exit (the API has already drained what it wanted to)."""
 
 
-EngineInput = Submit | Cancel | Shutdown
+EngineInput = Submit | Cancel | AppendText | Shutdown
 
 
 # -- engine -> API ---------------------------------------------------------------------------------

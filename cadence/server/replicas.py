@@ -100,6 +100,7 @@ class ReplicaPool:
         self.info: P.EngineInfo | None = None  # of the first replica to be ready
         self._closing = False
         self._rotation = 0
+        self._owners: dict[str, Replica] = {}  # request id -> the replica serving it
         self._tasks: set[asyncio.Task] = set()
 
     def _client(self, index: int, config: EngineProcessConfig) -> EngineClient:
@@ -183,12 +184,17 @@ class ReplicaPool:
         for r in self.replicas:
             r.client.cancel_all()
 
-    async def synthesize(self, request: EngineRequest) -> AsyncIterator[AudioChunk]:
-        """EngineClient.synthesize on the least loaded ready replica."""
+    def synthesize(self, request: EngineRequest) -> AsyncIterator[AudioChunk]:
+        """EngineClient.synthesize on the least loaded ready replica: the request is submitted now
+        (EngineDeadError now if no replica serves), its chunks come through the iterator."""
         replica = self._pick()
         replica.requests += 1
         self.metrics.replica_requests.labels(str(replica.index)).inc()
         chunks = replica.client.synthesize(request)
+        self._owners[request.request_id] = replica
+        return self._relay(replica, request.request_id, chunks)
+
+    async def _relay(self, replica: Replica, rid: str, chunks: AsyncIterator[AudioChunk]) -> AsyncIterator[AudioChunk]:
         try:
             async for chunk in chunks:
                 yield chunk
@@ -197,7 +203,13 @@ class ReplicaPool:
                 raise EngineDeadError(f"engine replica {replica.index} failed: {e}; it restarts, retry") from None
             raise EngineDeadError(f"{e}; the server is shutting down") from None
         finally:
+            self._owners.pop(rid, None)
             await chunks.aclose()
+
+    def append_text(self, request_id: str, ids: list[int], done: bool, text_tokens: int) -> None:
+        """More text of a running request whose text is still arriving, to the replica serving it."""
+        if (replica := self._owners.get(request_id)) is not None:
+            replica.client.append_text(request_id, ids, done, text_tokens)
 
     def _pick(self) -> Replica:
         candidates = [r for r in self.replicas if r.serving]

@@ -16,6 +16,7 @@ from ..engine.engine import SynthesisRequest, prepare_request
 from ..engine.request import EngineRequest, RequestTooLargeError
 from ..errors import InvalidRequestError
 from ..models.qwen3_tts.model import Qwen3TTSFrontend
+from ..models.qwen3_tts.prompt import TextTokens
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE
@@ -149,9 +150,13 @@ def validate_speech(
     limits: Limits,
     request_id: str | None = None,
     clone: VoiceClonePrompt | None = None,
+    tokens: TextTokens | None = None,
+    text_open: bool = False,
 ) -> SpeechJob:
     """Check every field; tokenise. Raises APIError (400, 404 unknown model, 413 input too long).
-    `clone`: the analysed `ref_audio` of a Base request (the route decodes and encodes it first)."""
+    `clone`: the analysed `ref_audio` of a Base request (the route decodes and encodes it first).
+    `tokens`: `input`'s tokens, already known (text that arrives in pieces); `text_open`: more of it
+    follows (the streaming layout; MoreTextNeeded while the prompt cannot be laid out yet)."""
     if body.model is not None and body.model not in limits.model_names:
         raise E.not_found(
             f"the model '{body.model}' does not exist; this server serves: {', '.join(limits.model_names)}",
@@ -183,7 +188,7 @@ def validate_speech(
     try:
         voice, preset, clone = resolve_voice(body, frontend, voices, clone)
         synthesis = SynthesisRequest(
-            text,
+            tokens if tokens is not None else text,
             voice=preset,
             clone=clone,
             x_vector_only=body.x_vector_only_mode,
@@ -197,6 +202,8 @@ def validate_speech(
             seed=body.seed,
             ignore_eos=body.ignore_eos,
             request_id=request_id or new_request_id(),
+            layout="streaming" if tokens is not None else None,
+            text_open=text_open,
         )
         request = prepare_request(frontend, synthesis, limits.max_input_tokens)
     except InvalidRequestError as e:

@@ -55,7 +55,7 @@ class SpeechRun:
         self.job = job
         self.http = request
         self.deadline = arrival + state.settings.request_timeout
-        self.chunks = state.engine.synthesize(job.request)
+        self.chunks: AsyncIterator[AudioChunk] | None = None  # submitted at the first wait
         self.encoder = make_encoder(job.response_format, state.sample_rate, job.speed, streaming=job.stream)
         self.outcome = Outcome(
             route, job.request_id, job.voice, len(job.text), job.input_tokens, job.response_format,
@@ -69,9 +69,10 @@ class SpeechRun:
         """The next chunk, within the deadline; maps engine refusals and failures to APIErrors.
         With `watch_client` (before a response exists, when nothing else would notice) a client
         that disconnects ends the wait with ClientGone."""
-        if self.outcome.submitted is None:
-            self.outcome.submitted = time.monotonic()  # the first wait submits the request
         try:
+            if self.chunks is None:
+                self.outcome.submitted = time.monotonic()
+                self.chunks = self.state.engine.synthesize(self.job.request)
             if watch_client:
                 chunk = await self._race_client(anext(self.chunks))
             else:
@@ -121,6 +122,8 @@ class SpeechRun:
 
     async def close(self) -> None:
         """Cancel the request in the engine unless it has finished."""
+        if self.chunks is None:
+            return
         with contextlib.suppress(RuntimeError):  # still running in a task being cancelled: it cancels itself
             await self.chunks.aclose()
 

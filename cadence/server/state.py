@@ -38,6 +38,7 @@ class ServerSettings:
     drain_timeout: float = 30.0  # seconds open streams get to finish after SIGTERM; then they are cut off
     ws_max_message_bytes: int = 1 << 16  # one WebSocket message; uvicorn closes the socket (1009) past it
     ws_max_buffered_chars: int = 1 << 16  # text a WebSocket session holds unspoken; a delta past it is refused
+    ws_input_timeout: float = 30.0  # seconds a continuous utterance waits for more text before it ends
     max_concurrent_uploads: int = 4  # requests carrying reference audio read and analysed at once; more wait
     ui: bool = True  # the playground page at /
     model_aliases: tuple[str, ...] = OPENAI_MODELS

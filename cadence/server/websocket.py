@@ -38,9 +38,11 @@ import msgspec
 from fastapi import WebSocket, WebSocketDisconnect
 
 from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
+from ..models.qwen3_tts.prompt import TextTokens
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import PcmEncoder
+from .continuous import INLINE_DELTA_CHARS, INPUT_MODES, ContinuousInput, OpenUtterance
 from .engine_client import EngineDeadError
 from .schema import SpeechBody, SpeechJob, VoiceRef, decode_json, new_request_id, validate_speech
 from .segmenter import SentenceSegmenter
@@ -53,7 +55,6 @@ log = logging.getLogger("cadence.server")
 ROUTE = "/v1/audio/speech/stream"
 LOOKAHEAD = 2  # segments of a session generating or buffered at once
 MAX_SEGMENT_CHARS = 400
-INLINE_DELTA_CHARS = 2048  # larger deltas are segmented and tokenised in a worker thread
 
 
 class SessionConfig(msgspec.Struct, kw_only=True):
@@ -72,6 +73,7 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     repetition_penalty: float | None = None
     max_new_tokens: int | None = None
     ignore_eos: bool = False  # every segment exactly max_new_tokens frames (benchmarking)
+    input_mode: str = "sentence"  # sentence: each sentence spoken on its own; continuous: one utterance (continuous.py)
 
 
 class ClientMessage(msgspec.Struct):
@@ -88,13 +90,15 @@ class Segment:
     queue: asyncio.Queue[AudioChunk | BaseException] = field(default_factory=asyncio.Queue)
     sent: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
+    chars: int = 0  # its text, as counted against the session's buffer
+    open: OpenUtterance | None = None  # continuous input: the utterance it speaks
 
     @property
     def where(self) -> dict[str, Any]:
         return {"utterance_index": self.utterance, "sentence_index": self.index, "request_id": self.job.request_id}
 
 
-class SpeechSession:
+class SpeechSession(ContinuousInput):
     def __init__(self, state: ServerState, ws: WebSocket, config: SessionConfig):
         self.state = state
         self.ws = ws
@@ -106,6 +110,8 @@ class SpeechSession:
         self.sentence = 0
         self.active: set[Segment] = set()  # generating or waiting to be sent
         self.queued_chars = 0  # text of the active segments
+        self.continuous = config.input_mode == "continuous"
+        self.open: OpenUtterance | None = None  # continuous input: the utterance whose text is arriving
         self.totals = {"segments": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0, "audio_seconds": 0.0}
         self.sender = asyncio.create_task(self._send_all(), name="cadence-ws-sender")
 
@@ -113,8 +119,10 @@ class SpeechSession:
 
     @property
     def buffered_chars(self) -> int:
-        """Text taken in and not yet spoken: the unfinished sentence and the segments not yet sent."""
-        return self.segmenter.pending_chars + self.queued_chars
+        """Text taken in and not yet spoken: the unfinished sentence (or open utterance) and the
+        segments not yet sent."""
+        unfinished = len(self.open.received) if self.open is not None else self.segmenter.pending_chars
+        return unfinished + self.queued_chars
 
     async def add_text(self, text: str) -> None:
         limit = self.state.settings.ws_max_buffered_chars
@@ -127,6 +135,9 @@ class SpeechSession:
             )
             await self._send_error(err)
             return
+        if self.continuous:
+            await self._continue(text)
+            return
         arrival = time.monotonic()
         if len(text) > INLINE_DELTA_CHARS:
             prepared = await asyncio.to_thread(self._prepare, text)
@@ -136,7 +147,9 @@ class SpeechSession:
             await self._enqueue(sentence, job, arrival)
 
     async def flush(self) -> None:
-        if (rest := self.segmenter.flush()) is not None:
+        if self.continuous:
+            await self._end_open()
+        elif (rest := self.segmenter.flush()) is not None:
             await self._enqueue(rest, self._validate(rest), time.monotonic())
         self.utterance += 1
         self.sentence = 0
@@ -146,27 +159,33 @@ class SpeechSession:
         (one delta of a session at a time)."""
         return [(sentence, self._validate(sentence)) for sentence in self.segmenter.push(text)]
 
-    def _validate(self, text: str) -> SpeechJob | E.APIError:
+    def _validate(self, text: str, tokens: TextTokens | None = None, text_open: bool = False) -> SpeechJob | E.APIError:
         body = SpeechBody(input=text, **_fields(self.config))
         try:
-            return validate_speech(body, self.state.frontend, self.state.voices, self.state.limits, new_request_id())
+            state = self.state
+            return validate_speech(
+                body, state.frontend, state.voices, state.limits, new_request_id(), tokens=tokens, text_open=text_open
+            )
         except E.APIError as e:
             return e
 
-    async def _enqueue(self, text: str, job: SpeechJob | E.APIError, arrival: float) -> None:
+    async def _enqueue(
+        self, text: str, job: SpeechJob | E.APIError, arrival: float, open: OpenUtterance | None = None
+    ) -> Segment | None:
         if isinstance(job, E.APIError):
             await self._send_error(job, utterance_index=self.utterance, sentence_index=self.sentence)
             self.sentence += 1
-            return
+            return None
         outcome = Outcome(
             ROUTE, job.request_id, job.voice, len(job.text), job.input_tokens, "pcm", "websocket", arrival
         )
-        seg = Segment(job, self.utterance, self.sentence, outcome)
+        seg = Segment(job, self.utterance, self.sentence, outcome, chars=0 if open else len(text), open=open)
         self.sentence += 1
         seg.task = asyncio.create_task(self._generate(seg))
         self.active.add(seg)
-        self.queued_chars += len(text)
+        self.queued_chars += seg.chars
         self.pending.put_nowait(seg)
+        return seg
 
     # -- synthesis --------------------------------------------------------------------------------
 
@@ -177,7 +196,13 @@ class SpeechSession:
             try:
                 self.state.check_serving()
                 seg.outcome.submitted = time.monotonic()
-                async for chunk in self.state.engine.synthesize(seg.job.request):
+                chunks = self.state.engine.synthesize(seg.job.request)
+                if (utt := seg.open) is not None:  # its text so far, then straight to the engine
+                    utt.submitted = True
+                    for ids, done in utt.held:
+                        self.state.engine.append_text(seg.job.request_id, ids, done, utt.committed)
+                    utt.held.clear()
+                async for chunk in chunks:
                     seg.queue.put_nowait(chunk)
             except Exception as e:
                 if not isinstance(e, (E.APIError, QueueFullError, EngineDeadError, RequestTooLargeError)):
@@ -192,7 +217,7 @@ class SpeechSession:
             finally:
                 seg.sent.set()
                 self.active.discard(seg)
-                self.queued_chars -= len(seg.job.text)
+                self.queued_chars -= seg.chars
 
     async def _send_segment(self, seg: Segment) -> None:
         job, outcome = seg.job, seg.outcome
@@ -235,9 +260,10 @@ class SpeechSession:
             "audio_seconds": round(encoder.seconds, 3),
         }
         self._count(usage, failed=error is not None)
-        await self.ws.send_json(
-            {"type": "audio.done", **seg.where, "finish_reason": outcome.finish_reason, "usage": usage}
-        )
+        done = {"type": "audio.done", **seg.where, "finish_reason": outcome.finish_reason, "usage": usage}
+        if seg.open is not None:
+            done["text"] = seg.open.received  # continuous input: the whole text it spoke
+        await self.ws.send_json(done)
         if isinstance(item, EngineDeadError):  # nothing more can be spoken: end the session
             await self.ws.close(code=1011, reason="the engine process has exited")
             raise item
@@ -287,15 +313,21 @@ class SpeechSession:
 
     async def next_message(self) -> ClientMessage | None:
         """The client's next message, or the sender's failure if that comes first (the client's
-        socket broke while audio was being sent, or the engine process died)."""
+        socket broke while audio was being sent, or the engine process died). An open continuous
+        utterance whose text stops coming times out meanwhile (None is returned then)."""
         receive = asyncio.ensure_future(_receive(self.ws))
+        deadline = self.input_deadline()
         try:
-            await asyncio.wait({receive, self.sender}, return_when=asyncio.FIRST_COMPLETED)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            await asyncio.wait({receive, self.sender}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not receive.done():
                 receive.cancel()
         if receive.done():
             return receive.result()
+        if not self.sender.done():
+            await self.input_timed_out()
+            return None
         self.sender.result()  # raises what ended it
         raise RuntimeError("the session's sender ended before session.close")
 
@@ -356,6 +388,7 @@ async def _serve(session: SpeechSession) -> None:
             "format": "pcm",
             "sample_rate": session.state.sample_rate,
             "model": session.state.settings.model_name,
+            "input_mode": session.config.input_mode,
         }
     )
     while True:
@@ -383,6 +416,10 @@ async def _configure(state: ServerState, ws: WebSocket) -> SpeechSession | None:
         config = decode_json(raw, SessionConfig)
         if config.response_format.lower() != "pcm":
             raise E.bad_request("the WebSocket route sends pcm (24 kHz s16le mono); allowed: pcm", "response_format")
+        if config.input_mode not in INPUT_MODES:
+            raise E.bad_request(
+                f"unknown input_mode '{config.input_mode}'; allowed: {', '.join(INPUT_MODES)}", "input_mode"
+            )
         # Validate the voice, language, speed and sampling fields once, with a stand-in input.
         probe = SpeechBody(input="probe", **_fields(config))
         validate_speech(probe, state.frontend, state.voices, state.limits, "probe")
@@ -414,4 +451,5 @@ async def _error(ws: WebSocket, message: str, param: str | None) -> None:
 
 
 def _fields(config: SessionConfig) -> dict[str, Any]:
-    return {f: getattr(config, f) for f in SessionConfig.__struct_fields__}
+    """The speech fields of a session's config (those a SpeechBody has)."""
+    return {f: getattr(config, f) for f in SessionConfig.__struct_fields__ if f in SpeechBody.__struct_fields__}
