@@ -331,3 +331,19 @@ def test_the_first_audios_path_is_logged_and_measured(server):
     assert all(ms >= 0 for ms in path.values()) and sum(path.values()) <= line["ttfa_ms"] + 0.1
     metrics = server.metrics()
     assert all(metrics[f'cadence_first_audio_stage_seconds_count{{stage="{s}"}}'] >= 1 for s in path)
+
+
+def test_a_failing_piece_ends_a_long_input_with_an_error(server):
+    """The second piece of a long input fails (its seed is the request's plus one): the first piece's
+    audio has been sent, then the stream ends with an error event, and nothing is silently dropped."""
+    text = " ".join(["A sentence of a long text that runs on."] * 30)  # past the default 600 characters
+    body = {**GOOD, "input": text, "seed": FAULT_SEED - 1, "stream_format": "sse", "max_new_tokens": 2}
+    with server.client() as c, c.stream("POST", "/v1/audio/speech", json=body) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    types = [e["type"] for e in events]
+    assert types[-1] == "error" and events[-1]["error"]["type"] == "server_error" and events[-1]["piece"] == 1
+    assert [e["index"] for e in events if e["type"] == "speech.piece.done"] == [0]
+    assert events[types.index("speech.piece.done")]["finish_reason"] == "length"
+    assert any(e["type"] == "speech.audio.delta" and e["piece"] == 0 for e in events)
+    assert "speech.audio.done" not in types

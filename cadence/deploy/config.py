@@ -87,7 +87,9 @@ class ServerSection:
 
     host: str = "127.0.0.1"
     port: int = field(default=8000, metadata=_min(0))
-    max_input_chars: int = field(default=4096, metadata=_min(1))
+    max_input_chars: int = field(default=100_000, metadata=_min(1))
+    long_form_chars: int = field(default=600, metadata=_min(0))
+    long_form_pause: float = field(default=0.25, metadata=_min(0))
     max_body_bytes: int = field(default=1 << 20, metadata=_min(1))
     request_timeout: float = field(default=600.0, metadata=_min(0))
     drain_timeout: float = field(default=30.0, metadata=_min(0))

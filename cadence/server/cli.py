@@ -184,7 +184,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help=f"prompt tokens prefilled per engine step ({defaults['prefill_token_budget']})",
     )
-    g.add_argument("--max-input-chars", type=int, help="longest `input` in characters, then 413 (4096)")
+    g.add_argument(
+        "--max-input-chars", type=int, help="longest `input` in characters, then 413 (100000: a book chapter)"
+    )
+    g.add_argument(
+        "--long-form-chars",
+        type=int,
+        help="an input longer than this is spoken as pieces of at most this many characters, cut at paragraphs "
+        "and sentences, one after another in one stream (600; 0: never cut)",
+    )
+    g.add_argument("--long-form-pause", type=float, help="seconds of silence between the pieces of a long input (0.25)")
     g.add_argument("--max-input-tokens", type=int, help=f"longest input in tokens ({defaults['max_input_tokens']})")
     g.add_argument(
         "--max-seq-tokens",
@@ -334,6 +343,8 @@ def build_state(args: argparse.Namespace) -> ServerState:
         model_name=name,
         api_key=args.api_key or None,
         max_input_chars=args.max_input_chars,
+        long_form_chars=args.long_form_chars,
+        long_form_pause=args.long_form_pause,
         max_body_bytes=args.max_body_bytes,
         request_timeout=args.request_timeout,
         drain_timeout=args.drain_timeout,

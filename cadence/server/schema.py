@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -20,6 +20,8 @@ from ..models.qwen3_tts.prompt import TextTokens
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE
+from .long_form import Piece, piece_seed
+from .segmenter import split_long_text
 from .voices import OPENAI_VOICES, VoiceTable
 
 OPENAI_VOICE_NAMES = frozenset(OPENAI_VOICES)
@@ -71,6 +73,7 @@ class Limits:
     max_input_tokens: int
     model_names: tuple[str, ...]  # what `model` may say (besides nothing)
     max_new_tokens: int = 12800  # the engine's max_seq_tokens: no request is longer
+    piece_chars: int = 0  # a longer input is spoken as pieces of at most this many characters (0: never)
 
     def integer_ranges(self) -> dict[str, tuple[int, int]]:
         return {"seed": (0, MAX_SEED), "top_k": (0, MAX_TOP_K), "max_new_tokens": (1, self.max_new_tokens)}
@@ -88,6 +91,7 @@ class SpeechJob:
     stream_format: str
     stream: bool
     instructions_ignored: bool
+    pieces: list[Piece] = field(default_factory=list)  # long-form input: its pieces, in order (else one request)
 
     @property
     def request_id(self) -> str:
@@ -95,6 +99,8 @@ class SpeechJob:
 
     @property
     def input_tokens(self) -> int:
+        if self.pieces:
+            return sum(p.request.prompt.num_text_tokens for p in self.pieces)
         return self.request.prompt.num_text_tokens
 
     def too_large(self, e: RequestTooLargeError) -> E.APIError:
@@ -185,27 +191,10 @@ def validate_speech(
     check_integers(body, limits.integer_ranges())
     if body.ignore_eos and body.max_new_tokens is None:
         raise E.bad_request("ignore_eos needs max_new_tokens (the number of frames to generate)", "max_new_tokens")
+    request_id = request_id or new_request_id()
     try:
         voice, preset, clone = resolve_voice(body, frontend, voices, clone)
-        synthesis = SynthesisRequest(
-            tokens if tokens is not None else text,
-            voice=preset,
-            clone=clone,
-            x_vector_only=body.x_vector_only_mode,
-            language=body.language or "auto",
-            instruct=body.instructions or None,
-            temperature=body.temperature,
-            top_k=body.top_k,
-            top_p=body.top_p,
-            repetition_penalty=body.repetition_penalty,
-            max_new_tokens=body.max_new_tokens,
-            seed=body.seed,
-            ignore_eos=body.ignore_eos,
-            request_id=request_id or new_request_id(),
-            layout="streaming" if tokens is not None else None,
-            text_open=text_open,
-        )
-        request = prepare_request(frontend, synthesis, limits.max_input_tokens)
+        request, pieces = engine_requests(body, frontend, limits, preset, clone, request_id, tokens, text_open)
     except InvalidRequestError as e:
         raise (E.too_large(e.message, e.param) if e.code == "request_too_large" else E.invalid(e)) from None
     return SpeechJob(
@@ -217,7 +206,40 @@ def validate_speech(
         stream_format,
         body.stream or stream_format == "sse",  # an event stream is a stream
         frontend.instruct_ignored(body.instructions),
+        pieces,
     )
+
+
+def engine_requests(
+    body: SpeechBody,
+    frontend: Qwen3TTSFrontend,
+    limits: Limits,
+    preset: str | None,
+    clone: VoiceClonePrompt | None,
+    request_id: str,
+    tokens: TextTokens | None = None,
+    text_open: bool = False,
+) -> tuple[EngineRequest, list[Piece]]:
+    """The engine request of a validated body, or, for an input longer than `limits.piece_chars`,
+    its pieces' (long_form.py) and the first piece's. Raises InvalidRequestError."""
+
+    def prepared(text: str | TextTokens, seed: int | None, rid: str) -> EngineRequest:
+        synthesis = SynthesisRequest(
+            text, voice=preset, clone=clone, x_vector_only=body.x_vector_only_mode, language=body.language or "auto",
+            instruct=body.instructions or None, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
+            repetition_penalty=body.repetition_penalty, max_new_tokens=body.max_new_tokens, seed=seed,
+            ignore_eos=body.ignore_eos, request_id=rid, layout="streaming" if tokens is not None else None,
+            text_open=text_open,
+        )  # fmt: skip
+        return prepare_request(frontend, synthesis, limits.max_input_tokens)
+
+    if tokens is not None:
+        return prepared(tokens, body.seed, request_id), []
+    if not limits.piece_chars or len(body.input) <= limits.piece_chars:
+        return prepared(body.input, body.seed, request_id), []
+    texts = split_long_text(body.input, limits.piece_chars)
+    pieces = [Piece(i, t, prepared(t, piece_seed(body.seed, i), f"{request_id}-{i}")) for i, t in enumerate(texts)]
+    return pieces[0].request, pieces
 
 
 def resolve_voice(
@@ -227,9 +249,11 @@ def resolve_voice(
     InvalidRequestError naming the field and, for a field this variant cannot use, the one that can."""
     kind = frontend.config.tts_model_type
     name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
-    for field, needs in VARIANT_FIELDS.items():
-        if kind != needs and getattr(body, field) is not None:
-            raise InvalidRequestError(f"{field} needs a {needs} checkpoint (voice cloning); this is {kind}", field)
+    for variant_field, needs in VARIANT_FIELDS.items():
+        if kind != needs and getattr(body, variant_field) is not None:
+            raise InvalidRequestError(
+                f"{variant_field} needs a {needs} checkpoint (voice cloning); this is {kind}", variant_field
+            )
     if kind == "custom_voice":
         if name is None:
             raise InvalidRequestError("missing required field 'voice'", "voice", code="missing_field")

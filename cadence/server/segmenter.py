@@ -14,6 +14,8 @@ most `max_chars` long). The buffer holds at most the unfinished sentence.
 
 from __future__ import annotations
 
+import re
+
 LATIN_ENDS = ".!?…"
 CJK_ENDS = "。！？；"
 CLOSERS = "\"')]}”’」』》）"
@@ -109,3 +111,28 @@ class SentenceSegmenter:
             if cut > self.max_chars // 4:
                 return cut + 1
         return self.max_chars
+
+
+def split_long_text(text: str, max_chars: int) -> list[str]:
+    """A long text as pieces of at most `max_chars` that a model speaks reliably one at a time: cut at
+    paragraph breaks (blank lines), then at sentence ends (SentenceSegmenter's rules, which also cut
+    a sentence longer than `max_chars` at a clause mark or space); consecutive sentences of one
+    paragraph share a piece while they fit. Whitespace between pieces is dropped; nothing else is."""
+    pieces: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        segmenter = SentenceSegmenter(max_chars)
+        sentences = segmenter.push(paragraph)
+        if (rest := segmenter.flush()) is not None:
+            sentences.append(rest)
+        current = ""
+        for sentence in sentences:
+            space = "" if not current or current[-1] in CJK_ENDS or current[-1] in "」』》）" else " "
+            joined = current + space + sentence
+            if len(joined) <= max_chars:
+                current = joined
+                continue
+            pieces.append(current)
+            current = sentence
+        if current:
+            pieces.append(current)
+    return pieces

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import Request
@@ -29,6 +30,7 @@ from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import CONTENT_TYPES, make_encoder
 from .engine_client import EngineDeadError
+from .long_form import PieceDone, piece_chunks
 from .schema import SpeechJob
 
 if TYPE_CHECKING:
@@ -56,6 +58,8 @@ class SpeechRun:
         self.http = request
         self.deadline = arrival + state.settings.request_timeout
         self.chunks: AsyncIterator[AudioChunk] | None = None  # submitted at the first wait
+        self.pieces_done: list[PieceDone] = []  # long-form input: the pieces whose audio is all out
+        self.piece = 0  # long-form input: the piece whose audio is being read
         self.encoder = make_encoder(job.response_format, state.sample_rate, job.speed, streaming=job.stream)
         self.outcome = Outcome(
             route, job.request_id, job.voice, len(job.text), job.input_tokens, job.response_format,
@@ -72,7 +76,7 @@ class SpeechRun:
         try:
             if self.chunks is None:
                 self.outcome.submitted = time.monotonic()
-                self.chunks = self.state.engine.synthesize(self.job.request)
+                self.chunks = self._submit()
             if watch_client:
                 chunk = await self._race_client(anext(self.chunks))
             else:
@@ -101,6 +105,19 @@ class SpeechRun:
         if chunk.is_final:
             o.finish_reason = chunk.finish_reason.value if chunk.finish_reason else None
         return chunk
+
+    def _submit(self) -> AsyncIterator[AudioChunk]:
+        if not self.job.pieces:
+            return self.state.engine.synthesize(self.job.request)
+        settings = self.state.settings
+        pause = round(settings.long_form_pause * self.state.sample_rate)
+        return piece_chunks(self.state.engine, self.job.pieces, pause, self._piece_started, self.pieces_done.append)
+
+    def _piece_started(self, index: int) -> None:
+        """Each piece of a long-form request has the request timeout to itself."""
+        self.piece = index
+        if index:
+            self.deadline = time.monotonic() + self.state.settings.request_timeout
 
     async def _race_client(self, awaitable: Awaitable[T]) -> T:
         task = asyncio.ensure_future(awaitable)
@@ -146,6 +163,11 @@ class SpeechRun:
     def failure(self, chunk: AudioChunk) -> E.APIError | None:
         """The error a final chunk that ends the request abnormally means for the client, or None."""
         return E.chunk_error(chunk, self.state.drain_expired)
+
+    @property
+    def where(self) -> dict[str, int]:
+        """Long-form input: the piece whose audio is being sent (for SSE events); else nothing."""
+        return {"piece": self.piece} if self.job.pieces else {}
 
     @property
     def finish_reason(self) -> str | None:
@@ -255,16 +277,21 @@ async def _sse_body(run: SpeechRun, first: AudioChunk) -> AsyncIterator[bytes]:
     error: E.APIError | None = None
     try:
         try:
+            reported = 0
             async for chunk in _chunks(run, first):
                 if data := run.encoder.encode(chunk.pcm):
-                    yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                    yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode(), **run.where})
+                for done in run.pieces_done[reported:]:  # long-form input: each piece as it ends
+                    yield _event({"type": "speech.piece.done", **asdict(done)})
+                reported = len(run.pieces_done)
             if tail := run.encoder.finish():
-                yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode()})
-            yield _event({"type": "speech.audio.done", "usage": run.usage(), "finish_reason": run.finish_reason})
+                yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode(), **run.where})
+            done_event = {"type": "speech.audio.done", "usage": run.usage(), "finish_reason": run.finish_reason}
+            yield _event(done_event | ({"pieces": len(run.job.pieces)} if run.job.pieces else {}))
         except E.APIError as e:
             error = e
             log.error("request %s failed after streaming started: %s", run.job.request_id, e.message)
-            yield _event({"type": "error", **e.body()})
+            yield _event({"type": "error", **e.body(), **run.where})
     except (asyncio.CancelledError, GeneratorExit):
         await run.close()
         run.record_cut()

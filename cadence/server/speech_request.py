@@ -8,6 +8,7 @@ the body is validated, so validation stays synchronous and shared with the WebSo
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from .state import ServerState
 
 MAX_FORM_FIELDS = 64
+INLINE_INPUT_CHARS = 8192  # longer inputs are validated in a worker thread
 
 
 async def read_speech(request: Request, state: ServerState) -> SpeechJob:
@@ -58,6 +60,8 @@ async def _read_speech(request: Request, state: ServerState) -> SpeechJob:
             upload if upload is not None else decode_base64_audio(body.ref_audio, "ref_audio", cloning.max_base64_chars)
         )
         clone = await cloning.analyze(data, body.ref_text, "ref_audio")
+    if len(body.input) > INLINE_INPUT_CHARS:  # a long input is split and tokenised off the event loop
+        return await asyncio.to_thread(validate_speech, body, state.frontend, state.voices, state.limits, clone=clone)
     return validate_speech(body, state.frontend, state.voices, state.limits, clone=clone)
 
 

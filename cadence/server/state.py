@@ -32,7 +32,9 @@ log = logging.getLogger("cadence.server")
 class ServerSettings:
     model_name: str  # the id /v1/models lists and `model` may name
     api_key: str | None = None  # Bearer token every /v1 route requires, if set
-    max_input_chars: int = 4096
+    max_input_chars: int = 100_000  # a book chapter: longer than long_form_chars is spoken in pieces
+    long_form_chars: int = 600  # an input longer than this is spoken as pieces of at most this (0: never)
+    long_form_pause: float = 0.25  # seconds of silence between the pieces of a long input
     max_body_bytes: int = 1 << 20
     request_timeout: float = 600.0  # seconds, whole request
     drain_timeout: float = 30.0  # seconds open streams get to finish after SIGTERM; then they are cut off
@@ -68,6 +70,7 @@ class ServerState:
             self.engine_config.max_input_tokens,
             (settings.model_name, *[a for a in settings.model_aliases if a != settings.model_name]),
             self.engine_config.max_seq_tokens,
+            settings.long_form_chars,
         )
         self.on_ready = on_ready
         self.started = time.time()
