@@ -76,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=sorted(SIZES), default="1.7b", help="model size (default 1.7b)")
     p.add_argument("--checkpoint", help="a checkpoint directory instead of a full-size random one of --size")
+    p.add_argument("--url", help="measure a server already running here instead of starting one (its log: --log)")
+    p.add_argument("--log", help="with --url: the server's log, for the first-audio stages")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--device", default="cuda", help="the server's device (default cuda)")
     p.add_argument("--rates", type=float, nargs="+", default=RATES, help="requests/s (default 1 4 10 20 40 60 80)")
@@ -243,26 +245,33 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     server_cores, client_cores = split_cores(args.client_cores)
-    checkpoint = checkpoint_for(args, out)
-    url = f"http://127.0.0.1:{args.port}"
-    log = out / "serve.log"
-    server = start_server(args, checkpoint, server_cores, log)
+    server, ready_s, checkpoint = None, None, args.checkpoint
+    if args.url:
+        url, log = args.url.rstrip("/"), Path(args.log) if args.log else out / "no-server-log"
+        log.touch()
+    else:
+        checkpoint = checkpoint_for(args, out)
+        url, log = f"http://127.0.0.1:{args.port}", out / "serve.log"
+        server = start_server(args, checkpoint, server_cores, log)
     try:
-        ready_s = wait_ready(url, server, log)
-        print(f"server ready in {ready_s:.0f} s; client on cores {sorted(client_cores)}", file=sys.stderr)
+        if server is not None:
+            ready_s = round(wait_ready(url, server, log), 1)
+            print(f"server ready in {ready_s:.0f} s", file=sys.stderr)
+        print(f"client on cores {sorted(client_cores)}", file=sys.stderr)
         os.sched_setaffinity(0, client_cores)
         rows = run_protocol(args, url, out, log)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(120)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(120)
+            except subprocess.TimeoutExpired:
+                server.kill()
     summary = {
         "size": args.size,
         "checkpoint": str(checkpoint),
         "server_args": args.server_args,
-        "ready_s": round(ready_s, 1),
+        "ready_s": ready_s,
         "requests_per_trial": args.requests,
         "seeds": args.seeds,
         "rows": [r.__dict__ for r in rows],
