@@ -3,7 +3,8 @@
 Every (batch bucket, frames bucket) graph is exercised: streams of different lengths advance with
 schedules made of 1, 2, 4 and 8-frame chunks, several per call, and a finishing stream flushes an
 odd-sized last chunk (padded inside the graph, trimmed after). The concatenated audio of each stream
-must equal the fp32 `CodecDecoder.forward` over all its codes within 1e-4 (fp32, TF32 off).
+must equal the fp32 `CodecDecoder.forward` over all its codes within 1e-4 (fp32, TF32 off), or
+within 1e-2 with TF32 on, the default (3x the official decode's own batch-to-batch variation).
 With the codec in bfloat16/float16 (EngineConfig.codec_dtype, opt-in) issue 5 asked for 1e-3,
 which neither meets: on the H200 this tiny codec measured 0.11-0.18 (bf16) and 0.013-0.015 (fp16)
 (docs/perf-notes.md #11). Their bounds here are those measurements with a margin, guarding against
@@ -30,13 +31,18 @@ def model(tiny_checkpoint):
     return Qwen3TTS.from_pretrained(tiny_checkpoint, "cuda", "fp32")
 
 
-TOLERANCE = {"float32": 1e-4, "bfloat16": 0.3, "float16": 0.03}
+# float32 exact (TF32 off), float32 on TF32 tensor cores (the default: parity is within 3x the official
+# decode's own batch-to-batch variation on a GPU, 2.8e-3, so 1e-2), and the opt-in half precisions.
+TOLERANCE = {"float32": 1e-4, "float32-tf32": 1e-2, "bfloat16": 0.3, "float16": 0.03}
 
 
 @pytest.mark.parametrize("dtype", list(TOLERANCE))
 @pytest.mark.parametrize("streams", [1, 3, 8])
 def test_graphed_chunks_equal_offline_decode(model, streams, dtype):
-    codec = Qwen3TTSCodec(model, max_slots=8, use_graphs=True, max_batch=8, dtype=getattr(torch, dtype))
+    precision, tf32 = dtype.removesuffix("-tf32"), dtype.endswith("-tf32")
+    codec = Qwen3TTSCodec(
+        model, max_slots=8, use_graphs=True, max_batch=8, dtype=getattr(torch, precision), tf32=tf32 or None
+    )
     assert codec.graphs, "no graphs were captured"
     g = torch.Generator().manual_seed(streams)
     lengths = [300 - 37 * i for i in range(streams)]
