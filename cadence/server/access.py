@@ -34,6 +34,7 @@ class Outcome:
     audio_seconds: float = 0.0
     frames: int = 0
     finish_reason: str | None = None
+    runaway_cause: str | None = None  # with finish_reason "runaway": the guard's check that stopped it
 
     @property
     def ttfa(self) -> float | None:
@@ -67,6 +68,8 @@ def record(metrics: Metrics, outcome: Outcome, status: int, error: str | None = 
             "frames": outcome.frames,
             "finish_reason": outcome.finish_reason,
         }
+        if outcome.runaway_cause:
+            line["runaway_cause"] = outcome.runaway_cause
     line["duration_s"] = round(now - outcome.arrival, 3)
     if error:
         line["error"] = error

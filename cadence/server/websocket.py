@@ -62,6 +62,10 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    subtalker_dosample: bool | None = None
     max_new_tokens: int | None = None
     ignore_eos: bool = False  # every segment exactly max_new_tokens frames (benchmarking)
 
@@ -180,6 +184,7 @@ class SpeechSession:
             await self.ws.send_bytes(tail)
         outcome.frames = item.frame_end
         outcome.finish_reason = item.finish_reason.value if item.finish_reason else None
+        outcome.runaway_cause = item.runaway_cause.value if item.runaway_cause else None
         outcome.audio_seconds = encoder.seconds
         usage = {
             "input_tokens": job.input_tokens,
@@ -197,7 +202,10 @@ class SpeechSession:
             await self.ws.send_json(
                 {"type": "error", **E.server_error(item.error or "synthesis failed").body(), **where}
             )
-        await self.ws.send_json({"type": "audio.done", **where, "finish_reason": outcome.finish_reason, "usage": usage})
+        cause = {"runaway_cause": outcome.runaway_cause} if outcome.runaway_cause else {}
+        await self.ws.send_json(
+            {"type": "audio.done", **where, "finish_reason": outcome.finish_reason, **cause, "usage": usage}
+        )
 
     async def finish(self) -> None:
         """session.close: flush, wait for every segment to be sent."""
