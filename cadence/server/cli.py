@@ -360,7 +360,9 @@ def _banner(args: argparse.Namespace, state: ServerState, info) -> None:
     per_stream = min(info.kv_tokens / max(1, info.max_streams), args.max_seq_tokens) * 0.08
     streams = f"{info.max_streams} stream{'s' if info.max_streams != 1 else ''}"
     weights = "RANDOM weights: the audio is noise" if info.random_weights else "checkpoint weights"
+    # a whole file: a streamed WAV's header cannot know its length (see docs/api.md)
     example = {"model": info.model, "input": "Hello from cadence.", "voice": "ryan", "response_format": "wav"}
+    example["stream"] = False
     if info.random_weights:
         example["max_new_tokens"] = 50  # random weights seldom stop on their own: 4 s of audio
     where = info.device if not info.codec_device else f"{info.device} (codec on {info.codec_device})"
