@@ -477,3 +477,14 @@ def test_help_loads_neither_torch_nor_the_server():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
     assert "serve" in r.stdout and "synth" in r.stdout
+
+
+def test_listed_commands_say_what_their_parsers_say():
+    """`cadence --help` lists the feature commands without importing them; its lines are theirs."""
+    from cadence.cli import FEATURE_COMMANDS, build_parser
+
+    def helps(parser) -> dict[str, str]:
+        return {a.dest: a.help for a in parser._subparsers._group_actions[0]._choices_actions}
+
+    full, listed = helps(build_parser()), helps(build_parser([]))
+    assert full == listed and set(FEATURE_COMMANDS) <= set(full)
