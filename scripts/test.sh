@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install cadence with its test dependencies and run the test suite (CPU is enough; about 35 minutes
+# Install cadence with its test dependencies and run the test suite (CPU is enough; 20 to 35 minutes
 # on 2 cores, a ~2.2 GB virtualenv with the CPU build of torch).
 #   bash scripts/test.sh                            # the CI suite: every test but the slow, gpu and real ones
 #   bash scripts/test.sh -m "not gpu and not real"  # the CI suite and the slow full-size checkpoint tests
