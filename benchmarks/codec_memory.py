@@ -7,7 +7,7 @@ freed, under a dispatch mode, on the full-size codec's shapes with random weight
 the same Python as the GPU one, with PyTorch definitions of the fused kernels, whose temporaries
 (SnakeBeta's) the GPU does not make: an upper bound for the GPU.
 
-    python benchmarks/codec_memory.py --config .ref/Qwen3-TTS-12Hz-0.6B-CustomVoice/speech_tokenizer/config.json
+    python benchmarks/codec_memory.py   # --config: another speech_tokenizer/config.json
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_flatten
 from cadence.models.qwen3_tts.codec import CodecDecoder
 from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from cadence.models.qwen3_tts.config import SpeechTokenizerConfig, _Fields
+from cadence.models.qwen3_tts.skeletons import shipped_skeleton
 
 MIB = 2**20
 
@@ -72,7 +73,11 @@ def measure(codec: StreamingCodecDecoder, streams: int, frames: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="a speech_tokenizer/config.json (the full-size codec's shapes)")
+    p.add_argument(
+        "--config",
+        default=str(shipped_skeleton().files["speech_tokenizer/config.json"]),
+        help="a speech_tokenizer/config.json (default: the released codec's, shipped with cadence)",
+    )
     p.add_argument("--shapes", nargs="+", default=["1x1", "2x2", "8x1", "8x8"], help="STREAMSxFRAMES calls to count")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()

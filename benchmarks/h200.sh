@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # What one device call runs on the H200 (see docs/benchmarks.md). Usage, from the repo root there:
 #   bash benchmarks/h200.sh PHASE... (the phases are the cases below; past sessions' calls in h200_past.sh)
-# Expects the reference config/tokenizer files in .ref/ (carried) and writes logs under $OUT.
+# Writes logs under $OUT (the released checkpoints' config files ship in the package: no .ref/ needed).
 set -uo pipefail
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CADENCE_REFERENCE_DIR=$PWD/.ref
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 full=/tmp/full06b
 need_full() {
-    [ -f $full/model.safetensors ] || python3 -m cadence.cli -q checkpoint random --from .ref/Qwen3-TTS-12Hz-0.6B-CustomVoice \
+    [ -f $full/model.safetensors ] || python3 -m cadence.cli -q checkpoint random --from Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice \
         --preset full --out $full --seed 0
 }
 quiet() { grep -Pv 'INFO(?!.*captured)'; }  # the INFO lines, but those of graph capture (build time)

@@ -41,7 +41,7 @@ def resolve_checkpoint(model: str | os.PathLike, allow_patterns: Iterable[str] |
         raise CheckpointError(
             f"could not fetch '{model_id}' from the Hugging Face hub ({type(e).__name__}: {e}).\n"
             f"On a machine with internet access run:\n"
-            f"    huggingface-cli download {model_id} --local-dir ./{model_id.split('/')[-1]}\n"
+            f"    hf download {model_id} --local-dir ./{model_id.split('/')[-1]}\n"
             f"copy that directory here and pass its path instead of the id."
         ) from e
 

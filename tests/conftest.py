@@ -1,31 +1,33 @@
 """Shared fixtures: random-weight checkpoints built from the real config/tokenizer files.
 
-The reference files live in ../shared/reference beside the checkout (or CADENCE_REFERENCE_DIR);
-tests that need them skip with a reason where they are absent.
+Those files ship inside the package (cadence/models/qwen3_tts/architectures/: the released
+checkpoints' config.json, generation_config.json, tokenizer and speech-tokenizer files), so the
+suite needs nothing beside the repository. A missing one fails the tests that need it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from cadence.models.qwen3_tts.skeletons import KNOWN_CHECKPOINTS, Skeleton, shipped_skeleton
+
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE_ROOT = Path(os.environ.get("CADENCE_REFERENCE_DIR", REPO.parent / "shared" / "reference"))
-SKELETON_06B = REFERENCE_ROOT / "Qwen3-TTS-12Hz-0.6B-CustomVoice"
-SKELETON_17B = REFERENCE_ROOT / "Qwen3-TTS-12Hz-1.7B-CustomVoice"
+CHECKPOINTS = {c.name: c for c in KNOWN_CHECKPOINTS}
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
 
 
-def need_reference() -> Path:
-    if not (SKELETON_06B / "config.json").exists():
-        pytest.skip(f"reference config/tokenizer files not found at {SKELETON_06B} (set CADENCE_REFERENCE_DIR)")
-    return SKELETON_06B
+def shipped(name: str) -> Skeleton:
+    """The shipped files of a released checkpoint; a test that needs a missing one fails."""
+    try:
+        return shipped_skeleton(CHECKPOINTS[name])
+    except FileNotFoundError as e:
+        pytest.fail(str(e))
 
 
 def set_transformers_version(path: Path, version: str) -> None:
@@ -37,20 +39,14 @@ def set_transformers_version(path: Path, version: str) -> None:
 
 @pytest.fixture(scope="session")
 def skeleton_06b() -> Path:
-    return need_reference()
+    """The released 0.6B CustomVoice's config and tokenizer files, as shipped (one directory; read only)."""
+    return shipped("Qwen3-TTS-12Hz-0.6B-CustomVoice").files["config.json"].parent
 
 
 @pytest.fixture(scope="session")
 def skeleton_17b(tmp_path_factory) -> Path:
-    """1.7B config + the (shared) tokenizer files of the 0.6B reference."""
-    base = need_reference()
-    if not (SKELETON_17B / "config.json").exists():
-        pytest.skip(f"1.7B reference config not found at {SKELETON_17B}")
-    out = tmp_path_factory.mktemp("skeleton-1.7b")
-    shutil.copytree(base, out, dirs_exist_ok=True)
-    for name in ("config.json", "generation_config.json"):
-        shutil.copyfile(SKELETON_17B / name, out / name)
-    return out
+    """The released 1.7B CustomVoice's config files with the family's tokenizer files, as a directory."""
+    return shipped("Qwen3-TTS-12Hz-1.7B-CustomVoice").write(tmp_path_factory.mktemp("skeleton-1.7b"))
 
 
 @pytest.fixture(scope="session")

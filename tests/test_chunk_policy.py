@@ -27,6 +27,12 @@ def test_growth_without_deadline_waits_for_the_whole_chunk():
     assert policy.ready(pending=4, target=4, ahead=0.0, step=0.1) == 4
 
 
+@pytest.mark.parametrize("policy", [ChunkPolicy(1, 2.0, 8), ChunkPolicy(1, 1.01, 8), ChunkPolicy(3, 1.5, 7)])
+def test_long_streams_keep_the_largest_chunk(policy):
+    """Past ~1,000 chunks (a stream of an hour or so) growth**chunks would overflow a float."""
+    assert policy.chunk_size(1024) == policy.chunk_size(10**6) == policy.max_chunk_frames
+
+
 @pytest.mark.parametrize(
     ("pending", "target", "ahead", "step", "expected"),
     [

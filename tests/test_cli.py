@@ -150,6 +150,33 @@ def test_checkpoint_random_variants(skeleton_06b, tmp_path, variant):
     assert official.model.state_dict().keys() == talker.keys()
 
 
+def test_checkpoint_random_from_a_released_name_works_offline(cli_checkpoint, tmp_path):
+    """A released checkpoint's name takes the files shipped with cadence (HF_HUB_OFFLINE is set):
+    the same checkpoint as from the directory of those files, byte for byte."""
+    out = tmp_path / "named"
+    r = cadence("-q", "checkpoint", "random", "--from", "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    for name in ("config.json", "vocab.json", "merges.txt", "generation_config.json", "speech_tokenizer/config.json"):
+        assert (out / name).read_bytes() == (cli_checkpoint / name).read_bytes(), name
+    for name in ("model.safetensors", "speech_tokenizer/model.safetensors"):
+        mine, ref = load_file(str(out / name)), load_file(str(cli_checkpoint / name))
+        assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in mine), name
+
+
+def test_checkpoint_random_from_a_released_base_or_voice_design_name(tmp_path):
+    for name, variant in [
+        ("Qwen/Qwen3-TTS-12Hz-1.7B-Base", "base"),
+        ("qwen3-tts-12hz-1.7b-voicedesign", "voice_design"),
+    ]:
+        out = tmp_path / variant
+        r = cadence("-q", "checkpoint", "random", "--from", name, "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        cfg = json.loads((out / "config.json").read_text())
+        assert (cfg["tts_model_type"], cfg["tts_model_size"]) == (variant, "1b7")
+        assert cfg["talker_config"]["spk_id"] == {}
+        assert ("speaker_encoder_config" in cfg) == (variant == "base")
+
+
 def test_checkpoint_random_unknown_variant(tmp_path, skeleton_06b):
     r = cadence("checkpoint", "random", "--from", str(skeleton_06b), "--variant", "x", "--out", str(tmp_path / "x"))
     assert r.returncode != 0
@@ -178,6 +205,41 @@ def test_synth_writes_24khz_mono_wav_of_whole_frames(synth_from_argument):
     x = pcm.astype(np.float64) / 32767
     assert np.sqrt(np.mean(x**2)) > 0.01
     assert np.mean(np.abs(pcm) >= 32767) < 0.05
+
+
+def test_synth_temperature_zero_is_greedy(cli_checkpoint, synth_from_argument, tmp_path):
+    wav, _ = synth_from_argument  # --greedy
+    out = tmp_path / "zero.wav"
+    model = ("--model", str(cli_checkpoint), "-o", str(out))
+    r = cadence("-q", "synth", "Hello world.", *model, "--temperature", "0", "--seed", "9", "--max-new-tokens", "6")
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(read_wav(out)[0], read_wav(wav)[0])
+
+
+def test_synth_runaway_guard_and_its_switch(cli_checkpoint, tmp_path):
+    """ "Hi." is 2 tokens: the guard's frame budget is 50 + 2 x 12 = 74 frames; switched off, the
+    generation runs on to --max-new-tokens (the tiny random model does not stop by itself here)."""
+    out = tmp_path / "x.wav"
+    args = ("-q", "synth", "Hi.", "--model", str(cli_checkpoint), "-o", str(out), "--greedy", "--max-new-tokens", "90")
+    r = cadence(*args)
+    assert r.returncode == 0, r.stderr
+    assert reported_frames(r.stderr) == (74, "runaway") and "finish_reason=runaway (frame_budget)" in r.stderr
+    r = cadence(*args, "--no-runaway-guard")
+    assert r.returncode == 0, r.stderr
+    assert reported_frames(r.stderr) == (90, "length")
+
+
+def test_synth_with_dummy_weights_offline(tmp_path):
+    """`cadence synth --dummy-weights`: the released 0.6B architecture and tokenizer, shipped with
+    cadence, with random weights; nothing is asked of the hub (HF_HUB_OFFLINE)."""
+    out = tmp_path / "dummy.wav"
+    args = ("--dummy-weights", "--dummy-preset", "tiny", "--device", "cpu", "-o", str(out))
+    r = cadence("synth", "Random weights, real tokenizer.", *args, "--max-new-tokens", "5", "--voice", "eric")
+    assert r.returncode == 0, r.stderr
+    pcm, channels, _, rate = read_wav(out)
+    assert (channels, rate) == (1, 24000) and len(pcm) == reported_frames(r.stderr)[0] * SAMPLES_PER_FRAME
+    assert "RANDOM WEIGHTS" in r.stderr and "config files shipped with cadence" in r.stderr
+    assert "no config files" not in r.stderr and "hub" not in r.stderr.lower()
 
 
 def test_synth_from_stdin_equals_argument(cli_checkpoint, synth_from_argument, tmp_path):
@@ -234,7 +296,10 @@ def test_stdin_line_break_is_not_part_of_the_text(cli_checkpoint, monkeypatch, t
     [
         ((), ["synth", "checkpoint"]),
         (("synth",), ["--model", "--voice", "--language", "--instruct", "--layout", "--output", "--greedy"]),
-        (("synth",), ["--max-new-tokens", "--tokenizer-regex", "--dtype", "--device"]),
+        (("synth",), ["--max-new-tokens", "--tokenizer-regex", "--dtype", "--device", "--dummy-weights"]),
+        (("synth",), ["--subtalker-temperature", "--subtalker-dosample", "--no-runaway-guard", "--codec-decode"]),
+        ((), ["serve", "bench", "serve-ray"]),
+        (("serve",), ["--dummy-weights", "--no-runaway-guard", "--codec-decode", "--config"]),
         (("checkpoint",), ["random"]),
         (("checkpoint", "random"), ["--from", "--preset", "--variant", "--out", "--seed"]),
     ],
@@ -370,15 +435,56 @@ def test_random_codec_output_is_neither_silent_nor_saturated(tiny_model):
     assert wav.std().item() > 0.02
 
 
-def test_model_commands_work_without_the_server_dependencies(monkeypatch):
-    """`cadence synth` and `cadence checkpoint` need no server packages: a machine without uvicorn
-    (a GPU box with only torch) still gets them, and no serve/serve-ray commands."""
-    from cadence.cli import build_parser
+def without(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`cadence ARGV` in a process where importing `module` fails, as where it is not installed."""
+    code = f"import sys; sys.modules[{module!r}] = None; from cadence.cli import main; sys.exit(main({list(argv)!r}))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
 
-    for name in [m for m in sys.modules if m == "cadence.server.cli" or m.startswith("cadence.deploy.ray_serve")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "uvicorn", None)  # importing it now raises ImportError
-    parser = build_parser()
-    commands = parser._subparsers._group_actions[0].choices
-    assert {"synth", "checkpoint", "bench"} <= set(commands) and "serve" not in commands
-    assert parser.parse_args(["checkpoint", "random", "--from", "s", "--out", "x"]).out == "x"
+
+@pytest.mark.parametrize(
+    ("module", "argv", "package"),
+    [
+        ("uvicorn", ("serve", "--dummy-weights"), "'uvicorn>=0.35'"),
+        ("uvicorn", ("serve-ray", "--help"), "'uvicorn>=0.35'"),
+        ("yaml", ("serve", "--help"), "'pyyaml>=6'"),
+        ("zmq", ("serve", "--dummy-weights", "--dummy-preset", "tiny", "--device", "cpu"), "'pyzmq>=25'"),
+    ],
+)
+def test_a_missing_dependency_names_the_package_and_how_to_install_it(module, argv, package):
+    """A command whose package is missing is still listed, and says what to install when run,
+    whether the import fails as the command is built (uvicorn) or as it runs (zmq)."""
+    r = without(module, *argv)
+    assert r.returncode == 1, r.stderr
+    assert f"`cadence {argv[0]}` needs the Python package" in r.stderr and f"to import '{module}'" in r.stderr
+    assert f"-m pip install {package}" in r.stderr and "Traceback" not in r.stderr
+    listed = without(module, "--help")
+    assert listed.returncode == 0 and argv[0] in listed.stdout
+
+
+def test_model_commands_work_without_the_server_dependencies():
+    """`cadence synth` and `cadence checkpoint` need no server packages (a GPU box with only torch)."""
+    r = without("uvicorn", "checkpoint", "random", "--help")
+    assert r.returncode == 0 and "--from" in r.stdout
+
+
+def test_help_loads_neither_torch_nor_the_server():
+    """`cadence --help` builds only the top-level parser: the feature commands are imported when chosen."""
+    code = (
+        "import sys\nfrom cadence.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'fastapi', 'uvicorn', 'cadence.server.cli') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+    assert "serve" in r.stdout and "synth" in r.stdout
+
+
+def test_listed_commands_say_what_their_parsers_say():
+    """`cadence --help` lists the feature commands without importing them; its lines are theirs."""
+    from cadence.cli import FEATURE_COMMANDS, build_parser
+
+    def helps(parser) -> dict[str, str]:
+        return {a.dest: a.help for a in parser._subparsers._group_actions[0]._choices_actions}
+
+    full, listed = helps(build_parser()), helps(build_parser([]))
+    assert full == listed and set(FEATURE_COMMANDS) <= set(full)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cadence.models.qwen3_tts.checkpoint import as_variant
 from cadence.models.qwen3_tts.config import ConfigError, Qwen3TTSConfig, UnsupportedModelError
+from cadence.models.qwen3_tts.skeletons import as_variant
 
 LANGUAGE_IDS = {
     "chinese": 2055,

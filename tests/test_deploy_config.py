@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,15 @@ voice_map: {alloy: ryan}
             "engine:\n  chunk_policy:\n    first_chunk_frames: 9\n",
             "deploy.yaml:3: engine.chunk_policy: chunk policy needs 1 <= first_chunk_frames <= max_chunk_frames",
         ),
+        (
+            "engine:\n  runaway: {loop_window: -1}\n",
+            "deploy.yaml:2: engine.runaway: runaway guard loop_window must be >= 0 (0: that check off), got -1",
+        ),
+        ("engine:\n  runaway: {enabled: 0}\n", "deploy.yaml:2: engine.runaway.enabled: expected true or false"),
+        (
+            "engine:\n  codec_decode: windowed\n",
+            "deploy.yaml:2: engine.codec_decode: 'windowed' is not allowed; allowed: exact, chunked",
+        ),
         ("server:\n  port: [80]\n", "deploy.yaml:2: server.port: expected an integer, got a list"),
         ("model: a\nmodel: b\n", "deploy.yaml:2: (top level): duplicate key 'model' (first at line 1)"),
         ("engine: 4\n", "deploy.yaml:1: engine: expected a mapping (keys: max_streams, max_queue,"),
@@ -129,6 +139,36 @@ def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_pa
     assert DeployFile().flat()["codec_tf32"] is None  # PyTorch's own default decides
 
 
+def test_runaway_guard_and_codec_decode_reach_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
+    from typing import get_args, get_type_hints
+
+    import cadence.server.cloning
+    import cadence.server.state
+    from cadence.deploy.config import EngineSection
+    from cadence.engine.config import CODEC_DECODES, RunawayGuard
+    from cadence.server.cli import build_state
+
+    assert get_args(get_type_hints(EngineSection)["codec_decode"]) == CODEC_DECODES
+    monkeypatch.setattr(cadence.server.state, "ServerState", lambda settings, frontend, voices, replicas: replicas)
+    monkeypatch.setattr(cadence.server.cloning, "attach", lambda state, args, checkpoint: None)
+    path = tmp_path / "deploy.yaml"
+    path.write_text("engine:\n  codec_decode: chunked\n  runaway: {min_frames: 10, silence_seconds: 0}\n")
+
+    def engine(*flags: str):
+        args = build_parser().parse_args(["serve", str(tiny_checkpoint), "--config", str(path), *flags])
+        apply_deploy_file(args)
+        (replica,) = build_state(args)
+        return replica.engine
+
+    configured = engine()
+    assert configured.codec_decode == "chunked"
+    assert configured.runaway == RunawayGuard(min_frames=10, silence_seconds=0.0)
+    off = engine("--no-runaway-guard", "--codec-decode", "exact")  # the flags win, the file's settings stay
+    assert off.runaway == RunawayGuard(enabled=False, min_frames=10, silence_seconds=0.0)
+    assert off.codec_decode == "exact"
+    assert DeployFile().flat()["runaway"] == RunawayGuard() and RunawayGuard().enabled
+
+
 def test_device_on_the_command_line_places_every_replica_of_the_file(tmp_path: Path):
     path = tmp_path / "deploy.yaml"
     path.write_text("placement:\n  replicas: [cuda:0, cuda:1, cuda:1]\n")
@@ -178,6 +218,7 @@ def test_serve_runs_from_a_file(tiny_checkpoint: Path, tmp_path: Path):
     path.write_text(
         f"model: {tiny_checkpoint}\nserved_model_name: narrator\nplacement: {{device: cpu}}\n"
         "engine:\n  max_streams: 3\n  max_queue: 9\n  chunk_policy: {first_chunk_frames: 2, max_chunk_frames: 2}\n"
+        "  runaway: {min_frames: 3, frames_per_token: 0.5}\n"
     )
     s = Server(None, tmp_path, "--config", str(path), "--max-queue", "5").wait_ready()
     try:
@@ -185,6 +226,16 @@ def test_serve_runs_from_a_file(tiny_checkpoint: Path, tmp_path: Path):
         body = {"model": "narrator", "input": "Hi.", "voice": "ryan", "response_format": "pcm", "max_new_tokens": 6}
         with s.client() as c:
             r = c.post("/v1/audio/speech", json={**body, "ignore_eos": True})
-        assert r.status_code == 200 and pcm_samples(r.content).size == 6 * 1920
+            assert r.status_code == 200 and pcm_samples(r.content).size == 6 * 1920
+            # the file's guard: "Hi." is 2 tokens, a budget of 3 + 0.5 * 2 = 4 frames (greedy: no early EOS here)
+            whole = c.post("/v1/audio/speech", json={**body, "temperature": 0, "stream": False})
+            assert whole.status_code == 200, whole.text
+            assert (whole.headers["x-finish-reason"], whole.headers["x-runaway-cause"]) == ("runaway", "frame_budget")
+            assert whole.headers["x-usage-output-tokens"] == "4" and pcm_samples(whole.content).size == 4 * 1920
+            sse = c.post("/v1/audio/speech", json={**body, "temperature": 0, "stream_format": "sse"})
+            done = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data: ")][-1]
+            assert done["type"] == "speech.audio.done" and done["runaway_cause"] == "frame_budget"
+            assert done["finish_reason"] == "runaway"
+        assert '"runaway_cause": "frame_budget"' in s.log()  # the access log says it too
     finally:
         assert s.stop() == 0

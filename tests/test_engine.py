@@ -14,7 +14,14 @@ from cadence.audio import to_int16
 from cadence.engine.config import ChunkPolicy, EngineConfig, RunawayGuard
 from cadence.engine.core import EngineCore
 from cadence.engine.engine import Engine, SynthesisRequest, build_core, prepare_request
-from cadence.engine.request import AudioChunk, EngineRequest, FinishReason, QueueFullError, RequestTooLargeError
+from cadence.engine.request import (
+    AudioChunk,
+    EngineRequest,
+    FinishReason,
+    QueueFullError,
+    RequestTooLargeError,
+    RunawayCause,
+)
 from cadence.errors import InvalidRequestError
 from cadence.models.qwen3_tts import SamplingParams
 from cadence.models.qwen3_tts.reference import generate
@@ -300,7 +307,7 @@ def test_runaway_guard_stops_a_code0_loop(tiny_model):
     core = build_core(model, config(runaway=guard))
     req = request(model, 0, 300)
     chunks = run(core, {0: [req]})[req.request_id]
-    assert chunks[-1].finish_reason == FinishReason.RUNAWAY
+    assert chunks[-1].finish_reason == FinishReason.RUNAWAY and chunks[-1].runaway_cause == RunawayCause.LOOP
     assert codes_of(chunks).shape[0] == 20
     assert (codes_of(chunks)[:, 0] == 7).all()
 
@@ -315,7 +322,7 @@ def test_runaway_guard_stops_silence(tiny_model):
     core = build_core(model, config(runaway=guard))
     req = request(model, 0, 300)
     chunks = run(core, {0: [req]})[req.request_id]
-    assert chunks[-1].finish_reason == FinishReason.RUNAWAY
+    assert chunks[-1].finish_reason == FinishReason.RUNAWAY and chunks[-1].runaway_cause == RunawayCause.SILENCE
     assert 12 <= codes_of(chunks).shape[0] < 40  # 1 s = 12.5 frames, decided at chunk boundaries
     assert not np.any(np.concatenate([c.pcm for c in chunks]))
 
@@ -327,9 +334,11 @@ def test_runaway_frame_budget_from_text_length(tiny_model):
     chunks = run(core, {0: [req]})[req.request_id]
     assert req.prompt.num_text_tokens == 2
     assert chunks[-1].finish_reason == FinishReason.RUNAWAY and codes_of(chunks).shape[0] == 9
+    assert chunks[-1].runaway_cause == RunawayCause.FRAME_BUDGET
     exempt = request(tiny_model, 3, 15, ignore_eos=True)
     chunks = run(build_core(tiny_model, config(runaway=guard)), {0: [exempt]})[exempt.request_id]
     assert chunks[-1].finish_reason == FinishReason.LENGTH and codes_of(chunks).shape[0] == 15
+    assert chunks[-1].runaway_cause is None
 
 
 def test_a_failing_request_fails_alone(tiny_model, monkeypatch):
@@ -355,7 +364,9 @@ def test_invalid_parameters_are_rejected_before_the_device(tiny_model):
     bad = [
         dict(voice="nobody"),
         dict(language="klingon"),
-        dict(temperature=0.0),
+        dict(temperature=-0.5),
+        dict(subtalker_temperature=11.0),
+        dict(subtalker_dosample=True, subtalker_temperature=0.0),
         dict(top_p=1.5),
         dict(top_k=-1),
         dict(max_new_tokens=0),

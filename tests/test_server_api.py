@@ -222,6 +222,35 @@ def test_instructions_are_ignored_on_06b_with_a_warning(server):
     assert styled.content == plain.content
 
 
+def test_temperature_zero_over_http_is_the_greedy_engine(server, tiny_model):
+    """Greedy decoding over HTTP (`temperature: 0`): the audio equals the in-process engine's with
+    greedy=True on the same checkpoint, whatever the seed; the code predictor's own sampling
+    (`subtalker_*`) reaches the engine too."""
+    from cadence.engine.config import EngineConfig
+    from cadence.engine.engine import Engine, SynthesisRequest
+
+    text, frames = "Greedy, please.", 16
+    engine = Engine(tiny_model, EngineConfig(max_streams=1, kv_cache_memory=0.02))
+    try:
+        expected = engine.synthesize_blocking(
+            SynthesisRequest(text, voice="vivian", greedy=True, max_new_tokens=frames, seed=1), timeout=300
+        )
+    finally:
+        engine.close()
+    fields = {"input": text, "voice": "vivian", "response_format": "pcm", "max_new_tokens": frames, "stream": False}
+    with server.client() as c:
+        greedy = [c.post("/v1/audio/speech", json={**fields, "temperature": 0, "seed": seed}) for seed in (2, 3)]
+        sampled_cp = c.post("/v1/audio/speech", json={**fields, "temperature": 0, "subtalker_temperature": 0.9})
+    for r in (*greedy, sampled_cp):
+        assert r.status_code == 200, r.text
+    assert greedy[0].content == greedy[1].content
+    got = pcm_samples(greedy[0].content)
+    assert greedy[0].headers["x-finish-reason"] == expected.finish_reason.value
+    assert got.size == expected.pcm.size
+    assert np.abs(got.astype(np.int32) - expected.pcm.astype(np.int32)).max() <= 1  # another process: 1 LSB
+    assert sampled_cp.content != greedy[0].content  # codebooks 1-15 sampled
+
+
 def test_fifty_concurrent_streams_all_complete(server):
     frames = [2 + i % 5 for i in range(50)]
 

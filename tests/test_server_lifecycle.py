@@ -170,9 +170,13 @@ def test_the_drain_timeout_cuts_open_streams_with_an_error_of_their_own(tiny_che
     assert statuses == [503, 503], s.log()[-3000:]
 
 
-def test_dummy_weights_serve_without_any_checkpoint_files(tmp_path):
-    """The README's first command: no model argument, no network, the built-in architecture."""
-    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: nothing to find
+def test_dummy_weights_serve_without_any_checkpoint_files(tmp_path, skeleton_06b):
+    """The README's first command: no model argument and no network. The released 0.6B's config and
+    tokenizer files ship with cadence, so the hub is never asked (any request to this unreachable
+    endpoint would fail and be logged) and the tokenizer is the real one."""
+    from cadence.models.qwen3_tts.model import Qwen3TTSFrontend
+
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: nothing to find
     args = ["--dummy-weights", "--dummy-preset", "tiny", "--voice-map", "narrator=uncle_fu,alloy=aiden"]
     s = Server(None, tmp_path, *args, env=env).wait_ready()
     try:
@@ -182,7 +186,12 @@ def test_dummy_weights_serve_without_any_checkpoint_files(tmp_path):
             assert "narrator" in voices["uncle_fu"] and "alloy" in voices["aiden"] and "alloy" not in voices["ryan"]
             r = c.post("/v1/audio/speech", json={**ENDLESS, "voice": "narrator", "max_new_tokens": 4})
             assert r.status_code == 200 and pcm_samples(r.content).size == 4 * FRAME
-        assert "SERVING RANDOM WEIGHTS" in s.log() and "built-in Qwen3-TTS-12Hz-0.6B-CustomVoice" in s.log()
+        real = Qwen3TTSFrontend.from_pretrained(skeleton_06b).prompt(ENDLESS["input"], "uncle_fu", "auto")
+        assert r.headers["x-usage-input-tokens"] == str(real.num_text_tokens)  # BPE, not one token a byte
+        log = s.log()
+        assert "RANDOM WEIGHTS" in log and "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice (config files shipped" in log
+        assert "tiny preset of the 0.6B architecture, RANDOM weights" in log  # the banner
+        assert "no config files" not in log and "127.0.0.1:9" not in log
     finally:
         assert s.stop() == 0
 

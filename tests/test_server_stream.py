@@ -96,6 +96,30 @@ def test_llm_style_session(server):
     assert done["usage"]["audio_seconds"] == pytest.approx(5 * FRAMES * 0.08)
 
 
+def test_temperature_zero_in_the_session_config_is_greedy(server):
+    """`temperature: 0` in session.config decodes greedily, as over HTTP: the same sentence gives the
+    same samples whatever the seed, equal to POST /v1/audio/speech's."""
+    greedy = {"type": "session.config", "voice": "ryan", "language": "english", "temperature": 0}
+    greedy["max_new_tokens"] = 12
+
+    def spoken(seed: int, **extra) -> bytes:
+        with connect(ws_url(server), open_timeout=60) as ws:
+            ws.send(json.dumps({**greedy, "seed": seed, **extra}))
+            assert json.loads(ws.recv(timeout=60))["type"] == "session.created"
+            ws.send(json.dumps({"type": "input.text", "text": "Greedy words."}))
+            ws.send(json.dumps({"type": "session.close"}))
+            (seg,) = segments(receive_until(ws, "session.done"))
+        return seg["audio"]
+
+    first = spoken(1)
+    assert first and spoken(2) == first
+    assert spoken(3, subtalker_dosample=True, subtalker_temperature=0.9) != first
+    body = {"input": "Greedy words.", "voice": "ryan", "language": "english", "response_format": "pcm"}
+    with server.client() as c:
+        r = c.post("/v1/audio/speech", json={**body, "temperature": 0, "max_new_tokens": 12, "seed": 4})
+    assert r.status_code == 200 and r.content == first
+
+
 def test_bad_messages_are_errors_and_the_session_goes_on(server):
     with connect(ws_url(server), open_timeout=60) as ws:
         ws.send(json.dumps(CONFIG))
@@ -118,6 +142,8 @@ def test_bad_messages_are_errors_and_the_session_goes_on(server):
         ({**CONFIG, "voice": "darth"}, "voice"),
         ({**CONFIG, "response_format": "mp3"}, "response_format"),
         ({**CONFIG, "speed": 9}, "speed"),
+        ({**CONFIG, "temperature": -1}, "temperature"),
+        ({**CONFIG, "subtalker_top_k": -2}, "subtalker_top_k"),
     ],
 )
 def test_bad_session_config_is_refused(server, config, param):

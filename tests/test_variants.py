@@ -13,8 +13,8 @@ import torch
 
 from cadence.errors import InvalidRequestError
 from cadence.models.qwen3_tts import Qwen3TTSConfig
-from cadence.models.qwen3_tts.checkpoint import as_variant
 from cadence.models.qwen3_tts.prompt import assistant_text, build_prompt, ref_text
+from cadence.models.qwen3_tts.skeletons import as_variant
 from cadence.models.qwen3_tts.tokenizer import TextTokenizer
 from cadence.models.qwen3_tts.voice_clone import VoiceClonePrompt
 

@@ -266,8 +266,13 @@ def test_hub_id_offline_explains_local_copy(tmp_path):
     assert out.returncode == 0, out.stderr
     message = out.stdout
     assert "could not fetch 'Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice'" in message
-    assert "huggingface-cli download Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --local-dir" in message
+    assert "hf download Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --local-dir" in message
     assert "pass its path instead of the id" in message
+    # the command it names is the one the installed huggingface_hub provides
+    hf = subprocess.run(
+        [str(Path(sys.executable).parent / "hf"), "download", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert hf.returncode == 0 and "--local-dir" in hf.stdout, hf.stderr
 
 
 # -- model sizes -------------------------------------------------------------------------------------

@@ -189,7 +189,11 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
 
 def _add_output_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
-    g.add_argument("--output-dir", help="where files go (default bench-results/<local time>)")
+    g.add_argument(
+        "--output-dir",
+        help="where files go (default bench-results/<local time> in the current directory; a checkout's "
+        ".gitignore leaves bench-results/ out of git)",
+    )
     g.add_argument("--label", help="name of this run in tables and compare (e.g. cadence-h200)")
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     g.add_argument("--no-progress", action="store_true", help="no live progress bars")

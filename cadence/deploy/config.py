@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..engine.config import ChunkPolicy, EngineConfig
+from ..engine.config import ChunkPolicy, EngineConfig, RunawayGuard
 from . import yaml_schema
 from .placement import ReplicaSpec, check_codec_device, check_device
 
@@ -73,6 +73,8 @@ class EngineSection:
     pipeline_codec: bool | None = None  # null: when the codec has a device of its own
     codec_dtype: Literal["float32", "bfloat16", "float16"] = _ENGINE.codec_dtype  # engine.config.CODEC_DTYPES
     codec_tf32: bool | None = None  # null: as torch.backends.cudnn.allow_tf32 (PyTorch's default: TF32)
+    codec_decode: Literal["exact", "chunked"] = _ENGINE.codec_decode  # engine.config.CODEC_DECODES
+    runaway: RunawayGuard = field(default_factory=RunawayGuard)
     pdl_max_rows: int = field(default=_ENGINE.pdl_max_rows, metadata=_min(0))
     persistent_max_rows: int = field(default=_ENGINE.persistent_max_rows, metadata=_min(0))
     persistent_kernel: Literal["triton", "cuda", "cuda-ll"] = _ENGINE.persistent_kernel  # config.PERSISTENT_KERNELS

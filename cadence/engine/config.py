@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -41,6 +42,9 @@ class ChunkPolicy:
             raise ValueError("chunk policy deadline must be >= 0 seconds")
 
     def chunk_size(self, chunks_done: int) -> int:
+        if self.growth > 1.0:  # no power past the one that reaches max_chunk_frames: it would overflow a float
+            reach = math.log(self.max_chunk_frames / self.first_chunk_frames, self.growth)
+            chunks_done = min(chunks_done, math.ceil(reach) + 1)
         size = self.first_chunk_frames * self.growth**chunks_done
         return int(min(self.max_chunk_frames, max(1, round(size))))
 
@@ -67,10 +71,14 @@ class RunawayGuard:
       text token, so the default allows ~4x that); never more than max_new_tokens.
     - loop: the last `loop_window` code0s repeat with a period of at most `loop_max_period`.
     - silence: `silence_seconds` of decoded audio below `silence_dbfs`.
-    Any of them ends the request with finish_reason "runaway". 0 turns a check off; requests with
+    Any of them ends the request with finish_reason "runaway" and the check that fired as its
+    runaway cause (request.RunawayCause). 0 turns a check off; `enabled=False` turns the guard off,
+    so that a generation ends only at EOS or max_new_tokens, as in the official package (which has
+    no such guard: on random weights it completes generations the guard stops). Requests with
     ignore_eos (fixed-length benchmarking) are exempt.
     """
 
+    enabled: bool = True
     min_frames: int = 50
     frames_per_token: float = 12.0
     loop_window: int = 75
@@ -78,14 +86,22 @@ class RunawayGuard:
     silence_seconds: float = 6.0
     silence_dbfs: float = -60.0
 
+    def __post_init__(self):
+        counts = ("min_frames", "frames_per_token", "loop_window", "loop_max_period", "silence_seconds")
+        for name in counts:
+            if getattr(self, name) < 0:
+                raise ValueError(f"runaway guard {name} must be >= 0 (0: that check off), got {getattr(self, name)}")
+
     def frame_budget(self, text_tokens: int) -> int:
-        if self.frames_per_token <= 0:
+        if not self.enabled or self.frames_per_token <= 0:
             return 1 << 30
         return int(self.min_frames + self.frames_per_token * text_tokens)
 
 
 # The Codec partition's precisions (EngineConfig.codec_dtype), named as torch names its dtypes.
 CODEC_DTYPES = ("float32", "bfloat16", "float16")
+# How the streaming codec decodes utterances longer than 300 frames (EngineConfig.codec_decode).
+CODEC_DECODES = ("exact", "chunked")
 # The persistent code predictor's implementations (EngineConfig.persistent_kernel).
 PERSISTENT_KERNELS = ("triton", "cuda", "cuda-ll")
 
@@ -129,6 +145,11 @@ class EngineConfig:
     # decode; on an H200 505 against 2,070 audio s/s at 64 x 8: perf-notes #32), None as
     # torch.backends.cudnn.allow_tf32 says (PyTorch's default: TF32).
     codec_tf32: bool | None = None
+    # "exact": every chunk equals the decode of the whole utterance, at any length (the model's own
+    # output). "chunked": from frame 300 on, the official package's decode, which restarts the decoder
+    # every 300 frames with 25 frames of context (a memory bound that adds a seam; up to ~0.4 apart on
+    # the full-size codec): bit-parity with qwen-tts past 24 s (models/qwen3_tts/codec_windows.py).
+    codec_decode: str = "exact"
     # Talker graphs of at most this many rows (decode batch buckets, prefill token buckets) launch
     # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it
     # does nothing): each kernel starts while the one before finishes. On an H200 it shortened the
@@ -169,5 +190,7 @@ class EngineConfig:
             raise ValueError(
                 f"unknown persistent kernel '{self.persistent_kernel}'; allowed: {', '.join(PERSISTENT_KERNELS)}"
             )
+        if self.codec_decode not in CODEC_DECODES:
+            raise ValueError(f"unknown codec decode '{self.codec_decode}'; allowed: {', '.join(CODEC_DECODES)}")
         if self.codec_dtype not in CODEC_DTYPES:
             raise ValueError(f"unknown codec dtype '{self.codec_dtype}'; allowed: {', '.join(CODEC_DTYPES)}")

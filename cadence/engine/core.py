@@ -40,6 +40,7 @@ from .request import (
     FinishReason,
     QueueFullError,
     RequestTooLargeError,
+    RunawayCause,
     Timings,
 )
 from .runaway import LoopDetector, dbfs
@@ -65,6 +66,7 @@ class Stream:
     chunks: int = 0
     silent_samples: int = 0
     finish: FinishReason | None = None
+    runaway_cause: RunawayCause | None = None
     error: str | None = None
     # Text still arriving (request.text_open): the trailing text tokens the Talker has, whether
     # they are all, the text tokens so far (the runaway frame budget follows them), and what
@@ -94,10 +96,18 @@ class Stream:
         """Frames not yet through the codec."""
         return max(0, self.audio_frames(eos_free) - self.decoded)
 
-    def stop(self, reason: FinishReason, keep_pending: bool = True) -> None:
+    def stop(self, reason: FinishReason, keep_pending: bool = True, cause: RunawayCause | None = None) -> None:
         """Finish with the frames read back so far (or, keep_pending False, those decoded so far)."""
         self.finish = reason
+        self.runaway_cause = cause
         self.end = self.frames if keep_pending else self.decoded
+
+    def stop_at_max_frames(self) -> None:
+        """max_frames reached: max_new_tokens, or the runaway guard's frame budget when that is lower."""
+        if self.budget_is_runaway:
+            self.stop(FinishReason.RUNAWAY, cause=RunawayCause.FRAME_BUDGET)
+        else:
+            self.stop(FinishReason.LENGTH)
 
 
 @dataclass
@@ -152,7 +162,7 @@ class EngineCore:
         guard = self.config.runaway
         budget = request.params.max_new_tokens
         runaway = False
-        if not request.ignore_eos:
+        if guard.enabled and not request.ignore_eos:
             # Text still arriving may grow to max_input_tokens: its pages are reserved for that, and
             # its frame budget follows the text as it comes (append_text).
             tokens = self.config.max_input_tokens if request.text_open else request.prompt.num_text_tokens
@@ -198,7 +208,7 @@ class EngineCore:
             stream.text_done = True
             guard = self.config.runaway
             text_budget = guard.frame_budget(text_tokens)
-            if not stream.request.ignore_eos and text_budget < stream.max_frames:
+            if guard.enabled and not stream.request.ignore_eos and text_budget < stream.max_frames:
                 stream.max_frames = max(stream.walks, text_budget)
                 stream.budget_is_runaway = True
 
@@ -331,7 +341,7 @@ class EngineCore:
                 # Nothing its read-back could change (no EOS, no loop watch): it ends now, so its last
                 # frames go out in this step's final chunk rather than an empty one a step later.
                 s.frames = s.walks
-                s.stop(FinishReason.RUNAWAY if s.budget_is_runaway else FinishReason.LENGTH)
+                s.stop_at_max_frames()
         return Walk(streams, output)
 
     def _advance(self) -> None:
@@ -365,7 +375,7 @@ class EngineCore:
                 continue
             stream.frames += 1
             if stream.frames >= stream.max_frames:
-                stream.stop(FinishReason.RUNAWAY if stream.budget_is_runaway else FinishReason.LENGTH)
+                stream.stop_at_max_frames()
             elif not stream.request.ignore_eos:
                 watched.append(i)
         if watched:
@@ -374,7 +384,7 @@ class EngineCore:
             for row in np.flatnonzero(self.loops.looping(live)):
                 stream = walk.streams[watched[row]]
                 log.warning("request %s: code0 loop detected, stopping (runaway)", stream.id)
-                stream.stop(FinishReason.RUNAWAY)
+                stream.stop(FinishReason.RUNAWAY, cause=RunawayCause.LOOP)
 
     def _keep_on_device(self, streams: list[Stream], frames: torch.Tensor) -> None:
         """Write this walk's frames into the ring, at each stream's next frame index (an EOS frame or
@@ -472,7 +482,7 @@ class EngineCore:
 
     def _check_silence(self, stream: Stream, wav: np.ndarray) -> None:
         guard = self.config.runaway
-        if guard.silence_seconds <= 0 or stream.request.ignore_eos:
+        if not guard.enabled or guard.silence_seconds <= 0 or stream.request.ignore_eos:
             return
         if dbfs(wav) < guard.silence_dbfs:
             stream.silent_samples += wav.size
@@ -480,7 +490,7 @@ class EngineCore:
             stream.silent_samples = 0
         if stream.finish is None and stream.silent_samples >= guard.silence_seconds * self.codec.sample_rate:
             log.warning("request %s: %.1f s of silence, stopping (runaway)", stream.id, guard.silence_seconds)
-            stream.stop(FinishReason.RUNAWAY, keep_pending=False)
+            stream.stop(FinishReason.RUNAWAY, keep_pending=False, cause=RunawayCause.SILENCE)
 
     def _fail(self, stream: Stream, error: Exception) -> None:
         stream.stop(FinishReason.ERROR, keep_pending=False)
@@ -505,6 +515,7 @@ class EngineCore:
             out.append(last)
         last.is_final = True
         last.finish_reason = stream.finish
+        last.runaway_cause = stream.runaway_cause
         last.error = stream.error
         self.stats.finished[stream.finish.value] = self.stats.finished.get(stream.finish.value, 0) + 1
         del self.streams[stream.id]

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import InvalidRequestError
 from ..kernels import triton_available
+from ..models.qwen3_tts.config import GenerationDefaults
 from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from ..models.qwen3_tts.prompt import TextTokens
@@ -32,7 +33,7 @@ from ..models.qwen3_tts.sampling import SamplingParams
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from .config import AUTO_DEADLINE, EngineConfig
 from .core import EngineCore
-from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, Timings
+from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, RunawayCause, Timings
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,15 @@ CPU_KV_BUDGET_BYTES = 1 << 30  # what kv_cache_fraction is a fraction of on CPU
 
 @dataclass
 class SynthesisRequest:
-    """One utterance to synthesise. Sampling fields left None take the checkpoint's defaults."""
+    """One utterance to synthesise. Sampling fields left None take the checkpoint's defaults
+    (generation_config.json); their names are the official package's.
+
+    `temperature` is the first codebook's (the talker's), `subtalker_*` the code predictor's
+    (codebooks 1-15). `temperature=0` is greedy decoding for every codebook, as LLM servers take
+    it, unless the request sets the code predictor's own sampling (`subtalker_dosample`,
+    `subtalker_temperature`); `subtalker_temperature=0` or `subtalker_dosample=False` makes the
+    code predictor alone greedy. `greedy=True` is greedy everywhere.
+    """
 
     text: str | TextTokens  # or its tokens, when text arrives in pieces (IncrementalText)
     voice: str | None = None  # a preset (CustomVoice); None: the checkpoint's default preset
@@ -57,6 +66,7 @@ class SynthesisRequest:
     subtalker_temperature: float | None = None
     subtalker_top_k: int | None = None
     subtalker_top_p: float | None = None
+    subtalker_dosample: bool | None = None
     max_new_tokens: int | None = None  # audio frames (80 ms each)
     seed: int | None = None
     greedy: bool = False
@@ -89,6 +99,7 @@ class Utterance:
     error: str | None
     timings: Timings | None
     codes: np.ndarray | None = None  # [frames, 16] when EngineConfig.return_codes
+    runaway_cause: RunawayCause | None = None  # with finish_reason RUNAWAY: the guard's check that stopped it
 
     @property
     def seconds(self) -> float:
@@ -118,23 +129,41 @@ def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, m
         raise InvalidRequestError(
             f"instructions are {n} tokens; the limit is {max_input_tokens}", "instructions", code=too_long
         )
+    params = sampling_params(model.config.generation, req)
+    # Unseeded requests still sample through the counter-based RNG, with a fresh random seed.
+    seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(7), "little")
+    request_id = req.request_id or uuid.uuid4().hex
+    return EngineRequest(request_id, prompt, replace(params, seed=seed), req.ignore_eos, req.text_open)
+
+
+def sampling_params(generation: GenerationDefaults, req: SynthesisRequest) -> SamplingParams:
+    """The request's sampling over the checkpoint's defaults, a temperature of 0 meaning greedy
+    (SynthesisRequest). Raises InvalidRequestError naming the field."""
+    if req.subtalker_dosample and req.subtalker_temperature == 0:
+        raise InvalidRequestError(
+            "subtalker_temperature 0 is greedy decoding, which contradicts subtalker_dosample true",
+            "subtalker_temperature",
+        )
     params = SamplingParams.from_defaults(
-        model.config.generation,
-        temperature=req.temperature,
+        generation,
+        temperature=None if req.temperature == 0 else req.temperature,
         top_k=req.top_k,
         top_p=req.top_p,
         repetition_penalty=req.repetition_penalty,
-        subtalker_temperature=req.subtalker_temperature,
+        subtalker_temperature=None if req.subtalker_temperature == 0 else req.subtalker_temperature,
         subtalker_top_k=req.subtalker_top_k,
         subtalker_top_p=req.subtalker_top_p,
         max_new_tokens=req.max_new_tokens,
     )
     if req.greedy:
-        params = params.greedy()
-    # Unseeded requests still sample through the counter-based RNG, with a fresh random seed.
-    seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(7), "little")
-    request_id = req.request_id or uuid.uuid4().hex
-    return EngineRequest(request_id, prompt, replace(params, seed=seed), req.ignore_eos, req.text_open)
+        return params.greedy()
+    if req.subtalker_dosample is not None:
+        subtalker = req.subtalker_dosample
+    elif req.subtalker_temperature is not None:
+        subtalker = req.subtalker_temperature != 0 and params.subtalker_dosample
+    else:
+        subtalker = params.subtalker_dosample and req.temperature != 0
+    return replace(params, do_sample=params.do_sample and req.temperature != 0, subtalker_dosample=subtalker)
 
 
 def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
@@ -183,7 +212,7 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
         codec = Qwen3TTSCodec(
             model, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
             dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; model.codec stays the fp32 decode
-            tf32=config.codec_tf32,
+            tf32=config.codec_tf32, windowed=config.codec_decode == "chunked",
         )  # fmt: skip
     kv_bytes = kv_cache_bytes(config, model.device)
     backend = config.attention_backend
@@ -230,12 +259,17 @@ class Engine:
     def _log_capacity(self, talker: Qwen3TTSTalker, codec: Qwen3TTSCodec) -> None:
         kv = talker.kv
         tokens = kv.num_pages * kv.page_size
-        per_stream_s = tokens / self.config.max_streams * 0.08
+        # A request holds at most max_seq_tokens (prompt tokens + 80 ms frames), whatever the cache holds.
+        longest = min(tokens, self.config.max_seq_tokens) * 0.08
+        streams = self.config.max_streams
+        each = min(tokens / streams, self.config.max_seq_tokens) * 0.08
+        capacity = f"1 stream of up to {longest:.0f} s of audio" if streams == 1 else (
+            f"{streams} streams of up to {each:.0f} s of audio each at once, one of up to {longest:.0f} s alone"
+        )  # fmt: skip
         log.info(
-            "KV cache %.2f GB: %d pages x %d tokens = %d tokens (%d bytes/token); capacity %d streams x %.0f s "
-            "of audio each, or 1 stream x %.0f s; codec state %.1f MB/stream",
-            kv.nbytes / 2**30, kv.num_pages, kv.page_size, tokens,
-            talker.bytes_per_token, self.config.max_streams, per_stream_s, tokens * 0.08,
+            "KV cache %.2f GB: %d pages x %d tokens = %d tokens (%d bytes/token); capacity %s; codec state %.1f "
+            "MB/stream",
+            kv.nbytes / 2**30, kv.num_pages, kv.page_size, tokens, talker.bytes_per_token, capacity,
             codec.bytes_per_stream / 2**20,
         )  # fmt: skip
 
@@ -354,5 +388,5 @@ def _collect(chunks: list[AudioChunk], sample_rate: int) -> Utterance:
     codes = [c.codes for c in chunks if c.codes is not None]
     return Utterance(
         last.request_id, pcm, sample_rate, last.frame_end, last.finish_reason, last.error, last.timings,
-        np.concatenate(codes) if codes else None,
+        np.concatenate(codes) if codes else None, last.runaway_cause,
     )  # fmt: skip

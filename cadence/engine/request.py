@@ -11,6 +11,14 @@ from ..models.qwen3_tts.prompt import Prompt
 from ..models.qwen3_tts.sampling import SamplingParams
 
 
+class RunawayCause(StrEnum):
+    """Which check of the runaway guard (EngineConfig.runaway) stopped a request."""
+
+    FRAME_BUDGET = "frame_budget"  # more frames than its text can need (min_frames + frames_per_token per token)
+    LOOP = "loop"  # its last code0s repeat with a short period
+    SILENCE = "silence"  # seconds of audio below the silence level
+
+
 class FinishReason(StrEnum):
     STOP = "stop"  # the model emitted EOS
     LENGTH = "length"  # max_new_tokens frames
@@ -57,6 +65,7 @@ class AudioChunk:
     timings: Timings | None = None
     prompt_tokens: int = 0
     codes: np.ndarray | None = None  # [frames, 16] when EngineConfig.return_codes
+    runaway_cause: RunawayCause | None = None  # with finish_reason RUNAWAY: the check that stopped it
 
     @property
     def num_frames(self) -> int:

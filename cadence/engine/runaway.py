@@ -15,7 +15,7 @@ class LoopDetector:
     """Flags slots whose last `window` code0s are periodic with a period <= `max_period`."""
 
     def __init__(self, slots: int, guard: RunawayGuard):
-        self.window = guard.loop_window
+        self.window = guard.loop_window if guard.enabled else 0
         self.max_period = guard.loop_max_period
         self.history = np.zeros((slots, max(1, self.window)), dtype=np.int64)
         self.count = np.zeros(slots, dtype=np.int64)

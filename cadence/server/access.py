@@ -52,6 +52,7 @@ class Outcome:
     audio_seconds: float = 0.0
     frames: int = 0
     finish_reason: str | None = None
+    runaway_cause: str | None = None  # with finish_reason "runaway": the guard's check that stopped it
 
     @property
     def ttfa(self) -> float | None:
@@ -100,6 +101,8 @@ def record(metrics: Metrics, outcome: Outcome, status: int, error: str | None = 
         }
         if outcome.first_audio_path is not None:
             line["first_audio_ms"] = {k: round(v * 1000, 2) for k, v in outcome.first_audio_path.items()}
+        if outcome.runaway_cause:
+            line["runaway_cause"] = outcome.runaway_cause
     line["duration_s"] = round(now - outcome.arrival, 3)
     if error:
         line["error"] = error

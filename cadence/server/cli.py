@@ -27,7 +27,7 @@ DRAIN_GRACE_S = 5.0  # after the drain timeout, for cut-off streams to send thei
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..deploy.config import DeployFile, option_dests
-    from ..engine.config import CODEC_DTYPES, PERSISTENT_KERNELS
+    from ..engine.config import CODEC_DECODES, CODEC_DTYPES, PERSISTENT_KERNELS
     from .cloning import add_arguments as add_cloning_arguments
 
     defaults = DeployFile().flat()  # shown in the help; the options themselves default to None (not given)
@@ -77,8 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--dummy-weights",
         action=argparse.BooleanOptionalAction,
-        help="random weights of MODEL's architecture (config files only; the built-in 0.6B architecture when "
-        "none can be had): benchmarking and trying the API without weights. The audio is noise.",
+        help="random weights of MODEL's architecture, for benchmarking and trying the API without weights (the "
+        "audio is noise). The released Qwen/Qwen3-TTS-12Hz-* checkpoints' config and tokenizer files ship with "
+        "cadence, so their names work offline; another MODEL's are read from its directory or its hub page.",
     )
     g.add_argument(
         "--dummy-preset",
@@ -100,13 +101,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--codec-dtype",
         choices=CODEC_DTYPES,
-        help="the codec's precision (default float32, the official decode's). bfloat16/float16 run its "
+        help="the codec's precision (default float32, as the official decode). bfloat16/float16 run its "
         "convolutions and linears in half precision, with SnakeBeta, norms, softmax and the output conv in fp32, "
-        "and halve its per-stream state. Measured on an H200 with random full-size weights (before the fused "
-        "codec): ~13%% more codec throughput at 64 streams x 8 frames, none at small batches; the audio moved up "
-        "to ~0.08 (bfloat16) or ~0.01 (float16) from the exact fp32 decode, where float32's TF32 convolutions "
-        "and linears move it 3-6e-3. "
-        "float16 is the closer; see docs/deploy.md",
+        "and halve its per-stream state: a little more codec throughput at large batches, none at small ones, "
+        "and audio up to ~0.08 (bfloat16) or ~0.01 (float16) from the exact fp32 decode, where float32's TF32 "
+        "convolutions and linears move it 3-6e-3 (random full-size weights). float16 is the closer; see "
+        "docs/deploy.md",
+    )
+    g.add_argument(
+        "--codec-decode",
+        choices=CODEC_DECODES,
+        help="exact (default): every streamed chunk equals the decode of the whole utterance, at any length. "
+        "chunked: past 300 frames (24 s) the official package's decode, which restarts the codec every 300 "
+        "frames with 25 frames of context and so differs from the exact audio there; for bit-parity with qwen-tts",
     )
     g.add_argument(
         "--codec-tf32",
@@ -136,33 +143,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         metavar="N",
         help="talker CUDA graphs of at most N rows launch their Triton kernels with programmatic dependent "
-        f"launch on Hopper and newer GPUs; 0: off (default {defaults['pdl_max_rows']}: on an H200 the batch-1 "
-        "decode step 14%% faster, batches of 128 and more slower with it)",
+        f"launch on Hopper and newer GPUs; 0: off (default {defaults['pdl_max_rows']}: it makes small batches "
+        "faster and batches of 128 and more slower)",
     )
     g.add_argument(
         "--persistent-max-rows",
         type=int,
         metavar="N",
         help="decode batches of at most N streams run the code predictor as one persistent Triton kernel "
-        f"instead of ~1,000 layer kernels; 0: off (default {defaults['persistent_max_rows']}; docs/perf-notes.md #35)",
+        f"instead of ~1,000 layer kernels; 0: off (default {defaults['persistent_max_rows']}: not faster than the "
+        "layer kernels yet)",
     )
     g.add_argument(
         "--persistent-kernel",
         choices=PERSISTENT_KERNELS,
         help="the persistent code predictor's implementation: triton, or cuda (weights streamed into shared "
         "memory by the copy engine; Hopper and newer, up to 4 streams, compiled at first use; experimental: "
-        "0.3 ms a frame slower than the layer kernels at batch 1, docs/perf-notes.md #45-#54), or cuda-ll "
-        "(the same with polled {value, tag} activations instead of grid barriers; slower, #46) "
-        f"(default {defaults['persistent_kernel']})",
+        "0.3 ms a frame slower than the layer kernels at batch 1), or cuda-ll (the same with polled activations "
+        f"instead of grid barriers; slower still) (default {defaults['persistent_kernel']})",
     )
     g.add_argument(
         "--slab-max-rows",
         type=int,
         choices=[0, 1, 2],
-        help="decode graphs of at most N rows (1 or 2) run the decoder GEMMs as the slab GEMM: weights copied "
-        "into shared memory before each kernel waits for the one before, norms folded in, at one row the code "
-        f"predictor's attention inside its o GEMM (Hopper and newer, bf16; docs/perf-notes.md #94-#97); 0: off "
-        f"(default {defaults['slab_max_rows']})",
+        help="decode batches of at most N rows (1 or 2) run the talker's and code predictor's matrix products "
+        "as CUDA kernels that load their weights while the kernel before them finishes (Hopper and newer, bf16): "
+        f"the fastest path for one or two streams; 0: off (default {defaults['slab_max_rows']})",
     )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
     g.add_argument("--tokenizer-regex", choices=["qwen2", "mistral"], help="see `cadence synth -h` (default qwen2)")
@@ -228,6 +234,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Base: requests carrying reference audio that are read and analysed at once; the rest wait (4)",
     )
     g.add_argument("--warmup-frames", type=int, help="frames of the warm-up synthesis before /ready (8)")
+    g.add_argument(
+        "--runaway-guard",
+        action=argparse.BooleanOptionalAction,
+        help="stop generations that will not end on their own (on by default): more frames than the text can "
+        "need, a loop of repeating codes, or seconds of silence; such a request ends with finish_reason runaway "
+        "and the check that fired. --no-runaway-guard lets every generation run to EOS or max_new_tokens, as the "
+        "official package does; the deployment file's engine.runaway sets each check (docs/deploy.md)",
+    )
     # None marks an option not given on the command line: the deployment file, else DeployFile's
     # default, fills it (cmd_serve), so that a flag always overrides the file.
     add_cloning_arguments(p)
@@ -329,6 +343,8 @@ def build_state(args: argparse.Namespace) -> ServerState:
             pipeline_codec=args.pipeline_codec,
             codec_dtype=args.codec_dtype,
             codec_tf32=args.codec_tf32,
+            codec_decode=args.codec_decode,
+            runaway=args.runaway if args.runaway_guard is None else replace(args.runaway, enabled=args.runaway_guard),
             pdl_max_rows=args.pdl_max_rows,
             persistent_max_rows=args.persistent_max_rows,
             persistent_kernel=args.persistent_kernel,
@@ -390,17 +406,22 @@ def _banner(args: argparse.Namespace, state: ServerState, info) -> None:
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     url = f"http://{host}:{args.port}"
     auth = f' -H "Authorization: Bearer ${API_KEY_ENV}"' if settings.api_key else ""
-    per_stream = info.kv_tokens / max(1, info.max_streams) * 0.08
+    # a request holds at most max_seq_tokens (prompt + frames): more cache than that per stream is not audio
+    per_stream = min(info.kv_tokens / max(1, info.max_streams), args.max_seq_tokens) * 0.08
+    streams = f"{info.max_streams} stream{'s' if info.max_streams != 1 else ''}"
     weights = "RANDOM weights: the audio is noise" if info.random_weights else "checkpoint weights"
+    # a whole file: a streamed WAV's header cannot know its length (see docs/api.md)
     example = {"model": info.model, "input": "Hello from cadence.", "voice": "ryan", "response_format": "wav"}
+    example["stream"] = False
     if info.random_weights:
         example["max_new_tokens"] = 50  # random weights seldom stop on their own: 4 s of audio
     where = info.device if not info.codec_device else f"{info.device} (codec on {info.codec_device})"
     lines = [
         f"cadence is serving {info.model} ({info.model_size}, {weights}) on {where} in {info.dtype}",
         f"  listening on http://{args.host}:{args.port} (OpenAI base URL {url}/v1)",
-        f"  capacity: {info.max_streams} streams generating + {info.max_queue} queued; KV cache "
-        f"{info.kv_bytes / 2**30:.2f} GB = {info.kv_tokens} tokens (~{per_stream:.0f} s of audio per stream when full)",
+        f"  capacity: {streams} generating + {info.max_queue} queued; KV cache "
+        f"{info.kv_bytes / 2**30:.2f} GB = {info.kv_tokens} tokens (up to ~{per_stream:.0f} s of audio a stream "
+        "when all are busy)",
         f"  warm-up took {info.warmup_seconds:.2f} s; docs: docs/api.md",
     ]
     if len(state.engine.replicas) > 1:

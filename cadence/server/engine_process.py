@@ -105,7 +105,7 @@ def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
         # every core spin against it, and a step can take ten times as long.
         threads = cfg.cpu_threads or max(1, len(os.sched_getaffinity(0)) - 1)
         torch.set_num_threads(threads)
-        log.info("CPU inference with %d torch threads", threads)
+        log.info("CPU inference with %d torch thread%s", threads, "" if threads == 1 else "s")
     core = build_core(model, cfg.engine, cfg.codec_device)
     kv = core.talker.kv
     log.info(
@@ -116,7 +116,7 @@ def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
     warmup_s = warm_up(model, core, cfg.engine, cfg.warmup_frames)
     info = P.EngineInfo(
         model=cfg.model_name,
-        model_size=model.config.tts_model_size,
+        model_size=cfg.architecture.describe() if cfg.architecture is not None else model.config.size_label,
         device=str(model.device),
         codec_device=str(core.codec.device) if core.codec.device != model.device else None,
         dtype=str(model.dtype).removeprefix("torch."),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ..engine.request import AudioChunk, EngineRequest, EngineStats, FinishReason, Timings
+from ..engine.request import AudioChunk, EngineRequest, EngineStats, FinishReason, RunawayCause, Timings
 
 # -- API -> engine ---------------------------------------------------------------------------------
 
@@ -50,7 +50,7 @@ class EngineInfo(msgspec.Struct):
     """What the engine process loaded and how much it can hold: for /v1/models, /metrics and logs."""
 
     model: str
-    model_size: str
+    model_size: str  # as people say it: "0.6B", "tiny preset of the 0.6B architecture"
     device: str
     codec_device: str | None  # the Codec partition's own device (disaggregated), or None: `device`
     dtype: str
@@ -90,20 +90,21 @@ class Chunk(msgspec.Struct, array_like=True):
     error: str | None
     timings: Timings | None
     prompt_tokens: int
+    runaway_cause: RunawayCause | None = None
 
     @classmethod
     def from_audio(cls, c: AudioChunk) -> Chunk:
         pcm = np.ascontiguousarray(c.pcm, dtype="<i2").tobytes()
         return cls(
             c.request_id, pcm, c.frame_start, c.frame_end, c.is_final, c.finish_reason, c.error, c.timings,
-            c.prompt_tokens,
+            c.prompt_tokens, c.runaway_cause,
         )  # fmt: skip
 
     def to_audio(self) -> AudioChunk:
         pcm = np.frombuffer(self.pcm, dtype="<i2").astype(np.int16)
         return AudioChunk(
             self.request_id, pcm, self.frame_start, self.frame_end, self.is_final, self.finish_reason, self.error,
-            self.timings, self.prompt_tokens,
+            self.timings, self.prompt_tokens, runaway_cause=self.runaway_cause,
         )  # fmt: skip
 
 

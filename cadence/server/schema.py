@@ -50,10 +50,15 @@ class SpeechBody(msgspec.Struct, kw_only=True):
     stream: bool = True  # false: answer once the whole utterance exists, with usage headers
     language: str | None = None
     seed: int | None = None
-    temperature: float | None = None
+    temperature: float | None = None  # 0: greedy (every codebook unless subtalker_* say otherwise)
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
+    # The code predictor's sampling (codebooks 1-15), named as in the official package.
+    subtalker_temperature: float | None = None  # 0: greedy
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    subtalker_dosample: bool | None = None
     max_new_tokens: int | None = None  # audio frames of 80 ms
     ignore_eos: bool = False  # exactly max_new_tokens frames (benchmarking)
     # Voice cloning (base checkpoints): reference audio as base64 or a data: URL (or an uploaded
@@ -76,7 +81,12 @@ class Limits:
     piece_chars: int = 0  # a longer input is spoken as pieces of at most this many characters (0: never)
 
     def integer_ranges(self) -> dict[str, tuple[int, int]]:
-        return {"seed": (0, MAX_SEED), "top_k": (0, MAX_TOP_K), "max_new_tokens": (1, self.max_new_tokens)}
+        return {
+            "seed": (0, MAX_SEED),
+            "top_k": (0, MAX_TOP_K),
+            "subtalker_top_k": (0, MAX_TOP_K),
+            "max_new_tokens": (1, self.max_new_tokens),
+        }
 
 
 @dataclass
@@ -227,7 +237,9 @@ def engine_requests(
         synthesis = SynthesisRequest(
             text, voice=preset, clone=clone, x_vector_only=body.x_vector_only_mode, language=body.language or "auto",
             instruct=body.instructions or None, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-            repetition_penalty=body.repetition_penalty, max_new_tokens=body.max_new_tokens, seed=seed,
+            repetition_penalty=body.repetition_penalty, subtalker_temperature=body.subtalker_temperature,
+            subtalker_top_k=body.subtalker_top_k, subtalker_top_p=body.subtalker_top_p,
+            subtalker_dosample=body.subtalker_dosample, max_new_tokens=body.max_new_tokens, seed=seed,
             ignore_eos=body.ignore_eos, request_id=rid, layout="streaming" if tokens is not None else None,
             text_open=text_open,
         )  # fmt: skip

@@ -104,6 +104,7 @@ class SpeechRun:
             o.audio_arrived(chunk.timings)
         if chunk.is_final:
             o.finish_reason = chunk.finish_reason.value if chunk.finish_reason else None
+            o.runaway_cause = chunk.runaway_cause.value if chunk.runaway_cause else None
         return chunk
 
     def _submit(self) -> AsyncIterator[AudioChunk]:
@@ -173,6 +174,13 @@ class SpeechRun:
     def finish_reason(self) -> str | None:
         return self.outcome.finish_reason
 
+    def finish(self) -> dict[str, str]:
+        """The finish reason, and with `runaway` the check of the runaway guard that stopped it."""
+        out = {"finish_reason": self.outcome.finish_reason or ""}
+        if self.outcome.runaway_cause:
+            out["runaway_cause"] = self.outcome.runaway_cause
+        return out
+
     def usage(self) -> dict[str, Any]:
         frames = self.outcome.frames
         return {
@@ -193,7 +201,7 @@ async def respond(state: ServerState, job: SpeechJob, request: Request, arrival:
     run = SpeechRun(state, job, request, arrival, route)
     headers = {"X-Request-Id": job.request_id, "X-Usage-Input-Tokens": str(job.input_tokens)}
     if job.instructions_ignored:
-        size = state.frontend.config.tts_model_size
+        size = state.frontend.config.size_label
         headers["Warning"] = f'299 cadence "instructions are ignored: the {size} model does not take them"'
     try:
         first = await run.next_chunk(watch_client=True)
@@ -229,6 +237,7 @@ async def _whole(run: SpeechRun, first: AudioChunk, headers: dict[str, str]) -> 
     headers = {
         **headers,
         "X-Finish-Reason": run.finish_reason or "",
+        **({"X-Runaway-Cause": run.outcome.runaway_cause} if run.outcome.runaway_cause else {}),
         "X-Usage-Output-Tokens": str(usage["output_tokens"]),
         "X-Usage-Total-Tokens": str(usage["total_tokens"]),
         "X-Audio-Seconds": f"{usage['audio_seconds']:.3f}",
@@ -286,7 +295,7 @@ async def _sse_body(run: SpeechRun, first: AudioChunk) -> AsyncIterator[bytes]:
                 reported = len(run.pieces_done)
             if tail := run.encoder.finish():
                 yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(tail).decode(), **run.where})
-            done_event = {"type": "speech.audio.done", "usage": run.usage(), "finish_reason": run.finish_reason}
+            done_event = {"type": "speech.audio.done", "usage": run.usage(), **run.finish()}
             yield _event(done_event | ({"pieces": len(run.job.pieces)} if run.job.pieces else {}))
         except E.APIError as e:
             error = e

@@ -71,6 +71,10 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    subtalker_dosample: bool | None = None
     max_new_tokens: int | None = None
     ignore_eos: bool = False  # every segment exactly max_new_tokens frames (benchmarking)
     input_mode: str = "sentence"  # sentence: each sentence spoken on its own; continuous: one utterance (continuous.py)
@@ -245,6 +249,7 @@ class SpeechSession(ContinuousInput):
             outcome.frames = item.frame_end
             if item.is_final:
                 outcome.finish_reason = item.finish_reason.value if item.finish_reason else None
+                outcome.runaway_cause = item.runaway_cause.value if item.runaway_cause else None
                 error = E.chunk_error(item, self.state.drain_expired)
                 break
         if error is None and (tail := encoder.finish()):
@@ -260,7 +265,8 @@ class SpeechSession(ContinuousInput):
             "audio_seconds": round(encoder.seconds, 3),
         }
         self._count(usage, failed=error is not None)
-        done = {"type": "audio.done", **seg.where, "finish_reason": outcome.finish_reason, "usage": usage}
+        cause = {"runaway_cause": outcome.runaway_cause} if outcome.runaway_cause else {}
+        done = {"type": "audio.done", **seg.where, "finish_reason": outcome.finish_reason, **cause, "usage": usage}
         if seg.open is not None:
             done["text"] = seg.open.received  # continuous input: the whole text it spoke
         await self.ws.send_json(done)

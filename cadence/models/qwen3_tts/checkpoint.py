@@ -20,10 +20,11 @@ from safetensors.torch import save_file
 from torch import nn
 from tqdm import tqdm
 
-from ...weights import resolve_checkpoint
+from ...weights import CheckpointError
 from .codec import EuclideanCodebook, LayerScale, ResidualUnit, SnakeBeta, SpeechTokenizer
 from .config import Qwen3TTSConfig
 from .layers import RMSNorm
+from .skeletons import resolve_skeleton
 from .speaker_encoder import SpeakerEncoderModel
 from .speech_encoder import EncoderCodebook, SpeechTokenizerEncoder
 from .talker import Qwen3TTSTalkerModel
@@ -94,30 +95,6 @@ def _tiny(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # Overrides applied to the skeleton's config files, computed from its config.json.
 PRESETS = {"full": lambda config: {}, "tiny": _tiny}
 
-VARIANTS = ("custom_voice", "base", "voice_design")
-
-
-def as_variant(config: dict[str, Any], variant: str) -> dict[str, Any]:
-    """config.json of another member of the family with the same talker: Base and VoiceDesign have
-    no preset speakers (spk_id {}); Base adds the speaker encoder (x-vector of the talker's width).
-    From a CustomVoice skeleton (the only configs public in full) this gives the released layout."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant '{variant}'; allowed: {', '.join(VARIANTS)}")
-    out = copy.deepcopy(config)
-    if out.get("tts_model_type") == variant:
-        return out
-    if variant == "custom_voice":
-        raise ValueError("a custom_voice checkpoint needs its speaker table; start from a CustomVoice skeleton")
-    out["talker_config"]["spk_id"] = {}
-    out["talker_config"]["spk_is_dialect"] = {}
-    out["tts_model_type"] = variant
-    out.pop("speaker_encoder_config", None)
-    if variant == "base":
-        out["speaker_encoder_config"] = {"enc_dim": out["talker_config"]["hidden_size"], "sample_rate": 24000}
-    return out
-
-
-SMALL_FILES = ("*.json", "*.txt", "speech_tokenizer/*.json")
 COPIED_FILES = (
     "vocab.json",
     "merges.txt",
@@ -197,21 +174,20 @@ def write_random_checkpoint(
     encoder, included), so it initialises nothing at random itself."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset '{preset}'; allowed: {', '.join(PRESETS)}")
-    src = resolve_checkpoint(skeleton, SMALL_FILES)
+    src = resolve_skeleton(skeleton)
+    for name in ("config.json", "speech_tokenizer/config.json"):
+        if not src.has(name):
+            raise CheckpointError(f"the skeleton {src.source} has no {name}")
     out = Path(out)
     (out / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
 
-    configs = {}
-    for name in ("config.json", "speech_tokenizer/config.json"):
-        with open(src / name, encoding="utf-8") as f:
-            configs[name] = json.load(f)
-    if variant is not None:
-        configs["config.json"] = as_variant(configs["config.json"], variant)
+    configs = {
+        "config.json": src.config(variant),
+        "speech_tokenizer/config.json": src.read("speech_tokenizer/config.json"),
+    }
     overrides = PRESETS[preset](configs["config.json"])
     configs = {name: merge(data, overrides.get(name, {})) for name, data in configs.items()}
-    generation = (
-        json.loads((src / "generation_config.json").read_text()) if (src / "generation_config.json").exists() else {}
-    )
+    generation = src.read("generation_config.json") if src.has("generation_config.json") else {}
     cfg = Qwen3TTSConfig.from_dicts(configs["config.json"], configs["speech_tokenizer/config.json"], generation)
 
     steps = tqdm(total=4, desc=f"random {preset} checkpoint", disable=not progress)
@@ -252,8 +228,8 @@ def write_random_checkpoint(
     for name, data in configs.items():
         (out / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for name in COPIED_FILES:
-        if (src / name).exists():
-            shutil.copyfile(src / name, out / name)
+        if src.has(name):
+            shutil.copyfile(src.files[name], out / name)
     (out / "cadence_random_weights.json").write_text(
         json.dumps({"preset": preset, "seed": seed, "skeleton": str(skeleton), "variant": cfg.tts_model_type}, indent=2)
         + "\n"

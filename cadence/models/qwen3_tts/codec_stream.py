@@ -38,8 +38,10 @@ decode of 100 frames is from the first 100 frames of a 110-frame decode: the fp3
 In bf16/fp16 every layer rounds those differences, so a stream and the same decoder's offline decode
 are about as far apart as either is from fp32 (tests/test_codec_low_precision.py), not bit-equal.
 
-Not reproduced: the official `chunked_decode` re-decodes utterances longer than 300 frames in windows
-with 25 frames of context (an approximation); this decoder equals `CodecDecoder.forward` at any length.
+The official `chunked_decode` re-decodes utterances longer than 300 frames in windows with 25
+frames of context (a memory bound that changes the audio after frame 300); this decoder equals
+`CodecDecoder.forward` at any length, and reproduces those windows only when asked
+(codec_windows.py, `--codec-decode chunked`).
 """
 
 from __future__ import annotations

@@ -404,6 +404,12 @@ class Qwen3TTSConfig:
         return self.tts_model_type == "custom_voice" and self.tts_model_size != "0b6"
 
     @property
+    def size_label(self) -> str:
+        """tts_model_size as the checkpoints' names write it: "0b6" -> "0.6B", "1b7" -> "1.7B"."""
+        whole, sep, tenths = self.tts_model_size.lower().partition("b")
+        return f"{whole}.{tenths}B" if sep and whole.isdigit() and tenths.isdigit() else self.tts_model_size
+
+    @property
     def can_clone(self) -> bool:
         """Base checkpoints clone a voice from reference audio (speaker encoder + codec encoder)."""
         return self.speaker_encoder is not None and self.speech_tokenizer.encoder is not None

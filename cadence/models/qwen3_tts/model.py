@@ -163,7 +163,7 @@ class Qwen3TTS:
         load_weights(
             codec, safetensors_files(path / "speech_tokenizer"), dev, torch.float32, skip_prefixes=("encoder.",)
         )
-        log.info("loaded %s (%s, talker %s on %s)", path, config.tts_model_size, dt, dev)
+        log.info("loaded %s (%s, talker %s on %s)", path, config.size_label, dt, dev)
         return cls(config, tokenizer, root.talker, codec, dev, dt, path)
 
     # -- prompts ---------------------------------------------------------------------------------

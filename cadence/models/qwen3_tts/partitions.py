@@ -24,6 +24,7 @@ from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty
 from ...engine.transfer import to_device, to_device_packed
 from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
+from .codec_windows import CodecWindows
 from .model import Qwen3TTS
 from .sampling import MIN_NEW_TOKENS
 
@@ -289,6 +290,8 @@ class Qwen3TTSCodec:
     norms, softmax, codebook sums and the output conv stay fp32); the model's own decoder stays the
     fp32 offline decode. The audio handed back is fp32 in every case. `tf32`: the fp32 math in
     TF32 or exact (codec_stream.tf32_as_convs; None follows torch.backends.cudnn.allow_tf32).
+    `windowed`: reproduce the official package's 300-frame windows (codec_windows.py) instead of the
+    exact decode.
     """
 
     FRAME_BUCKETS = (1, 2, 4, 8)
@@ -309,6 +312,7 @@ class Qwen3TTSCodec:
         dtype: torch.dtype = torch.float32,
         tf32: bool | None = None,
         autotune_from: int = 1,
+        windowed: bool = False,
     ):
         decoder = model.codec.decoder
         if dtype != torch.float32:
@@ -319,6 +323,7 @@ class Qwen3TTSCodec:
         self.samples_per_frame = model.samples_per_frame
         self.sample_rate = model.sample_rate
         self.device = next(model.codec.decoder.parameters()).device  # the Talker's, or its own (build_core)
+        self.windows = CodecWindows(self.decoder, max_slots + 1, self.device) if windowed else None
         self.max_batch = max_batch
         largest = min(max_batch, max_slots)
         self.batch_buckets = tuple(b for b in graph_buckets or self.BATCH_BUCKETS if b < largest) + (largest,)
@@ -340,20 +345,31 @@ class Qwen3TTSCodec:
         audio is then the official decode of reference + generated frames with the reference's
         share cut off."""
         self.decoder.reset(slots)
+        if self.windows is not None:
+            self.windows.reset(slots)
         for slot, request in zip(slots, requests or [], strict=False):
             ref = request.prompt.ref_codes
             if ref:
-                self.decoder.decode([slot], to_device(ref, self.device)[None])
+                frames = to_device(ref, self.device)[None]
+                if self.windows is None:
+                    self.decoder.decode([slot], frames)
+                else:  # the reference's frames count toward the official windows, as the official decode sees them
+                    self.windows.decode([slot], frames, self.decoder.decode)
 
     def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
         if self.stream is None:
-            return self._decode(slots, frames, finishing)
+            return self._decode_chunk(slots, frames, finishing)
         # after what the caller queued (the frames, a reset of these slots), not after later work
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         if frames.is_cuda:
             frames.record_stream(self.stream)  # made on the caller's stream, read on this one
         with torch.cuda.stream(self.stream):
+            return self._decode_chunk(slots, frames, finishing)
+
+    def _decode_chunk(self, slots: list[int], frames: torch.Tensor, finishing: bool) -> torch.Tensor:
+        if self.windows is None:
             return self._decode(slots, frames, finishing)
+        return self.windows.decode(slots, frames, lambda s, f: self._decode(s, f, finishing))
 
     def to_host(self, audio: torch.Tensor, codes: torch.Tensor | None = None) -> HostAudio:
         if audio.device.type != "cuda":

@@ -50,7 +50,9 @@ class SamplingParams:
             k = getattr(self, f"{prefix}top_k")
             p = getattr(self, f"{prefix}top_p")
             if not (0.0 < t <= 10.0):
-                raise InvalidRequestError(f"{prefix}temperature must be in (0, 10], got {t}", f"{prefix}temperature")
+                raise InvalidRequestError(
+                    f"{prefix}temperature must be 0 (greedy) or in (0, 10], got {t}", f"{prefix}temperature"
+                )
             if not (0 <= k <= 100_000) or int(k) != k:
                 raise InvalidRequestError(f"{prefix}top_k must be an integer >= 0 (0 = off), got {k}", f"{prefix}top_k")
             if not (0.0 < p <= 1.0):
