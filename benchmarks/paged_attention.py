@@ -88,7 +88,7 @@ def random_layer(
 def decoder_layers(x: torch.Tensor, layers: list[FusedLayer], final_norm: torch.Tensor, eps: float, attend):
     """`layers` run over rows x as FusedStack's decode runs them (qkv GEMM, attention, o GEMM + norm,
     gate/up with SwiGLU, down GEMM + the next norm), each layer's attention output attend(i, its qkv
-    rows): here and in engine_attention.py, which must leave the attention out, as FusedStack cannot."""
+    rows): here, where the attention is left out, as FusedStack cannot."""
     h, residual = triton_ops.rms_norm(x, layers[0].ln1, eps)
     for i, L in enumerate(layers):
         a = attend(i, triton_ops.linear(h, L.wqkv))

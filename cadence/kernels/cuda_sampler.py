@@ -24,7 +24,7 @@ from .torch_ops import check_token_outputs
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
 THREADS = 256
-# Wider CTAs above 2048 columns: alone (benchmarks/sampler.py, perf-notes #103) code0's 3072 codes
+# Wider CTAs above 2048 columns: alone (perf-notes #103) code0's 3072 codes
 # took 7.77 us sampled and 3.87 greedy at 256 threads, 5.66 and 2.81 at 512; 2048 codes the same
 # either way sampled (2.96 / 2.92) and faster greedy at 256 (1.45 / 1.67).
 WIDE_THREADS, WIDE_ABOVE = 512, 2048
