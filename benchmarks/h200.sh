@@ -116,13 +116,6 @@ PY
       timeout 300 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,64 --context 500 --prompt-lengths 60 --codec-streams 1,64 --codec-frames 1,8 --steps 20 --warmup 5 \
         --json "$OUT/engine_steps_graphmem.json" 2>&1 | grep -Pv 'INFO(?!.*captured)' | tail -24 ;;
-    persistent)  # issue 4: decode walks of 1-16 streams with the persistent code predictor and without
-      need_full
-      for rows in 16 0; do
-        timeout 400 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
-          --batches 1,8,16 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
-          --kv-gb 20 --persistent-max-rows $rows --json "$OUT/engine_steps_persistent_$rows.json" 2>&1 | quiet | tail -14
-      done ;;
     profile64)  # issue 4: kernel breakdown of one decode walk at batch 64 (issue 4's 4 ms target)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \

@@ -74,8 +74,6 @@ class EngineSection:
     codec_dtype: Literal["float32", "bfloat16", "float16"] = _ENGINE.codec_dtype  # engine.config.CODEC_DTYPES
     codec_tf32: bool | None = None  # null: as torch.backends.cudnn.allow_tf32 (PyTorch's default: TF32)
     pdl_max_rows: int = field(default=_ENGINE.pdl_max_rows, metadata=_min(0))
-    persistent_max_rows: int = field(default=_ENGINE.persistent_max_rows, metadata=_min(0))
-    persistent_kernel: Literal["triton", "cuda", "cuda-ll"] = _ENGINE.persistent_kernel  # config.PERSISTENT_KERNELS
     slab_max_rows: int = field(default=_ENGINE.slab_max_rows, metadata=_min(0))
     cpu_threads: int | None = field(default=None, metadata=_min(1))
     warmup_frames: int = field(default=8, metadata=_min(0))

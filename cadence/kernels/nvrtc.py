@@ -1,7 +1,7 @@
 """CUDA kernels compiled at run time by NVRTC through `torch.cuda._compile_kernel` (no compiler to
-install: PyTorch's CUDA wheels carry NVRTC), for the kernels in kernels/cuda/: the persistent code
-predictor (cuda_code_predictor.py), the slab GEMM (cuda_gemv.py) and the sampler (cuda_sampler.py);
-and launched through the driver's cuLaunchKernelEx, so that programmatic dependent launch (PDL) can
+install: PyTorch's CUDA wheels carry NVRTC), for the kernels in kernels/cuda/: the slab GEMMs
+(cuda_gemv.py, cuda_gemm64.py), the decode attention (cuda_attention.py) and the sampler
+(cuda_sampler.py); and launched through the driver's cuLaunchKernelEx, so that programmatic dependent launch (PDL) can
 be asked for (PyTorch's launcher cannot)."""
 
 from __future__ import annotations

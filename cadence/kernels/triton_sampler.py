@@ -98,8 +98,7 @@ def _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, see
                    TOPK_WAYS: tl.constexpr, TOPK_PASSES: tl.constexpr):  # fmt: skip
     """Row `row`'s token from its processed logits x [BLOCK] (fp32, -inf where invalid): the argmax,
     or with do_sample the Gumbel-max over the temperature-scaled, top-k / top-p filtered values
-    with counter-based noise of (seed, frame, codebook key, column). Shared with the persistent
-    code predictor, so both sample with the same arithmetic."""
+    with counter-based noise of (seed, frame, codebook key, column)."""
     do = tl.load(do_ptr + row) != 0
     if do:
         # Temperature, then top-k and top-p as value thresholds found by searching the

@@ -1,5 +1,4 @@
-// Hopper's (sm_90) copy engine and mbarriers as inline PTX, for the persistent kernels:
-// cadence/kernels/cuda/code_predictor.cu and benchmarks/cuda/phase_chain.cu.
+// Hopper's (sm_90) copy engine and mbarriers as inline PTX (prelude.cuh includes it).
 #pragma once
 
 // The GPU's global timer in ns (32 ns steps on Hopper, the same on every SM), and this CTA's SM: for

@@ -63,8 +63,6 @@ class FastDecoder:
         buckets: tuple[int, ...] = DEFAULT_BUCKETS,
         prefill_token_budget: int = 2048,
         pdl_max_rows: int = 0,
-        persistent_max_rows: int = 0,
-        persistent_kernel: str = "triton",
         slab_max_rows: int = 0,
     ):
         self.p = partition
@@ -107,7 +105,6 @@ class FastDecoder:
         self.cp_v = torch.zeros(shape, dtype=model.dtype, device=self.dev)
         self.cp_index = CodePredictorIndex.build(rows, self.groups, self.dev)
         self.buckets = tuple(b for b in buckets if b < partition.max_slots) + (partition.max_slots,)
-        self.persistent = self._persistent_code_predictor(persistent_max_rows, persistent_kernel)
         self.graphs: dict[int, DecodeGraph] = {}
         self.pdl_max_rows = pdl_max_rows
         self._pending_advance: Callable[[], None] | None = None  # the last walk's second half, not yet run
@@ -203,33 +200,6 @@ class FastDecoder:
         if self.side is not None:
             torch.cuda.current_stream(self.dev).wait_stream(self.side)
 
-    def code_predictor_weights(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The code predictor's 15 heads and the 14 input tables (codebooks 1..14) that a persistent
-        kernel stacks beside its layers."""
-        cp = self.talker.code_predictor
-        return [h.weight for h in cp.lm_head], [e.weight for e in cp.model.codec_embedding][: self.groups - 2]
-
-    def _persistent_code_predictor(self, max_rows: int, kernel: str = "triton"):
-        """The code predictor as one persistent kernel for batches of up to `max_rows` streams
-        (Triton backend only; `kernel` "triton", perf-notes #35, "cuda", #45, or "cuda-ll"), or None: off, or a
-        talker wider than its code predictor (the 1.7B's small_to_mtp_projection is not in it)."""
-        cp = self.talker.code_predictor
-        if max_rows <= 0:
-            return None
-        if not isinstance(cp.small_to_mtp_projection, torch.nn.Identity):
-            log.info("persistent code predictor off: the talker is wider than the code predictor")
-            return None
-        heads, tables = self.code_predictor_weights()
-        rows = min(max_rows, self.buckets[-1])
-        if kernel in ("cuda", "cuda-ll"):
-            from ...kernels.cuda_code_predictor import CudaCodePredictor
-
-            sync = "ll" if kernel == "cuda-ll" else "barrier"
-            return CudaCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v, sync)
-        from ...kernels.triton_code_predictor import PersistentCodePredictor
-
-        return PersistentCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
-
     def _head(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """A head's logits: the slab GEMM where the stacks run it (perf-notes #95: -0.03 ms at batch
         1 against the layer kernels' GEMM), else ops.linear."""
@@ -257,11 +227,6 @@ class FastDecoder:
         b = pair.shape[0]
         # Positions 0 and 1 as 2B query rows sharing their page.
         first = cp.small_to_mtp_projection(pair).flatten(0, 1)
-        if self.persistent is not None and b <= self.persistent.max_streams:
-            if rows is not None:
-                params, seed, step = params.take(rows), seed[rows], step[rows]
-            frame[:, 1:] = self.persistent(first, params, seed, step)
-            return
         ix, n = self.cp_index, 2 * b
         h = self.cp_stack(
             first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v,
