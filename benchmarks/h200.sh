@@ -66,7 +66,7 @@ for phase in "$@"; do
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
     walkab)  # changes A/B'd in one call: decode walks of this tree ("new") and of the trees in TREES (NAME=DIR
       # ..., e.g. `git archive` of earlier commits, carried; NAME=DIR,VAR=VALUE,... runs it with those
-      # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=1`), interleaved so drift shows; gpu
+      # environment variables: `sync=.,CUDA_LAUNCH_BLOCKING=1`), interleaved so drift shows; gpu
       # tests first. Every tree runs this tree's engine_steps.py (one harness) on its own package. Each
       # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~30-45 s; the
       # engine's every bucket with WALKAB_ALL_BUCKETS=1, ~100 s), so a call fits ~8 walks:
@@ -123,7 +123,7 @@ PY
         --profile 2>&1 | quiet | tee "$OUT/profile64.log" | tail -40 ;;
     pdl)  # issue 4: programmatic dependent launch (perf-notes #27): its gpu tests, then the walk with it
       need_full
-      CADENCE_PDL=1 timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
+      timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
         tests/test_attention_kernels.py tests/test_fast_step.py 2>&1 | tee "$OUT/pdltests.log" | tail -8
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --pdl-max-rows 256 \
         --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,64 --codec-frames 1,8 \

@@ -6,8 +6,6 @@ test_linear_kernels.py; the sampler: test_sampling_kernels.py). Where they run: 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from kernel_checks import DEV, DTYPES, NEEDS_TRITON, tol
@@ -88,7 +86,6 @@ def test_rope_qk(ops, dtype):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * (1 + b.float().abs().max())
 
 
-@pytest.mark.skipif(os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1", reason="every graph triggers first")
 def test_only_graphs_above_32_rows_trigger_first(ops):
     """Perf-notes #65: letting each kernel in before the one before it waits took 0.16 ms off the
     64-row walk on an H200 and put 0.64 ms on batch 1's, so only the 33-64-row bucket does it."""

@@ -5,7 +5,6 @@ and cache write (`qk_norm_rope_attention`): one kernel a layer fewer."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -13,8 +12,6 @@ import triton
 import triton.language as tl
 
 from .triton_launch import (
-    PDL_TRIGGER_AT_END,
-    PDL_WAIT_FIRST,
     globaltimer,
     pdl_entry,
     pdl_launch,
@@ -282,26 +279,6 @@ class AttentionTiles:
 PIPELINED_FROM_ROWS = 8
 
 
-def _experiment_tiles(name: str) -> AttentionTiles | None:
-    """An experiment's tiles from the environment, BLOCK:WARPS:STAGES (perf-notes #72)."""
-    spec = os.environ.get(name)
-    return AttentionTiles(*(int(x) for x in spec.split(":"))) if spec else None
-
-
-# Experiments (perf-notes #72): CADENCE_ATTENTION_TILES for the long-context calls of 8 rows or
-# more, CADENCE_ATTENTION_SHORT_TILES for short-context calls of fewer than 8.
-_LONG_TILES = _experiment_tiles("CADENCE_ATTENTION_TILES")
-_SHORT_TILES = _experiment_tiles("CADENCE_ATTENTION_SHORT_TILES")
-# The first block prefetched before the PDL wait in graphs whose kernels wait first (perf-notes
-# #72: b1 walk 3.25 -> 3.21-3.23 ms; under trigger first, at 64 rows, 5.18 -> 5.36: kernels launched
-# far ahead prefetch while the running ones stream). CADENCE_ATTENTION_PREFETCH=0 turns it off.
-_PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
-# Experiment (perf-notes #72, #73): the attention kernels' PDL order in graphs that launch with it,
-# CADENCE_ATTENTION_PDL=wait (wait first even in trigger-first graphs: the kernels after them launch
-# once their last wave runs) or end (the kernels after them launch when they complete).
-_ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
-
-
 def _short_context(max_context: int | None) -> bool:
     """Calls whose contexts are known to be short (the code predictor's <= 17 tokens)."""
     return max_context is not None and max_context <= 32
@@ -314,16 +291,16 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
     where the context is split 4-16 ways and each split is short, 64-token blocks in a plain loop.
     Contexts known to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token
     blocks: a longer block only adds masked work and registers (with 128-token ones there the
-    batch-256 walk took 12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
+    batch-256 walk took 12.57 ms, with 32-token ones 11.20: perf-notes #24, #25). In graphs whose
+    kernels wait first, each program pulls its first block into L2 before the PDL wait (under trigger
+    first, kernels launched far ahead would prefetch while the running ones stream)."""
     if _short_context(max_context):
-        tiles = (rows < 8 and _SHORT_TILES) or AttentionTiles(block_tokens=32)
-    elif rows >= 8 and _LONG_TILES:
-        tiles = _LONG_TILES
+        tiles = AttentionTiles(block_tokens=32)
     elif rows >= PIPELINED_FROM_ROWS:
         tiles = AttentionTiles(block_tokens=64, stages=2)
     else:
         tiles = AttentionTiles(block_tokens=64)
-    return replace(tiles, prefetch=True) if _PREFETCH and not trigger_first_for(rows) else tiles
+    return tiles if trigger_first_for(rows) else replace(tiles, prefetch=True)
 
 
 def paged_attention(
@@ -365,8 +342,6 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         m = l = acc = out
     qn, kn, cos, sin, pos, slot, eps = fused or (q, q, q, q, context_lens, context_lens, 0.0)
     launch = pdl_launch(q)
-    if _ORDER and launch["USE_PDL"]:
-        launch["USE_PDL"] = _ORDER
     stamps = stamp_args(f"attention {n}x{hkv}x{splits}", n * hkv * splits, placeholder=out)
     _paged_attention_kernel[(n, hkv, splits)](
         q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0), k_cache.shape[0],

@@ -1,26 +1,25 @@
 """How the Triton kernels are launched: programmatic dependent launch (PDL) on Hopper and newer.
 
-Off by default until measured (docs/perf-notes.md #27): CADENCE_PDL=1, or use_pdl(True). With it,
-each kernel taking USE_PDL is launched while the one before it still runs (compute capability >= 9):
-it waits for that kernel (gdc_wait) before touching anything it may have written, and only then
-lets the next one in (gdc_launch_dependents), so at most two neighbours overlap and the later one
-has done nothing but launch (and, for the GEMM, pull constant weights into L2). Kernels launched
-without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
+Off outside `pdl_settings` (use_pdl(True) turns it on; the talker's graphs ask for it per row count,
+EngineConfig.pdl_max_rows). With it, each kernel taking USE_PDL is launched while the one before it
+still runs (compute capability >= 9): it waits for that kernel (gdc_wait) before touching anything
+it may have written, and only then lets the next one in (gdc_launch_dependents), so at most two
+neighbours overlap and the later one has done nothing but launch (and, for the GEMM, pull constant
+weights into L2). Kernels launched without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
 
 Trigger first (pdl_trigger_first(True); the talker's graphs of more than TRIGGER_FIRST_ABOVE_ROWS
-rows, or every launch with CADENCE_PDL_TRIGGER_FIRST=1): a kernel lets the next one in before it
-waits, so kernels launch ahead of the one running as far as the SMs hold their waiting programs,
-and each GEMM's weight prefetch starts earlier. On an H200 (perf-notes #65) that took 0.16 ms off
-the batch-64 walk and put 0.64 ms on batch 1's, where the kernels are a few programs each and the
-chain runs far ahead. Still correct: a kernel touches nothing written before its own gdc_wait
-returns, which needs the kernel before it complete, which needed its own wait, and so on back.
+rows): a kernel lets the next one in before it waits, so kernels launch ahead of the one running as
+far as the SMs hold their waiting programs, and each GEMM's weight prefetch starts earlier. On an
+H200 (perf-notes #65) that took 0.16 ms off the batch-64 walk and put 0.64 ms on batch 1's, where
+the kernels are a few programs each and the chain runs far ahead. Still correct: a kernel touches
+nothing written before its own gdc_wait returns, which needs the kernel before it complete, which
+needed its own wait, and so on back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -28,16 +27,14 @@ import torch
 import triton
 import triton.language as tl
 
-_pdl_enabled = os.environ.get("CADENCE_PDL") == "1"
-TRIGGER_FIRST_ALWAYS = os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1"
-_pdl_trigger_first = TRIGGER_FIRST_ALWAYS
+_pdl_enabled = False
+_pdl_trigger_first = False
 # Graphs of more rows than this trigger first (perf-notes #65: measured at 64 rows, -0.16 ms; slower
 # at 1 and 4, neutral at 16), i.e. the 33-64-row bucket whose GEMMs stream 64-row tiles.
 TRIGGER_FIRST_ABOVE_ROWS = 32
 
-# USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse; or wait
-# and let the next in only at the end (the grid's completion), so nothing launches into its waves.
-PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST, PDL_TRIGGER_AT_END = 0, 1, 2, 3
+# USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse.
+PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST = 0, 1, 2
 
 
 def use_pdl(enabled: bool) -> bool:
@@ -69,7 +66,7 @@ def pdl_settings(enabled: bool, trigger_first: bool) -> Iterator[None]:
 
 def trigger_first_for(rows: int) -> bool:
     """Whether a talker graph of `rows` rows launches its kernels trigger first."""
-    return rows > TRIGGER_FIRST_ABOVE_ROWS or TRIGGER_FIRST_ALWAYS
+    return rows > TRIGGER_FIRST_ABOVE_ROWS
 
 
 @functools.cache
