@@ -29,47 +29,6 @@ def test_rms_norm(ops, dtype):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * b.float().abs().max()
 
 
-def test_the_norms_load_their_weights_early_by_default_and_zero_turns_it_off(monkeypatch):
-    """Session 46's walks (perf-notes #141: b64 4.06 -> 3.98 ms back to back) made the early load the default."""
-    from cadence.kernels import triton_ops
-
-    monkeypatch.delenv("CADENCE_NORM_WEIGHTS_EARLY", raising=False)
-    assert triton_ops.norm_weights_early_from_env()
-    monkeypatch.setenv("CADENCE_NORM_WEIGHTS_EARLY", "0")
-    assert not triton_ops.norm_weights_early_from_env()
-
-
-@pytest.mark.parametrize("parts", [False, True])
-def test_rms_norm_with_its_weight_loaded_before_the_wait_is_the_same_bits(ops, parts, monkeypatch):
-    """CADENCE_NORM_WEIGHTS_EARLY (perf-notes #141) moves the weight's load before the norm's PDL wait
-    and changes nothing else: the same bits, with and without a residual, and for the norm that adds
-    a split-K GEMM's partials (o's shape at 40 rows splits K)."""
-    from cadence.kernels import triton_ops
-
-    tri, _ = ops
-    # The walk's bf16 on the GPU (fp32's 64-row GEMM tiles need more shared memory than an SM has), fp32
-    # under the interpreter
-    dtype = DTYPES[-1]
-    g = torch.Generator(device=DEV).manual_seed(21)
-    x = torch.randn(40, 2048 if parts else 1024, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(1024, 2048, device=DEV, generator=g) / 2048**0.5).to(dtype)
-    res = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
-    norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
-
-    def norms():
-        if parts:
-            return [tri.linear_rms_norm(x, w, norm_w, 1e-6, r, force=True) for r in (None, res)]
-        return [tri.rms_norm(x, norm_w, 1e-6, r) for r in (None, res)]
-
-    monkeypatch.setattr(triton_ops, "NORM_WEIGHTS_EARLY", False)
-    late = norms()
-    monkeypatch.setattr(triton_ops, "NORM_WEIGHTS_EARLY", True)
-    early = norms()
-    for (a, sa), (b, sb) in zip(late, early, strict=True):
-        assert torch.equal(a, b) and torch.equal(sa, sb)
-    assert not torch.equal(late[0][0], late[1][0])  # the residual reached the norm
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_qk(ops, dtype):
     """The streaming codec's RoPE: q and k heads of a packed qkv, per-row fp32 cos/sin."""

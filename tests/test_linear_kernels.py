@@ -291,7 +291,7 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     """A layer's o or down projection and the residual-add + RMSNorm after it: where the GEMM splits
     K (o and down up to 64 rows; not the last shape), its programs leave their fp32 partials and the
     norm kernel adds them in split order, so the GEMM takes no ticket. Against the GEMM's last
-    program adding them then the norm kernel (CADENCE_SPLIT_K_IN_NORM=0): the rows' sum the same
+    program adding them then the norm kernel (`linear` then `rms_norm`): the rows' sum the same
     bits, on every call; the normalised rows too under the interpreter, and within two bf16 steps on
     a GPU, where the partials' norm reduces over 8 warps, not 4 (perf-notes #77). Within rounding of
     the PyTorch definition. Without a residual: the two kernels."""
@@ -310,14 +310,12 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     monkeypatch.setattr(triton_ops, "skinny_linear_partials", lambda *a: partial_launches.append(a) or launch(*a))
     normed, total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
     assert len(partial_launches) == (tiles.split_k > 1)
-    monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", False)
-    two_normed, two_total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    two_normed, two_total = tri.rms_norm(tri.linear(x, w, force=True), norm_w, 1e-6, res)
     assert torch.equal(total, two_total)
     assert same_up_to_the_reduction(normed, two_normed)
     if tiles.split_k > 1:
         _, counters = _split_k_workspace(x.device, n, tiles)
         assert int(counters.abs().sum()) == 0  # the ticket path still leaves its counters at 0
-    monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", True)
     again = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
     assert torch.equal(again[0], normed) and torch.equal(again[1], total)
     # Other rows through the same workspace: the norm reads this call's partials, not the last one's.

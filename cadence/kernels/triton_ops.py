@@ -7,7 +7,6 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 import triton
@@ -69,7 +68,7 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
                      bt_ptr=None, ctx_ptr=None, bt_stride=0, num_pages=1, KV_TOKENS: tl.constexpr = 0,
                      KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1,
                      EVICT_LAST: tl.constexpr = False, KV_AFTER_WAIT: tl.constexpr = False, stamp_ptr=None,
-                     stamp_row=0, STAMP: tl.constexpr = False, W_EARLY: tl.constexpr = False):  # fmt: skip
+                     stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
     added in split order and rounded as the GEMM's own last program would: the same x, bit for bit.
 
@@ -80,9 +79,9 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     STAMP (a look, `trace_kernels(norms=True)`): each program writes the clock at its start, before
     its wait, after it, once its row's sum of squares is in, and at its end, as the GEMMs do.
 
-    W_EARLY (NORM_WEIGHTS_EARLY, perf-notes #141): the norm's weight loaded before the wait. Weights
-    never change, so they need not wait for the kernel before; loaded after it, ptxas leaves their
-    load behind the sum of squares' barriers, one more L2 round trip on every norm's critical path."""
+    The norm's weight is loaded before the wait: weights never change, so they need not wait for the
+    kernel before; loaded after it, ptxas leaves their load behind the sum of squares' barriers, one
+    more L2 round trip on every norm's critical path."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -92,8 +91,7 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     if KV_TOKENS and not KV_AFTER_WAIT:
         prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
                           TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
-    if W_EARLY:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     if STAMP:
         t_ahead = globaltimer(row)
     pdl_wait(USE_PDL)
@@ -117,8 +115,6 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     if STAMP:
         t_summed = globaltimer(inv.to(tl.int32))
     normed = (x32 * inv).to(x.dtype).to(tl.float32)
-    if not W_EARLY:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * n_cols + cols, (w * normed).to(x.dtype), mask=mask)
     if STAMP:
         write_stamps(stamp_ptr, stamp_row + row, t_start, t_ahead, t_waited, t_summed)
@@ -147,15 +143,6 @@ def rms_norm(
 PARTS_NORM_WARPS = 8
 
 
-def norm_weights_early_from_env() -> bool:
-    """Whether the norms load their weight before their PDL wait (W_EARLY; perf-notes #141, on by default
-    since session 46's walks; CADENCE_NORM_WEIGHTS_EARLY=0 loads it after the sum of squares, as before)."""
-    return os.environ.get("CADENCE_NORM_WEIGHTS_EARLY", "1") != "0"
-
-
-NORM_WEIGHTS_EARLY = norm_weights_early_from_env()
-
-
 def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor,
                      prefetch: KvPrefetch | None = None) -> None:  # fmt: skip
     """out (and total, with a residual) for out's rows; x [rows, n] or, with parts, [parts, tile rows, n] fp32."""
@@ -166,13 +153,8 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
         BLOCK=triton.next_power_of_2(n), num_warps=warps, **pdl_launch(out), **prefetch_args(prefetch, rows, warps),
-        W_EARLY=NORM_WEIGHTS_EARLY, **stamps,
+        **stamps,
     )  # fmt: skip
-
-
-# Split-K partials added by the norm kernel after the GEMM (perf-notes #74); CADENCE_SPLIT_K_IN_NORM=0: the
-# GEMM's last program adds them (a ticket a slab), as before.
-SPLIT_K_IN_NORM = os.environ.get("CADENCE_SPLIT_K_IN_NORM", "1") != "0"
 
 
 def linear_rms_norm(
@@ -205,9 +187,9 @@ def linear_rms_norm(
 def _partials_tiles(x, weight, residual, force: bool = False) -> SkinnyTiles | None:
     """The tiles of x @ weight^T where its programs leave their split-K partials for the kernel after
     it to add (the norm's, or the next GEMM's with the norm inside), or None: the GEMM not split over
-    K, no residual (every layer has one), or CADENCE_SPLIT_K_IN_NORM=0."""
+    K, or no residual (every layer has one)."""
     tiles = linear_tiles(x, weight, force)
-    if tiles is None or tiles.split_k == 1 or not SPLIT_K_IN_NORM or residual is None:
+    if tiles is None or tiles.split_k == 1 or residual is None:
         return None
     return tiles
 
