@@ -1,6 +1,5 @@
 """The Triton side of kv_prefetch.py: a decode row's first cached tokens of one layer pulled into L2
-by the kernel before that layer's attention (the norm before qkv, or qkv with the norm inside), one
-page of keys and one of values a thread."""
+by the norm kernel before that layer's qkv, one page of keys and one of values a thread."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ def prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages
 
 
 def prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
-    """A kernel's KV prefetch arguments (the norm's, or qkv's with the norm inside): none on the CPU
+    """The norm kernel's KV prefetch arguments: none on the CPU
     (the interpreter runs no PTX) or without a prefetch; else one thread a page of keys and one of
     values (kv_prefetch.py), so at most a page a thread of each row's tokens, `warps` warps a row."""
     if prefetch is None or prefetch.tokens <= 0 or not prefetch.k_cache.is_cuda:

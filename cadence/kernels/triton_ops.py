@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cuda_attention, cuda_gemm64, triton_norm_linear
+from . import cuda_attention, cuda_gemm64
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .kv_prefetch import KvPrefetch
 from .triton_attention import (
@@ -204,29 +204,9 @@ def linear_rms_norm_linear(
     prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(h, next_weight), the sum) for (h, the sum) = linear_rms_norm(x, weight, ...): a layer's
-    down projection, the norm after it and the next layer's qkv. With CADENCE_NORM_IN_QKV=1 (perf-notes
-    #144, off until timed), where down splits K and the next GEMM takes the unsplit 64-row tiles, the
-    norm runs inside that GEMM's kernel on down's partials (triton_norm_linear), which then also
-    issues the norm's KV prefetch."""
-    tiles = _norm_in_gemm_tiles(x, weight, residual, next_weight)
-    if tiles is None:
-        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
-        return linear(h, next_weight), total
-    parts = skinny_linear_partials(x, weight, linear_tiles(x, weight))
-    y, total, _ = triton_norm_linear.norm_linear(parts, residual, norm_weight, eps, next_weight, tiles, prefetch)
-    return y, total
-
-
-def _norm_in_gemm_tiles(x, weight, residual, next_weight) -> SkinnyTiles | None:
-    """The next GEMM's tiles with the norm inside, or None: the switch off, no partials left by the GEMM
-    before (_partials_tiles), or the next GEMM not on unsplit 64-row Triton tiles (on the 64-row slab
-    GEMM, cuBLAS, or another row count)."""
-    if not triton_norm_linear.NORM_IN_QKV or _partials_tiles(x, weight, residual) is None:
-        return None
-    if cuda_gemm64.route(residual, next_weight) is not None:
-        return None
-    after = linear_tiles(residual, next_weight)
-    return after if after is not None and after.split_k == 1 and after.block_m == 64 else None
+    down projection, the norm after it and the next layer's qkv."""
+    h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
+    return linear(h, next_weight), total
 
 
 # -- QK-norm + RoPE + KV write ---------------------------------------------------------------------

@@ -6,8 +6,8 @@ to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/
 SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
 norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm (o's norm and
 gate/up together are `linear_rms_norm_swiglu`, which may run that norm inside gate/up's kernel,
-perf-notes #143; down's norm and the next qkv `linear_rms_norm_linear`, which may run it inside
-qkv's, #144). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
+perf-notes #143; down's norm and the next qkv `linear_rms_norm_linear`). `ops` is
+`cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
 
 With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
 instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
@@ -125,7 +125,7 @@ class FusedStack:
             if i + 1 == len(self.layers):  # the stack's final norm
                 h, _ = ops.linear_rms_norm(act, L.wdown, self.norm, self.eps, residual)
                 break
-            # The next layer's input norm and its qkv (one kernel with CADENCE_NORM_IN_QKV, perf-notes #144).
+            # The next layer's input norm and its qkv.
             nxt = self.layers[i + 1]
             qkv, residual = ops.linear_rms_norm_linear(act, L.wdown, nxt.ln1, self.eps, residual, nxt.wqkv,
                                                        prefetch=before_qkv)  # fmt: skip
