@@ -77,7 +77,7 @@ def assert_pdl_graph_replays_eager(run, trigger_first: bool, replays: int = 5) -
 @contextlib.contextmanager
 def switched(module, name: str, value):
     """An experiment switch that a module reads at call time (`module.name`, e.g. cuda_gemm64's
-    NORM_INSIDE) set to `value` for the block only."""
+    ENABLED) set to `value` for the block only."""
     previous = getattr(module, name)
     setattr(module, name, value)
     try:

@@ -60,16 +60,6 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
             cuda_gemm64.SOURCE,
             dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), warp_ks=2, batch=16).defines,
         ),
-        "gemm64 gate/up with the norm inside (#143), and stamped": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), norm_parts=4, part_rows=64,
-                                stamp=True, trigger_first=True).defines,
-        ),
-        "gemm64 gate/up with the norm inside, 48 rows": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 48, swiglu=True), norm_parts=4,
-                                part_rows=64).defines,
-        ),
         "sampler code0": (cuda_sampler.SOURCE, code0.defines),
         "sampler codes": (cuda_sampler.SOURCE, codes.defines),
     }  # fmt: skip

@@ -352,9 +352,8 @@ def test_split_k_partials_need_a_split(ops):
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [3, 40])
 def test_linear_rms_norm_swiglu_is_the_norm_after_o_then_gate_up(ops, dtype, m):
-    """The layer's o, norm and gate/up as one op (perf-notes #143): with the norm inside gate/up's
-    kernel off (its default, and wherever it does not apply) the same bits as linear_rms_norm then
-    linear_swiglu, in both ops modules; the GPU's norm-inside path has its own tests (test_gemm64)."""
+    """The layer's o, norm and gate/up as one op: the same bits as linear_rms_norm then linear_swiglu,
+    in both ops modules."""
     tri, ref = ops
     g = torch.Generator(device=DEV).manual_seed(143)
     attn = torch.randn(m, 2048, device=DEV, generator=g).to(dtype)

@@ -102,8 +102,6 @@ class Gemm64Plan:
     padded: bool = PADDED
     ctas: int = 0
     warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps), 2 (4 x 2) or 1 (4 x 1)
-    norm_parts: int = 0  # > 0: the norm after a split-K GEMM in that many parts made inside (#143)
-    part_rows: int = 0  # with norm_parts: the rows a part holds (>= m; 0: m)
 
     @property
     def threads(self) -> int:
@@ -126,8 +124,7 @@ class Gemm64Plan:
         m16_tiles_a_warp = _ceil_div(_ceil_div(self.m, 16), warp_rows)
         units = m16_tiles_a_warp * _ceil_div(self.rows_per_cta, 8) * 4  # a lane's outputs
         sums = warp_rows * self.warp_ks * self.warp_ks * _ceil_div(units, self.warp_ks) * pair * 32 * 4
-        scratch = 48 if self.norm_parts else 0  # the norm's claimed row and its warps' sums
-        return _ceil_div(max(slab, sums), 16) * 16 + 16 + scratch
+        return _ceil_div(max(slab, sums), 16) * 16 + 16
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
@@ -144,7 +141,7 @@ class Gemm64Plan:
             ("MIN_BLOCKS", self.min_blocks),
             ("ABLATE", self.ablate),
             ("PADDED", int(self.padded)),
-        ) + ((("NORM_PARTS", self.norm_parts), ("PART_ROWS", self.part_rows or self.m)) if self.norm_parts else ())
+        )
 
     @property
     def steps_in_flight(self) -> int:
@@ -208,12 +205,6 @@ def registers(plan: Gemm64Plan) -> tuple[int, int]:
 
 def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:
     """x @ weight^T (plan.swiglu: silu(x @ gate^T) * (x @ up^T) for weight = [gate; up]), [m, n]."""
-    return _launch_plan(plan, x, weight)
-
-
-def _launch_plan(plan: Gemm64Plan, x: torch.Tensor, weight: torch.Tensor, extra: tuple = ()) -> torch.Tensor:
-    """One launch of the plan's kernel on input rows x [m, k] (with NORM_PARTS, the buffer the kernel
-    writes the normed rows into) and `extra` arguments after the stamps; returns y [m, n]."""
     m, k = x.shape
     if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
@@ -226,41 +217,6 @@ def _launch_plan(plan: Gemm64Plan, x: torch.Tensor, weight: torch.Tensor, extra:
 
     pdl = pdl_launch(x)
     plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
-    args = [x, weight, y, ctypes.c_int(plan.n), *stamps, *extra]
+    args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
     launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
     return y
-
-
-# The norm made inside the GEMM after it (NORM_PARTS, perf-notes #143): experiment switch, off (b64 +0.18 ms).
-NORM_INSIDE = os.environ.get("CADENCE_GEMM64_NORM", "0") == "1"
-_norm_sync: dict[tuple, torch.Tensor] = {}
-
-
-def _sync_counters(device: torch.device, plan: Gemm64Plan) -> torch.Tensor:
-    """The words the kernel's CTAs meet on for this shape (3 counters and a flag a row), zeroed once
-    and kept for the process (a CUDA graph captures their address); every call leaves them zeroed.
-    Calls on one stream run one after another, so one set a shape is enough, as for triton_linear's
-    split-K tickets."""
-    key = (device, plan.n, plan.k, plan.m, plan.swiglu)
-    if key not in _norm_sync:
-        _norm_sync[key] = torch.zeros(3 + plan.m, dtype=torch.int32, device=device)
-    return _norm_sync[key]
-
-
-def gemm64_norm_linear(
-    parts: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
-    plan: Gemm64Plan,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """rms_norm(sum(parts) + residual) * norm_weight, then gemm64_linear of that, in one kernel:
-    parts [plan.norm_parts, plan.part_rows, k] fp32 (a split-K GEMM's partials; rows past m unread),
-    residual [m, k]. Returns (y, the sum), the sum being the next residual."""
-    m, k = residual.shape
-    if tuple(parts.shape) != (plan.norm_parts, plan.part_rows or m, k) or plan.norm_parts < 1:
-        raise ValueError(f"partials {tuple(parts.shape)} do not fit {plan}")
-    if not parts.is_contiguous():
-        raise ValueError("the partials must be contiguous")
-    residual = residual.contiguous()
-    normed = torch.empty_like(residual)  # the kernel's input rows, which its CTAs make
-    total = torch.empty_like(residual)
-    extra = (parts, residual, norm_weight, ctypes.c_float(eps), total, normed, _sync_counters(residual.device, plan))
-    return _launch_plan(plan, normed, weight, extra), total

@@ -6,8 +6,6 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import triton
 import triton.language as tl
@@ -186,7 +184,7 @@ def linear_rms_norm(
 
 def _partials_tiles(x, weight, residual, force: bool = False) -> SkinnyTiles | None:
     """The tiles of x @ weight^T where its programs leave their split-K partials for the kernel after
-    it to add (the norm's, or the next GEMM's with the norm inside), or None: the GEMM not split over
+    it to add (the norm kernel), or None: the GEMM not split over
     K, or no residual (every layer has one)."""
     tiles = linear_tiles(x, weight, force)
     if tiles is None or tiles.split_k == 1 or residual is None:
@@ -317,28 +315,9 @@ def linear_rms_norm_swiglu(
     prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear_swiglu(h, gate_up), the sum) for (h, the sum) = linear_rms_norm(x, weight, ...): a
-    layer's o projection, the norm after it and the MLP's first half. With CADENCE_GEMM64_NORM=1
-    (perf-notes #143, off: b64 +0.18 ms), where o splits K and gate/up takes the 64-row slab GEMM, the
-    norm runs inside gate/up's kernel on o's partials: one kernel, and one grid's end, fewer between
-    the two GEMMs. Not with a prefetch (the norm kernel issues it)."""
-    plan = _norm_inside_plan(x, weight, residual, gate_up) if prefetch is None else None
-    if plan is None:
-        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
-        return linear_swiglu(h, gate_up), total
-    parts = skinny_linear_partials(x, weight, linear_tiles(x, weight))
-    return cuda_gemm64.gemm64_norm_linear(parts, residual, norm_weight, eps, gate_up, plan)
-
-
-def _norm_inside_plan(x, weight, residual, gate_up) -> cuda_gemm64.Gemm64Plan | None:
-    """gate/up's slab GEMM plan with the norm inside, or None: the switch off, no partials left by o
-    (_partials_tiles), or gate/up not on the slab GEMM."""
-    tiles = _partials_tiles(x, weight, residual) if cuda_gemm64.NORM_INSIDE else None
-    if tiles is None:
-        return None
-    plan = cuda_gemm64.route(residual, gate_up, swiglu=True)  # the norm's rows are gate/up's input rows
-    if plan is None:
-        return None
-    return dataclasses.replace(plan, norm_parts=tiles.split_k, part_rows=tiles.block_m)
+    layer's o projection, the norm after it and the MLP's first half."""
+    h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
+    return linear_swiglu(h, gate_up), total
 
 
 def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:

@@ -230,22 +230,6 @@ inline void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)
 // Programmatic dependent launch (slab_gemv.cu): one grid at a time here, nothing to wait for.
 inline void pdl_wait() {}
 inline void pdl_trigger() {}
-// One OS thread: an add is atomic as it stands; a poll of a counter yields so its writers run.
-inline unsigned add_release(unsigned* counter, unsigned v) {
-  const unsigned old = *counter;
-  *counter = old + v, ++emu::progress;
-  return old;
-}
-inline unsigned add_relaxed(unsigned* counter, unsigned v) { return add_release(counter, v); }
-inline unsigned exchange_relaxed(unsigned* word, unsigned v) {
-  const unsigned old = *word;
-  *word = v, ++emu::progress;
-  return old;
-}
-inline unsigned load_acquire(const unsigned* counter) {
-  emu::yield();
-  return *counter;
-}
 
 namespace emu {
 

@@ -43,13 +43,6 @@
 //          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
-//   NORM_PARTS  P > 0: the kernel makes its own input, the norm after the split-K GEMM before it
-//               (perf-notes #143): x = rms_norm(sum of P fp32 partials + res) * norm_w, rounded as
-//               triton_ops' norm kernel rounds, and the sum (the next residual) stored too. CTA b
-//               makes row b, other running CTAs the rows of any that have not started (norm_rows),
-//               and every CTA waits, on a counter, for all M rows before its dots: no norm kernel,
-//               and no grid's end, between the two GEMMs, and the slab's copy runs under the norm.
-//               PART_ROWS: the rows a part holds (the split-K GEMM's tile rows, >= M).
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
 #include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
@@ -59,21 +52,6 @@
 
 #ifndef WARP_KS
 #define WARP_KS 4  // K's shares a CTA's warps split (their sums meet in shared memory)
-#endif
-#ifndef NORM_PARTS
-#define NORM_PARTS 0
-#endif
-#if NORM_PARTS
-#ifndef PART_ROWS
-#define PART_ROWS M
-#endif
-static_assert(PART_ROWS >= M, "a part holds at least the M rows");
-// parts [P, PART_ROWS, K] fp32 (rows past M unread), res [M, K], norm_w [K]; total [M, K] gets the
-// parts' sum + res; xn (the kernel's x argument, the same buffer) the normed rows; sync: 3 + M zeroed
-// words, left zeroed for the next call.
-#define NORM_PARAMS , const float *parts, const u16 *res, const u16 *norm_w, float eps, u16 *total, u16 *xn, u32 *sync
-#else
-#define NORM_PARAMS
 #endif
 constexpr int WARPS = THREADS / 32;
 constexpr int WARP_ROWS = WARPS / WARP_KS;               // the warps split the input's m16 tiles (2 x 4
@@ -159,115 +137,12 @@ __device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, i
   return reinterpret_cast<float*>(smem) + (((size_t)(wr * WARP_KS + p) * WARP_KS + q) * (UPP * PAIR) + j) * 32 + lane;
 }
 
-#if NORM_PARTS
-constexpr int NORM_CHUNKS = (K / 4 + THREADS - 1) / THREADS;  // a thread's 4-column chunks of a row
-
-// Row r of the norm (NORM_PARTS) by the CTA, if it holds the row: with `flag` (row r's in sync's
-// table), thread 0 swaps the flag to 1 while the row's loads are in flight, and the CTA stores the
-// row only if the flag was 0 (another CTA holds it otherwise); without, the CTA holds it already.
-// Thread t takes columns 4t, 4t + 1, ... (chunks THREADS apart). The partials are added in split order
-// from 0, rounded to bf16, then the residual added and rounded (the sum, the next residual); the sum of
-// squares goes over the thread's columns in order, the warp's lanes, then the warps' sums in the order
-// of a butterfly over 8 lanes, as Triton 3.6 reduces the norm kernel's 8 warps (the bits may still
-// differ in the last place: see the tests). Returns whether it stored the row.
-__device__ __forceinline__ bool norm_row(int r, u32* flag, const float* parts, const u16* res,
-                                         const float (&w)[NORM_CHUNKS][4], float eps, u16* total, u16* xn,
-                                         unsigned char* scratch) {
-  int* held = reinterpret_cast<int*>(scratch);
-  float* warp_sums = reinterpret_cast<float*>(scratch + 16);
-  const int tid = threadIdx.x;
-  const u32 was = tid == 0 && flag ? exchange_relaxed(flag, 1u) : 0u;  // its answer is needed at the barrier
-  float v[NORM_CHUNKS][4];
-  float ss = 0.f;
-#pragma unroll
-  for (int c = 0; c < NORM_CHUNKS; ++c) {
-    const int col = (tid + c * THREADS) * 4;
-    if (col >= K) break;
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);  // from 0 as the norm kernel (a -0 partial gives +0)
-#pragma unroll
-    for (int p = 0; p < NORM_PARTS; ++p) {
-      const float4 q = reinterpret_cast<const float4*>(parts + ((size_t)p * PART_ROWS + r) * K + col)[0];
-      sum.x += q.x, sum.y += q.y, sum.z += q.z, sum.w += q.w;
-    }
-    const uint2 b = reinterpret_cast<const uint2*>(res + (size_t)r * K + col)[0];
-    v[c][0] = round_bf16(round_bf16(sum.x) + lo(b.x)), v[c][1] = round_bf16(round_bf16(sum.y) + hi(b.x));
-    v[c][2] = round_bf16(round_bf16(sum.z) + lo(b.y)), v[c][3] = round_bf16(round_bf16(sum.w) + hi(b.y));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ss += v[c][e] * v[c][e];
-  }
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if (tid % 32 == 0) warp_sums[tid / 32] = ss;
-  if (tid == 0) *held = was == 0u;
-  __syncthreads();
-  if (!*held) return false;  // the same answer for every thread
-  float s[WARPS];
-#pragma unroll
-  for (int i = 0; i < WARPS; ++i) s[i] = warp_sums[i];
-#pragma unroll
-  for (int o = WARPS / 2; o > 0; o >>= 1)
-#pragma unroll
-    for (int i = 0; i < o; ++i) s[i] += s[i + o];
-  const float inv = 1.f / sqrtf(s[0] / K + eps);
-#pragma unroll
-  for (int c = 0; c < NORM_CHUNKS; ++c) {
-    const int col = (tid + c * THREADS) * 4;
-    if (col >= K) break;
-    float o[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] = w[c][e] * round_bf16(v[c][e] * inv);  // rounded as rms_norm rounds
-    reinterpret_cast<uint2*>(total + (size_t)r * K + col)[0] = uint2{pack2(v[c][0], v[c][1]), pack2(v[c][2], v[c][3])};
-    reinterpret_cast<uint2*>(xn + (size_t)r * K + col)[0] = uint2{pack2(o[0], o[1]), pack2(o[2], o[3])};
-  }
-  return true;
-}
-
-// The counters the grid's CTAs meet on (sync, zeroed, NORM_SYNC_WORDS words): rows published, CTAs
-// past the wait, the next ticket, then a flag a row (1: a CTA holds it).
-constexpr int NORM_SYNC_WORDS = 3 + M;
-
-// The norm's rows, made by the grid's running CTAs (NORM_PARTS). CTA b < M makes row b, swapping its
-// flag while it loads the row (no round trip before the loads). Then every CTA takes tickets for rows
-// (sync[2]; its first one in flight under its own row) until they run out, and makes each row whose
-// flag it wins: the rows of CTAs that have not started yet, so that no CTA ever waits on one that has
-// not started and the grid needs no co-residency (fewer SMs than CTAs, an SM share under MPS). A row
-// stored is published by a release add to sync[0]; every CTA then polls it (acquire) until it counts
-// all M rows. Returns whether this CTA was the last past the wait, which zeroes the counters at its
-// end (every swap, ticket and poll is done by then, and the next call of this shape starts after this
-// grid's end: the PDL chain).
-__device__ __forceinline__ bool norm_rows(const float* parts, const u16* res, const float (&w)[NORM_CHUNKS][4],
-                                          float eps, u16* total, u16* xn, u32* sync, unsigned char* scratch) {
-  int* ticket = reinterpret_cast<int*>(scratch + 4);
-  const int tid = threadIdx.x;
-  auto publish = [&] {
-    __syncthreads();  // the row's stores all made: thread 0's release add publishes them (as CUTLASS's
-                      // grid barriers do: a CTA barrier, then one thread's red.release.gpu)
-    if (tid == 0) add_release(sync, 1u);
-  };
-  const int first = tid == 0 ? (int)add_relaxed(sync + 2, 1u) : 0;  // in flight under the CTA's own row
-  if ((int)blockIdx.x < M && norm_row((int)blockIdx.x, sync + 3 + blockIdx.x, parts, res, w, eps, total, xn, scratch))
-    publish();
-  if (tid == 0) *ticket = first;
-  __syncthreads();
-  for (int r = *ticket; r < M; r = *ticket) {
-    if (norm_row(r, sync + 3 + r, parts, res, w, eps, total, xn, scratch)) publish();  // its barrier frees `ticket`
-    if (tid == 0) *ticket = (int)add_relaxed(sync + 2, 1u);
-    __syncthreads();
-  }
-  if (tid == 0)
-    while (load_acquire(sync) < (u32)M) {
-    }
-  __syncthreads();  // every row in: the dots may read x
-  return tid == 0 && add_relaxed(sync + 1, 1u) == gridDim.x - 1;
-}
-#endif
-
 // x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
 // at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier
-// (16 bytes) and with NORM_PARTS the norm's scratch (whether the CTA holds its row and the ticket, 16
-// bytes; the warps' sums, 32).
+// (16 bytes).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS NORM_PARAMS) {
+    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
   [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
   constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_ROWS * WARP_KS * WARP_KS * UPP * PAIR * 32 * 4;
@@ -296,25 +171,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       bulk_load_once(ws + (size_t)lane * ROWS * LD, w + ((size_t)lane * n + n0) * K, bytes / PAIR, bar);
     }
   }
-#if NORM_PARTS
-  float norm_w_cols[NORM_CHUNKS][4] = {};  // the norm's weights (never written), before the wait too
-#pragma unroll
-  for (int c = 0; c < NORM_CHUNKS; ++c) {
-    const int col = (tid + c * THREADS) * 4;
-    if (col >= K) break;
-    const uint2 b = reinterpret_cast<const uint2*>(norm_w + col)[0];
-    norm_w_cols[c][0] = lo(b.x), norm_w_cols[c][1] = hi(b.x), norm_w_cols[c][2] = lo(b.y), norm_w_cols[c][3] = hi(b.y);
-  }
-#endif
   [[maybe_unused]] const i64 t_ahead = STAMP ? (i64)global_ns() : 0;
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
   [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
   __syncthreads();  // the barrier's init, before anyone waits on it
-#if NORM_PARTS
-  // the rows of x, while the slab lands
-  const bool zero_sync = norm_rows(parts, res, norm_w_cols, eps, total, xn, sync, smem + BAR_AT + 16);
-#endif
   mbar_wait(bar, 0);
   float acc[MTW][NT][4] = {};
   const int wr = warp / WARP_KS, wk = warp % WARP_KS;
@@ -361,10 +222,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
     }
   }
-#if NORM_PARTS
-  if (zero_sync)
-    for (int i = 0; i < NORM_SYNC_WORDS; ++i) sync[i] = 0;  // off the dots' path: no CTA reads them again
-#endif
 #if STAMP
   if (tid == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_dots);
 #endif

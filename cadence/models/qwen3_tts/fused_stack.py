@@ -5,9 +5,8 @@ A layer runs as: one QKV GEMM, QK-norm + RoPE + KV write (inside the decode atte
 to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/up GEMM with
 SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
 norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm (o's norm and
-gate/up together are `linear_rms_norm_swiglu`, which may run that norm inside gate/up's kernel,
-perf-notes #143; down's norm and the next qkv `linear_rms_norm_linear`). `ops` is
-`cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
+gate/up together are `linear_rms_norm_swiglu`; down's norm and the next qkv
+`linear_rms_norm_linear`). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
 
 With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
 instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
