@@ -52,10 +52,6 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
             cuda_gemm64.SOURCE,
             dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), warp_ks=2, batch=16).defines,
         ),
-        "gemm64 qkv ablations (benchmarks/gemm64.py)": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), ablate=3).defines,
-        ),
         "gemm64 qkv 4x2 warps, 16 steps in flight": (
             cuda_gemm64.SOURCE,
             dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), warp_ks=2, batch=16).defines,

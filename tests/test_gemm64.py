@@ -130,27 +130,6 @@ def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, warp_ks)
 
 
 @needs_gxx
-def test_gemm64_ablation_without_the_sums_stores_each_warps_dots(tmp_path):
-    """benchmarks/gemm64.py's ablation 3 (the K shares' sums left out, to time the loop without its
-    tail): each warp stores its own share of the outputs it owns, so with one share (4 x 1 warps)
-    the result is still the product; with four every output is one quarter's dots, and all four
-    quarters own some."""
-    n, k, m = 40, 256, 48
-    x, w = _case(torch.Generator().manual_seed(5), m, n, k, False)
-    one = Gemm64Plan(n, k, m, False, rows_per_cta=12, warp_ks=1, ablate=3)
-    y, _ = _emulate(tmp_path, one, x, w)
-    ref = _reference(x, w, False)
-    assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
-    (tmp_path / "quarters").mkdir()
-    quarter, _ = _emulate(tmp_path / "quarters", dataclasses.replace(one, warp_ks=4), x, w)
-    shares = torch.stack([_reference(x[:, q * k // 4 : (q + 1) * k // 4], w[:, q * k // 4 : (q + 1) * k // 4], False)
-                          for q in range(4)])  # fmt: skip
-    error = (quarter.float()[None] - shares).abs()  # [share, m, n]
-    assert (error.min(0).values <= 1e-2 * shares.abs().max()).all()
-    assert set(error.argmin(0).unique().tolist()) == {0, 1, 2, 3}
-
-
-@needs_gxx
 def test_gemm64_clock_stamps_on_the_cpu(tmp_path):
     """Built with STAMP (walk_timeline.py --stamps), thread 0 of every CTA writes its row in order;
     y is the one without stamps."""

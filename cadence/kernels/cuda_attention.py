@@ -69,7 +69,6 @@ class AttentionPlan:
     trigger_first: bool = False
     stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     warps_per_head: int = 1
-    ablate: int = 0  # a look (benchmarks/cuda_attention_parts.py): 1 the pages' arithmetic left out, 2 their copies
     new_tokens: int = 1
 
     def grid(self, rows: int) -> int:
@@ -95,7 +94,7 @@ class AttentionPlan:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
                 ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)),
-                ("WPH", self.warps_per_head), ("ABLATE", self.ablate), ("NEW", self.new_tokens))  # fmt: skip
+                ("WPH", self.warps_per_head), ("NEW", self.new_tokens))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,

@@ -98,7 +98,6 @@ class Gemm64Plan:
     trigger_first: bool = False  # the next kernel launches at this one's start (the graph's PDL order)
     batch: int = BATCH
     min_blocks: int = MIN_BLOCKS
-    ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy, 3: the K shares' sums; wrong results
     padded: bool = PADDED
     ctas: int = 0
     warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps), 2 (4 x 2) or 1 (4 x 1)
@@ -139,7 +138,6 @@ class Gemm64Plan:
             ("TRIGGER_FIRST", int(self.trigger_first)),
             ("BATCH", self.steps_in_flight),
             ("MIN_BLOCKS", self.min_blocks),
-            ("ABLATE", self.ablate),
             ("PADDED", int(self.padded)),
         )
 

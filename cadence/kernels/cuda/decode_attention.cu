@@ -65,9 +65,6 @@ constexpr int TOKEN = HKV * HD;             // a token's keys (or values) in the
 constexpr int ROW = HC * HD + 8;            // a token's HC heads in shared memory, padded 16 bytes
 constexpr int STAGE = 2 * PS * ROW;         // a page's keys, then its values
 constexpr u32 STAGE_BYTES = 2u * PS * HC * HD * 2;
-#ifndef ABLATE  // a look (benchmarks/cuda_attention_parts.py): 1 leaves out the pages' arithmetic, 2 their copies
-#define ABLATE 0
-#endif
 static_assert(PS == 16 && G >= 1 && NQ <= 8 && HQ % HKV == 0 && HKV % HC == 0, "the kernel's fragment layout");
 
 // Shared memory after the stages: the pages' mbarriers, each warp's queries (bf16) and, after the
@@ -95,7 +92,6 @@ __device__ __forceinline__ void heads_sync() { asm volatile("bar.sync 1, %0;" ::
 __device__ __forceinline__ void fetch(int p, const u16* k_cache, const u16* v_cache, int head0, u16* stages,
                                       Tail& tail, int lane) {
   u64* bar = &tail.full[p % STAGES];
-  if (ABLATE == 2) return;
   if (lane == 0) mbar_expect_tx(bar, STAGE_BYTES);
   __syncwarp();
   if (lane < PS) {
@@ -133,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   if (warp == PRODUCER) {  // the first STAGES pages before the wait, then each stage as it empties
     for (int p = 0; p < pages; ++p) {
       if (p == STAGES) pdl_wait();
-      if (p >= STAGES && ABLATE != 2) mbar_wait(&tail.empty[p % STAGES], (p / STAGES - 1) & 1);
+      if (p >= STAGES) mbar_wait(&tail.empty[p % STAGES], (p / STAGES - 1) & 1);
       fetch(p, k_cache, v_cache, head0, stages, tail, lane);
     }
     return;  // no trigger here: the heads' warps let the next kernel in once they have waited
@@ -186,12 +182,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   for (int p = sub; p < pages; p += WPH) {
     u16* keys = stages + (size_t)(p % STAGES) * STAGE + slot_in_cta * HD;  // token t at keys + t * ROW
     u16* values = keys + PS * ROW;
-    if (ABLATE != 2) mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
-    if (ABLATE == 1) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
-      continue;
-    }
+    mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
     const int valid = imin(cached - p * PS, PS);
     if (valid < PS) {  // the last page: values past the context are zeros (0 x a stale NaN is NaN)
       const uint2 zero = {0u, 0u};

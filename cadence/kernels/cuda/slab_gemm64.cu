@@ -35,10 +35,6 @@
 //   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
 //               so that more fits beside this one's CTAs (at gate/up not enough to let it start beside
 //               o's and a norm's: perf-notes #133, #134)
-//   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
-//          out (the dots read whatever shared memory holds), 3: the K shares' sums left out (each
-//          warp stores its own share of the outputs it owns): wrong results, for benchmarks/gemm64.py to
-//          time the rest; 0: served. (Before session 37 ablation 2 left the input's loads out too.)
 //   PADDED 1: a bulk copy a weight row, each row 64 bytes apart in shared memory (no bank
 //          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
@@ -46,9 +42,6 @@
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
 #include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
-#ifndef ABLATE
-#define ABLATE 0
-#endif
 
 #ifndef WARP_KS
 #define WARP_KS 4  // K's shares a CTA's warps split (their sums meet in shared memory)
@@ -105,8 +98,7 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
       for (int i = 0; i < MTW; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          a[s][i][h] = ABLATE == 1 ? uint4{(u32)lane, (u32)s, (u32)i, (u32)h}
-                              : has[i][h] ? xrow[i][h][chunk0 + (b + s) * 4] : uint4{0u, 0u, 0u, 0u};
+          a[s][i][h] = has[i][h] ? xrow[i][h][chunk0 + (b + s) * 4] : uint4{0u, 0u, 0u, 0u};
 #pragma unroll
     for (int s = 0; s < BATCH; ++s) {
       const int chunk = chunk0 + (b + s) * 4;
@@ -155,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int n0 = (int)((i64)blockIdx.x * n / gridDim.x), mine = (int)((i64)(blockIdx.x + 1) * n / gridDim.x) - n0;
   if (TRIGGER_FIRST) pdl_trigger();
   if (warp == 0) {  // the slab, on its way before the wait (weights are never written)
-    const unsigned bytes = ABLATE == 2 ? 0u : (unsigned)(PAIR * mine * K * 2);
+    const unsigned bytes = (unsigned)(PAIR * mine * K * 2);
     if (lane == 0) {
       mbar_init(bar, 1);
       mbar_init_fence();
@@ -190,18 +182,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   // a bank, and the CTA's threads read them back an output at a time: ~2,300 shared-memory
   // wavefronts a CTA, ~1.2 us, against ~580 now).
   const int g = lane / 4, c = lane % 4;
-  if (ABLATE != 3) {  // 3: the sums left out, each warp stores its own share of its part, unsummed
-    __syncthreads();  // every warp's dots done: the slab's memory takes the shares
+  __syncthreads();  // every warp's dots done: the slab's memory takes the shares
 #pragma unroll
-    for (int p = 0; p < WARP_KS; ++p) {
-      if (p == wk) continue;
+  for (int p = 0; p < WARP_KS; ++p) {
+    if (p == wk) continue;
 #pragma unroll
-      for (int u = p * UPP; u < imin(UNITS, (p + 1) * UPP); ++u)
+    for (int u = p * UPP; u < imin(UNITS, (p + 1) * UPP); ++u)
 #pragma unroll
-        for (int h = 0; h < PAIR; ++h) *share_at(smem, wr, p, wk, (u - p * UPP) * PAIR + h, lane) = unit_dot(acc, u, h);
-    }
-    __syncthreads();
+      for (int h = 0; h < PAIR; ++h) *share_at(smem, wr, p, wk, (u - p * UPP) * PAIR + h, lane) = unit_dot(acc, u, h);
   }
+  __syncthreads();
 #pragma unroll
   for (int p = 0; p < WARP_KS; ++p) {
     if (p != wk) continue;  // p is known at compile time inside: acc's registers by constant index
@@ -214,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #pragma unroll
         for (int q = 0; q < WARP_KS; ++q) {
           if (q == p) v[h] += unit_dot(acc, u, h);
-          else if (ABLATE != 3) v[h] += *share_at(smem, wr, p, q, (u - p * UPP) * PAIR + h, lane);
+          else v[h] += *share_at(smem, wr, p, q, (u - p * UPP) * PAIR + h, lane);
         }
       }
       const int i = u / (TILES * 4), t = u / 4 % TILES, e = u % 4;  // D's rows g, g + 8; columns 2c, 2c + 1
