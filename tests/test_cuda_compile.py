@@ -44,18 +44,6 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
             cuda_attention.attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2).defines),
         "gemm64 qkv": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(4096, 1024, 64).defines),
         "gemm64 gate/up": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True).defines),
-        "gemm64 gate/up 4x1 warps": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), warp_ks=1).defines,
-        ),
-        "gemm64 gate/up 4x2 warps, 16 steps in flight": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), warp_ks=2, batch=16).defines,
-        ),
-        "gemm64 qkv 4x2 warps, 16 steps in flight": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), warp_ks=2, batch=16).defines,
-        ),
         "sampler code0": (cuda_sampler.SOURCE, code0.defines),
         "sampler codes": (cuda_sampler.SOURCE, codes.defines),
     }  # fmt: skip

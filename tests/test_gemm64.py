@@ -43,36 +43,20 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
     assert gemm64_plan(4096, 1024, 65) is None and gemm64_plan(4096, 1000, 64) is None
 
 
-def test_the_switch_names_all_none_or_some_weights():
-    parse = cuda_gemm64._shapes_switch
-    assert parse("1") is True and parse("0") is False and parse("") is False and parse("swiglu") == "swiglu"
-    assert parse("4096x1024+6144x1024") == {(4096, 1024), (6144, 1024)}
-    with pytest.raises(ValueError, match="CADENCE_GEMM64"):
-        parse("qkv")
-
-
-def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
-    """bf16 rows of 33-64 on a Hopper GPU, for the weights the switch names: by default (`swiglu`) the
-    gate/up GEMMs only (perf-notes #127), or every shape, or those named; none when off."""
-    x, w = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(4096, 1024, dtype=torch.bfloat16)
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", False)
-    assert cuda_gemm64.route(x, w) is None
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", True)
-    assert cuda_gemm64.route(x, w) is None  # on the CPU
+def test_route_takes_the_swiglu_gemm_at_33_to_64_bf16_rows_on_hopper(monkeypatch):
+    """The MLP's gate/up with SwiGLU (perf-notes #127): bf16 rows of 33-64 on a Hopper GPU; not on the
+    CPU, not at other row counts or in fp32."""
+    x, gate_up = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(6144, 1024, dtype=torch.bfloat16)
+    assert cuda_gemm64.route(x, gate_up) is None  # on the CPU
     monkeypatch.setattr(cuda_gemm64, "gemm64_supported", lambda device: True)
     monkeypatch.setattr(cuda_gemm64, "ctas_for", lambda device: 132)
     fake_cuda = type("X", (), {"shape": x.shape, "dtype": x.dtype, "device": torch.device("cuda", 0)})()
-    assert cuda_gemm64.route(fake_cuda, w) == gemm64_plan(4096, 1024, 64)
-    assert cuda_gemm64.route(fake_cuda, torch.zeros(6144, 1024, dtype=torch.bfloat16), swiglu=True).swiglu
+    assert cuda_gemm64.route(fake_cuda, gate_up) == gemm64_plan(3072, 1024, 64, swiglu=True)
     for rows in (32, 65):
         short = type("X", (), {"shape": (rows, 1024), "dtype": x.dtype, "device": fake_cuda.device})()
-        assert cuda_gemm64.route(short, w) is None
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", frozenset({(6144, 1024)}))
-    assert cuda_gemm64.route(fake_cuda, w) is None
-    gate_up = torch.zeros(6144, 1024, dtype=torch.bfloat16)
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", cuda_gemm64._shapes_switch(cuda_gemm64.DEFAULT_SHAPES))
-    assert cuda_gemm64.route(fake_cuda, w) is None  # the default: gate/up (SwiGLU) only
-    assert cuda_gemm64.route(fake_cuda, gate_up, swiglu=True) == gemm64_plan(3072, 1024, 64, swiglu=True)
+        assert cuda_gemm64.route(short, gate_up) is None
+    fp32 = type("X", (), {"shape": x.shape, "dtype": torch.float32, "device": fake_cuda.device})()
+    assert cuda_gemm64.route(fp32, gate_up.float()) is None
 
 
 def test_gemm64_linear_refuses_what_does_not_fit_its_plan():
@@ -105,22 +89,19 @@ def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor)
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "m,k,swiglu,padded,warp_ks",
-    [(64, 256, False, True, 4), (48, 384, True, True, 4), (33, 256, False, True, 4), (5, 128, True, True, 4),
-     (64, 256, True, False, 4), (40, 384, False, False, 4), (64, 256, True, True, 1), (48, 384, False, True, 1),
-     (5, 128, False, False, 1), (64, 256, True, True, 2), (33, 512, False, True, 2), (48, 1024, True, True, 2)],
+    "m,k,swiglu",
+    [(64, 256, False), (48, 384, True), (33, 256, False), (5, 128, True), (64, 256, True), (40, 384, False),
+     (33, 512, False), (48, 1024, True)],
 )  # fmt: skip
-def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, warp_ks):
+def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu):
     """The kernel's source on the CPU emulation (every CUDA thread a fiber; the bulk copies,
     mbarriers and mma.sync emulated): 40 outputs over four CTAs of 12 rows (the last with 4, so its
     tiles reach past the slab); 64 rows, 48 (an odd count of m16 tiles: one warp row has a tile
-    past the input), 33 (a tile of one row), 5; K in 2-step and 3-step warp quarters; SwiGLU; the
-    slab as a copy a padded row and as one copy; and the 4 x 1 and 4 x 2 warps of #127 (each warp
-    an m16 tile over all of K or half of it; at 48, 33 and 5 rows some warps have no tile). Within a
-    bf16 rounding step of the definition (the sums add in another order)."""
+    past the input), 40, 33 (a tile of one row), 5; K in 2-step to 8-step warp quarters; SwiGLU.
+    Within a bf16 rounding step of the definition (the sums add in another order)."""
     n = 40
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12, padded=padded, warp_ks=warp_ks, batch=16 if warp_ks == 2 else 8)
-    assert plan.threads == {4: 256, 2: 256, 1: 128}[warp_ks]
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12)
+    assert plan.threads == 256
     x, w = _case(torch.Generator().manual_seed(m * k), m, n, k, swiglu)
     y, stamps = _emulate(tmp_path, plan, x, w)
     assert not stamps.any()
@@ -200,10 +181,10 @@ def _decode_case(seed: int):
 @pytest.mark.gpu
 @needs_hopper
 def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatch):
-    """Three full-size layers decoding 64 streams over a paged cache of 40 earlier tokens: with the
-    switch on (qkv and gate/up on this kernel) the hidden states and cache writes are within bf16
-    rounding of the Triton and cuBLAS route's, eagerly and replayed from a graph captured with PDL
-    (test_slab_gemv's check), and the kernel did run."""
+    """Three full-size layers decoding 64 streams over a paged cache of 40 earlier tokens: with
+    gate/up on this kernel the hidden states and cache writes are within bf16 rounding of the
+    Triton and cuBLAS route's (the kernel's row range emptied), eagerly and replayed from a graph
+    captured with PDL (test_slab_gemv's check), and the kernel did run."""
     from test_slab_gemv import _check_against_layer_kernels, _stack
 
     from cadence.kernels import triton_ops
@@ -214,6 +195,6 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     monkeypatch.setattr(cuda_gemm64, "gemm64_linear", lambda x, w, plan: calls.append(plan) or real(x, w, plan))
     fused = FusedStack(_stack(), triton_ops, 64)
     x, index, k0, v0 = _decode_case(64)
-    off, on = (Switched(fused, cuda_gemm64, "ENABLED", value) for value in (False, True))
-    _check_against_layer_kernels(off, on, x, index, k0, v0, decode=True)
-    assert {(p.n, p.swiglu) for p in calls} == {(4096, False), (3072, True)}
+    off = Switched(fused, cuda_gemm64, "MAX_ROWS", 0)
+    _check_against_layer_kernels(off, fused, x, index, k0, v0, decode=True)
+    assert {(p.n, p.swiglu) for p in calls} == {(3072, True)}

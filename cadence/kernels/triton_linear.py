@@ -11,7 +11,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cuda_gemm64
 from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, stamp_args, write_stamps
 
 
@@ -309,9 +308,6 @@ def linear_tiles(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> 
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
-    """x @ weight^T: the 64-row slab GEMM where its switch routes the call (cuda_gemm64.route), else
-    the weight-streaming kernel where `linear_tiles` has tiles, else cuBLAS."""
-    if (plan := cuda_gemm64.route(x, weight)) is not None:
-        return cuda_gemm64.gemm64_linear(x, weight, plan)
+    """x @ weight^T: the weight-streaming kernel where `linear_tiles` has tiles, else cuBLAS."""
     tiles = linear_tiles(x, weight, force)
     return torch.nn.functional.linear(x, weight) if tiles is None else skinny_linear(x, weight, tiles)

@@ -325,7 +325,7 @@ def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
     kernel where `linear` would stream it (each program a gate slab and its up slab, as many
     weight rows as the unfused GEMM's tiles), else the GEMM then `silu_mul`. The fused kernel runs
     the same dots and rounds at the same points as the two (test_linear_swiglu compares the bits)."""
-    if (plan := cuda_gemm64.route(x, gate_up, swiglu=True)) is not None:  # the 64-row slab GEMM's switch
+    if (plan := cuda_gemm64.route(x, gate_up)) is not None:  # the 64-row slab GEMM
         return cuda_gemm64.gemm64_linear(x, gate_up, plan)
     m, k = x.shape
     tiles = swiglu_tiles(gate_up.shape[0], k, m)

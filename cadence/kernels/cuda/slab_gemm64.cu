@@ -1,7 +1,7 @@
 // The decode GEMM for up to 64 activation rows (routed at 33-64) whose weights arrive before it may
 // start (perf-notes #115; kernels/cuda_gemm64.py): the idea of the one- and two-row slab GEMM
 // (slab_gemv.cu) at a batch of 64. Each CTA copies its slab of weight rows into shared memory by the
-// copy engine (PADDED: a cp.async.bulk a row, else one a slab, completing on one mbarrier) *before*
+// copy engine (a cp.async.bulk a row, completing on one mbarrier) *before*
 // it waits for the kernel before it (programmatic dependent launch), so that after the wait only the
 // input rows, the dots and the stores are left on the chain. The Triton 64-row GEMM (triton_linear)
 // only pulls its weights into L2 before its wait and streams them from there after it, interleaved
@@ -29,26 +29,17 @@
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
 //   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
-//   WARP_KS  shares of K the warps split (default 4; 2: K halves, half the sums; 1: each warp owns
-//            its m16 tile's outputs over all of K, no sums). Both walk ~0.35 ms slower (#127, #128):
-//            with one m16 tile a warp, each slab fragment read from shared memory feeds one tile
-//   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
-//               so that more fits beside this one's CTAs (at gate/up not enough to let it start beside
-//               o's and a norm's: perf-notes #133, #134)
-//   PADDED 1: a bulk copy a weight row, each row 64 bytes apart in shared memory (no bank
-//          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
 #include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
 
-#ifndef WARP_KS
-#define WARP_KS 4  // K's shares a CTA's warps split (their sums meet in shared memory)
-#endif
+constexpr int WARP_KS = 4;                               // K's shares a CTA's warps split (their sums
+                                                         // meet in shared memory)
 constexpr int WARPS = THREADS / 32;
 constexpr int WARP_ROWS = WARPS / WARP_KS;               // the warps split the input's m16 tiles (2 x 4
-                                                         // warps; 4 x 2 or 4 x 1, #127)
+                                                         // warps)
 static_assert(WARPS % WARP_KS == 0, "THREADS / 32 warps in WARP_KS shares of K");
 constexpr int MT = (M + 15) / 16;                        // m16 tiles of the input
 constexpr int MTW = (MT + WARP_ROWS - 1) / WARP_ROWS;    // a warp's m16 tiles
@@ -59,9 +50,9 @@ constexpr int STEPS = KW / 32;                           // its steps: two mmas 
 static_assert(STEPS % BATCH == 0, "BATCH must divide a warp's K steps");
 constexpr int UNITS = MTW * TILES * 4;                   // a lane's outputs (D entries of its tiles)
 constexpr int UPP = (UNITS + WARP_KS - 1) / WARP_KS;     // units a part: the outputs a warp sums
-// A slab row in shared memory, in elements: with PADDED K and 64 bytes, so that the two weight rows
-// a quarter warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
-constexpr int LD = K + (PADDED ? 32 : 0);
+// A slab row in shared memory, in elements: K and 64 bytes, so that the two weight rows a quarter
+// warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
+constexpr int LD = K + 32;
 static_assert(K % (32 * WARP_KS) == 0, "K must be a multiple of 128");
 static_assert(M >= 1 && M <= 64, "1-64 rows");
 
@@ -133,7 +124,7 @@ __device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, i
 // at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier
 // (16 bytes).
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
     slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
   DYNAMIC_SHARED(smem);
   [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
@@ -154,13 +145,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       mbar_expect_tx(bar, bytes);
     }
     __syncwarp();
-    if (bytes && PADDED) {  // a copy a row
+    if (bytes) {  // a copy a row, each to its padded row
       for (int r = lane; r < PAIR * mine; r += 32) {
         const int p = r / mine, row = r % mine;
         bulk_load_once(ws + (size_t)(p * ROWS + row) * LD, w + ((size_t)p * n + n0 + row) * K, K * 2, bar);
       }
-    } else if (bytes && lane < PAIR) {  // a copy a slab (gate's, up's)
-      bulk_load_once(ws + (size_t)lane * ROWS * LD, w + ((size_t)lane * n + n0) * K, bytes / PAIR, bar);
     }
   }
   [[maybe_unused]] const i64 t_ahead = STAMP ? (i64)global_ns() : 0;
