@@ -27,13 +27,12 @@ def kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.con
 
 @triton.jit
 def prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.constexpr,
-                      SLOTS: tl.constexpr, PS: tl.constexpr, TOKEN_ELEMS: tl.constexpr,
-                      EVICT_LAST: tl.constexpr):  # fmt: skip
+                      SLOTS: tl.constexpr, PS: tl.constexpr, TOKEN_ELEMS: tl.constexpr):  # fmt: skip
     page, tokens = kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS, SLOTS, PS)
     offset = page * (PS * TOKEN_ELEMS)
     nbytes = tokens * (TOKEN_ELEMS * kc_ptr.dtype.element_ty.primitive_bitwidth // 8)
-    bulk_prefetch_l2(kc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
-    bulk_prefetch_l2(vc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
+    bulk_prefetch_l2(kc_ptr + offset, nbytes, tokens > 0)
+    bulk_prefetch_l2(vc_ptr + offset, nbytes, tokens > 0)
 
 
 def prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
@@ -52,5 +51,5 @@ def prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
     return dict(
         kc_ptr=k, vc_ptr=prefetch.v_cache, bt_ptr=table, ctx_ptr=prefetch.context_lens, bt_stride=table.stride(0),
         num_pages=k.shape[0], KV_TOKENS=min(prefetch.tokens, slots * ps), KV_SLOTS=slots, PS=ps,
-        TOKEN_ELEMS=k.shape[2] * k.shape[3], EVICT_LAST=prefetch.evict_last, KV_AFTER_WAIT=prefetch.after_wait,
+        TOKEN_ELEMS=k.shape[2] * k.shape[3],
     )  # fmt: skip

@@ -114,23 +114,15 @@ def prefetch_l2(ptrs):
 
 
 @triton.jit
-def bulk_prefetch_l2(ptrs, nbytes, valid, EVICT_LAST: tl.constexpr):
+def bulk_prefetch_l2(ptrs, nbytes, valid):
     """Ask the copy engine to pull `nbytes` (a multiple of 16; 16-byte aligned) at each of `ptrs` into
-    L2 where `valid`, at evict-last priority or the normal one (a hint: nothing lands in registers or
-    shared memory, and nothing waits for it). Every element is issued by each thread holding it, so
-    give it a layout of one element a thread (a 1-D tensor of 32 x num_warps elements)."""
-    if EVICT_LAST:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .b64 policy; setp.ne.s32 p, $2, 0; "
-            "createpolicy.fractional.L2::evict_last.b64 policy, 1.0; "
-            "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $3, policy; mov.u32 $0, 0; }",
-            "=r,l,r,r", [ptrs, valid.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
-        )  # fmt: skip
-    else:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
-            "=r,l,r,r", [ptrs, valid.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
-        )  # fmt: skip
+    L2 where `valid`, at the normal priority (a hint: nothing lands in registers or shared memory, and
+    nothing waits for it). Every element is issued by each thread holding it, so give it a layout of
+    one element a thread (a 1-D tensor of 32 x num_warps elements)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
+        "=r,l,r,r", [ptrs, valid.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
 
 
 # -- clock stamps (a look: benchmarks/kernel_trace.py) ------------------------------------------------

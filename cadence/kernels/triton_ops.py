@@ -65,14 +65,13 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
                      PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr, kc_ptr=None, vc_ptr=None,
                      bt_ptr=None, ctx_ptr=None, bt_stride=0, num_pages=1, KV_TOKENS: tl.constexpr = 0,
                      KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1,
-                     EVICT_LAST: tl.constexpr = False, KV_AFTER_WAIT: tl.constexpr = False, stamp_ptr=None,
-                     stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
+                     stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
     added in split order and rounded as the GEMM's own last program would: the same x, bit for bit.
 
-    KV_TOKENS > 0 (kv_prefetch.py): before its wait for the kernel before (KV_AFTER_WAIT: after it),
-    program `row` pulls the first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's
-    caches into L2, a page of keys and one of values a thread (KV_SLOTS threads).
+    KV_TOKENS > 0 (kv_prefetch.py): before its wait for the kernel before, program `row` pulls the
+    first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's caches into L2, a page of
+    keys and one of values a thread (KV_SLOTS threads).
 
     STAMP (a look, `trace_kernels(norms=True)`): each program writes the clock at its start, before
     its wait, after it, once its row's sum of squares is in, and at its end, as the GEMMs do.
@@ -86,18 +85,15 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     if STAMP:
         t_start = globaltimer(row)
     pdl_trigger(USE_PDL)
-    if KV_TOKENS and not KV_AFTER_WAIT:
+    if KV_TOKENS:
         prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
-                          TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
+                          TOKEN_ELEMS)  # fmt: skip
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     if STAMP:
         t_ahead = globaltimer(row)
     pdl_wait(USE_PDL)
     if STAMP:
         t_waited = globaltimer(row)
-    if KV_TOKENS and KV_AFTER_WAIT:
-        prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
-                          TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
     if PARTS:
         total = tl.zeros([BLOCK], dtype=tl.float32)
         for s in tl.static_range(PARTS):

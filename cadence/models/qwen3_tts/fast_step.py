@@ -35,7 +35,7 @@ from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
 from ...engine.transfer import to_device
 from ...kernels.cuda_gemv import slab_linear, slab_plan
-from ...kernels.kv_prefetch import KvPrefetchPlan
+from ...kernels.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
@@ -79,13 +79,12 @@ class FastDecoder:
         self.pad_text = model.config.tts_pad_token_id
         # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16;
         # the partition passes 0 but for the Triton walk).
-        prefetch = KvPrefetchPlan.from_env()  # the code predictor's, 16 MB a layer (#140); CADENCE_KV_PREFETCH
-        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows,
-                                       kv_prefetch=prefetch.for_stack(talker=True))  # fmt: skip
-        # The code predictor's context is one 16-token page: splitting it would only add empty programs.
+        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows)
+        # The code predictor's context is one 16-token page: splitting it would only add empty programs. Its
+        # norms pull the next layer's cached keys and values into L2 (kv_prefetch.py; the talker's do not).
         self.cp_stack = FusedStack(
             talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1, slab_max_rows=slab_max_rows,
-            kv_prefetch=prefetch.for_stack(talker=False),
+            kv_prefetch=KvPrefetchPlan(CODE_PREDICTOR_MEGABYTES),
         )  # fmt: skip
         self.talker = talker
         self.groups = cfg.num_code_groups

@@ -117,17 +117,14 @@ class FusedStack:
         qkv = ops.linear(h, self.layers[0].wqkv)
         for i, L in enumerate(self.layers):
             attn = attend(i, L, qkv)
-            # Layer i + 1's cache pulled into L2 by one of the two norms before its attention (kv_prefetch.py).
-            after_o = ahead(i + 1) if plan.after_o else None
-            act, residual = ops.linear_rms_norm_swiglu(attn, L.wo, L.ln2, self.eps, residual, L.wgu, prefetch=after_o)
-            before_qkv = None if plan.after_o else ahead(i + 1)
+            act, residual = ops.linear_rms_norm_swiglu(attn, L.wo, L.ln2, self.eps, residual, L.wgu)
             if i + 1 == len(self.layers):  # the stack's final norm
                 h, _ = ops.linear_rms_norm(act, L.wdown, self.norm, self.eps, residual)
                 break
-            # The next layer's input norm and its qkv.
+            # The next layer's input norm, which pulls that layer's cache into L2 (kv_prefetch.py), and its qkv.
             nxt = self.layers[i + 1]
             qkv, residual = ops.linear_rms_norm_linear(act, L.wdown, nxt.ln1, self.eps, residual, nxt.wqkv,
-                                                       prefetch=before_qkv)  # fmt: skip
+                                                       prefetch=ahead(i + 1))  # fmt: skip
         return h
 
     def _prefetch(self, block_table, context_lens, k_cache, v_cache, tokens: int, i: int) -> KvPrefetch | None:
@@ -135,8 +132,7 @@ class FusedStack:
         none past the last layer, or with none a row."""
         if tokens <= 0 or i >= len(self.layers):
             return None
-        plan = self.kv_prefetch
-        return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens, plan.evict_last, plan.after_wait)
+        return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens)
 
     def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool,
                 new_tokens: int, i: int, L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip
