@@ -30,8 +30,6 @@ def test_plans():
     plan = attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
     assert plan.heads_per_cta == 4 and plan.grid(64) == 128 and plan.threads == 160
     assert plan.smem <= 227 * 1024
-    two = dataclasses.replace(plan, warps_per_head=2)  # #109: 8 heads' warps and the copying warp
-    assert two.threads == 288 and two.grid(64) == 128 and plan.smem < two.smem <= 227 * 1024
     assert attention_plan(16, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 1
     assert attention_plan(32, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 2
     assert attention_plan(8, 16, 8, 128, 16, torch.bfloat16) is None  # below MIN_ROWS
@@ -73,14 +71,14 @@ def _check(qkv, args, caches, rest, out: torch.Tensor, k: torch.Tensor, v: torch
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "heads,contexts,per_cta,stages,warps",
-    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2, 1),  # the talker's heads; pages reissued past 2 in flight
-     ((16, 8), [5, 48, 49], 2, 3, 1),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
-     ((16, 8), [1, 2, 16, 17, 40], 4, 1, 1),  # one stage (#136): each page after the first waits for it to empty
-     ((8, 8), [20, 64], 1, 2, 1),  # one query head a kv head (half of D's columns unused)
-     ((16, 8), [1, 2, 17, 49, 100], 4, 4, 2)],  # two warps a kv head (#109): none, one, odd and even pages
+    "heads,contexts,per_cta,stages",
+    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2),  # the talker's heads; pages reissued past 2 in flight
+     ((16, 8), [5, 48, 49], 2, 3),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
+     ((16, 8), [1, 2, 16, 17, 40], 4, 1),  # one stage (#136): each page after the first waits for it to empty
+     ((8, 8), [20, 64], 1, 2),  # one query head a kv head (half of D's columns unused)
+     ((16, 8), [1, 2, 17, 49, 100], 4, 4)],  # four stages: none, one, odd and even pages
 )  # fmt: skip
-def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, warps):
+def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
     """The kernel's source run on the CPU (every CUDA thread a fiber; bulk copies, mbarriers and
     mma.sync emulated): contexts of one token (no cached page), partial and whole last pages and
     more pages than stages; the new tokens' cache cells NaN beforehand (a kernel that reads them, or
@@ -88,7 +86,7 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, war
     the new keys and values written where the definition writes them."""
     hq, hkv = heads
     qkv, args, caches, rest = decode_rows((hq, hkv, 128, 16, contexts), torch.bfloat16, seed=7, device="cpu")
-    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages, warps_per_head=warps)
+    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages)
     out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
     assert not stamps.any()  # no clock stamps unless asked for
     _check(qkv, args, caches, rest, out, k, v)
@@ -161,27 +159,27 @@ def test_matches_definition_on_the_gpu(rows, min_rows):
 
 @gpu
 @pytest.mark.parametrize("trigger_first", [False, True])
-def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first, monkeypatch):
+def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
     """As the walk runs it: captured in a CUDA graph, launched under PDL behind the Triton kernel
     that writes its qkv rows (a copy through triton_ops.linear with an identity weight), the pages
-    on their way before the wait. Replayed with new qkv rows: the definition's outputs each time."""
-    _cuda()
-    from cadence.kernels import cuda_attention, triton_ops
-
-    monkeypatch.setattr(cuda_attention, "CONTEXTS", "all")  # the dispatcher takes the CUDA kernel
+    on their way before the wait; over the talker's contexts of up to 540 tokens (many pages a row).
+    Replayed with new qkv rows: the definition's outputs each time."""
+    attend = _cuda()
+    from cadence.kernels import triton_ops
     from cadence.kernels.triton_launch import pdl_settings
 
     rows = 64
     qkv, args, caches, rest = _talker_rows(rows, seed=3)
+    plan = attention_plan(rows, *TALKER[:2], 128, 16, torch.bfloat16)
     eye = torch.eye(qkv.shape[1], device="cuda", dtype=torch.bfloat16)
     source = qkv.clone()
     base = [c.clone() for c in caches]
     with pdl_settings(True, trigger_first):
-        triton_ops.qk_norm_rope_attention(triton_ops.linear(source, eye), *args, *caches, *rest)  # compile
+        attend(triton_ops.linear(source, eye), *args, *caches, *rest, plan=plan)  # compile
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = triton_ops.qk_norm_rope_attention(triton_ops.linear(source, eye), *args, *caches, *rest)
+            out = attend(triton_ops.linear(source, eye), *args, *caches, *rest, plan=plan)
     for replay in range(3):
         source.copy_(torch.randn(source.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(replay)))
         for c, b in zip(caches, base, strict=True):
@@ -194,16 +192,15 @@ def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first, monkeypatch)
 
 
 @gpu
-def test_the_first_pass_on_the_gpu(monkeypatch):
-    """The code predictor's first pass at b64 (perf-notes #137: 64 streams of two new tokens, with
-    CADENCE_CUDA_ATTENTION_FIRST_PASS): the dispatcher takes the kernel, captured in a graph under
+def test_the_first_pass_on_the_gpu():
+    """The code predictor's first pass at b64 (perf-notes #137: 64 streams of two new tokens): the
+    dispatcher takes the kernel, captured in a graph under
     trigger-first PDL behind the Triton kernel that writes its qkv rows; the definition's outputs and
     caches, for the first pass's contexts (2) and longer ones."""
     _cuda()
     from cadence.kernels import cuda_attention, triton_ops
     from cadence.kernels.triton_launch import pdl_settings
 
-    monkeypatch.setattr(cuda_attention, "FIRST_PASS", True)
     contexts = [2] * 60 + [3, 16, 17, 32]
     qkv, args, caches, rest = decode_rows((*TALKER, contexts), torch.bfloat16, seed=5, device="cuda", new_tokens=2)
     plan = cuda_attention.decode_plan(qkv, caches[0], rest[1], *TALKER[:2], max_context=32, new_tokens=2)
