@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   auto i = [](std::vector<unsigned char>& b) { return reinterpret_cast<const i64*>(b.data()); };
   auto w = [](std::vector<unsigned char>& b) { return reinterpret_cast<u16*>(b.data()); };
   std::vector<i64> stamps((size_t)grid * 6, 0);
-  emu::launch((unsigned)grid, THREADS, THREADS - 32, (size_t)smem, [&] {  // heads_sync: all but the copying warp
+  emu::launch((unsigned)grid, THREADS, THREADS - 32, (size_t)smem, [&] {  // the consumers: all but the copying warp
     decode_attention_kernel(p(qkv), p(q_norm), p(k_norm), p(cos), p(sin), i(positions), i(slots), i(contexts),
                             i(table), (int)stride, w(k_cache), w(v_cache), out.data(), (float)scale, (float)eps
 #if STAMP
