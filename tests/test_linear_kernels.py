@@ -81,43 +81,6 @@ def test_a_split_covers_whole_k_steps():
     assert SkinnyTiles(block_k=256).k_per_split(1024) == 1024
 
 
-def test_gemm64_tile_overrides_parse_and_reject_typos():
-    """CADENCE_GEMM64_TILES (perf-notes #112, an experiment switch): `NxK=BN:BK:WARPS:STAGES:SPLIT`
-    or `NxK=cublas` joined by '+'; anything else is an error that names the item, not a silently
-    ignored setting."""
-    from cadence.kernels.triton_linear import SkinnyTiles, parse_tile_overrides
-
-    parsed = parse_tile_overrides("4096x1024=32:256:4:4:1+1024x3072=32:256:8:3:4:160+6144x1024=cublas")
-    assert parsed == {(4096, 1024): SkinnyTiles(32, 256, 4, 4, 1, block_m=64),
-                      (1024, 3072): SkinnyTiles(32, 256, 8, 3, 4, block_m=64, max_registers=160),
-                      (6144, 1024): None}  # fmt: skip
-    assert parse_tile_overrides("") == {}
-    for bad in ("4096x1024=32:256:4:4", "4096=32:256:4:4:1", "4096x1024:32:256:4:4:1", "4096x1024=32:256:4:4:1:2:3"):
-        with pytest.raises(ValueError, match="NxK=BN:BK:WARPS:STAGES:SPLIT"):
-            parse_tile_overrides(bad)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-def test_tiles_with_a_register_cap_compute_the_product(ops, dtype):
-    """max_registers (perf-notes #134; CADENCE_GEMM64_TILES' sixth field) caps a thread's registers
-    (Triton's maxnreg) so that the next kernels' CTAs fit beside a 64-row tile's: o's split-K tile
-    at 40 rows, its partials added by its last program and by the norm kernel, within rounding of
-    the uncapped tile's (a GPU may allocate and contract otherwise: not bit for bit)."""
-    from cadence.kernels.triton_linear import SkinnyTiles, skinny_linear, skinny_linear_partials
-
-    tri, _ = ops
-    g = torch.Generator(device=DEV).manual_seed(14)
-    x = torch.randn(40, 2048, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(1024, 2048, device=DEV, generator=g) / 2048**0.5).to(dtype)
-    plain = SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
-    capped = SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64, max_registers=160)
-    want = skinny_linear(x, w, plain).float()
-    got = skinny_linear(x, w, capped).float()
-    assert (got - want).abs().max() <= tol(dtype) * 2 * want.abs().max()
-    parts = skinny_linear_partials(x, w, capped)[:, :40]
-    assert (parts.sum(0) - want).abs().max() <= tol(dtype) * 2 * want.abs().max()
-
-
 @pytest.mark.gpu  # the stamps are inline PTX: no interpreter
 @pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 3072)])  # a plain GEMM, and one split over K with a ticket
 def test_traced_gemms_compute_the_product_and_stamp_in_order(n, k):
@@ -223,11 +186,11 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k, stages):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [65, 128])
-def test_128_row_tiles_compute_the_definition(ops, dtype, m, monkeypatch):
+def test_128_row_tiles_compute_the_definition(ops, dtype, m):
     """65-128 rows (perf-notes #125: the b64 code predictor's first pass) in 128-row tiles: the
     plain and split-K products and the o / down projection with its norm (partials added by the
-    norm) are the definition's; with CADENCE_GEMM128=0 those rows go to cuBLAS."""
-    from cadence.kernels import triton_linear, triton_ops
+    norm) are the definition's."""
+    from cadence.kernels import triton_ops
 
     tri, ref = ops
     g = torch.Generator(device=DEV).manual_seed(17)
@@ -245,8 +208,6 @@ def test_128_row_tiles_compute_the_definition(ops, dtype, m, monkeypatch):
     exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
     assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
     assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
-    monkeypatch.setattr(triton_linear, "GEMM128", False)
-    assert triton_ops.skinny_tiles(4096, 1024, m) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
