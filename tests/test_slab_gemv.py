@@ -235,15 +235,14 @@ def test_slab_attention_matches_the_definition(rows, position):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("decode", [True, False], ids=["decode-step", "first-pass"])
-def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode, monkeypatch):
-    """The code predictor's decode step (one row, a context of one 16-token page) and its first pass
-    (two tokens of one stream at positions 0 and 1; CADENCE_SLAB_FIRST_PASS) with the attention
-    inside the o GEMMs: three full-size layers give the layer kernels' hidden states and cache
-    writes within bf16 rounding, eagerly and under a PDL graph."""
+def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode):
+    """The code predictor's decode step (one row, a context of one 16-token page: the attention
+    inside the o GEMMs) and two tokens of one stream at positions 0 and 1 (the slab GEMMs with the
+    attention a kernel of its own): three full-size layers give the layer kernels' hidden states
+    and cache writes within bf16 rounding, eagerly and under a PDL graph."""
     from cadence.kernels import cuda_gemv, triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
-    monkeypatch.setattr(cuda_gemv, "FIRST_PASS_INSIDE", True)
     stack = _stack()
     plain = FusedStack(stack, triton_ops, 16, attention_splits=1)
     inside = FusedStack(stack, triton_ops, 16, attention_splits=1, slab_max_rows=2)

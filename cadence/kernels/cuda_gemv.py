@@ -20,8 +20,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,14 +34,6 @@ MAX_ROWS = 2
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
 # copies its slab while this one runs).
 SMEM_LIMIT = 112 * 1024
-# Experiment switch (perf-notes #99: +0.02 ms at batch 1, so off): the code predictor's first pass
-# (two rows of one stream, positions 0 and 1) with its attention inside o as well, as its decode
-# steps have it (#97).
-FIRST_PASS_INSIDE = os.environ.get("CADENCE_SLAB_FIRST_PASS", "0") == "1"
-# Experiment switch (perf-notes #95): the layer's GEMMs, by name (qkv, o, gate_up, down; separated by
-# "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
-# one kernel earlier.
-TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE_SLAB_TRIGGER_FIRST", ""))))
 
 
 @dataclass(frozen=True)
@@ -149,16 +139,11 @@ class LayerPlans:
         )
         if None in plans:
             return None
-        names = ("qkv", "qkv", "o", "gate_up", "down")
-        early = (n in TRIGGER_FIRST for n in names)
         # The attention reads the page's earlier tokens before its wait: the qkv GEMM before it must
-        # have passed its own wait when it lets the o GEMM launch (no trigger first), so that every
-        # kernel before it, the tokens' writers among them, has completed.
-        inside = attention is not None and "qkv" not in TRIGGER_FIRST
-        o_attention = slab_plan(o[0], o[1], rows, attention=attention) if inside else None
-        if o_attention is not None:
-            o_attention = dataclasses.replace(o_attention, trigger_first="o" in TRIGGER_FIRST)
-        return cls(*(dataclasses.replace(p, trigger_first=e) for p, e in zip(plans, early, strict=True)), o_attention)
+        # have passed its own wait when it lets the o GEMM launch (none of these GEMMs triggers
+        # first), so that every kernel before it, the tokens' writers among them, has completed.
+        o_attention = slab_plan(o[0], o[1], rows, attention=attention) if attention is not None else None
+        return cls(*plans, o_attention)
 
 
 @functools.cache

@@ -24,7 +24,6 @@ from types import ModuleType
 
 import torch
 
-from ...kernels import cuda_gemv
 from ...kernels.cuda_gemv import (
     AttentionShape,
     DecodeAttention,
@@ -101,9 +100,9 @@ class FusedStack:
         one_token = decode and new_tokens == 1
         if x.shape[0] <= self.slab_max_rows:
             # The code predictor's decode steps at one row (one page of context): the attention goes
-            # inside o (perf-notes #97: -0.14 ms at batch 1); its first pass too (two tokens of one
-            # stream; no other stack has a one-page context) with the switch of #99.
-            inside_o = x.shape[0] == 1 if one_token else cuda_gemv.FIRST_PASS_INSIDE
+            # inside o (perf-notes #97: -0.14 ms at batch 1); not its first pass (two tokens of one
+            # stream: +0.02 ms that way, #99).
+            inside_o = one_token and x.shape[0] == 1
             one_page = inside_o and self.max_positions <= k_cache.shape[2]
             shape = AttentionShape(self.heads, self.kv_heads, self.head_dim, k_cache.shape[2]) if one_page else None
             if (plans := self._slab_plans(x.shape[0], shape)) is not None:
