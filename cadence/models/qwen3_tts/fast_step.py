@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -47,9 +46,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Token rows of one prefill captured as graphs, up to the engine's prefill token budget.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
-# The walk's small kernels off its critical path on a second stream (FastDecoder._beside, perf-notes
-# #100); "0" keeps them inline, to measure what the branch buys.
-SIDE_STREAM = os.environ.get("CADENCE_WALK_SIDE_STREAM", "1") != "0"
 
 
 class FastDecoder:
@@ -94,8 +90,7 @@ class FastDecoder:
         tables = [talker.model.codec_embedding.weight] + [e.weight for e in talker.code_predictor.model.codec_embedding]
         self.frame_table = torch.cat(tables)
         self.frame_offsets = torch.tensor([0] + [t.shape[0] for t in tables[:-1]], device=self.dev).cumsum(0)
-        use_side = SIDE_STREAM and self.dev.type == "cuda"
-        self.side = torch.cuda.Stream(self.dev) if use_side else None  # see _beside
+        self.side = torch.cuda.Stream(self.dev) if self.dev.type == "cuda" else None  # see _beside
         self.copies = torch.cuda.Stream(self.dev) if self.dev.type == "cuda" else None  # see _read_back
         rows = partition.max_slots + 1
         shape = (cp_cfg.num_hidden_layers, rows, cp_cfg.num_code_groups, cp_cfg.num_key_value_heads, cp_cfg.head_dim)
@@ -187,7 +182,7 @@ class FastDecoder:
         """Work queued inside runs on a second stream forked off the current one (under capture, a
         branch of the graph beside the main chain), so that small kernels nothing near reads stay
         off the walk's critical path (perf-notes #100: ~40 kernels a batch-1 walk); _join() waits
-        for it. Inline where there is no second stream (CPU, or CADENCE_WALK_SIDE_STREAM=0)."""
+        for it. Inline where there is no second stream (CPU)."""
         if self.side is None:
             yield
             return
