@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 AUTO_DEADLINE = 0.2  # seconds: ChunkPolicy.deadline on a GPU unless set
@@ -139,9 +138,8 @@ class EngineConfig:
     # weights copied into shared memory by the copy engine before it waits for the kernel before,
     # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
     # first use by NVRTC; at one row the code predictor's attention inside its o GEMM). On an H200
-    # the batch-1 walk 2.88 -> 2.09 ms, batch 2 2.99 -> 2.44 (perf-notes #95-#97). 0: off. The
-    # environment's CADENCE_SLAB_MAX_ROWS sets the default.
-    slab_max_rows: int = field(default_factory=lambda: int(os.environ.get("CADENCE_SLAB_MAX_ROWS", "2")))
+    # the batch-1 walk 2.88 -> 2.09 ms, batch 2 2.99 -> 2.44 (perf-notes #95-#97). 0: off.
+    slab_max_rows: int = 2
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
