@@ -6,13 +6,12 @@ plans (which calls it takes, their shared memory) are checked everywhere."""
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from pathlib import Path
 
 import pytest
 import torch
-from cuda_driver import blob, emulate, needs_gxx, split_stamps
+from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import decode_rows
 
 from cadence.kernels import torch_ops
@@ -43,18 +42,17 @@ def test_plans():
 
 
 def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tuple[torch.Tensor, ...]:
-    """The kernel of `plan` on the CPU emulation; its output, the two caches after it and the CTAs'
-    clock stamps ([grid, 6] int64, zeros unless plan.stamp)."""
+    """The kernel of `plan` on the CPU emulation; its output and the two caches after it."""
     qn, kn, eps, cos, sin, pos = args
     slots, bt, ctx, scale = rest[:4]
     grid = plan.grid(qkv.shape[0])
     tensors = b"".join(blob(t) for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt))
     scalars = struct.pack("<qqqdd", bt.stride(0), grid, plan.smem, scale, eps)
-    out, stamps = split_stamps(emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars), grid)
+    out = emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars)
     raw = torch.frombuffer(bytearray(out), dtype=torch.bfloat16)
     n_out = qkv.shape[0] * plan.heads * plan.head_dim
     k, v = raw[n_out:].chunk(2)
-    return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1]), stamps
+    return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1])
 
 
 def _check(qkv, args, caches, rest, out: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -87,8 +85,7 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
     hq, hkv = heads
     qkv, args, caches, rest = decode_rows((hq, hkv, 128, 16, contexts), torch.bfloat16, seed=7, device="cpu")
     plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages)
-    out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
-    assert not stamps.any()  # no clock stamps unless asked for
+    out, k, v = _emulate(tmp_path, plan, qkv, args, caches, rest)
     _check(qkv, args, caches, rest, out, k, v)
 
 
@@ -105,27 +102,8 @@ def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, per_cta, stages):
                                           device="cpu", new_tokens=2)  # fmt: skip
     plan = AttentionPlan(16, 8, 128, 16, per_cta, stages=stages, new_tokens=2)
     assert plan.grid(qkv.shape[0]) == 5 * 8 // per_cta
-    out, k, v, _ = _emulate(tmp_path, plan, qkv, args, caches, rest)
+    out, k, v = _emulate(tmp_path, plan, qkv, args, caches, rest)
     _check(qkv, args, caches, rest, out, k, v)
-
-
-@needs_gxx
-def test_clock_stamps_on_the_cpu(tmp_path):
-    """Built with STAMP (a traced walk, walk_timeline.py --stamps), thread 0 of every CTA writes its
-    row: start <= page table loaded <= wait returned <= pages done <= end, and its SM; the output is
-    the one without stamps."""
-    qkv, args, caches, rest = decode_rows((16, 8, 128, 16, [3, 40]), torch.bfloat16, seed=3, device="cpu")
-    plain = AttentionPlan(16, 8, 128, 16, 4, stages=2)
-    for d in ("plain", "stamped"):
-        (tmp_path / d).mkdir()
-    want, *_ = _emulate(tmp_path / "plain", plain, qkv, args, [c.clone() for c in caches], rest)
-    stamped = dataclasses.replace(plain, stamp=True)
-    out, _, _, stamps = _emulate(tmp_path / "stamped", stamped, qkv, args, [c.clone() for c in caches], rest)
-    assert torch.equal(out, want)
-    times = stamps[:, :5]
-    assert (times[:, 4] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()  # written, in order
-    assert (times[2:, 3] > times[2:, 2]).all()  # the 40-token row's CTAs spend time on its 3 pages
-    assert stamps[:, 5].tolist() == list(range(plain.grid(2)))  # the emulation's SM: the CTA
 
 
 gpu = pytest.mark.gpu
@@ -222,24 +200,3 @@ def test_the_first_pass_on_the_gpu():
         c.copy_(b)
     graph.replay()
     _check(qkv, args, caches, rest, out, *mine)
-
-
-@gpu
-def test_clock_stamps_on_the_gpu():
-    """Inside triton_launch.trace_kernels (walk_timeline.py --stamps) the call is named in the trace
-    and its CTAs' stamps are the GPU's clock, in order, from the SMs; its output is the unstamped one."""
-    attend = _cuda()
-    from cadence.kernels.triton_launch import trace_kernels
-
-    qkv, args, caches, rest = _talker_rows(64, seed=11)
-    plan = attention_plan(64, *TALKER[:2], 128, 16, torch.bfloat16)
-    want = attend(qkv, *args, *[c.clone() for c in caches], *rest, plan=plan)
-    with trace_kernels(4, torch.device("cuda"), programs=256) as trace:
-        got = attend(qkv, *args, *[c.clone() for c in caches], *rest, plan=plan)
-        torch.cuda.synchronize()
-        stamps = trace.by_call()
-    assert trace.calls == [("cuda attention 64x2", plan.grid(64))]
-    assert torch.equal(got, want)
-    times = stamps[0, : plan.grid(64), :5]
-    assert (times[:, 0] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()
-    assert (stamps[0, : plan.grid(64), 5] < torch.cuda.get_device_properties(0).multi_processor_count).all()

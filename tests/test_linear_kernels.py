@@ -81,69 +81,6 @@ def test_a_split_covers_whole_k_steps():
     assert SkinnyTiles(block_k=256).k_per_split(1024) == 1024
 
 
-@pytest.mark.gpu  # the stamps are inline PTX: no interpreter
-@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 3072)])  # a plain GEMM, and one split over K with a ticket
-def test_traced_gemms_compute_the_product_and_stamp_in_order(n, k):
-    """trace_kernels (benchmarks/kernel_trace.py): a stamped GEMM computes the product (within
-    rounding: the stamped build allocates its registers otherwise, and on the H200 its bits were
-    not the plain one's), each program's stamps come in program order (start <= prefetched <=
-    waited <= dots <= end), and only the call's rows are written."""
-    from cadence.kernels.triton_launch import trace_kernels
-    from cadence.kernels.triton_linear import linear, skinny_linear, skinny_tiles
-
-    g = torch.Generator(device="cuda").manual_seed(11)
-    x = torch.randn(3, k, device="cuda", generator=g).to(torch.bfloat16)
-    w = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(torch.bfloat16)
-    plain = linear(x, w).float()
-    tiles = skinny_tiles(n, k, 3)
-    with trace_kernels(2, x.device) as trace:
-        traced = skinny_linear(x, w, tiles).float()
-    torch.cuda.synchronize()
-    ref = torch.nn.functional.linear(x.float(), w.float())
-
-    def error(out: torch.Tensor) -> float:
-        return ((out - ref).abs().max() / ref.abs().max()).item()
-
-    assert error(traced) <= 2e-2, f"stamped GEMM off by {error(traced):.3g} (the plain one by {error(plain):.3g})"
-    ((name, programs),) = trace.calls
-    stamps = trace.stamps[:programs].cpu()
-    assert name == f"gemm {n}x{k}" and programs == n // tiles.block_n * tiles.split_k
-    assert (stamps[:, 0] > 0).all() and (trace.stamps[programs:] == 0).all()
-    steps = stamps[:, :5].diff(dim=1)
-    assert (steps >= 0).all(), f"stamps out of order in {(steps < 0).any(dim=1).sum().item()} programs: {stamps[:2]}"
-
-
-@pytest.mark.gpu  # the stamps are inline PTX: no interpreter
-def test_traced_norms_only_when_asked_and_in_order():
-    """trace_kernels(norms=True) (walk_timeline.py --stamp-norms): o's split GEMM and the norm that
-    adds its partials both stamped, the norm's programs one a row in order (start <= before its wait
-    <= waited <= summed <= end), its rows and sum the unstamped norm's bits; without `norms` only
-    the GEMM is."""
-    from cadence.kernels import triton_ops
-    from cadence.kernels.triton_launch import trace_kernels
-
-    g = torch.Generator(device="cuda").manual_seed(12)
-    x = torch.randn(40, 2048, device="cuda", generator=g).to(torch.bfloat16)
-    w = (torch.randn(1024, 2048, device="cuda", generator=g) / 2048**0.5).to(torch.bfloat16)
-    norm_w = (1 + 0.1 * torch.randn(1024, device="cuda", generator=g)).to(torch.bfloat16)
-    res = torch.randn(40, 1024, device="cuda", generator=g).to(torch.bfloat16)
-    with trace_kernels(4, x.device) as plain_trace:
-        triton_ops.linear_rms_norm(x, w, norm_w, 1e-6, res)
-    assert [name for name, _ in plain_trace.calls] == ["gemm 1024x2048"]
-    parts = triton_ops.skinny_linear_partials(x, w, triton_ops.skinny_tiles(1024, 2048, 40))
-    want = [torch.empty_like(res), torch.empty_like(res)]
-    triton_ops._launch_rms_norm(parts, 4, norm_w, 1e-6, res, *want)
-    with trace_kernels(4, x.device, norms=True) as trace:
-        got = [torch.empty_like(res), torch.empty_like(res)]
-        triton_ops._launch_rms_norm(parts, 4, norm_w, 1e-6, res, *got)
-    torch.cuda.synchronize()
-    assert trace.calls == [("norm parts 40x1024", 40)]
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    stamps = trace.stamps[:40].cpu()
-    assert (stamps[:, 0] > 0).all() and (trace.stamps[40:] == 0).all()
-    assert (stamps[:, :5].diff(dim=1) >= 0).all()
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("split_k", [2, 3, 8])
 @pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 100, 3072), (16, 96, 1000)])

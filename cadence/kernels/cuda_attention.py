@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on, stamp_arguments
+from .nvrtc import compile_source, launch, pdl_on, runs_on
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 # Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
@@ -58,7 +58,6 @@ class AttentionPlan:
     heads_per_cta: int
     stages: int = STAGES
     trigger_first: bool = False
-    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     new_tokens: int = 1
 
     def grid(self, rows: int) -> int:
@@ -82,8 +81,7 @@ class AttentionPlan:
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
-                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)),
-                ("NEW", self.new_tokens))  # fmt: skip
+                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("NEW", self.new_tokens))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
@@ -161,11 +159,10 @@ def cuda_qk_norm_rope_attention(
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return out
-    stamps = stamp_arguments(f"cuda attention {n}x{plan.kv_heads // plan.heads_per_cta}", plan.grid(n), out)
     trigger_first = pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST
-    plan = dataclasses.replace(plan, trigger_first=trigger_first, stamp=bool(stamps))
+    plan = dataclasses.replace(plan, trigger_first=trigger_first)
     args = [qkv, q_norm, k_norm, cos, sin, positions, slot_index, context_lens, block_table,
             ctypes.c_int(block_table.stride(0)), k_cache, v_cache, out, ctypes.c_float(scale),
-            ctypes.c_float(eps), *stamps]  # fmt: skip
+            ctypes.c_float(eps)]  # fmt: skip
     launch(_kernel(plan), plan.grid(n), plan.threads, plan.smem, args, pdl_on(qkv))
     return out

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, runs_on, stamp_arguments
+from .nvrtc import compile_source, launch, runs_on
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
 MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
@@ -58,7 +58,6 @@ class Gemm64Plan:
     m: int
     swiglu: bool
     rows_per_cta: int
-    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     trigger_first: bool = False  # the next kernel launches at this one's start (the graph's PDL order)
     batch: int = BATCH
     ctas: int = 0
@@ -92,7 +91,6 @@ class Gemm64Plan:
             ("PAIR", 2 if self.swiglu else 1),
             ("ROWS", self.rows_per_cta),
             ("THREADS", THREADS),
-            ("STAMP", int(self.stamp)),
             ("TRIGGER_FIRST", int(self.trigger_first)),
             ("BATCH", self.steps_in_flight),
         )
@@ -163,11 +161,10 @@ def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> to
         raise ValueError("the weight must be contiguous (its rows are bulk-copied)")
     x = x.contiguous()
     y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
-    stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
     from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch  # here: triton is a GPU machine's package
 
     pdl = pdl_launch(x)
-    plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
-    args = [x, weight, y, ctypes.c_int(plan.n), *stamps]
+    plan = dataclasses.replace(plan, trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
+    args = [x, weight, y, ctypes.c_int(plan.n)]
     launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
     return y

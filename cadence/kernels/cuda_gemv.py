@@ -18,14 +18,13 @@ serve --slab-max-rows`) says up to how many rows the decode graphs use it.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on, stamp_arguments
+from .nvrtc import compile_source, launch, pdl_on, runs_on
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
 CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
@@ -68,7 +67,6 @@ class SlabPlan:
     rows_per_cta: int
     trigger_first: bool = False
     attention: AttentionShape | None = None  # x is a qkv row, the input its decode attention
-    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
 
     @property
     def grid(self) -> int:
@@ -91,8 +89,7 @@ class SlabPlan:
         return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
                 ("HAS_RES", int(self.residual)), ("THREADS", THREADS),
                 ("TRIGGER_FIRST", int(self.trigger_first)), ("ROWS", self.rows_per_cta),
-                ("ATTN", int(self.attention is not None)),
-                ("STAMP", int(self.stamp))) + self._attention_defines  # fmt: skip
+                ("ATTN", int(self.attention is not None))) + self._attention_defines  # fmt: skip
 
     @property
     def _attention_defines(self) -> tuple[tuple[str, int], ...]:
@@ -194,10 +191,8 @@ def slab_linear(
 
 
 def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: _Attention) -> None:
-    stamps = stamp_arguments(f"slab {plan.n}x{plan.k}", plan.grid, placeholder=y)
-    plan = dataclasses.replace(plan, stamp=bool(stamps))
     args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps),
-            attention, *stamps]  # fmt: skip
+            attention]  # fmt: skip
     launch(_kernel(plan.defines, plan.smem), plan.grid, THREADS, plan.smem, args, pdl_on(x))
 
 

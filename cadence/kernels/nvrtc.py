@@ -103,16 +103,6 @@ def launch(kernel, grid: int, threads: int, smem: int, args: list, pdl: bool) ->
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {status}")
 
 
-def stamp_arguments(name: str, ctas: int, placeholder: torch.Tensor) -> list:
-    """A launch's clock-stamp arguments (prelude.cuh's STAMP_PARAMS: the trace's stamps and this
-    call's first row) where `triton_launch.trace_kernels` is tracing it, as `name` with `ctas` rows;
-    else none, and the kernel is built without STAMP (its signature as served)."""
-    from .triton_launch import stamp_args
-
-    stamps = stamp_args(name, ctas, placeholder)
-    return [stamps["stamp_ptr"], ctypes.c_longlong(stamps["stamp_row"])] if stamps["STAMP"] else []
-
-
 def pdl_on(x: torch.Tensor) -> bool:
     """Whether a kernel on `x`'s device is launched with PDL now (the Triton kernels' setting,
     triton_launch.use_pdl, so that a graph's kernels all chain alike)."""

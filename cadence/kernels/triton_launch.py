@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -123,87 +122,3 @@ def bulk_prefetch_l2(ptrs, nbytes, valid):
         "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
         "=r,l,r,r", [ptrs, valid.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
     )  # fmt: skip
-
-
-# -- clock stamps (a look: benchmarks/kernel_trace.py) ------------------------------------------------
-
-# A traced program's row of stamps: its start, the end of what it does before its PDL wait, the wait's
-# return, the end of its main loop (in ns), its end, and its SM.
-STAMP_FIELDS = tl.constexpr(6)
-
-
-@dataclass
-class KernelTrace:
-    """Clock stamps of the traced kernels launched (or captured) inside `trace_kernels`: call i's
-    programs write rows [i * programs, ...) of `stamps` ([calls * programs, STAMP_FIELDS] int64),
-    `calls` names each call and its program count. A graph captured inside rewrites the same rows
-    at every replay."""
-
-    stamps: torch.Tensor
-    programs: int
-    calls: list[tuple[str, int]] = field(default_factory=list)
-    norms: bool = False  # the RMSNorms too (their stamps put a norm's span between two GEMMs')
-
-    def by_call(self) -> torch.Tensor:
-        """The stamps of the calls so far, on the host: [calls, programs, STAMP_FIELDS] (a call's rows
-        past its own program count stay 0)."""
-        return self.stamps[: len(self.calls) * self.programs].view(len(self.calls), self.programs, -1).cpu()
-
-
-_trace: KernelTrace | None = None
-
-
-@contextlib.contextmanager
-def trace_kernels(max_calls: int, device: torch.device, programs: int = 1024,
-                  norms: bool = False) -> Iterator[KernelTrace]:  # fmt: skip
-    """Stamp the traced kernels (the weight-streaming GEMM, the decode attention; with `norms` the
-    RMSNorms too) launched inside: at most `max_calls` launches, each of at most `programs` programs
-    (wider ones run unstamped)."""
-    global _trace
-    stamps = torch.zeros(max_calls * programs, int(STAMP_FIELDS), dtype=torch.int64, device=device)
-    _trace = trace = KernelTrace(stamps, programs, norms=norms)
-    try:
-        yield trace
-    finally:
-        _trace = None
-
-
-def stamp_args(name: str, programs: int, placeholder: torch.Tensor, norm: bool = False) -> dict:
-    """A traced kernel's launch arguments: its rows of the active trace, or none (STAMP off; also
-    for a launch of more programs than the trace keeps a call, such as a long prefill's attention,
-    and for a norm unless the trace asks for them)."""
-    if _trace is None or programs > _trace.programs or (norm and not _trace.norms):
-        return {"stamp_ptr": placeholder, "stamp_row": 0, "STAMP": False}
-    if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0]:
-        raise ValueError(f"trace_kernels: more than {len(_trace.calls)} calls")
-    row = len(_trace.calls) * _trace.programs
-    _trace.calls.append((name, programs))
-    return {"stamp_ptr": _trace.stamps, "stamp_row": row, "STAMP": True}
-
-
-@triton.jit
-def write_stamps(stamp_ptr, row, t_start, t_ahead, t_waited, t_main):
-    """A traced program's stamps, the end and SM taken here, to `row` of the trace."""
-    t_end = globaltimer(row)
-    ptr = stamp_ptr + row.to(tl.int64) * STAMP_FIELDS
-    tl.store(ptr, t_start)
-    tl.store(ptr + 1, t_ahead)
-    tl.store(ptr + 2, t_waited)
-    tl.store(ptr + 3, t_main)
-    tl.store(ptr + 4, t_end)
-    tl.store(ptr + 5, sm_id().to(tl.int64))
-
-
-@triton.jit
-def globaltimer(after):
-    """The GPU's nanosecond clock (32 ns steps on Hopper, the same on every SM), read once the int32
-    tensor or scalar `after` is computed (the data dependency orders the read after the work)."""
-    return tl.inline_asm_elementwise(
-        "mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64, is_pure=False, pack=1
-    )
-
-
-@triton.jit
-def sm_id():
-    """The SM this program runs on."""
-    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)

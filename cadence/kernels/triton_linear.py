@@ -10,14 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, stamp_args, write_stamps
+from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit
 def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                           K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
+                          USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -36,26 +36,16 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
     never written, so this need not wait), then waits for the kernel before it: the weight read
     overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
-    before the prefetch).
-
-    STAMP (a look, `triton_launch.trace_kernels`): each program writes the clock at its start,
-    after its prefetches, after its wait, after its dots and at its end, and its SM, to row
-    stamp_row + its index."""
+    before the prefetch)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    if STAMP:
-        t_start = globaltimer(pid)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     pdl_trigger(USE_PDL)
     if USE_PDL:
         prefetch_weight_slab(w_ptr, rn, N, K, split * K_PER_SPLIT, K_PER_SPLIT, BLOCK_K, SWIGLU)
-    if STAMP:
-        t_prefetched = globaltimer(pid)
     pdl_wait(USE_PDL)
-    if STAMP:
-        t_waited = globaltimer(pid)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
@@ -68,8 +58,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
         if SWIGLU:
             w_up = tl.load(w_ptr + (N + rn[:, None]) * K + kk[None, :], mask=w_mask, other=0.0)
             acc_up += tl.dot(x, tl.trans(w_up))
-    if STAMP:
-        t_dots = tl.max(globaltimer((acc + acc_up).to(tl.int32)))
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
     dtype = out_ptr.dtype.element_ty
     if SWIGLU:
@@ -91,8 +79,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                     total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
                 tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
                 tl.atomic_xchg(count_ptr + pid, 0)
-    if STAMP:
-        write_stamps(stamp_ptr, stamp_row + pid * SPLIT_K + split, t_start, t_prefetched, t_waited, t_dots)
 
 
 @triton.jit
@@ -247,10 +233,9 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
     if m > tiles.block_m:
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
     grid = (triton.cdiv(n, tiles.block_n), tiles.split_k)
-    stamps = stamp_args(f"gemm {weight.shape[0]}x{k}", grid[0] * grid[1], placeholder=out)
     _skinny_linear_kernel[grid](
         x, weight, out, parts, counters, m, n, x.stride(0), k, **tiles.constexprs(k, swiglu, reduce),
-        num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
+        num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
 
 

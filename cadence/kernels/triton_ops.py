@@ -24,17 +24,14 @@ from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_atten
 from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
 from .triton_kv_prefetch import prefetch_args, prefetch_kv_pages
 from .triton_launch import (
-    globaltimer,
     pdl_entry,
     pdl_launch,
     pdl_settings,
     pdl_trigger,
     pdl_trigger_first,
     pdl_wait,
-    stamp_args,
     trigger_first_for,
     use_pdl,
-    write_stamps,
 )
 from .triton_linear import (
     SKINNY_MAX_ROWS,
@@ -64,8 +61,7 @@ __all__ = [
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_stride, eps, HAS_RES: tl.constexpr,
                      PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr, kc_ptr=None, vc_ptr=None,
                      bt_ptr=None, ctx_ptr=None, bt_stride=0, num_pages=1, KV_TOKENS: tl.constexpr = 0,
-                     KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1,
-                     stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
+                     KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
     added in split order and rounded as the GEMM's own last program would: the same x, bit for bit.
 
@@ -73,27 +69,18 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
     first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's caches into L2, a page of
     keys and one of values a thread (KV_SLOTS threads).
 
-    STAMP (a look, `trace_kernels(norms=True)`): each program writes the clock at its start, before
-    its wait, after it, once its row's sum of squares is in, and at its end, as the GEMMs do.
-
     The norm's weight is loaded before the wait: weights never change, so they need not wait for the
     kernel before; loaded after it, ptxas leaves their load behind the sum of squares' barriers, one
     more L2 round trip on every norm's critical path."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    if STAMP:
-        t_start = globaltimer(row)
     pdl_trigger(USE_PDL)
     if KV_TOKENS:
         prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
                           TOKEN_ELEMS)  # fmt: skip
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    if STAMP:
-        t_ahead = globaltimer(row)
     pdl_wait(USE_PDL)
-    if STAMP:
-        t_waited = globaltimer(row)
     if PARTS:
         total = tl.zeros([BLOCK], dtype=tl.float32)
         for s in tl.static_range(PARTS):
@@ -106,12 +93,8 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
         tl.store(sum_ptr + row * n_cols + cols, x, mask=mask)
     x32 = x.to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
-    if STAMP:
-        t_summed = globaltimer(inv.to(tl.int32))
     normed = (x32 * inv).to(x.dtype).to(tl.float32)
     tl.store(out_ptr + row * n_cols + cols, (w * normed).to(x.dtype), mask=mask)
-    if STAMP:
-        write_stamps(stamp_ptr, stamp_row + row, t_start, t_ahead, t_waited, t_summed)
 
 
 def rms_norm(
@@ -143,11 +126,9 @@ def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Ten
     rows, n = out.shape
     res = residual.reshape(rows, n) if residual is not None else out
     warps = PARTS_NORM_WARPS if parts else 4
-    stamps = stamp_args(f"norm{' parts' if parts else ''} {rows}x{n}", rows, placeholder=out, norm=True)
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
         BLOCK=triton.next_power_of_2(n), num_warps=warps, **pdl_launch(out), **prefetch_args(prefetch, rows, warps),
-        **stamps,
     )  # fmt: skip
 
 

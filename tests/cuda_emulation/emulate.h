@@ -83,11 +83,9 @@ struct Fiber {
 inline ucontext_t scheduler;
 inline Fiber* current = nullptr;
 inline dim3 grid_dim, block_dim;
-inline long long switches = 0;
-inline long long progress = 0;  // barriers passed, words and counters written, copies landed
+inline long long progress = 0;  // barriers passed, copies landed
 
 inline void yield() {
-  ++switches;
   swapcontext(&current->context, &scheduler);
 }
 
@@ -207,8 +205,6 @@ inline void bulk_load_once(void* dst, const void* src, unsigned bytes, unsigned 
 }
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
 inline void smem_add(unsigned* p, unsigned v) { *p += v; }  // one OS thread: atomic as it stands
-inline unsigned long long global_ns() { return emu::switches; }
-inline unsigned sm_id() { return blockIdx.x; }  // a CTA an SM
 // mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 for the warp (slab_gemv.cu): every lane leaves its
 // fragments, then works out its own four D entries from all of them, in k order.
 inline void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {

@@ -2,8 +2,7 @@
 // (which builds it: g++ -std=c++20 -DCADENCE_EMULATE, the kernel's macros and KERNEL_SOURCE as -D
 // flags). Usage: gemm64_driver ARGS_FILE OUT_FILE
 // ARGS_FILE: x, w as (u64 byte count, bytes); then n, grid, shared memory as i64.
-// OUT_FILE gets y's bytes (M x n bf16), then the CTAs' clock stamps (grid x 6 i64; zeros unless the
-// kernel is built with STAMP=1).
+// OUT_FILE gets y's bytes (M x n bf16).
 
 #include "emulate.h"
 #include "driver_io.h"
@@ -23,16 +22,10 @@ int main(int argc, char** argv) {
   const long long grid = read_scalar<long long>(in), smem = read_scalar<long long>(in);
   std::vector<u16> y((size_t)M * n, 0xffff);  // NaN: what is never written shows
   auto p = [](std::vector<unsigned char>& b) { return reinterpret_cast<const u16*>(b.data()); };
-  std::vector<i64> stamps((size_t)grid * 6, 0);
   emu::launch((unsigned)grid, THREADS, THREADS, (size_t)smem, [&] {
-#if STAMP
-    slab_gemm64_kernel(p(x), p(w), y.data(), (int)n, stamps.data(), 0);
-#else
     slab_gemm64_kernel(p(x), p(w), y.data(), (int)n);
-#endif
   });
   std::ofstream out(argv[2], std::ios::binary);
   out.write(reinterpret_cast<const char*>(y.data()), y.size() * 2);
-  out.write(reinterpret_cast<const char*>(stamps.data()), stamps.size() * 8);
   return 0;
 }

@@ -36,12 +36,9 @@
 // Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA, a warp
 // each), NEW (rows a sequence, default 1), STAGES (pages in flight a CTA),
 // TRIGGER_FIRST (1: let the next kernel launch before the wait), MAX_PAGES (the longest page table
-// it takes), SMEM_BYTES (the dynamic shared memory it is launched with), STAMP (1: thread 0 writes
-// its CTA's clock stamps to row stamp_row + CTA of `stamps`, prelude.cuh's write_stamps: its start,
-// the page table loaded, the wait's return, warp 0's pages done, warp 0's end; the heads' warps go
-// through the same pages alike).
+// it takes), SMEM_BYTES (the dynamic shared memory it is launched with).
 
-#include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
+#include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync
 #include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
 
 #ifndef NEW
@@ -90,9 +87,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     decode_attention_kernel(const u16* qkv, const u16* q_norm, const u16* k_norm, const u16* cos, const u16* sin,
                             const i64* position, const i64* slot, const i64* context, const i64* block_table,
                             int table_stride, u16* k_cache, u16* v_cache, u16* out, float scale,
-                            float eps STAMP_PARAMS) {
+                            float eps) {
   DYNAMIC_SHARED(smem);
-  [[maybe_unused]] i64 t_start = STAMP ? (i64)global_ns() : 0, t_ahead = 0, t_waited = 0, t_pages = 0;
   u16* stages = reinterpret_cast<u16*>(smem);
   Tail& tail = *reinterpret_cast<Tail*>(stages + (size_t)STAGES * STAGE);
   const int row0 = blockIdx.x / (HKV / HC) * NEW, head0 = blockIdx.x % (HKV / HC) * HC;  // its sequence's rows
@@ -109,7 +105,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   }
   for (int p = threadIdx.x; p < pages; p += THREADS) tail.page[p] = (int)table[p];
   __syncthreads();
-  if (STAMP) t_ahead = (i64)global_ns();
   if (warp == PRODUCER) {  // the first STAGES pages before the wait, then each stage as it empties
     for (int p = 0; p < pages; ++p) {
       if (p == STAGES) pdl_wait();
@@ -131,7 +126,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const uint2 k_weights = norm_weights(k_norm, lane), q_weights = norm_weights(q_norm, lane);
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
-  if (STAMP) t_waited = (i64)global_ns();
 
   // The rows' new keys and values for this warp's kv head, to the cache (by the head's first warp);
   // their queries.
@@ -210,8 +204,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
   }
 
-  if (STAMP) t_pages = (i64)global_ns();
-
   // The sums to shared memory, 4 elements a lane again; then the new token and the outputs.
   for (int h = 0; h < 2; ++h) {
     const int n = 2 * c + h;
@@ -242,7 +234,4 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     for (int i = 0; i < 4; ++i) o[i] = acc_o[i] / sum;
     *reinterpret_cast<uint2*>(out + (size_t)(row0 + j) * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
   }
-#if STAMP
-  if (threadIdx.x == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_pages);
-#endif
 }

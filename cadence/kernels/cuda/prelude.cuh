@@ -45,21 +45,3 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
   const float g = round_bf16(gate);
   return round_bf16(g / (1.f + __expf(-g))) * round_bf16(up);
 }
-
-// Clock stamps, a look (triton_launch.trace_kernels; benchmarks/walk_timeline.py --stamps): a CTA's
-// row of triton_launch.STAMP_FIELDS (6) values, as a Triton program's: its start, the end of its
-// work before the PDL wait, the wait's return, the end of its main loop, its end (ns) and its SM.
-// Only a kernel built with STAMP=1 takes the stamps' parameters (STAMP_PARAMS), so the kernels as
-// served keep their signature.
-#ifndef STAMP
-#define STAMP 0
-#endif
-#if STAMP
-#define STAMP_PARAMS , i64 *stamps, i64 stamp_row
-#else
-#define STAMP_PARAMS
-#endif
-__device__ __forceinline__ void write_stamps(i64* stamps, i64 row, i64 start, i64 ahead, i64 waited, i64 main_end) {
-  i64* r = stamps + row * 6;
-  r[0] = start, r[1] = ahead, r[2] = waited, r[3] = main_end, r[4] = (i64)global_ns(), r[5] = (i64)sm_id();
-}

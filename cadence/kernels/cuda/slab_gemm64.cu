@@ -27,13 +27,13 @@
 // Compiled at run time by NVRTC with these macros prepended (cuda_gemm64.py):
 //   K      the input width (a multiple of 128)    M        activation rows (1-64)
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
-//   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
+//   THREADS threads a CTA (256: 8 warps)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
-#include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
+#include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync
 
 constexpr int WARP_KS = 4;                               // K's shares a CTA's warps split (their sums
                                                          // meet in shared memory)
@@ -125,9 +125,8 @@ __device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, i
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier
 // (16 bytes).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS) {
+    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n) {
   DYNAMIC_SHARED(smem);
-  [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
   constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_ROWS * WARP_KS * WARP_KS * UPP * PAIR * 32 * 4;
   constexpr size_t BAR_AT = ((SLAB_BYTES > RED_BYTES ? SLAB_BYTES : RED_BYTES) + 15) / 16 * 16;
   u16* ws = reinterpret_cast<u16*>(smem);
@@ -152,16 +151,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
     }
   }
-  [[maybe_unused]] const i64 t_ahead = STAMP ? (i64)global_ns() : 0;
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
-  [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
   __syncthreads();  // the barrier's init, before anyone waits on it
   mbar_wait(bar, 0);
   float acc[MTW][NT][4] = {};
   const int wr = warp / WARP_KS, wk = warp % WARP_KS;
   dots(x, ws, mine, wr, wk, lane, acc);
-  [[maybe_unused]] const i64 t_dots = STAMP ? (i64)global_ns() : 0;
   // The K shares' sums, scattered over the warps of a warp row: a lane's UNITS outputs (each a gate
   // and an up dot with PAIR 2) are cut into WARP_KS parts, and warp (wr, wk) owns part wk. Each warp
   // stores the parts it does not own into shared memory, a float a lane at consecutive addresses (no
@@ -201,7 +197,4 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
     }
   }
-#if STAMP
-  if (tid == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_dots);
-#endif
 }
