@@ -1,9 +1,8 @@
 """Launch-choice sweep of the paged decode attention (`triton_ops.paged_attention`) on the talker's
 shapes (16 query / 8 kv heads x 128, 16-token pages, bf16) at decode batch sizes: tokens per
 iteration, warps and the block loop's pipelining depth (`AttentionTiles`), and context splits.
-(Session 6 also swept a hand-written prefetch of the next block, since removed: it never won;
-docs/data/h200/paged_attention.json has its timings.) With --fused it times the decode kernel the
-walk runs up to 64 rows (`qk_norm_rope_attention`: the rows' QK-norm, RoPE and cache write too).
+With --fused it times the decode kernel the walk runs up to 64 rows (`qk_norm_rope_attention`: the
+rows' QK-norm, RoPE and cache write too).
 
 Each configuration is timed as one decode walk's attention: 28 calls, one per layer, each over its
 own layer's cache (so the KV comes from HBM, not L2, as in the engine), captured in one CUDA graph.

@@ -140,7 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=[0, 1, 2],
         help="decode graphs of at most N rows (1 or 2) run the decoder GEMMs as the slab GEMM: weights copied "
         "into shared memory before each kernel waits for the one before, norms folded in, at one row the code "
-        f"predictor's attention inside its o GEMM (Hopper and newer, bf16; docs/perf-notes.md #94-#97); 0: off "
+        f"predictor's attention inside its o GEMM (Hopper and newer, bf16; docs/deploy.md); 0: off "
         f"(default {defaults['slab_max_rows']})",
     )
     g.add_argument("--cpu-threads", type=int, help="torch threads for CPU inference (default: cores - 1)")
