@@ -57,8 +57,6 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         codec_tf32=args.codec_tf32,
         pdl_max_rows=args.pdl_max_rows,
         graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
-        persistent_max_rows=args.persistent_max_rows,
-        persistent_kernel=args.persistent_kernel,
     )
     start = time.perf_counter()
     core = build_core(model, cfg)
@@ -261,19 +259,6 @@ def main() -> None:
         "1, 2, 4, ... up to the largest batch): e.g. the --batches timed, so that an A/B's engine builds "
         "capture ~10 codec graphs, not 44 (~90 s on an H200)",
     )
-    p.add_argument(
-        "--persistent-max-rows",
-        type=int,
-        default=EngineConfig.persistent_max_rows,
-        help="decode batches of at most this many streams run the code predictor as one persistent kernel "
-        "(perf-notes #35; 0: off; default %(default)s, the engine's)",
-    )
-    p.add_argument(
-        "--persistent-kernel",
-        choices=["triton", "cuda", "cuda-ll"],
-        default=EngineConfig.persistent_kernel,
-        help="which persistent kernel (perf-notes #45; default %(default)s)",
-    )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # capture times
 
@@ -283,12 +268,10 @@ def main() -> None:
     graphs = "off" if args.enforce_eager else "on"
     print(
         f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} codec tf32={args.codec_tf32} "
-        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows "
-        f"persistent<={args.persistent_max_rows} rows"
+        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows"
     )
     results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,
-                     "backend": args.attention_backend, "pdl_max_rows": args.pdl_max_rows,
-                     "persistent_max_rows": args.persistent_max_rows, "decode": []}  # fmt: skip
+                     "backend": args.attention_backend, "pdl_max_rows": args.pdl_max_rows, "decode": []}  # fmt: skip
     core, build_s = make_core(model, args, max(args.batches + args.codec_streams))
     results["engine_build_seconds"] = build_s
     results["kv_cache_gb"] = core.talker.kv.nbytes / 2**30

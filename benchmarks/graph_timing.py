@@ -1,7 +1,7 @@
 """Timing of GPU work as the engine runs it: captured once in a CUDA graph, then replayed.
 
-Shared by the kernel sweeps (skinny_linear.py, paged_attention.py) and codec_build.py; import it as a sibling module
-(`python benchmarks/NAME.py` puts this folder on the path).
+Shared by the kernel sweeps (skinny_linear.py, paged_attention.py); import it as a sibling module (`python
+benchmarks/NAME.py` puts this folder on the path).
 """
 
 from __future__ import annotations

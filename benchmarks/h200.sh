@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # What one device call runs on the H200 (see docs/benchmarks.md). Usage, from the repo root there:
-#   bash benchmarks/h200.sh PHASE... (the phases are the cases below; past sessions' calls in h200_past.sh)
-# Writes logs under $OUT (the released checkpoints' config files ship in the package: no .ref/ needed).
+#   bash benchmarks/h200.sh PHASE... (the phases are the cases below)
+# Expects the reference config/tokenizer files in .ref/ (carried) and writes logs under $OUT.
 set -uo pipefail
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CADENCE_REFERENCE_DIR=$PWD/.ref
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 full=/tmp/full06b
 need_full() {
-    [ -f $full/model.safetensors ] || python3 -m cadence.cli -q checkpoint random --from Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice \
+    [ -f $full/model.safetensors ] || python3 -m cadence.cli -q checkpoint random --from .ref/Qwen3-TTS-12Hz-0.6B-CustomVoice \
         --preset full --out $full --seed 0
 }
 quiet() { grep -Pv 'INFO(?!.*captured)'; }  # the INFO lines, but those of graph capture (build time)
@@ -18,37 +18,6 @@ server_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site:$PYTHONPATH
 }
-passes() {  # pytest, $1 seconds at most, its output into the log $2, then its arguments: its summary shown, and
-  # true only if it ran tests and all of them passed (a switch is walked only where its own tests passed)
-  local limit=$1 log=$2 rc
-  shift 2
-  timeout -k 10 -s INT "$limit" python3 -m pytest -q -x -p no:cacheprovider "$@" > "$log" 2>&1
-  rc=$?
-  grep -E "passed|failed|rror" "$log" | tail -3
-  [ $rc = 0 ] && grep -q " passed" "$log"
-}
-screen_b64() {  # b64 walks (decode, one round) of this tree and of the trees in $1 (NAME=.,VAR=VALUE,...; session
-  # 42: walk-to-walk spread under 0.01 ms), then the issue's table (`walks`) with the variables of the fastest if it
-  # beats this tree by 0.01 ms or more; if none does (or $1 is empty), this tree's stamps (`stamps142`) instead
-  local trees=$1 best="" spec envs=""
-  [ -z "$trees" ] && { bash "$0" stamps142; return; }
-  WALKAB_TESTS=0 WALKAB_DECODE_ONLY=1 WALKAB_BATCHES=64 WALKAB_ROUNDS=1 TREES="$trees" bash "$0" walkab
-  best=$(python3 - "$OUT/walkab_b64.json" $trees <<'PY'
-import json, sys
-walks = json.load(open(sys.argv[1]))
-ms = {name.rsplit("_", 1)[0]: walk["decode"][0]["back_to_back_ms"] for name, walk in walks.items()}
-print("  back to back, ms:", ", ".join(f"{n} {v:.3f}" for n, v in sorted(ms.items())), file=sys.stderr)
-switches = {spec.split("=")[0] for spec in sys.argv[2:] if spec.split("=", 1)[1].split(",")[0] == "."}
-best = min(ms, key=ms.get)
-print(best if best in switches and ms[best] <= ms.get("new", 0) - 0.01 else "")
-PY
-  )
-  echo "== the fastest that pays: ${best:-none}"
-  [ -z "$best" ] && { bash "$0" stamps142; return; }
-  for spec in $trees; do [ "${spec%%=*}" = "$best" ] && envs=${spec#*=.,}; done
-  env ${envs//,/ } bash "$0" walks
-}
-source "$(dirname "$0")/h200_past.sh"  # past_phase: the calls of past sessions, kept to rerun
 for phase in "$@"; do
   case $phase in
     tests)
@@ -87,8 +56,6 @@ for phase in "$@"; do
       done ;;
     skinny)  # issue 4: tile sweep of the weight-streaming GEMM on the decode shapes, against cuBLAS
       python3 benchmarks/skinny_linear.py --rows 1 16 --json "$OUT/skinny_linear.json" 2>&1 | tee "$OUT/skinny.log" | tail -24 ;;
-    sampler)  # perf-notes #68: the sampler kernel alone, top-k search width x warps, against the bisection
-      python3 benchmarks/sampler.py --json "$OUT/sampler.json" 2>&1 | tee "$OUT/sampler.log" | tail -8 ;;
     attention)  # issue 4: launch-choice sweep of the paged attention over one walk's 28 layers
       python3 benchmarks/paged_attention.py --batches 1 8 64 128 256 --context 500 --json "$OUT/paged_attention.json" \
         2>&1 | tee "$OUT/attention.log" | tail -12 ;;
@@ -97,36 +64,9 @@ for phase in "$@"; do
       timeout 500 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,8,16,64,256 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 \
         --warmup 5 --kv-gb 40 --json "$OUT/engine_steps_walks.json" 2>&1 | quiet | tail -16 ;;
-    screen144)  # perf-notes #144 and #146 (~7-8 min; after screen143, h200_past.sh, whose winner #141 is on by default): #144's
-      # tests, then b64 walks of this tree, `nq` (CADENCE_NORM_IN_QKV=1: the norm after down inside the next qkv),
-      # and `o8` (#146: o split over K in 8, one step a program, so gate/up's CTAs fit beside it), one round; then
-      # screen_b64's table or stamps. No `nqni`: #143 (`ni`) walked +0.18 ms in session 46's screen143
-      need_full > "$OUT/need_full.log" 2>&1 &
-      nq_ok=0 o8_ok=0 o8=1024x2048=32:256:4:2:8
-      passes 240 /tmp/screen144_nq.log tests/test_norm_linear.py && nq_ok=1
-      # o's partials in 8 through the norm (the Triton tile table's split-K test with the override)
-      CADENCE_GEMM64_TILES=$o8 passes 120 /tmp/screen144_o8.log tests/test_linear_kernels.py \
-        -k split_k_partials_in_the_norm && o8_ok=1
-      cat /tmp/screen144_nq.log /tmp/screen144_o8.log > "$OUT/screen144_tests.log"
-      echo "== tests pass: nq $nq_ok, o8 $o8_ok"
-      wait
-      trees=""
-      [ $o8_ok = 1 ] && trees="o8=.,CADENCE_GEMM64_TILES=$o8"
-      [ $nq_ok = 1 ] && trees="nq=.,CADENCE_NORM_IN_QKV=1 $trees"
-      screen_b64 "$trees" ;;
-    stamps142)  # perf-notes "Next device session", item 1: the stamps of this tree's b64 walk with the norms stamped
-      # (the `start` column: where the walk's 4.04 ms goes since #137 and #135 shipped, and each GEMM's release
-      # after o and down split into the norm's span and the launches'), then those of the code predictor's attention
-      # in 1 stage (#136's +0.10 ms: do its CTAs start beside qkv?), ~2 min
-      need_full
-      for tree in "new:" "cps1:CADENCE_CUDA_ATTENTION_STAGES=1"; do
-        echo "== stamps, ${tree%%:*} (${tree#*:})"
-        env ${tree#*:} timeout -k 10 -s INT 200 python3 benchmarks/walk_timeline.py --model $full --stamps \
-          --stamp-norms --batches 64 --json "$OUT/stamps_142_${tree%%:*}.json" 2>&1 | quiet | tail -16
-      done ;;
     walkab)  # changes A/B'd in one call: decode walks of this tree ("new") and of the trees in TREES (NAME=DIR
       # ..., e.g. `git archive` of earlier commits, carried; NAME=DIR,VAR=VALUE,... runs it with those
-      # environment variables: `early=.,CADENCE_PDL_TRIGGER_FIRST=1`), interleaved so drift shows; gpu
+      # environment variables: `sync=.,CUDA_LAUNCH_BLOCKING=1`), interleaved so drift shows; gpu
       # tests first. Every tree runs this tree's engine_steps.py (one harness) on its own package. Each
       # walk builds an engine with graphs for the timed batches only (--graph-buckets; ~30-45 s; the
       # engine's every bucket with WALKAB_ALL_BUCKETS=1, ~100 s), so a call fits ~8 walks:
@@ -169,16 +109,6 @@ walks.update({f.stem: json.loads(f.read_text()) for f in sorted(src.glob("*.json
 dst.write_text(json.dumps(walks, indent=1))
 PY
       ;;
-    trace93)  # perf-notes #93: the GEMM and attention kernel tests (the stamped GEMM's bits among them), then the
-      # stamps of a GEMM chain at 1, 16 and 64 rows and of the talker attention at 64 and 256 (~2-3 min)
-      timeout -k 10 -s INT 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_linear_kernels.py \
-        tests/test_attention_kernels.py 2>&1 | tee "$OUT/trace93_tests.log" | tail -3
-      timeout -k 10 -s INT 300 python3 benchmarks/kernel_trace.py --rows 1 16 64 --attention-rows 64 256 \
-        --json "$OUT/kernel_trace_93.json" ;;
-    stamps93)  # perf-notes #93: one decode walk at b1 and b64 with its GEMMs' and attentions' clock stamps (~3 min)
-      need_full
-      timeout -k 10 -s INT 400 python3 benchmarks/walk_timeline.py --model $full --stamps --batches 1,64 \
-        --json "$OUT/walk_stamps_93.json" 2>&1 | quiet | tail -60 ;;
     graphmem)  # perf-notes #62: graph memory with every capture on one stream, and an engine at the default KV size
       need_full
       timeout -k 10 -s INT 300 python3 -m pytest -q -x -p no:cacheprovider -m gpu tests/test_graph_capture.py \
@@ -186,31 +116,14 @@ PY
       timeout 300 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
         --batches 1,64 --context 500 --prompt-lengths 60 --codec-streams 1,64 --codec-frames 1,8 --steps 20 --warmup 5 \
         --json "$OUT/engine_steps_graphmem.json" 2>&1 | grep -Pv 'INFO(?!.*captured)' | tail -24 ;;
-    cpcheck)  # issue 4: the persistent code predictor's codes against the layer kernels', fp32 and bf16
-      need_full
-      for dt in bf16 fp32; do timeout 200 python3 benchmarks/code_predictor.py --model $full --dtype $dt --batches 8 --check \
-        2>&1 | quiet | tail -4; done ;;
-    persistent)  # issue 4: decode walks of 1-16 streams with the persistent code predictor and without
-      need_full
-      for rows in 16 0; do
-        timeout 400 python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton \
-          --batches 1,8,16 --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 20 --warmup 5 \
-          --kv-gb 20 --persistent-max-rows $rows --json "$OUT/engine_steps_persistent_$rows.json" 2>&1 | quiet | tail -14
-      done ;;
     profile64)  # issue 4: kernel breakdown of one decode walk at batch 64 (issue 4's 4 ms target)
       need_full
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 64 \
         --context 500 --prompt-lengths 60 --codec-streams 1 --codec-frames 1 --steps 3 --warmup 1 --kv-gb 20 \
         --profile 2>&1 | quiet | tee "$OUT/profile64.log" | tail -40 ;;
-    timeline)  # perf-notes #65: each kernel's start and end in the b1 / b64 walks' graph replays, both launch orders
-      need_full
-      for order in 0 1; do
-        CADENCE_PDL_TRIGGER_FIRST=$order timeout 240 python3 benchmarks/walk_timeline.py --model $full --batches 1,64 \
-          --walks 5 --json "$OUT/timeline_trigger$order.json" 2>&1 | quiet | tee "$OUT/timeline_trigger$order.log" | tail -30
-      done ;;
     pdl)  # issue 4: programmatic dependent launch (perf-notes #27): its gpu tests, then the walk with it
       need_full
-      CADENCE_PDL=1 timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
+      timeout -s INT 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
         tests/test_attention_kernels.py tests/test_fast_step.py 2>&1 | tee "$OUT/pdltests.log" | tail -8
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --pdl-max-rows 256 \
         --batches 1,8,64,128,256 --context 500 --prompt-lengths 60,250 --codec-streams 1,64 --codec-frames 1,8 \
@@ -249,25 +162,13 @@ PY
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --batches 1 \
         --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 --warmup 5 \
         --kv-gb 20 --json "$OUT/engine_steps_codec_float32.json" 2>&1 | quiet ;;
-    codecexact)  # issue 5: where the TF32 error comes from per stage; the codec and saturation in exact fp32
+    codecexact)  # issue 5: the codec and saturation in exact fp32
       need_full
-      python3 benchmarks/codec_precision.py --model $full --json "$OUT/codec_precision.json" 2>&1 | quiet
       python3 benchmarks/engine_steps.py --model $full --device cuda --attention-backend triton --no-codec-tf32 \
         --batches 1 --context 64 --prompt-lengths 60 --codec-streams 1,8,64 --codec-frames 1,2,8 --steps 20 \
         --warmup 5 --kv-gb 20 --json "$OUT/engine_steps_codec_exact.json" 2>&1 | quiet
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
         --kv-gb 40 --no-codec-tf32 --json "$OUT/engine_load_codec_exact.json" 2>&1 | quiet ;;
-    codecbuild)  # codec graph capture time and replay time, cuDNN autotuning on every graph vs none
-      need_full
-      for from in 1 0x7fffffff; do
-        python3 benchmarks/codec_build.py --model $full --autotune-from $from --json "$OUT/codec_build_$from.json" 2>&1 | quiet
-      done ;;
-    codeclimit)  # codec graph capture with fewer cuDNN algorithms tried a conv shape (benchmark_limit 1, 3; default 10)
-      need_full
-      for limit in ${CODEC_LIMITS:-1 3 10}; do
-        timeout 200 python3 benchmarks/codec_build.py --model $full --benchmark-limit $limit \
-          --json "$OUT/codec_build_limit_$limit.json" 2>&1 | quiet | head -3
-      done ;;
     lockstep)  # issue 5: 256 streams in lockstep with chunks growing by schedule alone (deadline off), against `load`
       need_full
       python3 benchmarks/engine_load.py --model $full --device cuda --streams 256 --frames 150 --ttfa-runs 5 \
@@ -313,7 +214,8 @@ PY
         --output-dir /tmp/sweep/open --label cadence-h200-open 2>&1 | tail -25
       kill -TERM $server; wait $server; echo "serve exited $?"; tail -5 /tmp/sweep/serve.log
       tar czf "$OUT/sweep.tgz" -C /tmp/sweep . ;;  # one file back (the device tool returns at most 8)
-    *)  # the phases of past sessions' calls (perf-notes rows name them), or an error
-      past_phase "$phase" ;;
+    *)
+      echo "h200.sh: no phase '$phase' (the phases are the cases of this script)" >&2
+      exit 2 ;;
   esac
 done

@@ -1,9 +1,8 @@
 """Launch-choice sweep of the paged decode attention (`triton_ops.paged_attention`) on the talker's
 shapes (16 query / 8 kv heads x 128, 16-token pages, bf16) at decode batch sizes: tokens per
 iteration, warps and the block loop's pipelining depth (`AttentionTiles`), and context splits.
-(Session 6 also swept a hand-written prefetch of the next block, since removed: it never won;
-docs/data/h200/paged_attention.json has its timings.) With --fused it times the decode kernel the
-walk runs up to 64 rows (`qk_norm_rope_attention`: the rows' QK-norm, RoPE and cache write too).
+With --fused it times the decode kernel the walk runs up to 64 rows (`qk_norm_rope_attention`: the
+rows' QK-norm, RoPE and cache write too).
 
 Each configuration is timed as one decode walk's attention: 28 calls, one per layer, each over its
 own layer's cache (so the KV comes from HBM, not L2, as in the engine), captured in one CUDA graph.
@@ -88,7 +87,7 @@ def random_layer(
 def decoder_layers(x: torch.Tensor, layers: list[FusedLayer], final_norm: torch.Tensor, eps: float, attend):
     """`layers` run over rows x as FusedStack's decode runs them (qkv GEMM, attention, o GEMM + norm,
     gate/up with SwiGLU, down GEMM + the next norm), each layer's attention output attend(i, its qkv
-    rows): here and in engine_attention.py, which must leave the attention out, as FusedStack cannot."""
+    rows): here, where the attention is left out, as FusedStack cannot."""
     h, residual = triton_ops.rms_norm(x, layers[0].ln1, eps)
     for i, L in enumerate(layers):
         a = attend(i, triton_ops.linear(h, L.wqkv))
@@ -175,7 +174,7 @@ def sweep_batch(
         for block_tokens, warps, stage in itertools.product((32, 64, 128), (4, 8), stages)
     ]  # fmt: skip
     timed = {}
-    cuda_contexts, cuda_attention.CONTEXTS = cuda_attention.CONTEXTS, "none"  # the Triton kernel's sweep
+    # the Triton kernel's sweep: without max_context the dispatcher leaves every call to it
     for tiles, splits in itertools.product(grid, splits_list):
         try:
             out = attend(triton_ops, *caches[0], splits, tiles).float()
@@ -188,7 +187,6 @@ def sweep_batch(
     if shipped not in timed:
         timed[shipped] = timed_ms(walk(*shipped)) - gemms_ms
     best = min(timed, key=timed.get)
-    cuda_attention.CONTEXTS = cuda_contexts
     cuda_ms = {}
     for stages in cuda_stages if fused and not layers else ():
         plan = cuda_attention.attention_plan(rows, HQ, HKV, D, PAGE, torch.bfloat16, min_rows=1)

@@ -1,10 +1,9 @@
 """PNG plots for docs/benchmarks.md from engine_steps.py JSON results.
 
-python benchmarks/plot_steps.py docs/data/h200/engine_steps_triton.json docs/img [CODEC_JSON [EXACT_JSON]]
+python benchmarks/plot_steps.py engine_steps.json docs/img [CODEC_JSON [EXACT_JSON]]
 
-CODEC_JSON: take the codec plot from another run: an engine_steps one (a codec-only one, say) or a
-benchmarks/codec_build.py one (every graph's replay time). EXACT_JSON: an engine_steps run of the
-codec in exact fp32 (--no-codec-tf32), drawn dashed.
+CODEC_JSON: take the codec plot from another engine_steps run (a codec-only one, say). EXACT_JSON: an
+engine_steps run of the codec in exact fp32 (--no-codec-tf32), drawn dashed.
 """
 
 from __future__ import annotations
@@ -20,16 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def codec_rows(data: dict) -> list[dict]:
-    """streams, frames, audio_s_per_s of an engine_steps result or a codec_build.py one."""
-    if "graphs" in data:
-        return [
-            {
-                "streams": g["batch"],
-                "frames": g["frames"],
-                "audio_s_per_s": g["batch"] * g["frames"] * 80 / g["replay_ms"],
-            }
-            for g in data["graphs"]
-        ]
+    """streams, frames, audio_s_per_s of an engine_steps result."""
     return data["codec"]
 
 

@@ -25,13 +25,6 @@ def blob(t: torch.Tensor | None) -> bytes:
     return struct.pack("<Q", len(data)) + data
 
 
-def split_stamps(out: bytes, ctas: int) -> tuple[bytes, torch.Tensor]:
-    """A driver's output without the CTAs' clock stamps it ends with, and those: [ctas, 6] int64,
-    each CTA's row as prelude.cuh's write_stamps writes it (zeros from a kernel built without STAMP)."""
-    cut = len(out) - ctas * 6 * 8
-    return out[:cut], torch.frombuffer(bytearray(out[cut:]), dtype=torch.int64).view(ctas, 6)
-
-
 def emulate(tmp_path: Path, driver: str, source: Path, defines, args: bytes) -> bytes:
     """Builds `driver` (tests/cuda_emulation/DRIVER.cpp) around `source` with the kernel's
     `defines`, runs it on `args` and returns its output file."""

@@ -76,8 +76,8 @@ def assert_pdl_graph_replays_eager(run, trigger_first: bool, replays: int = 5) -
 
 @contextlib.contextmanager
 def switched(module, name: str, value):
-    """An experiment switch that a module reads at call time (`module.name`, e.g. cuda_gemm64's
-    NORM_INSIDE) set to `value` for the block only."""
+    """A module constant read at call time (`module.name`, e.g. cuda_gemm64's MAX_ROWS) set to
+    `value` for the block only."""
     previous = getattr(module, name)
     setattr(module, name, value)
     try:
@@ -88,7 +88,7 @@ def switched(module, name: str, value):
 
 class Switched:
     """`fn` called with `module.name` set to `value` for each call only: a stack or a chain of ops
-    that a test runs, and captures in a graph, with an experiment switch on or off."""
+    that a test runs, and captures in a graph, with a module constant changed (`switched`)."""
 
     def __init__(self, fn, module, name: str, value):
         self.fn, self.module, self.name, self.value = fn, module, name, value

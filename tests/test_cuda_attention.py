@@ -6,13 +6,12 @@ plans (which calls it takes, their shared memory) are checked everywhere."""
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from pathlib import Path
 
 import pytest
 import torch
-from cuda_driver import blob, emulate, needs_gxx, split_stamps
+from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import decode_rows
 
 from cadence.kernels import torch_ops
@@ -30,8 +29,6 @@ def test_plans():
     plan = attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
     assert plan.heads_per_cta == 4 and plan.grid(64) == 128 and plan.threads == 160
     assert plan.smem <= 227 * 1024
-    two = dataclasses.replace(plan, warps_per_head=2)  # #109: 8 heads' warps and the copying warp
-    assert two.threads == 288 and two.grid(64) == 128 and plan.smem < two.smem <= 227 * 1024
     assert attention_plan(16, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 1
     assert attention_plan(32, 16, 8, 128, 16, torch.bfloat16, min_rows=1).heads_per_cta == 2
     assert attention_plan(8, 16, 8, 128, 16, torch.bfloat16) is None  # below MIN_ROWS
@@ -45,18 +42,17 @@ def test_plans():
 
 
 def _emulate(tmp_path: Path, plan: AttentionPlan, qkv, args, caches, rest) -> tuple[torch.Tensor, ...]:
-    """The kernel of `plan` on the CPU emulation; its output, the two caches after it and the CTAs'
-    clock stamps ([grid, 6] int64, zeros unless plan.stamp)."""
+    """The kernel of `plan` on the CPU emulation; its output and the two caches after it."""
     qn, kn, eps, cos, sin, pos = args
     slots, bt, ctx, scale = rest[:4]
     grid = plan.grid(qkv.shape[0])
     tensors = b"".join(blob(t) for t in (qkv, qn, kn, cos, sin, *caches, pos, slots, ctx, bt))
     scalars = struct.pack("<qqqdd", bt.stride(0), grid, plan.smem, scale, eps)
-    out, stamps = split_stamps(emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars), grid)
+    out = emulate(tmp_path, "attention_driver", SOURCE, plan.defines, tensors + scalars)
     raw = torch.frombuffer(bytearray(out), dtype=torch.bfloat16)
     n_out = qkv.shape[0] * plan.heads * plan.head_dim
     k, v = raw[n_out:].chunk(2)
-    return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1]), stamps
+    return raw[:n_out].view(qkv.shape[0], -1), k.view_as(caches[0]), v.view_as(caches[1])
 
 
 def _check(qkv, args, caches, rest, out: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -73,14 +69,14 @@ def _check(qkv, args, caches, rest, out: torch.Tensor, k: torch.Tensor, v: torch
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "heads,contexts,per_cta,stages,warps",
-    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2, 1),  # the talker's heads; pages reissued past 2 in flight
-     ((16, 8), [5, 48, 49], 2, 3, 1),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
-     ((16, 8), [1, 2, 16, 17, 40], 4, 1, 1),  # one stage (#136): each page after the first waits for it to empty
-     ((8, 8), [20, 64], 1, 2, 1),  # one query head a kv head (half of D's columns unused)
-     ((16, 8), [1, 2, 17, 49, 100], 4, 4, 2)],  # two warps a kv head (#109): none, one, odd and even pages
+    "heads,contexts,per_cta,stages",
+    [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2),  # the talker's heads; pages reissued past 2 in flight
+     ((16, 8), [5, 48, 49], 2, 3),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
+     ((16, 8), [1, 2, 16, 17, 40], 4, 1),  # one stage (#136): each page after the first waits for it to empty
+     ((8, 8), [20, 64], 1, 2),  # one query head a kv head (half of D's columns unused)
+     ((16, 8), [1, 2, 17, 49, 100], 4, 4)],  # four stages: none, one, odd and even pages
 )  # fmt: skip
-def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, warps):
+def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
     """The kernel's source run on the CPU (every CUDA thread a fiber; bulk copies, mbarriers and
     mma.sync emulated): contexts of one token (no cached page), partial and whole last pages and
     more pages than stages; the new tokens' cache cells NaN beforehand (a kernel that reads them, or
@@ -88,9 +84,8 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages, war
     the new keys and values written where the definition writes them."""
     hq, hkv = heads
     qkv, args, caches, rest = decode_rows((hq, hkv, 128, 16, contexts), torch.bfloat16, seed=7, device="cpu")
-    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages, warps_per_head=warps)
-    out, k, v, stamps = _emulate(tmp_path, plan, qkv, args, caches, rest)
-    assert not stamps.any()  # no clock stamps unless asked for
+    plan = AttentionPlan(hq, hkv, 128, 16, per_cta, stages=stages)
+    out, k, v = _emulate(tmp_path, plan, qkv, args, caches, rest)
     _check(qkv, args, caches, rest, out, k, v)
 
 
@@ -107,27 +102,8 @@ def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, per_cta, stages):
                                           device="cpu", new_tokens=2)  # fmt: skip
     plan = AttentionPlan(16, 8, 128, 16, per_cta, stages=stages, new_tokens=2)
     assert plan.grid(qkv.shape[0]) == 5 * 8 // per_cta
-    out, k, v, _ = _emulate(tmp_path, plan, qkv, args, caches, rest)
+    out, k, v = _emulate(tmp_path, plan, qkv, args, caches, rest)
     _check(qkv, args, caches, rest, out, k, v)
-
-
-@needs_gxx
-def test_clock_stamps_on_the_cpu(tmp_path):
-    """Built with STAMP (a traced walk, walk_timeline.py --stamps), thread 0 of every CTA writes its
-    row: start <= page table loaded <= wait returned <= pages done <= end, and its SM; the output is
-    the one without stamps."""
-    qkv, args, caches, rest = decode_rows((16, 8, 128, 16, [3, 40]), torch.bfloat16, seed=3, device="cpu")
-    plain = AttentionPlan(16, 8, 128, 16, 4, stages=2)
-    for d in ("plain", "stamped"):
-        (tmp_path / d).mkdir()
-    want, *_ = _emulate(tmp_path / "plain", plain, qkv, args, [c.clone() for c in caches], rest)
-    stamped = dataclasses.replace(plain, stamp=True)
-    out, _, _, stamps = _emulate(tmp_path / "stamped", stamped, qkv, args, [c.clone() for c in caches], rest)
-    assert torch.equal(out, want)
-    times = stamps[:, :5]
-    assert (times[:, 4] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()  # written, in order
-    assert (times[2:, 3] > times[2:, 2]).all()  # the 40-token row's CTAs spend time on its 3 pages
-    assert stamps[:, 5].tolist() == list(range(plain.grid(2)))  # the emulation's SM: the CTA
 
 
 gpu = pytest.mark.gpu
@@ -161,27 +137,27 @@ def test_matches_definition_on_the_gpu(rows, min_rows):
 
 @gpu
 @pytest.mark.parametrize("trigger_first", [False, True])
-def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first, monkeypatch):
+def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
     """As the walk runs it: captured in a CUDA graph, launched under PDL behind the Triton kernel
     that writes its qkv rows (a copy through triton_ops.linear with an identity weight), the pages
-    on their way before the wait. Replayed with new qkv rows: the definition's outputs each time."""
-    _cuda()
-    from cadence.kernels import cuda_attention, triton_ops
-
-    monkeypatch.setattr(cuda_attention, "CONTEXTS", "all")  # the dispatcher takes the CUDA kernel
+    on their way before the wait; over the talker's contexts of up to 540 tokens (many pages a row).
+    Replayed with new qkv rows: the definition's outputs each time."""
+    attend = _cuda()
+    from cadence.kernels import triton_ops
     from cadence.kernels.triton_launch import pdl_settings
 
     rows = 64
     qkv, args, caches, rest = _talker_rows(rows, seed=3)
+    plan = attention_plan(rows, *TALKER[:2], 128, 16, torch.bfloat16)
     eye = torch.eye(qkv.shape[1], device="cuda", dtype=torch.bfloat16)
     source = qkv.clone()
     base = [c.clone() for c in caches]
     with pdl_settings(True, trigger_first):
-        triton_ops.qk_norm_rope_attention(triton_ops.linear(source, eye), *args, *caches, *rest)  # compile
+        attend(triton_ops.linear(source, eye), *args, *caches, *rest, plan=plan)  # compile
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = triton_ops.qk_norm_rope_attention(triton_ops.linear(source, eye), *args, *caches, *rest)
+            out = attend(triton_ops.linear(source, eye), *args, *caches, *rest, plan=plan)
     for replay in range(3):
         source.copy_(torch.randn(source.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(replay)))
         for c, b in zip(caches, base, strict=True):
@@ -194,16 +170,15 @@ def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first, monkeypatch)
 
 
 @gpu
-def test_the_first_pass_on_the_gpu(monkeypatch):
-    """The code predictor's first pass at b64 (perf-notes #137: 64 streams of two new tokens, with
-    CADENCE_CUDA_ATTENTION_FIRST_PASS): the dispatcher takes the kernel, captured in a graph under
+def test_the_first_pass_on_the_gpu():
+    """The code predictor's first pass at b64 (perf-notes #137: 64 streams of two new tokens): the
+    dispatcher takes the kernel, captured in a graph under
     trigger-first PDL behind the Triton kernel that writes its qkv rows; the definition's outputs and
     caches, for the first pass's contexts (2) and longer ones."""
     _cuda()
     from cadence.kernels import cuda_attention, triton_ops
     from cadence.kernels.triton_launch import pdl_settings
 
-    monkeypatch.setattr(cuda_attention, "FIRST_PASS", True)
     contexts = [2] * 60 + [3, 16, 17, 32]
     qkv, args, caches, rest = decode_rows((*TALKER, contexts), torch.bfloat16, seed=5, device="cuda", new_tokens=2)
     plan = cuda_attention.decode_plan(qkv, caches[0], rest[1], *TALKER[:2], max_context=32, new_tokens=2)
@@ -225,24 +200,3 @@ def test_the_first_pass_on_the_gpu(monkeypatch):
         c.copy_(b)
     graph.replay()
     _check(qkv, args, caches, rest, out, *mine)
-
-
-@gpu
-def test_clock_stamps_on_the_gpu():
-    """Inside triton_launch.trace_kernels (walk_timeline.py --stamps) the call is named in the trace
-    and its CTAs' stamps are the GPU's clock, in order, from the SMs; its output is the unstamped one."""
-    attend = _cuda()
-    from cadence.kernels.triton_launch import trace_kernels
-
-    qkv, args, caches, rest = _talker_rows(64, seed=11)
-    plan = attention_plan(64, *TALKER[:2], 128, 16, torch.bfloat16)
-    want = attend(qkv, *args, *[c.clone() for c in caches], *rest, plan=plan)
-    with trace_kernels(4, torch.device("cuda"), programs=256) as trace:
-        got = attend(qkv, *args, *[c.clone() for c in caches], *rest, plan=plan)
-        torch.cuda.synchronize()
-        stamps = trace.by_call()
-    assert trace.calls == [("cuda attention 64x2", plan.grid(64))]
-    assert torch.equal(got, want)
-    times = stamps[0, : plan.grid(64), :5]
-    assert (times[:, 0] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()
-    assert (stamps[0, : plan.grid(64), 5] < torch.cuda.get_device_properties(0).multi_processor_count).all()

@@ -25,7 +25,7 @@ TALKER = AttentionShape(16, 8, 128, 16)
 
 
 def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
-    """(source, defines) of the plans the 0.6B's walks serve, and of their traced (STAMP) builds."""
+    """(source, defines) of the plans the 0.6B's walks serve (the 64-row graphs launch trigger first)."""
     attention = cuda_attention.attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
     sampler = cuda_sampler.SamplerPlan
     code0 = sampler(3072, True, True, True, True, True, 512, threads=cuda_sampler.threads_for(3072))
@@ -37,45 +37,21 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
     }
     plans = {
         "decode attention": (cuda_attention.SOURCE, attention.defines),
-        "decode attention, traced, trigger first": (
-            cuda_attention.SOURCE, dataclasses.replace(attention, stamp=True, trigger_first=True).defines),
+        "decode attention, trigger first": (
+            cuda_attention.SOURCE, dataclasses.replace(attention, trigger_first=True).defines),
         "decode attention, two new tokens a stream (the first pass, #137)": (
             cuda_attention.SOURCE,
             cuda_attention.attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2).defines),
         "gemm64 qkv": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(4096, 1024, 64).defines),
         "gemm64 gate/up": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True).defines),
-        "gemm64 gate/up 4x1 warps": (
+        "gemm64 gate/up, trigger first": (
             cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), warp_ks=1).defines,
-        ),
-        "gemm64 gate/up 4x2 warps, 16 steps in flight": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), warp_ks=2, batch=16).defines,
-        ),
-        "gemm64 qkv ablations (benchmarks/gemm64.py)": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), ablate=3).defines,
-        ),
-        "gemm64 qkv 4x2 warps, 16 steps in flight": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(4096, 1024, 64), warp_ks=2, batch=16).defines,
-        ),
-        "gemm64 gate/up with the norm inside (#143), and stamped": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), norm_parts=4, part_rows=64,
-                                stamp=True, trigger_first=True).defines,
-        ),
-        "gemm64 gate/up with the norm inside, 48 rows": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 48, swiglu=True), norm_parts=4,
-                                part_rows=64).defines,
-        ),
+            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), trigger_first=True).defines),
         "sampler code0": (cuda_sampler.SOURCE, code0.defines),
         "sampler codes": (cuda_sampler.SOURCE, codes.defines),
     }  # fmt: skip
     for name, plan in slabs.items():
         plans[f"slab {name}"] = (cuda_gemv.SOURCE, plan.defines)
-    plans["slab qkv, traced"] = (cuda_gemv.SOURCE, dataclasses.replace(slabs["qkv with its norm"], stamp=True).defines)
     return plans
 
 

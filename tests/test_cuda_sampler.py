@@ -44,7 +44,7 @@ def test_plan_keys_and_shared_memory():
     assert SamplerPlan(3072, True, True, True, True, True, 512).key_bits == 32  # the penalty's products
     assert SamplerPlan(2048, False, False, False, False, False, 0).key_bits == 32  # fp32 logits
     assert plan.smem >= 2 * 256 * 4 + 8 + 8 * 16
-    assert (threads_for(2048), threads_for(3072)) == (256, 512)  # the walk's two calls (benchmarks/sampler.py)
+    assert (threads_for(2048), threads_for(3072)) == (256, 512)  # the walk's two calls
 
 
 def _tables(slots: int, v: int, g: torch.Generator, device: str = "cpu") -> dict:

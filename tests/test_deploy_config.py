@@ -66,10 +66,6 @@ voice_map: {alloy: ryan}
             "engine:\n  codec_dtype: fp16\n",
             "deploy.yaml:2: engine.codec_dtype: 'fp16' is not allowed; allowed: float32, bfloat16, float16",
         ),
-        (
-            "engine:\n  persistent_kernel: cutlass\n",
-            "deploy.yaml:2: engine.persistent_kernel: 'cutlass' is not allowed; allowed: triton, cuda, cuda-ll",
-        ),
         ("placement:\n  device: gpu0\n", "deploy.yaml:2: placement.device: 'gpu0' is not a device; allowed: auto, cpu"),
         ("dummy_weights: 1\n", "deploy.yaml:1: dummy_weights: expected true or false, got '1'"),
         ("engine:\n  graph_buckets: [8, 4]\n", "deploy.yaml:2: engine.graph_buckets: graph buckets must be increasing"),

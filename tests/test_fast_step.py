@@ -229,14 +229,3 @@ def test_prefill_inputs_layout(model):
     assert inputs[7].tolist() == [2, 4, 0, 0, 0, 0, 0, 0]
     assert inputs[8].tolist() == [5, 2, dummy, dummy, dummy, dummy, dummy, dummy]
     assert fast.prefill_buckets[-1] == core.config.prefill_token_budget
-
-
-def test_persistent_kernel_choice_is_validated(model):
-    """EngineConfig.persistent_kernel names an implementation; the CUDA one refuses a device without
-    compute capability 9.0 with a clear error instead of failing inside NVRTC or the launch."""
-    with pytest.raises(ValueError, match="unknown persistent kernel 'cutlass'; allowed: triton, cuda, cuda-ll"):
-        config(persistent_kernel="cutlass")
-    fast = build_core(model, config(attention_backend="torch")).talker.fast
-    if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="compute capability 9.0"):
-            fast._persistent_code_predictor(4, "cuda")

@@ -6,13 +6,12 @@ definition: its source run on the CPU emulation for small shapes, the kernel its
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from pathlib import Path
 
 import pytest
 import torch
-from cuda_driver import blob, emulate, needs_gxx, split_stamps
+from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import Switched, assert_pdl_graph_replays_eager
 from test_slab_gemv import _reference as slab_reference
 
@@ -43,36 +42,20 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
     assert gemm64_plan(4096, 1024, 65) is None and gemm64_plan(4096, 1000, 64) is None
 
 
-def test_the_switch_names_all_none_or_some_weights():
-    parse = cuda_gemm64._shapes_switch
-    assert parse("1") is True and parse("0") is False and parse("") is False and parse("swiglu") == "swiglu"
-    assert parse("4096x1024+6144x1024") == {(4096, 1024), (6144, 1024)}
-    with pytest.raises(ValueError, match="CADENCE_GEMM64"):
-        parse("qkv")
-
-
-def test_route_takes_only_what_the_switch_and_the_device_allow(monkeypatch):
-    """bf16 rows of 33-64 on a Hopper GPU, for the weights the switch names: by default (`swiglu`) the
-    gate/up GEMMs only (perf-notes #127), or every shape, or those named; none when off."""
-    x, w = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(4096, 1024, dtype=torch.bfloat16)
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", False)
-    assert cuda_gemm64.route(x, w) is None
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", True)
-    assert cuda_gemm64.route(x, w) is None  # on the CPU
+def test_route_takes_the_swiglu_gemm_at_33_to_64_bf16_rows_on_hopper(monkeypatch):
+    """The MLP's gate/up with SwiGLU (perf-notes #127): bf16 rows of 33-64 on a Hopper GPU; not on the
+    CPU, not at other row counts or in fp32."""
+    x, gate_up = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(6144, 1024, dtype=torch.bfloat16)
+    assert cuda_gemm64.route(x, gate_up) is None  # on the CPU
     monkeypatch.setattr(cuda_gemm64, "gemm64_supported", lambda device: True)
     monkeypatch.setattr(cuda_gemm64, "ctas_for", lambda device: 132)
     fake_cuda = type("X", (), {"shape": x.shape, "dtype": x.dtype, "device": torch.device("cuda", 0)})()
-    assert cuda_gemm64.route(fake_cuda, w) == gemm64_plan(4096, 1024, 64)
-    assert cuda_gemm64.route(fake_cuda, torch.zeros(6144, 1024, dtype=torch.bfloat16), swiglu=True).swiglu
+    assert cuda_gemm64.route(fake_cuda, gate_up) == gemm64_plan(3072, 1024, 64, swiglu=True)
     for rows in (32, 65):
         short = type("X", (), {"shape": (rows, 1024), "dtype": x.dtype, "device": fake_cuda.device})()
-        assert cuda_gemm64.route(short, w) is None
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", frozenset({(6144, 1024)}))
-    assert cuda_gemm64.route(fake_cuda, w) is None
-    gate_up = torch.zeros(6144, 1024, dtype=torch.bfloat16)
-    monkeypatch.setattr(cuda_gemm64, "ENABLED", cuda_gemm64._shapes_switch(cuda_gemm64.DEFAULT_SHAPES))
-    assert cuda_gemm64.route(fake_cuda, w) is None  # the default: gate/up (SwiGLU) only
-    assert cuda_gemm64.route(fake_cuda, gate_up, swiglu=True) == gemm64_plan(3072, 1024, 64, swiglu=True)
+        assert cuda_gemm64.route(short, gate_up) is None
+    fp32 = type("X", (), {"shape": x.shape, "dtype": torch.float32, "device": fake_cuda.device})()
+    assert cuda_gemm64.route(fp32, gate_up.float()) is None
 
 
 def test_gemm64_linear_refuses_what_does_not_fit_its_plan():
@@ -95,167 +78,33 @@ def _case(g: torch.Generator, m: int, n: int, k: int, swiglu: bool, device="cpu"
     return x, w
 
 
-def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel of `plan` built for the CPU emulation and run on x, w: y [m, n] and the CTAs'
-    clock stamps ([grid, 6], zeros unless plan.stamp)."""
+def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The kernel of `plan` built for the CPU emulation and run on x, w: y [m, n]."""
     args = blob(x) + blob(w) + struct.pack("<qqq", plan.n, plan.grid, plan.smem)
-    out, stamps = split_stamps(emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args), plan.grid)
-    return torch.frombuffer(bytearray(out), dtype=torch.bfloat16).view(plan.m, plan.n), stamps
+    out = emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args)
+    return torch.frombuffer(bytearray(out), dtype=torch.bfloat16).view(plan.m, plan.n)
 
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "m,k,swiglu,padded,warp_ks",
-    [(64, 256, False, True, 4), (48, 384, True, True, 4), (33, 256, False, True, 4), (5, 128, True, True, 4),
-     (64, 256, True, False, 4), (40, 384, False, False, 4), (64, 256, True, True, 1), (48, 384, False, True, 1),
-     (5, 128, False, False, 1), (64, 256, True, True, 2), (33, 512, False, True, 2), (48, 1024, True, True, 2)],
+    "m,k,swiglu",
+    [(64, 256, False), (48, 384, True), (33, 256, False), (5, 128, True), (64, 256, True), (40, 384, False),
+     (33, 512, False), (48, 1024, True)],
 )  # fmt: skip
-def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu, padded, warp_ks):
+def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu):
     """The kernel's source on the CPU emulation (every CUDA thread a fiber; the bulk copies,
     mbarriers and mma.sync emulated): 40 outputs over four CTAs of 12 rows (the last with 4, so its
     tiles reach past the slab); 64 rows, 48 (an odd count of m16 tiles: one warp row has a tile
-    past the input), 33 (a tile of one row), 5; K in 2-step and 3-step warp quarters; SwiGLU; the
-    slab as a copy a padded row and as one copy; and the 4 x 1 and 4 x 2 warps of #127 (each warp
-    an m16 tile over all of K or half of it; at 48, 33 and 5 rows some warps have no tile). Within a
-    bf16 rounding step of the definition (the sums add in another order)."""
+    past the input), 40, 33 (a tile of one row), 5; K in 2-step to 8-step warp quarters; SwiGLU.
+    Within a bf16 rounding step of the definition (the sums add in another order)."""
     n = 40
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12, padded=padded, warp_ks=warp_ks, batch=16 if warp_ks == 2 else 8)
-    assert plan.threads == {4: 256, 2: 256, 1: 128}[warp_ks]
+    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12)
+    assert plan.threads == 256
     x, w = _case(torch.Generator().manual_seed(m * k), m, n, k, swiglu)
-    y, stamps = _emulate(tmp_path, plan, x, w)
-    assert not stamps.any()
+    y = _emulate(tmp_path, plan, x, w)
     ref = _reference(x, w, swiglu)
     assert torch.isfinite(y).all()
     assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
-
-
-@needs_gxx
-def test_gemm64_ablation_without_the_sums_stores_each_warps_dots(tmp_path):
-    """benchmarks/gemm64.py's ablation 3 (the K shares' sums left out, to time the loop without its
-    tail): each warp stores its own share of the outputs it owns, so with one share (4 x 1 warps)
-    the result is still the product; with four every output is one quarter's dots, and all four
-    quarters own some."""
-    n, k, m = 40, 256, 48
-    x, w = _case(torch.Generator().manual_seed(5), m, n, k, False)
-    one = Gemm64Plan(n, k, m, False, rows_per_cta=12, warp_ks=1, ablate=3)
-    y, _ = _emulate(tmp_path, one, x, w)
-    ref = _reference(x, w, False)
-    assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
-    (tmp_path / "quarters").mkdir()
-    quarter, _ = _emulate(tmp_path / "quarters", dataclasses.replace(one, warp_ks=4), x, w)
-    shares = torch.stack([_reference(x[:, q * k // 4 : (q + 1) * k // 4], w[:, q * k // 4 : (q + 1) * k // 4], False)
-                          for q in range(4)])  # fmt: skip
-    error = (quarter.float()[None] - shares).abs()  # [share, m, n]
-    assert (error.min(0).values <= 1e-2 * shares.abs().max()).all()
-    assert set(error.argmin(0).unique().tolist()) == {0, 1, 2, 3}
-
-
-@needs_gxx
-def test_gemm64_clock_stamps_on_the_cpu(tmp_path):
-    """Built with STAMP (walk_timeline.py --stamps), thread 0 of every CTA writes its row in order;
-    y is the one without stamps."""
-    n, k, m = 40, 256, 40
-    x, w = _case(torch.Generator().manual_seed(3), m, n, k, False)
-    plain = Gemm64Plan(n, k, m, False, rows_per_cta=12)
-    runs = {}
-    for stamp in (False, True):
-        (tmp_path / str(stamp)).mkdir()
-        runs[stamp] = _emulate(tmp_path / str(stamp), dataclasses.replace(plain, stamp=stamp), x, w)
-    assert torch.equal(runs[True][0], runs[False][0])
-    times = runs[True][1][:, :5]
-    assert (times[:, 4] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()
-    assert (times[:, 3] > times[:, 2]).all()
-
-
-def _norm_case(g: torch.Generator, parts: int, part_rows: int, m: int, k: int, device="cpu"):
-    """A split-K GEMM's fp32 partials (rows past m filled too: they must not be read), a residual and
-    a norm weight, as the norm after o sees them."""
-    partials = torch.randn(parts, part_rows, k, generator=g, device=device) * 2
-    residual = torch.randn(m, k, generator=g, device=device).to(torch.bfloat16)
-    norm_w = (1 + 0.1 * torch.randn(k, generator=g, device=device)).to(torch.bfloat16)
-    return partials, residual, norm_w
-
-
-def _norm_reference(partials, residual, norm_w, eps: float, m: int):
-    """The norm after a split-K GEMM as defined (torch_ops): the partials added in split order from 0 and
-    rounded, the residual added and rounded (the sum), then RMSNorm rounded and times the weight."""
-    from cadence.kernels import torch_ops
-
-    x = torch.zeros_like(partials[0, :m])
-    for part in partials[:, :m]:
-        x = x + part
-    normed, total = torch_ops.rms_norm(x.to(residual.dtype), norm_w, eps, residual)
-    return normed, total
-
-
-def _emulate_norm(tmp_path: Path, plan: Gemm64Plan, partials, residual, norm_w, w, eps: float):
-    """The kernel with the norm inside (plan.norm_parts) on the CPU emulation: y, the sum, the normed
-    rows and the sync words (3 counters and a flag a row) as the kernel left them."""
-    m, k = residual.shape
-    args = blob(torch.zeros(m, k, dtype=torch.bfloat16)) + blob(w) + struct.pack("<qqq", plan.n, plan.grid, plan.smem)
-    args += blob(partials.contiguous()) + blob(residual) + blob(norm_w) + struct.pack("<d", eps)
-    out, _ = split_stamps(emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args), plan.grid)
-    y_bytes, row_bytes = m * plan.n * 2, m * k * 2
-    y = torch.frombuffer(bytearray(out[:y_bytes]), dtype=torch.bfloat16).view(m, plan.n)
-    total = torch.frombuffer(bytearray(out[y_bytes : y_bytes + row_bytes]), dtype=torch.bfloat16).view(m, k)
-    normed = torch.frombuffer(bytearray(out[y_bytes + row_bytes : y_bytes + 2 * row_bytes]), dtype=torch.bfloat16)
-    counters = struct.unpack(f"<{3 + m}I", out[y_bytes + 2 * row_bytes :])
-    return y, total, normed.view(m, k), counters
-
-
-@needs_gxx
-@pytest.mark.parametrize(
-    "m,k,swiglu,parts,grid",
-    [(48, 256, True, 4, 4), (33, 512, False, 2, 5), (64, 256, True, 4, 2), (5, 1024, True, 3, 4),
-     (5, 256, False, 4, 8), (40, 256, True, 8, 4)],
-)  # fmt: skip
-def test_gemm64_with_the_norm_inside_on_the_cpu(tmp_path, m, k, swiglu, parts, grid):
-    """NORM_PARTS (perf-notes #143): the kernel makes its input rows from a split-K GEMM's partials,
-    the residual and the norm's weight, CTA b row b and the CTAs' tickets the rest, and all of them
-    wait for every row before their dots. With fewer CTAs than rows (most rows are taken by tickets,
-    and tickets for rows whose CTA holds them lose: the rows no CTA owns get made, no CTA waits on one
-    that has not started), with more CTAs than rows, and with partials of more rows than M (64-row
-    tiles, stale rows after M), and o's partials in 8 (#146). The sum (the next residual) is the
-    definition's bits; the normed rows within a bf16 step of it (the sum of squares adds in another
-    order); y within the GEMM's tolerance of the definition on those rows; the counters and flags
-    zeroed for the next call."""
-    eps = 1e-6
-    n = 40
-    part_rows = 64
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=n // grid, ctas=grid, norm_parts=parts, part_rows=part_rows)
-    g = torch.Generator().manual_seed(m + k + parts)
-    partials, residual, norm_w = _norm_case(g, parts, part_rows, m, k)
-    _, w = _case(g, m, n, k, swiglu)
-    y, total, normed, counters = _emulate_norm(tmp_path, plan, partials, residual, norm_w, w, eps)
-    want_normed, want_total = _norm_reference(partials, residual, norm_w, eps, m)
-    assert torch.equal(total, want_total)
-    step = want_normed.float().abs().clamp_min(1e-3) * 2**-7  # one bf16 rounding step
-    assert ((normed.float() - want_normed.float()).abs() <= step).all()
-    ref = _reference(normed, w, swiglu)  # y is the GEMM of the rows the kernel made
-    assert torch.isfinite(y).all() and (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
-    assert not any(counters)
-
-
-def test_the_norm_inside_is_part_of_the_plan_only_when_asked():
-    """The shipped instance keeps its defines (its NVRTC build); the norm inside adds its two and 48
-    bytes of shared memory (the claimed row, the warps' sums)."""
-    plan = gemm64_plan(3072, 1024, 64, swiglu=True)
-    inside = dataclasses.replace(plan, norm_parts=4, part_rows=64)
-    assert not {"NORM_PARTS", "PART_ROWS"} & {name for name, _ in plan.defines}
-    assert dict(inside.defines)["NORM_PARTS"] == 4 and dict(inside.defines)["PART_ROWS"] == 64
-    assert inside.smem == plan.smem + 48 and inside.smem <= SMEM_LIMIT
-
-
-def test_gemm64_norm_linear_refuses_what_does_not_fit_its_plan():
-    plan = dataclasses.replace(gemm64_plan(3072, 1024, 48, swiglu=True), norm_parts=4, part_rows=64)
-    w = torch.zeros(6144, 1024, dtype=torch.bfloat16)
-    residual, norm_w = torch.zeros(48, 1024, dtype=torch.bfloat16), torch.ones(1024, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="partials"):
-        cuda_gemm64.gemm64_norm_linear(torch.zeros(2, 64, 1024), residual, norm_w, 1e-6, w, plan)
-    with pytest.raises(ValueError, match="partials"):
-        cuda_gemm64.gemm64_norm_linear(torch.zeros(4, 48, 1024), residual, norm_w, 1e-6, w, plan)
-    with pytest.raises(ValueError, match="do not fit"):
-        cuda_gemm64.gemm64_norm_linear(torch.zeros(4, 64, 1024), residual[:40], norm_w, 1e-6, w, plan)
 
 
 @pytest.mark.parametrize("m", [33, 48, 64])
@@ -312,10 +161,10 @@ def _decode_case(seed: int):
 @pytest.mark.gpu
 @needs_hopper
 def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatch):
-    """Three full-size layers decoding 64 streams over a paged cache of 40 earlier tokens: with the
-    switch on (qkv and gate/up on this kernel) the hidden states and cache writes are within bf16
-    rounding of the Triton and cuBLAS route's, eagerly and replayed from a graph captured with PDL
-    (test_slab_gemv's check), and the kernel did run."""
+    """Three full-size layers decoding 64 streams over a paged cache of 40 earlier tokens: with
+    gate/up on this kernel the hidden states and cache writes are within bf16 rounding of the
+    Triton and cuBLAS route's (the kernel's row range emptied), eagerly and replayed from a graph
+    captured with PDL (test_slab_gemv's check), and the kernel did run."""
     from test_slab_gemv import _check_against_layer_kernels, _stack
 
     from cadence.kernels import triton_ops
@@ -326,78 +175,6 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     monkeypatch.setattr(cuda_gemm64, "gemm64_linear", lambda x, w, plan: calls.append(plan) or real(x, w, plan))
     fused = FusedStack(_stack(), triton_ops, 64)
     x, index, k0, v0 = _decode_case(64)
-    off, on = (Switched(fused, cuda_gemm64, "ENABLED", value) for value in (False, True))
-    _check_against_layer_kernels(off, on, x, index, k0, v0, decode=True)
-    assert {(p.n, p.swiglu) for p in calls} == {(4096, False), (3072, True)}
-
-
-def _o_norm_gate_up_case(m: int):
-    g = torch.Generator(device="cuda").manual_seed(143 + m)
-    attn = torch.randn(m, 2048, generator=g, device="cuda").to(torch.bfloat16)
-    wo = (torch.randn(1024, 2048, generator=g, device="cuda") / 2048**0.5).to(torch.bfloat16)
-    residual = torch.randn(m, 1024, generator=g, device="cuda").to(torch.bfloat16)
-    norm_w = (1 + 0.1 * torch.randn(1024, generator=g, device="cuda")).to(torch.bfloat16)
-    wgu = (torch.randn(6144, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
-    return attn, wo, norm_w, 1e-6, residual, wgu
-
-
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("m", [33, 48, 64])
-def test_the_norm_inside_gate_up_matches_the_norm_kernel(m, monkeypatch):
-    """linear_rms_norm_swiglu at the 0.6B's shapes with the norm inside gate/up's kernel (#143) and
-    with the norm kernel between o and gate/up: the sum (the next residual) the same bits, the MLP's
-    activations within a bf16 rounding step of the unfused path's (the normed rows may differ in the
-    last bit: the sums of squares add in another order), and the kernel did take the norm."""
-    from cadence.kernels import triton_ops
-
-    case = _o_norm_gate_up_case(m)
-    assert triton_ops._norm_inside_plan(case[0], case[1], case[4], case[5]) is None  # the switch is off
-    want_act, want_total = triton_ops.linear_rms_norm_swiglu(*case)
-    monkeypatch.setattr(cuda_gemm64, "NORM_INSIDE", True)
-    plan = triton_ops._norm_inside_plan(case[0], case[1], case[4], case[5])
-    act, total = triton_ops.linear_rms_norm_swiglu(*case)
-    assert plan is not None and plan.norm_parts == 4 and plan.part_rows == 64
-    assert torch.equal(total, want_total)
-    assert (act.float() - want_act.float()).abs().max() <= 2e-2 * want_act.float().abs().max()
-
-
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("trigger_first", [False, True])
-def test_the_norm_inside_gate_up_in_a_pdl_graph_replays_the_eager_bits(trigger_first):
-    """Three layers' o, norm and gate/up chained in a CUDA graph with PDL, replayed five times: every
-    replay gives the eager launches' bits, so each call leaves the row counters zeroed for the next
-    (the three calls share them: one shape) and no CTA reads a row before it is made."""
-    from cadence.kernels.triton_ops import linear_rms_norm_swiglu
-
-    attn, wo, norm_w, eps, residual, wgu = _o_norm_gate_up_case(64)
-
-    def chain():
-        res, x = residual, attn
-        for _ in range(3):
-            act, res = linear_rms_norm_swiglu(x, wo, norm_w, eps, res, wgu)
-            x = act[:, :2048] * 4  # the next layer's "attention" rows (elementwise: no cuBLAS in the graph)
-        return act, res
-
-    assert_pdl_graph_replays_eager(Switched(chain, cuda_gemm64, "NORM_INSIDE", True), trigger_first)
-
-
-@pytest.mark.gpu
-@needs_hopper
-def test_stack_at_64_rows_with_the_norm_inside_gate_up_matches_the_norm_kernels(monkeypatch):
-    """test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route with the norm after o inside
-    gate/up's kernel: within bf16 rounding of the stack without it, eagerly and from a graph."""
-    from test_slab_gemv import _check_against_layer_kernels, _stack
-
-    from cadence.kernels import triton_ops
-    from cadence.models.qwen3_tts.fused_stack import FusedStack
-
-    calls = []
-    real = cuda_gemm64.gemm64_norm_linear
-    monkeypatch.setattr(cuda_gemm64, "gemm64_norm_linear", lambda *a: calls.append(a[-1]) or real(*a))
-    fused = FusedStack(_stack(), triton_ops, 64)
-    x, index, k0, v0 = _decode_case(143)
-    off, on = (Switched(fused, cuda_gemm64, "NORM_INSIDE", value) for value in (False, True))
-    _check_against_layer_kernels(off, on, x, index, k0, v0, decode=True)
-    assert calls and {(p.n, p.norm_parts) for p in calls} == {(3072, 4)}
+    off = Switched(fused, cuda_gemm64, "MAX_ROWS", 0)
+    _check_against_layer_kernels(off, fused, x, index, k0, v0, decode=True)
+    assert {(p.n, p.swiglu) for p in calls} == {(3072, True)}

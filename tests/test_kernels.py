@@ -1,12 +1,10 @@
 """Triton kernels against their PyTorch definitions (torch_ops.py), on fresh random inputs: norms,
-RoPE, programmatic dependent launch, the embedding, SnakeBeta and the persistent code predictor
-(the attention kernels: test_attention_kernels.py; the weight-streaming GEMMs:
+RoPE, programmatic dependent launch, the embedding, SnakeBeta and the code predictor's batch
+invariance (the attention kernels: test_attention_kernels.py; the weight-streaming GEMMs:
 test_linear_kernels.py; the sampler: test_sampling_kernels.py). Where they run: kernel_checks.py.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -31,47 +29,6 @@ def test_rms_norm(ops, dtype):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * b.float().abs().max()
 
 
-def test_the_norms_load_their_weights_early_by_default_and_zero_turns_it_off(monkeypatch):
-    """Session 46's walks (perf-notes #141: b64 4.06 -> 3.98 ms back to back) made the early load the default."""
-    from cadence.kernels import triton_ops
-
-    monkeypatch.delenv("CADENCE_NORM_WEIGHTS_EARLY", raising=False)
-    assert triton_ops.norm_weights_early_from_env()
-    monkeypatch.setenv("CADENCE_NORM_WEIGHTS_EARLY", "0")
-    assert not triton_ops.norm_weights_early_from_env()
-
-
-@pytest.mark.parametrize("parts", [False, True])
-def test_rms_norm_with_its_weight_loaded_before_the_wait_is_the_same_bits(ops, parts, monkeypatch):
-    """CADENCE_NORM_WEIGHTS_EARLY (perf-notes #141) moves the weight's load before the norm's PDL wait
-    and changes nothing else: the same bits, with and without a residual, and for the norm that adds
-    a split-K GEMM's partials (o's shape at 40 rows splits K)."""
-    from cadence.kernels import triton_ops
-
-    tri, _ = ops
-    # The walk's bf16 on the GPU (fp32's 64-row GEMM tiles need more shared memory than an SM has), fp32
-    # under the interpreter
-    dtype = DTYPES[-1]
-    g = torch.Generator(device=DEV).manual_seed(21)
-    x = torch.randn(40, 2048 if parts else 1024, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(1024, 2048, device=DEV, generator=g) / 2048**0.5).to(dtype)
-    res = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
-    norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
-
-    def norms():
-        if parts:
-            return [tri.linear_rms_norm(x, w, norm_w, 1e-6, r, force=True) for r in (None, res)]
-        return [tri.rms_norm(x, norm_w, 1e-6, r) for r in (None, res)]
-
-    monkeypatch.setattr(triton_ops, "NORM_WEIGHTS_EARLY", False)
-    late = norms()
-    monkeypatch.setattr(triton_ops, "NORM_WEIGHTS_EARLY", True)
-    early = norms()
-    for (a, sa), (b, sb) in zip(late, early, strict=True):
-        assert torch.equal(a, b) and torch.equal(sa, sb)
-    assert not torch.equal(late[0][0], late[1][0])  # the residual reached the norm
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_qk(ops, dtype):
     """The streaming codec's RoPE: q and k heads of a packed qkv, per-row fp32 cos/sin."""
@@ -88,7 +45,6 @@ def test_rope_qk(ops, dtype):
         assert (a.float() - b.float()).abs().max() <= tol(dtype) * (1 + b.float().abs().max())
 
 
-@pytest.mark.skipif(os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1", reason="every graph triggers first")
 def test_only_graphs_above_32_rows_trigger_first(ops):
     """Perf-notes #65: letting each kernel in before the one before it waits took 0.16 ms off the
     64-row walk on an H200 and put 0.64 ms on batch 1's, so only the 33-64-row bucket does it."""
@@ -230,62 +186,17 @@ def test_snake_beta_with_fused_adds(ops, dtype, fused, layout):
     assert float(((w_tri - w_ref) / scale).abs().max()) <= tol(torch.float32)
 
 
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
-NEEDS_HOPPER = pytest.mark.skipif(not HOPPER, reason="the CUDA kernel needs compute capability 9.0")
-PERSISTENT_KERNELS = ["triton", pytest.param("cuda", marks=NEEDS_HOPPER), pytest.param("cuda-ll", marks=NEEDS_HOPPER)]
-
-
-@pytest.mark.parametrize("kernel", PERSISTENT_KERNELS)
-@pytest.mark.parametrize("batch,sampled", [(1, False), (3, True)], ids=["greedy-1", "sampled-3"])
-def test_persistent_code_predictor_matches_the_layer_kernels(tiny_checkpoint, batch, sampled, kernel):
-    """The code predictor's 15 steps as one persistent kernel (grid-wide barriers between phases)
-    against the same steps as layer kernels, from the same talker hidden states and code0s: the
-    same codes, greedy and sampled. Under the interpreter the grid is one program (a spinning
-    barrier cannot finish there otherwise); on a GPU one program per SM. The CUDA kernel sums in
-    another order than Triton's dots (fp32 here): equal codes unless a near-tie falls otherwise."""
-    from cadence.models.qwen3_tts import Qwen3TTS
-    from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker
-
-    model = Qwen3TTS.from_pretrained(tiny_checkpoint, DEV, "fp32")
-    g = torch.Generator().manual_seed(batch)
-    hidden = torch.randn(batch, model.config.talker.hidden_size, generator=g).to(DEV)
-    code0 = torch.randint(0, 2048, (batch,), generator=g).to(DEV)
-    slots = torch.arange(batch, device=DEV)
-    step, seed = torch.full((batch,), 5, device=DEV), torch.arange(batch, device=DEV) + 7
-    codes = []
-    for rows in (0, 16):
-        talker = Qwen3TTSTalker(model, 8, 2**24, 16, 64, 256, "triton", True, None, 64, 0, rows, kernel)
-        assert (talker.fast.persistent is not None) == (rows > 0)
-        if sampled:
-            c = talker.state.codes
-            c.do_sample[:batch], c.temperature[:batch], c.top_k[:batch], c.top_p[:batch] = True, 0.9, 50, 0.8
-        codes.append(talker.fast._predict_codes(hidden, code0, step, seed, slots))
-    assert codes[0].shape == (batch, 15)
-    assert torch.equal(codes[0], codes[1])
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 GEMMs go through the Triton kernels on a GPU only")
-@pytest.mark.parametrize(
-    "persistent_rows,kernel",
-    [
-        (0, "triton"),
-        (16, "triton"),
-        pytest.param(4, "cuda", marks=NEEDS_HOPPER),
-        pytest.param(4, "cuda-ll", marks=NEEDS_HOPPER),
-    ],
-    ids=["layer-kernels", "persistent", "persistent-cuda", "persistent-cuda-ll"],
-)
-def test_code_predictor_rows_do_not_depend_on_the_batch(tiny_checkpoint, persistent_rows, kernel):
-    """In bf16 each stream's codes are the same in a batch of 5 as alone: both code-predictor paths
-    are batch-invariant up to 16 rows. (The layer path was not until session 9: its first head read
-    strided rows as contiguous.)"""
+def test_code_predictor_rows_do_not_depend_on_the_batch(tiny_checkpoint):
+    """In bf16 each stream's codes are the same in a batch of 5 as alone: the code predictor's layer
+    kernels are batch-invariant (its first head must not read strided rows as contiguous)."""
     from cadence.models.qwen3_tts import Qwen3TTS
     from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker
 
     model = Qwen3TTS.from_pretrained(tiny_checkpoint, DEV, "bf16")
-    talker = Qwen3TTSTalker(model, 8, 2**24, 16, 64, 256, "triton", True, None, 64, 0, persistent_rows, kernel)
+    talker = Qwen3TTSTalker(model, 8, 2**24, 16, 64, 256, "triton", True, None, 64, 0)
     g = torch.Generator().manual_seed(4)
-    b = 5 if kernel == "triton" else 4  # the CUDA kernel holds up to 4 streams
+    b = 5
     hidden = torch.randn(b, model.config.talker.hidden_size, generator=g).to(DEV, torch.bfloat16)
     code0 = torch.randint(0, 2048, (b,), generator=g).to(DEV)
     step, seed = torch.zeros(b, dtype=torch.long, device=DEV), torch.arange(b, device=DEV)

@@ -1,7 +1,7 @@
 """Cached keys and values pulled into L2 ahead of a decode layer's attention (kernels/kv_prefetch.py,
-perf-notes #135): the switch's parsing, which norm of a stack prefetches which layer (CPU, the
-PyTorch ops), which pages a norm program picks (the Triton helper, under the interpreter too), and
-on a GPU that a stack with the prefetch on computes the same bits as without it (a hint only)."""
+perf-notes #135): the budget, which norm of a stack prefetches which layer (CPU, the PyTorch ops),
+which pages a norm program picks (the Triton helper, under the interpreter too), and on a GPU that a
+stack with the prefetch on computes the same bits as without it (a hint only)."""
 
 from __future__ import annotations
 
@@ -16,30 +16,6 @@ from cadence.kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
 from cadence.models.qwen3_tts.config import DecoderStackConfig
 from cadence.models.qwen3_tts.fused_stack import FusedStack
 from cadence.models.qwen3_tts.layers import Qwen3Stack
-
-
-def test_the_switch_parses_megabytes_then_flags():
-    assert KvPrefetchPlan.parse("") == KvPrefetchPlan() and KvPrefetchPlan().megabytes == 0
-    assert KvPrefetchPlan.parse("32") == KvPrefetchPlan(megabytes=32)
-    plan = KvPrefetchPlan.parse("16.5:o:last:talker")
-    assert (plan.megabytes, plan.after_o, plan.evict_last, plan.after_wait) == (16.5, True, True, False)
-    assert KvPrefetchPlan.parse("32:waited").after_wait
-    assert (plan.talker, plan.code_predictor) == (True, False)
-    only_cp = KvPrefetchPlan.parse("8:cp")
-    assert only_cp.for_stack(talker=True) == KvPrefetchPlan() and only_cp.for_stack(talker=False) == only_cp
-    for bad in ("x", "-1", "nan", "64:fast", "64:talker:cp", "64,o"):
-        with pytest.raises(ValueError, match="CADENCE_KV_PREFETCH"):
-            KvPrefetchPlan.parse(bad)
-
-
-def test_the_default_is_the_code_predictors_prefetch_and_zero_turns_it_off(monkeypatch):
-    """Session 42's walks (#140): only the code predictor's prefetch paid, so it is on where the variable is unset."""
-    monkeypatch.delenv("CADENCE_KV_PREFETCH", raising=False)
-    default = KvPrefetchPlan.from_env()
-    assert default == KvPrefetchPlan.parse("16:cp") and default.megabytes > 0
-    assert default.for_stack(talker=True) == KvPrefetchPlan() and default.for_stack(talker=False) == default
-    monkeypatch.setenv("CADENCE_KV_PREFETCH", "0")
-    assert KvPrefetchPlan.from_env().megabytes == 0
 
 
 def test_the_budget_is_shared_by_the_rows():
@@ -97,27 +73,25 @@ def _decode_inputs(rows: int, layers: int, ctx: int = 20, ps: int = 8):
     return x, [lens - 1, table, lens, slots], k, v
 
 
-@pytest.mark.parametrize("after_o", [False, True])
-def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache(after_o):
+def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache():
     """Layer 0's cache from the stack's first norm; layer i + 1's from the norm after layer i's down
-    (before its qkv) or, with `after_o`, after layer i's o (before its MLP); nothing after the last
-    layer, nothing for prefill rows or two new tokens a sequence (a norm program is a row's
-    sequence only in one-token decode), nothing with the plan off. The stack's output is the same either way."""
+    (before its qkv); nothing after the last layer, nothing for prefill rows or two new tokens a
+    sequence (a norm program is a row's sequence only in one-token decode), nothing with the plan
+    off. The stack's output is the same either way."""
     layers = 3
     calls: list = []
     stack = _tiny_stack(layers)
     x, index, k, v = _decode_inputs(rows=3, layers=layers)
     # 12 tokens a row: 3 rows of 256-byte tokens (keys and values, 2 heads of 16 fp32)
-    plan = KvPrefetchPlan(megabytes=3 * 12 * 256 / 2**20, after_o=after_o, evict_last=True, after_wait=after_o)
+    plan = KvPrefetchPlan(megabytes=3 * 12 * 256 / 2**20)
     with torch.no_grad():
         out = FusedStack(stack, _recording_ops(calls), 64, kv_prefetch=plan)(x, *index, k, v, decode=True)
     assert [kind for kind, _ in calls] == ["norm"] + ["linear+norm"] * 2 * layers
     prefetched = [(n, p) for n, (_, p) in enumerate(calls) if p is not None]
     # call 0: the first norm; then layer i's norm after o is call 1 + 2i, after down 2 + 2i
-    first_of = (lambda i: 2 * i - 1) if after_o else (lambda i: 2 * i)
-    assert [n for n, _ in prefetched] == [0] + [first_of(i) for i in range(1, layers)]
+    assert [n for n, _ in prefetched] == [0] + [2 * i for i in range(1, layers)]
     for layer, (_, p) in enumerate(prefetched):
-        assert isinstance(p, KvPrefetch) and (p.tokens, p.evict_last, p.after_wait) == (12, True, after_o)
+        assert isinstance(p, KvPrefetch) and p.tokens == 12
         assert p.k_cache.data_ptr() == k[layer].data_ptr() and p.v_cache.data_ptr() == v[layer].data_ptr()
         assert p.block_table is index[1] and p.context_lens is index[2]
     calls.clear()
@@ -184,9 +158,9 @@ def test_a_norm_program_picks_its_rows_first_tokens_pages(tokens):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9, reason="Hopper")
-@pytest.mark.parametrize("spec", ["32", "128:o:last", "4:waited"])
+@pytest.mark.parametrize("megabytes", [32, 128, 4])
 @pytest.mark.parametrize("stack_kind", ["talker", "code predictor"])
-def test_a_stack_with_the_prefetch_computes_the_same_bits(spec, stack_kind):
+def test_a_stack_with_the_prefetch_computes_the_same_bits(megabytes, stack_kind):
     """The prefetch is a hint: three 0.6B-shaped layers at 64 decode rows give the same hidden
     states and cache writes, bit for bit, with it as without, eagerly and replayed from a graph
     captured with PDL, trigger first (the b64 walk's launch). As the talker runs them: contexts of
@@ -200,7 +174,7 @@ def test_a_stack_with_the_prefetch_computes_the_same_bits(spec, stack_kind):
     talker = stack_kind == "talker"
     positions, splits, longest = (512, None, 500) if talker else (16, 1, 16)
     plain = FusedStack(stack, triton_ops, positions, attention_splits=splits)
-    ahead = FusedStack(stack, triton_ops, positions, attention_splits=splits, kv_prefetch=KvPrefetchPlan.parse(spec))
+    ahead = FusedStack(stack, triton_ops, positions, attention_splits=splits, kv_prefetch=KvPrefetchPlan(megabytes))
     rows, ps = 64, 16
     per_row = positions // ps
     g = torch.Generator(device="cuda").manual_seed(7)

@@ -81,106 +81,6 @@ def test_a_split_covers_whole_k_steps():
     assert SkinnyTiles(block_k=256).k_per_split(1024) == 1024
 
 
-def test_gemm64_tile_overrides_parse_and_reject_typos():
-    """CADENCE_GEMM64_TILES (perf-notes #112, an experiment switch): `NxK=BN:BK:WARPS:STAGES:SPLIT`
-    or `NxK=cublas` joined by '+'; anything else is an error that names the item, not a silently
-    ignored setting."""
-    from cadence.kernels.triton_linear import SkinnyTiles, parse_tile_overrides
-
-    parsed = parse_tile_overrides("4096x1024=32:256:4:4:1+1024x3072=32:256:8:3:4:160+6144x1024=cublas")
-    assert parsed == {(4096, 1024): SkinnyTiles(32, 256, 4, 4, 1, block_m=64),
-                      (1024, 3072): SkinnyTiles(32, 256, 8, 3, 4, block_m=64, max_registers=160),
-                      (6144, 1024): None}  # fmt: skip
-    assert parse_tile_overrides("") == {}
-    for bad in ("4096x1024=32:256:4:4", "4096=32:256:4:4:1", "4096x1024:32:256:4:4:1", "4096x1024=32:256:4:4:1:2:3"):
-        with pytest.raises(ValueError, match="NxK=BN:BK:WARPS:STAGES:SPLIT"):
-            parse_tile_overrides(bad)
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-def test_tiles_with_a_register_cap_compute_the_product(ops, dtype):
-    """max_registers (perf-notes #134; CADENCE_GEMM64_TILES' sixth field) caps a thread's registers
-    (Triton's maxnreg) so that the next kernels' CTAs fit beside a 64-row tile's: o's split-K tile
-    at 40 rows, its partials added by its last program and by the norm kernel, within rounding of
-    the uncapped tile's (a GPU may allocate and contract otherwise: not bit for bit)."""
-    from cadence.kernels.triton_linear import SkinnyTiles, skinny_linear, skinny_linear_partials
-
-    tri, _ = ops
-    g = torch.Generator(device=DEV).manual_seed(14)
-    x = torch.randn(40, 2048, device=DEV, generator=g).to(dtype)
-    w = (torch.randn(1024, 2048, device=DEV, generator=g) / 2048**0.5).to(dtype)
-    plain = SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64)
-    capped = SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=64, max_registers=160)
-    want = skinny_linear(x, w, plain).float()
-    got = skinny_linear(x, w, capped).float()
-    assert (got - want).abs().max() <= tol(dtype) * 2 * want.abs().max()
-    parts = skinny_linear_partials(x, w, capped)[:, :40]
-    assert (parts.sum(0) - want).abs().max() <= tol(dtype) * 2 * want.abs().max()
-
-
-@pytest.mark.gpu  # the stamps are inline PTX: no interpreter
-@pytest.mark.parametrize("n,k", [(4096, 1024), (1024, 3072)])  # a plain GEMM, and one split over K with a ticket
-def test_traced_gemms_compute_the_product_and_stamp_in_order(n, k):
-    """trace_kernels (benchmarks/kernel_trace.py): a stamped GEMM computes the product (within
-    rounding: the stamped build allocates its registers otherwise, and on the H200 its bits were
-    not the plain one's), each program's stamps come in program order (start <= prefetched <=
-    waited <= dots <= end), and only the call's rows are written."""
-    from cadence.kernels.triton_launch import trace_kernels
-    from cadence.kernels.triton_linear import linear, skinny_linear, skinny_tiles
-
-    g = torch.Generator(device="cuda").manual_seed(11)
-    x = torch.randn(3, k, device="cuda", generator=g).to(torch.bfloat16)
-    w = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(torch.bfloat16)
-    plain = linear(x, w).float()
-    tiles = skinny_tiles(n, k, 3)
-    with trace_kernels(2, x.device) as trace:
-        traced = skinny_linear(x, w, tiles).float()
-    torch.cuda.synchronize()
-    ref = torch.nn.functional.linear(x.float(), w.float())
-
-    def error(out: torch.Tensor) -> float:
-        return ((out - ref).abs().max() / ref.abs().max()).item()
-
-    assert error(traced) <= 2e-2, f"stamped GEMM off by {error(traced):.3g} (the plain one by {error(plain):.3g})"
-    ((name, programs),) = trace.calls
-    stamps = trace.stamps[:programs].cpu()
-    assert name == f"gemm {n}x{k}" and programs == n // tiles.block_n * tiles.split_k
-    assert (stamps[:, 0] > 0).all() and (trace.stamps[programs:] == 0).all()
-    steps = stamps[:, :5].diff(dim=1)
-    assert (steps >= 0).all(), f"stamps out of order in {(steps < 0).any(dim=1).sum().item()} programs: {stamps[:2]}"
-
-
-@pytest.mark.gpu  # the stamps are inline PTX: no interpreter
-def test_traced_norms_only_when_asked_and_in_order():
-    """trace_kernels(norms=True) (walk_timeline.py --stamp-norms): o's split GEMM and the norm that
-    adds its partials both stamped, the norm's programs one a row in order (start <= before its wait
-    <= waited <= summed <= end), its rows and sum the unstamped norm's bits; without `norms` only
-    the GEMM is."""
-    from cadence.kernels import triton_ops
-    from cadence.kernels.triton_launch import trace_kernels
-
-    g = torch.Generator(device="cuda").manual_seed(12)
-    x = torch.randn(40, 2048, device="cuda", generator=g).to(torch.bfloat16)
-    w = (torch.randn(1024, 2048, device="cuda", generator=g) / 2048**0.5).to(torch.bfloat16)
-    norm_w = (1 + 0.1 * torch.randn(1024, device="cuda", generator=g)).to(torch.bfloat16)
-    res = torch.randn(40, 1024, device="cuda", generator=g).to(torch.bfloat16)
-    with trace_kernels(4, x.device) as plain_trace:
-        triton_ops.linear_rms_norm(x, w, norm_w, 1e-6, res)
-    assert [name for name, _ in plain_trace.calls] == ["gemm 1024x2048"]
-    parts = triton_ops.skinny_linear_partials(x, w, triton_ops.skinny_tiles(1024, 2048, 40))
-    want = [torch.empty_like(res), torch.empty_like(res)]
-    triton_ops._launch_rms_norm(parts, 4, norm_w, 1e-6, res, *want)
-    with trace_kernels(4, x.device, norms=True) as trace:
-        got = [torch.empty_like(res), torch.empty_like(res)]
-        triton_ops._launch_rms_norm(parts, 4, norm_w, 1e-6, res, *got)
-    torch.cuda.synchronize()
-    assert trace.calls == [("norm parts 40x1024", 40)]
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    stamps = trace.stamps[:40].cpu()
-    assert (stamps[:, 0] > 0).all() and (trace.stamps[40:] == 0).all()
-    assert (stamps[:, :5].diff(dim=1) >= 0).all()
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("split_k", [2, 3, 8])
 @pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 100, 3072), (16, 96, 1000)])
@@ -223,11 +123,11 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k, stages):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [65, 128])
-def test_128_row_tiles_compute_the_definition(ops, dtype, m, monkeypatch):
+def test_128_row_tiles_compute_the_definition(ops, dtype, m):
     """65-128 rows (perf-notes #125: the b64 code predictor's first pass) in 128-row tiles: the
     plain and split-K products and the o / down projection with its norm (partials added by the
-    norm) are the definition's; with CADENCE_GEMM128=0 those rows go to cuBLAS."""
-    from cadence.kernels import triton_linear, triton_ops
+    norm) are the definition's."""
+    from cadence.kernels import triton_ops
 
     tri, ref = ops
     g = torch.Generator(device=DEV).manual_seed(17)
@@ -245,8 +145,6 @@ def test_128_row_tiles_compute_the_definition(ops, dtype, m, monkeypatch):
     exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
     assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
     assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
-    monkeypatch.setattr(triton_linear, "GEMM128", False)
-    assert triton_ops.skinny_tiles(4096, 1024, m) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
@@ -291,7 +189,7 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     """A layer's o or down projection and the residual-add + RMSNorm after it: where the GEMM splits
     K (o and down up to 64 rows; not the last shape), its programs leave their fp32 partials and the
     norm kernel adds them in split order, so the GEMM takes no ticket. Against the GEMM's last
-    program adding them then the norm kernel (CADENCE_SPLIT_K_IN_NORM=0): the rows' sum the same
+    program adding them then the norm kernel (`linear` then `rms_norm`): the rows' sum the same
     bits, on every call; the normalised rows too under the interpreter, and within two bf16 steps on
     a GPU, where the partials' norm reduces over 8 warps, not 4 (perf-notes #77). Within rounding of
     the PyTorch definition. Without a residual: the two kernels."""
@@ -310,14 +208,12 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     monkeypatch.setattr(triton_ops, "skinny_linear_partials", lambda *a: partial_launches.append(a) or launch(*a))
     normed, total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
     assert len(partial_launches) == (tiles.split_k > 1)
-    monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", False)
-    two_normed, two_total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    two_normed, two_total = tri.rms_norm(tri.linear(x, w, force=True), norm_w, 1e-6, res)
     assert torch.equal(total, two_total)
     assert same_up_to_the_reduction(normed, two_normed)
     if tiles.split_k > 1:
         _, counters = _split_k_workspace(x.device, n, tiles)
         assert int(counters.abs().sum()) == 0  # the ticket path still leaves its counters at 0
-    monkeypatch.setattr(triton_ops, "SPLIT_K_IN_NORM", True)
     again = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
     assert torch.equal(again[0], normed) and torch.equal(again[1], total)
     # Other rows through the same workspace: the norm reads this call's partials, not the last one's.
@@ -354,9 +250,8 @@ def test_split_k_partials_need_a_split(ops):
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [3, 40])
 def test_linear_rms_norm_swiglu_is_the_norm_after_o_then_gate_up(ops, dtype, m):
-    """The layer's o, norm and gate/up as one op (perf-notes #143): with the norm inside gate/up's
-    kernel off (its default, and wherever it does not apply) the same bits as linear_rms_norm then
-    linear_swiglu, in both ops modules; the GPU's norm-inside path has its own tests (test_gemm64)."""
+    """The layer's o, norm and gate/up as one op: the same bits as linear_rms_norm then linear_swiglu,
+    in both ops modules."""
     tri, ref = ops
     g = torch.Generator(device=DEV).manual_seed(143)
     attn = torch.randn(m, 2048, device=DEV, generator=g).to(dtype)

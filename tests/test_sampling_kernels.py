@@ -125,10 +125,10 @@ def test_search_passes_narrow_the_key_range_to_one_key():
 
 
 @pytest.mark.skipif(not triton_available(), reason="triton_ops needs Triton")
-def test_one_search_width_for_every_sampler(monkeypatch):
-    """The layer kernels' sampler and the persistent code predictor take the search's width from
-    one place: TOPK_WAYS below 2^16 keys a block, a bisection from there (a packed 16-bit count
-    would overflow), read when a kernel is launched, not when a module is imported."""
+def test_the_search_width_follows_the_block(monkeypatch):
+    """The Triton sampler's top-k search width: TOPK_WAYS below 2^16 keys a block, a bisection from
+    there (a packed 16-bit count would overflow), read when a kernel is launched, not when a module
+    is imported."""
     from cadence.kernels import triton_sampler
 
     ways = triton_sampler.TOPK_WAYS

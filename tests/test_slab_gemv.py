@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cuda_driver import blob, emulate, needs_gxx, split_stamps
+from cuda_driver import blob, emulate, needs_gxx
 
 from cadence.kernels import torch_ops
 from cadence.kernels.cuda_gemv import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
@@ -98,30 +98,6 @@ def test_slab_linear_matches_the_definition(m, n, k, kind):
         assert torch.equal(total, ref_total)
     else:
         assert total is None
-
-
-@pytest.mark.gpu
-@needs_hopper
-def test_slab_clock_stamps_on_the_gpu():
-    """Inside triton_launch.trace_kernels (walk_timeline.py --stamps) the call is named in the trace
-    and its CTAs' stamps are the GPU's clock, in order, from the SMs; y is the unstamped one."""
-    from cadence.kernels.cuda_gemv import slab_linear
-    from cadence.kernels.triton_launch import trace_kernels
-
-    g = torch.Generator(device="cuda").manual_seed(1)
-    x, res = (torch.randn(1, 1024, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
-    w = (torch.randn(4096, 1024, device="cuda", generator=g) / 32).to(torch.bfloat16)
-    norm_w = torch.ones(1024, device="cuda", dtype=torch.bfloat16)
-    plan = slab_plan(4096, 1024, 1, norm=True, residual=True)
-    want, _ = slab_linear(x, w, plan, norm_w, res, EPS)
-    with trace_kernels(4, torch.device("cuda"), programs=256) as trace:
-        got, _ = slab_linear(x, w, plan, norm_w, res, EPS)
-        torch.cuda.synchronize()
-        stamps = trace.by_call()[0, : plan.grid]
-    assert trace.calls == [("slab 4096x1024", plan.grid)]
-    assert torch.equal(got, want)
-    assert (stamps[:, 0] > 0).all() and (stamps[:, 1:5] >= stamps[:, :4]).all()
-    assert (stamps[:, 5] < torch.cuda.get_device_properties(0).multi_processor_count).all()
 
 
 def _stack(layers: int = 3):
@@ -235,15 +211,14 @@ def test_slab_attention_matches_the_definition(rows, position):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("decode", [True, False], ids=["decode-step", "first-pass"])
-def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode, monkeypatch):
-    """The code predictor's decode step (one row, a context of one 16-token page) and its first pass
-    (two tokens of one stream at positions 0 and 1; CADENCE_SLAB_FIRST_PASS) with the attention
-    inside the o GEMMs: three full-size layers give the layer kernels' hidden states and cache
-    writes within bf16 rounding, eagerly and under a PDL graph."""
+def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode):
+    """The code predictor's decode step (one row, a context of one 16-token page: the attention
+    inside the o GEMMs) and two tokens of one stream at positions 0 and 1 (the slab GEMMs with the
+    attention a kernel of its own): three full-size layers give the layer kernels' hidden states
+    and cache writes within bf16 rounding, eagerly and under a PDL graph."""
     from cadence.kernels import cuda_gemv, triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
-    monkeypatch.setattr(cuda_gemv, "FIRST_PASS_INSIDE", True)
     stack = _stack()
     plain = FusedStack(stack, triton_ops, 16, attention_splits=1)
     inside = FusedStack(stack, triton_ops, 16, attention_splits=1, slab_max_rows=2)
@@ -260,17 +235,16 @@ def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode, monkeyp
     _check_against_layer_kernels(plain, inside, x, index, k0, v0, decode=decode)
 
 
-def _emulate(tmp_path: Path, plan, tensors: list[torch.Tensor], n: int, tail: bytes = b"") -> tuple[torch.Tensor, ...]:
+def _emulate(tmp_path: Path, plan, tensors: list[torch.Tensor], n: int, tail: bytes = b"") -> torch.Tensor:
     """The kernel of `plan` built for the CPU emulation and run on x, w, res, norm_w (and with an
-    attention its tensors and `tail`); its output file as int16 words, and the CTAs' clock stamps
-    ([grid, 6] int64, zeros unless plan.stamp) that end it."""
+    attention its tensors and `tail`); its output file as int16 words."""
     from cadence.kernels.cuda_gemv import SOURCE
 
     args = b"".join(blob(t) for t in tensors[:4])
     args += struct.pack("<qqqqd", n, plan.rows_per_cta, plan.grid, plan.smem, EPS)
     args += b"".join(blob(t) for t in tensors[4:]) + tail
-    out, stamps = split_stamps(emulate(tmp_path, "slab_driver", SOURCE, plan.defines, args), plan.grid)
-    return torch.frombuffer(bytearray(out), dtype=torch.int16), stamps
+    out = emulate(tmp_path, "slab_driver", SOURCE, plan.defines, args)
+    return torch.frombuffer(bytearray(out), dtype=torch.int16)
 
 
 @needs_gxx
@@ -294,37 +268,13 @@ def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
     w = (torch.randn((2 if swiglu else 1) * n, k, generator=g) / k**0.5).to(dt)
     norm_w = (1 + 0.5 * torch.randn(k, generator=g)).to(dt)
     res = torch.randn(m, k, generator=g).to(dt)
-    raw, stamps = _emulate(tmp_path, plan, [x, w, res, norm_w], n)
-    assert not stamps.any()  # no clock stamps unless asked for
+    raw = _emulate(tmp_path, plan, [x, w, res, norm_w], n)
     y, total = raw[: m * n].view(dt).view(m, n), raw[m * n :].view(dt).view(m, k)
     ref, ref_total = _reference(x, w, swiglu, norm_w if norm else None, res if residual else None)
     assert torch.isfinite(y).all()
     assert (y.float() - ref).abs().max() <= 2e-2 * ref.abs().max()
     if residual:
         assert torch.equal(total, ref_total)
-
-
-@needs_gxx
-def test_slab_clock_stamps_on_the_cpu(tmp_path):
-    """Built with STAMP (a traced walk, walk_timeline.py --stamps), thread 0 of every CTA writes its
-    row: start <= slab copy issued <= wait returned <= dots done <= end, and its SM; y is the one
-    without stamps."""
-    from cadence.kernels.cuda_gemv import SlabPlan
-
-    n, k = 40, 512
-    g = torch.Generator().manual_seed(5)
-    x, res = (torch.randn(1, k, generator=g).to(torch.bfloat16) for _ in range(2))
-    w, norm_w = (torch.randn(n, k, generator=g) / k**0.5).to(torch.bfloat16), torch.ones(k, dtype=torch.bfloat16)
-    plain = SlabPlan(n, k, 1, False, True, True, rows_per_cta=12)
-    runs = {}
-    for stamp in (False, True):
-        (tmp_path / str(stamp)).mkdir()
-        runs[stamp] = _emulate(tmp_path / str(stamp), dataclasses.replace(plain, stamp=stamp), [x, w, res, norm_w], n)
-    assert torch.equal(runs[True][0], runs[False][0])
-    times = runs[True][1][:, :5]
-    assert (times[:, 4] > 0).all() and (times[:, 1:] >= times[:, :-1]).all()  # written, in order
-    assert (times[:, 3] > times[:, 2]).all()  # the dots take their time
-    assert runs[True][1][:, 5].tolist() == list(range(plain.grid))  # the emulation's SM: the CTA
 
 
 def _attention_case(g: torch.Generator, device="cpu", rows=1, position=9, heads=16, kv_heads=8, dim=128, page=16):
@@ -372,7 +322,7 @@ def test_slab_attention_logic_on_the_cpu(tmp_path, rows, position):
     plan = dataclasses.replace(plan, rows_per_cta=12)
     values = [int(v) for t in index.values() for v in t.reshape(-1)]
     tail = struct.pack(f"<{len(values)}qd", *values, 128**-0.5)
-    raw, _ = _emulate(tmp_path, plan, [qkv, w, qkv, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache], n, tail)
+    raw = _emulate(tmp_path, plan, [qkv, w, qkv, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache], n, tail)
     y = raw[: rows * n].view(torch.bfloat16).view(rows, n)
     caches = raw[rows * n + rows * 2048 :].view(torch.bfloat16).view(2, *k_cache.shape)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()

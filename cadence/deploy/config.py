@@ -76,8 +76,6 @@ class EngineSection:
     codec_decode: Literal["exact", "chunked"] = _ENGINE.codec_decode  # engine.config.CODEC_DECODES
     runaway: RunawayGuard = field(default_factory=RunawayGuard)
     pdl_max_rows: int = field(default=_ENGINE.pdl_max_rows, metadata=_min(0))
-    persistent_max_rows: int = field(default=_ENGINE.persistent_max_rows, metadata=_min(0))
-    persistent_kernel: Literal["triton", "cuda", "cuda-ll"] = _ENGINE.persistent_kernel  # config.PERSISTENT_KERNELS
     slab_max_rows: int = field(default=_ENGINE.slab_max_rows, metadata=_min(0))
     cpu_threads: int | None = field(default=None, metadata=_min(1))
     warmup_frames: int = field(default=8, metadata=_min(0))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 AUTO_DEADLINE = 0.2  # seconds: ChunkPolicy.deadline on a GPU unless set
@@ -102,8 +101,6 @@ class RunawayGuard:
 CODEC_DTYPES = ("float32", "bfloat16", "float16")
 # How the streaming codec decodes utterances longer than 300 frames (EngineConfig.codec_decode).
 CODEC_DECODES = ("exact", "chunked")
-# The persistent code predictor's implementations (EngineConfig.persistent_kernel).
-PERSISTENT_KERNELS = ("triton", "cuda", "cuda-ll")
 
 
 @dataclass(frozen=True)
@@ -157,39 +154,21 @@ class EngineConfig:
     # #27); up to 64 rows, where the GEMMs are Triton kernels too since #60. Graphs of 33-64 rows let
     # each kernel in before the one before it waits (#65: batch 64 -0.16 ms). 0: off.
     pdl_max_rows: int = 64
-    # Decode batches of at most this many streams run the code predictor's 15 steps as one
-    # persistent Triton kernel (its programs share each phase and meet at grid-wide barriers)
-    # instead of ~1,000 layer kernels. Triton backend only; a talker wider than its code predictor
-    # (1.7B) keeps the layer kernels. Off (0) by default: on an H200 it is not faster yet (batch-1
-    # walk 3.60 -> 4.00 ms in the engine; perf-notes #35).
-    persistent_max_rows: int = 0
-    # Which persistent kernel: "triton" (kernels/triton_code_predictor.py), or "cuda"
-    # (kernels/cuda_code_predictor.py: weights streamed into shared memory by the copy engine, Hopper
-    # and newer, up to 4 streams, compiled at first use by NVRTC; experimental, perf-notes #45), or
-    # "cuda-ll" (the same without grid barriers: activations as polled {value, tag} words, #46).
-    persistent_kernel: str = "triton"
     # Decode graphs of at most this many rows (1 or 2; the code predictor's first pass counts two rows
     # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/cuda_gemv.py: each CTA's
     # weights copied into shared memory by the copy engine before it waits for the kernel before,
     # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
     # first use by NVRTC; at one row the code predictor's attention inside its o GEMM). On an H200
-    # the batch-1 walk 2.88 -> 2.09 ms, batch 2 2.99 -> 2.44 (perf-notes #95-#97). 0: off. The
-    # environment's CADENCE_SLAB_MAX_ROWS sets the default.
-    slab_max_rows: int = field(default_factory=lambda: int(os.environ.get("CADENCE_SLAB_MAX_ROWS", "2")))
+    # the batch-1 walk 2.88 -> 2.09 ms, batch 2 2.99 -> 2.44 (perf-notes #95-#97). 0: off.
+    slab_max_rows: int = 2
 
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
             raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")
         if self.pdl_max_rows < 0:
             raise ValueError("pdl_max_rows must be >= 0 (0: off)")
-        if self.persistent_max_rows < 0:
-            raise ValueError("persistent_max_rows must be >= 0 (0: off)")
         if not 0 <= self.slab_max_rows <= 2:
             raise ValueError(f"slab_max_rows must be 0 (off), 1 or 2, got {self.slab_max_rows}")
-        if self.persistent_kernel not in PERSISTENT_KERNELS:
-            raise ValueError(
-                f"unknown persistent kernel '{self.persistent_kernel}'; allowed: {', '.join(PERSISTENT_KERNELS)}"
-            )
         if self.codec_decode not in CODEC_DECODES:
             raise ValueError(f"unknown codec decode '{self.codec_decode}'; allowed: {', '.join(CODEC_DECODES)}")
         if self.codec_dtype not in CODEC_DTYPES:

@@ -226,7 +226,7 @@ def build_core(model: Qwen3TTS, config: EngineConfig, codec_device: str | torch.
         talker = Qwen3TTSTalker(
             model, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
             backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget, config.pdl_max_rows,
-            config.persistent_max_rows, config.persistent_kernel, config.slab_max_rows,
+            config.slab_max_rows,
         )  # fmt: skip
     return EngineCore(talker, codec, config)
 

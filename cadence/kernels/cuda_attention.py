@@ -11,12 +11,9 @@ one or two pages: the b64 walk 4.32 -> 4.25 ms); over the talker's long contexts
 little slower than the Triton kernel (1.18 against 1.10 ms for 28 layers alone; the walk 4.35
 against 4.23), so those stay there.
 Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads
-of 128; the Triton kernel runs everything else. `CADENCE_CUDA_ATTENTION` says which decode calls
-take it (`CONTEXTS`, below); `CADENCE_CUDA_ATTENTION_MIN_ROWS` moves where it starts;
-`CADENCE_CUDA_ATTENTION_LONG_WARPS` gives the long contexts more warps a kv head (#109, unmeasured).
-It also takes several new tokens a sequence as consecutive rows (`new_tokens`: the code
-predictor's first pass, two a stream; #137, on since b64 walked -0.03 ms with it, #140;
-`CADENCE_CUDA_ATTENTION_FIRST_PASS=0` turns it off).
+of 128; the Triton kernel runs everything else. It also takes several new tokens a sequence as
+consecutive rows (`new_tokens`: the code predictor's first pass, two a stream; #137, b64 -0.03 ms
+with it, #140).
 """
 
 from __future__ import annotations
@@ -24,41 +21,35 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on, stamp_arguments
+from .nvrtc import compile_source, launch, pdl_on, runs_on
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 # Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
 # Triton kernel splits their contexts instead).
-MIN_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MIN_ROWS", "64"))
-MAX_ROWS = int(os.environ.get("CADENCE_CUDA_ATTENTION_MAX_ROWS", "64"))  # measured up to the 64-row bucket
-STAGES = int(os.environ.get("CADENCE_CUDA_ATTENTION_STAGES", "4"))  # pages in flight a CTA
-# Which decode calls take the kernel: "short" (contexts known to be <= 32 tokens: the code
-# predictor's one or two pages, whose copies start before the wait), "long" (the talker's), "all", or
-# "none" (the Triton kernel everywhere). perf-notes #104, the b64 walk: none 4.32 ms, short 4.25;
-# #106 (the copying warp): short 4.23, long 4.35 (over 500-token contexts the kernel streams at
-# 3.1 TB/s, the Triton one 3.3).
-CONTEXTS = os.environ.get("CADENCE_CUDA_ATTENTION", "short")
-# Experiment switch (perf-notes #109): warps a kv head for the talker's long contexts, each taking every
-# WARPS_PER_HEAD-th page, their sums merged at the end (1: a warp a head, as the short contexts run).
-LONG_WARPS_PER_HEAD = int(os.environ.get("CADENCE_CUDA_ATTENTION_LONG_WARPS", "1"))
-# The code predictor's first pass (two new tokens a stream) by the kernel too, where it takes 64 streams, instead
-# of the Triton QK-norm + RoPE + cache write and paged attention (perf-notes #137; `0` turns it off).
-FIRST_PASS = os.environ.get("CADENCE_CUDA_ATTENTION_FIRST_PASS", "1") == "1"  # b64 -0.03 ms (#140)
+MIN_ROWS = 64
+MAX_ROWS = 64  # measured up to the 64-row bucket
+STAGES = 4  # pages in flight a CTA
+# Only decode calls whose contexts are known to be short (<= 32 tokens: the code predictor's one or
+# two pages, whose copies start before the wait) take the kernel. perf-notes #104, the b64 walk: the
+# Triton kernel everywhere 4.32 ms, this one on the short contexts 4.25; #106 (the copying warp):
+# 4.23, and 4.35 with the talker's long contexts on it too (over 500-token contexts the kernel
+# streams at 3.1 TB/s, the Triton one 3.3). The code predictor's first pass (two new tokens a
+# stream) runs on it as well (#137; b64 -0.03 ms, #140).
+SHORT_CONTEXT = 32
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    """One compiled instance and its launch: the heads, page size, kv heads a CTA, warps a kv head
-    (each taking every warps_per_head-th page), pages in flight a CTA, and new tokens a sequence
-    (that many consecutive rows; the code predictor's first pass: 2, perf-notes #137)."""
+    """One compiled instance and its launch: the heads, page size, kv heads a CTA (a warp each),
+    pages in flight a CTA, and new tokens a sequence (that many consecutive rows; the code
+    predictor's first pass: 2, perf-notes #137)."""
 
     heads: int
     kv_heads: int
@@ -67,9 +58,6 @@ class AttentionPlan:
     heads_per_cta: int
     stages: int = STAGES
     trigger_first: bool = False
-    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
-    warps_per_head: int = 1
-    ablate: int = 0  # a look (benchmarks/cuda_attention_parts.py): 1 the pages' arithmetic left out, 2 their copies
     new_tokens: int = 1
 
     def grid(self, rows: int) -> int:
@@ -77,7 +65,7 @@ class AttentionPlan:
 
     @property
     def threads(self) -> int:
-        return 32 * (self.heads_per_cta * self.warps_per_head + 1)  # the heads' warps and the copying warp
+        return 32 * (self.heads_per_cta + 1)  # the heads' warps and the copying warp
 
     @property
     def smem(self) -> int:
@@ -87,15 +75,13 @@ class AttentionPlan:
         hc, d = self.heads_per_cta, self.head_dim
         g = self.new_tokens * self.heads // self.kv_heads  # a warp's query columns
         stage = 2 * self.page_size * (hc * d + 8) * 2
-        warps = hc * self.warps_per_head
-        return self.stages * stage + 16 * self.stages + 4 * MAX_PAGES + warps * g * d * (2 + 4) + 2 * warps * g * 4
+        return self.stages * stage + 16 * self.stages + 4 * MAX_PAGES + hc * g * d * (2 + 4) + 2 * hc * g * 4
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("HQ", self.heads), ("HKV", self.kv_heads), ("HD", self.head_dim), ("PS", self.page_size),
                 ("HC", self.heads_per_cta), ("STAGES", self.stages), ("TRIGGER_FIRST", int(self.trigger_first)),
-                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("STAMP", int(self.stamp)),
-                ("WPH", self.warps_per_head), ("ABLATE", self.ablate), ("NEW", self.new_tokens))  # fmt: skip
+                ("MAX_PAGES", MAX_PAGES), ("SMEM_BYTES", self.smem), ("NEW", self.new_tokens))  # fmt: skip
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
@@ -117,19 +103,19 @@ def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_siz
 def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor, heads: int, kv_heads: int,
                 max_context: int | None, new_tokens: int = 1) -> AttentionPlan | None:  # fmt: skip
     """The plan for a decode call where the kernel takes it: MIN_ROWS to MAX_ROWS sequences (of
-    `new_tokens` rows each) of the contexts CONTEXTS names, page tables of up to MAX_PAGES, on a GPU
-    where it runs; else None. Several new tokens a sequence only where FIRST_PASS says so."""
+    `new_tokens` rows each) whose contexts are known to be at most SHORT_CONTEXT tokens, page tables
+    of up to MAX_PAGES, on a GPU where it runs; else None."""
     rows, sequences = qkv.shape[0], qkv.shape[0] // new_tokens
-    kind = "short" if max_context is not None and max_context <= 32 else "long"
-    if CONTEXTS not in (kind, "all") or sequences > MAX_ROWS or block_table.shape[1] > MAX_PAGES:
+    short = max_context is not None and max_context <= SHORT_CONTEXT
+    if not short or sequences > MAX_ROWS or block_table.shape[1] > MAX_PAGES:
         return None
-    if new_tokens > 1 and (not FIRST_PASS or rows % new_tokens):
+    if new_tokens > 1 and rows % new_tokens:
         return None
     plan = attention_plan(sequences, heads, kv_heads, k_cache.shape[3], k_cache.shape[1], k_cache.dtype,
                           new_tokens=new_tokens)  # fmt: skip
     if plan is None or not qkv.is_cuda or not attention_supported(qkv.device):
         return None
-    return dataclasses.replace(plan, warps_per_head=LONG_WARPS_PER_HEAD) if kind == "long" else plan
+    return plan
 
 
 @functools.cache
@@ -173,11 +159,10 @@ def cuda_qk_norm_rope_attention(
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return out
-    stamps = stamp_arguments(f"cuda attention {n}x{plan.kv_heads // plan.heads_per_cta}", plan.grid(n), out)
     trigger_first = pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST
-    plan = dataclasses.replace(plan, trigger_first=trigger_first, stamp=bool(stamps))
+    plan = dataclasses.replace(plan, trigger_first=trigger_first)
     args = [qkv, q_norm, k_norm, cos, sin, positions, slot_index, context_lens, block_table,
             ctypes.c_int(block_table.stride(0)), k_cache, v_cache, out, ctypes.c_float(scale),
-            ctypes.c_float(eps), *stamps]  # fmt: skip
+            ctypes.c_float(eps)]  # fmt: skip
     launch(_kernel(plan), plan.grid(n), plan.threads, plan.smem, args, pdl_on(qkv))
     return out

@@ -6,16 +6,13 @@ cores' registers. For the GEMMs whose K fits a slab beside the next kernel's CTA
 0.6B: qkv, gate/up with SwiGLU, the heads); o and down (K = 2048, 3072) keep the split-K Triton
 kernel, whose partials the norm after them adds.
 
-`route` says which calls take it: bf16 on Hopper, 33-64 rows, and CADENCE_GEMM64 (`swiglu`, the
-default: the MLP's gate/up with SwiGLU; `1`: every shape with a plan; `NxK+NxK`: those weights
-only; `0`: none). Gate/up alone on it takes the b64 walk 4.23 -> 4.16-4.17 ms (perf-notes #127,
-three rounds): there the Triton and cuBLAS routes are cuBLAS's GEMM, not launched early, then
-silu_mul. qkv and the heads stay on the Triton tiles: with them too the walk was slower (#115: 4.34
-against 4.20). In the walk's stamps its loop (x's loads and the dots) beats the Triton tiles' (2.75
-against 3.25 us at qkv), but its tail (the K quarters' sums, after the slowest warp) takes 1.5-2 us
-against 0.25, and its last CTA ends ~1.5 us after the median one; warps of one m16 tile, over all
-of K or half of it (CADENCE_GEMM64_WARP_KS 1 or 2, #127, #128), have fewer sums but are slower
-still.
+`route` says which calls take it: the MLP's gate/up with SwiGLU, bf16 on Hopper, 33-64 rows.
+Gate/up on it takes the b64 walk 4.23 -> 4.16-4.17 ms (perf-notes #127, three rounds): there the
+Triton and cuBLAS routes are cuBLAS's GEMM, not launched early, then silu_mul. qkv and the heads
+stay on the Triton tiles: with them too the walk was slower (#115: 4.34 against 4.20). In the
+walk's stamps its loop (x's loads and the dots) beats the Triton tiles' (2.75 against 3.25 us at
+qkv), but its tail (the K quarters' sums, after the slowest warp) takes 1.5-2 us against 0.25, and
+its last CTA ends ~1.5 us after the median one.
 Compiled at first use by NVRTC, one instance per shape and row count (nvrtc.py).
 """
 
@@ -24,60 +21,27 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, runs_on, stamp_arguments
+from .nvrtc import compile_source, launch, runs_on
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
-# CTAs a GEMM: the SMs' count (CADENCE_GEMM64_CTAS to try others), the idea being that with one CTA
-# an SM and room for two the next GEMM's CTAs, launched early by PDL, find one free slot on every SM.
-# Not borne out (perf-notes #115, qkv: at 1 CTA an SM 132 and 128 CTAs within 0.1 us; at 2 an SM
-# 132 was 0.6 us faster alone and 0.4 slower after a norm).
-CTAS = int(os.environ.get("CADENCE_GEMM64_CTAS", "0"))
 MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
 MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024 (perf-notes #115)
 # A CTA's shared memory at most: the kernels around it (the norm before, attention or down after)
 # must still fit an SM beside it, or its slab copy cannot start before their end.
 SMEM_LIMIT = 128 * 1024
-# The kernel's warps: 2 x 4 (the rows' m16 tiles in two, K in four quarters whose sums meet in
-# shared memory), or with CADENCE_GEMM64_WARP_KS (an experiment, perf-notes #127, #128) 4 x 2 (K
-# halves: half the sums) or 4 x 1 (each warp an m16 tile's outputs over all of K). Both walk b64
-# ~0.35 ms slower: with one m16 tile a warp each weight fragment read from shared memory feeds one
-# tile instead of two.
-WARP_KS = int(os.environ.get("CADENCE_GEMM64_WARP_KS", "4"))
+# The kernel's warps (slab_gemm64.cu): 2 x 4, the rows' m16 tiles in two and K in WARP_KS quarters
+# whose sums meet in shared memory.
+THREADS = 256
+WARP_KS = 4
 PAD = 32  # elements after each slab row in shared memory (the kernel's LD = K + 32)
-
-
-def _shapes_switch(text: str) -> bool | str | frozenset[tuple[int, int]]:
-    """CADENCE_GEMM64: `swiglu` the gate/up GEMMs, `1` all shapes with a plan, `0`/empty none, else
-    `NxK+NxK` those weights."""
-    text = text.strip()
-    if text in ("", "0"):
-        return False
-    if text == "1":
-        return True
-    if text == "swiglu":
-        return "swiglu"
-    try:
-        return frozenset(tuple(int(v) for v in item.split("x")) for item in text.split("+") if item)  # type: ignore[misc]
-    except ValueError:
-        raise ValueError(f"CADENCE_GEMM64={text!r}: expected swiglu, 1, 0 or NxK+NxK (weight shapes)") from None
-
-
-DEFAULT_SHAPES = "swiglu"  # CADENCE_GEMM64 unset: the gate/up GEMMs (perf-notes #127)
-ENABLED = _shapes_switch(os.environ.get("CADENCE_GEMM64", DEFAULT_SHAPES))
-# Experiment switches (perf-notes #115): K steps a warp's input loads cover at once (a divisor of
-# K / 128; 8, all of a warp's quarter at K = 1024, took the walk's qkv loop 3.75 -> 2.75 us against
-# 4), and CTAs an SM must hold (2: at most 128 registers a thread, so that the next GEMM's CTAs fit
-# beside; that was slower after a norm than 1, and gate/up at 128 walks b64 +0.25 ms, perf-notes
-# #133: beside o's 32 K registers and a norm's 8 K it still does not fit, #134).
-BATCH = int(os.environ.get("CADENCE_GEMM64_BATCH", "8"))
-MIN_BLOCKS = int(os.environ.get("CADENCE_GEMM64_MIN_BLOCKS", "1"))
-PADDED = os.environ.get("CADENCE_GEMM64_PADDED", "1") == "1"  # a copy a padded row, or one a slab
+# K steps a warp's input loads cover at once (a divisor of K / 128; 8, all of a warp's quarter at
+# K = 1024, took the walk's qkv loop 3.75 -> 2.75 us against 4: perf-notes #115).
+BATCH = 8
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -94,22 +58,13 @@ class Gemm64Plan:
     m: int
     swiglu: bool
     rows_per_cta: int
-    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
     trigger_first: bool = False  # the next kernel launches at this one's start (the graph's PDL order)
     batch: int = BATCH
-    min_blocks: int = MIN_BLOCKS
-    ablate: int = 0  # 1: the input's loads left out, 2: the slab's copy, 3: the K shares' sums; wrong results
-    padded: bool = PADDED
     ctas: int = 0
-    warp_ks: int = WARP_KS  # shares of K the warps split: 4 (2 x 4 warps), 2 (4 x 2) or 1 (4 x 1)
-    norm_parts: int = 0  # > 0: the norm after a split-K GEMM in that many parts made inside (#143)
-    part_rows: int = 0  # with norm_parts: the rows a part holds (>= m; 0: m)
 
     @property
     def threads(self) -> int:
-        """8 warps (the input's m16 tiles over 8 / warp_ks of them), but at most 4 warp rows: 64 rows
-        are 4 m16 tiles."""
-        return 32 * self.warp_ks * min(4, 8 // self.warp_ks)
+        return THREADS
 
     @property
     def grid(self) -> int:
@@ -121,13 +76,12 @@ class Gemm64Plan:
         The sums: per warp row and part (a warp's share of the row's outputs), each K share's floats
         a lane (the kernel's share_at)."""
         pair = 2 if self.swiglu else 1
-        slab = pair * self.rows_per_cta * (self.k + (PAD if self.padded else 0)) * 2
-        warp_rows = self.threads // 32 // self.warp_ks
+        slab = pair * self.rows_per_cta * (self.k + PAD) * 2
+        warp_rows = THREADS // 32 // WARP_KS
         m16_tiles_a_warp = _ceil_div(_ceil_div(self.m, 16), warp_rows)
         units = m16_tiles_a_warp * _ceil_div(self.rows_per_cta, 8) * 4  # a lane's outputs
-        sums = warp_rows * self.warp_ks * self.warp_ks * _ceil_div(units, self.warp_ks) * pair * 32 * 4
-        scratch = 48 if self.norm_parts else 0  # the norm's claimed row and its warps' sums
-        return _ceil_div(max(slab, sums), 16) * 16 + 16 + scratch
+        sums = warp_rows * WARP_KS * WARP_KS * _ceil_div(units, WARP_KS) * pair * 32 * 4
+        return _ceil_div(max(slab, sums), 16) * 16 + 16
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:
@@ -136,20 +90,15 @@ class Gemm64Plan:
             ("M", self.m),
             ("PAIR", 2 if self.swiglu else 1),
             ("ROWS", self.rows_per_cta),
-            ("THREADS", self.threads),
-            ("WARP_KS", self.warp_ks),
-            ("STAMP", int(self.stamp)),
+            ("THREADS", THREADS),
             ("TRIGGER_FIRST", int(self.trigger_first)),
             ("BATCH", self.steps_in_flight),
-            ("MIN_BLOCKS", self.min_blocks),
-            ("ABLATE", self.ablate),
-            ("PADDED", int(self.padded)),
-        ) + ((("NORM_PARTS", self.norm_parts), ("PART_ROWS", self.part_rows or self.m)) if self.norm_parts else ())
+        )
 
     @property
     def steps_in_flight(self) -> int:
         """`batch`, or the largest divisor of a warp's K steps (K / 128) below it."""
-        steps = self.k // (32 * self.warp_ks)
+        steps = self.k // (32 * WARP_KS)
         return max(b for b in range(1, min(self.batch, steps) + 1) if steps % b == 0)  # fmt: skip
 
 
@@ -170,25 +119,22 @@ def gemm64_supported(device: torch.device) -> bool:
     return runs_on(device, "the 64-row slab GEMM", lambda: _kernel(probe.defines, probe.smem))
 
 
-def route(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> Gemm64Plan | None:
-    """The plan for x @ weight^T (swiglu: weight is [gate; up]) where the switch sends it here, else
-    None (the Triton or cuBLAS route): bf16 rows, MIN_ROWS-MAX_ROWS of them, a Hopper GPU."""
+def route(x: torch.Tensor, gate_up: torch.Tensor) -> Gemm64Plan | None:
+    """The plan for the SwiGLU GEMM of x and gate_up ([gate; up]) where it runs here, else None (the
+    Triton or cuBLAS route): bf16 rows, MIN_ROWS-MAX_ROWS of them, a Hopper GPU."""
     m, k = x.shape
-    if not ENABLED or not MIN_ROWS <= m <= MAX_ROWS or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
-        return None
-    if ENABLED == "swiglu" and not swiglu:
-        return None
-    if isinstance(ENABLED, frozenset) and tuple(weight.shape) not in ENABLED:
+    if not MIN_ROWS <= m <= MAX_ROWS or x.dtype != torch.bfloat16 or gate_up.dtype != torch.bfloat16:
         return None
     if x.device.type != "cuda" or not gemm64_supported(x.device):
         return None
-    return gemm64_plan(weight.shape[0] // 2 if swiglu else weight.shape[0], k, m, swiglu, ctas_for(x.device))
+    return gemm64_plan(gate_up.shape[0] // 2, k, m, True, ctas_for(x.device))
 
 
 @functools.cache
 def ctas_for(device: torch.device) -> int:
-    """CTAs a GEMM on `device`: CADENCE_GEMM64_CTAS, or its SMs."""
-    return CTAS or torch.cuda.get_device_properties(device).multi_processor_count
+    """CTAs a GEMM on `device`: its SMs, one CTA each (at 2 an SM, or 128 on 132 SMs, no faster:
+    perf-notes #115)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
@@ -208,12 +154,6 @@ def registers(plan: Gemm64Plan) -> tuple[int, int]:
 
 def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:
     """x @ weight^T (plan.swiglu: silu(x @ gate^T) * (x @ up^T) for weight = [gate; up]), [m, n]."""
-    return _launch_plan(plan, x, weight)
-
-
-def _launch_plan(plan: Gemm64Plan, x: torch.Tensor, weight: torch.Tensor, extra: tuple = ()) -> torch.Tensor:
-    """One launch of the plan's kernel on input rows x [m, k] (with NORM_PARTS, the buffer the kernel
-    writes the normed rows into) and `extra` arguments after the stamps; returns y [m, n]."""
     m, k = x.shape
     if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not fit {plan}")
@@ -221,46 +161,10 @@ def _launch_plan(plan: Gemm64Plan, x: torch.Tensor, weight: torch.Tensor, extra:
         raise ValueError("the weight must be contiguous (its rows are bulk-copied)")
     x = x.contiguous()
     y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
-    stamps = stamp_arguments(f"gemm64 {weight.shape[0]}x{k}", plan.grid, placeholder=y)
     from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch  # here: triton is a GPU machine's package
 
     pdl = pdl_launch(x)
-    plan = dataclasses.replace(plan, stamp=bool(stamps), trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
-    args = [x, weight, y, ctypes.c_int(plan.n), *stamps, *extra]
+    plan = dataclasses.replace(plan, trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
+    args = [x, weight, y, ctypes.c_int(plan.n)]
     launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
     return y
-
-
-# The norm made inside the GEMM after it (NORM_PARTS, perf-notes #143): experiment switch, off (b64 +0.18 ms).
-NORM_INSIDE = os.environ.get("CADENCE_GEMM64_NORM", "0") == "1"
-_norm_sync: dict[tuple, torch.Tensor] = {}
-
-
-def _sync_counters(device: torch.device, plan: Gemm64Plan) -> torch.Tensor:
-    """The words the kernel's CTAs meet on for this shape (3 counters and a flag a row), zeroed once
-    and kept for the process (a CUDA graph captures their address); every call leaves them zeroed.
-    Calls on one stream run one after another, so one set a shape is enough, as for triton_linear's
-    split-K tickets."""
-    key = (device, plan.n, plan.k, plan.m, plan.swiglu)
-    if key not in _norm_sync:
-        _norm_sync[key] = torch.zeros(3 + plan.m, dtype=torch.int32, device=device)
-    return _norm_sync[key]
-
-
-def gemm64_norm_linear(
-    parts: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
-    plan: Gemm64Plan,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """rms_norm(sum(parts) + residual) * norm_weight, then gemm64_linear of that, in one kernel:
-    parts [plan.norm_parts, plan.part_rows, k] fp32 (a split-K GEMM's partials; rows past m unread),
-    residual [m, k]. Returns (y, the sum), the sum being the next residual."""
-    m, k = residual.shape
-    if tuple(parts.shape) != (plan.norm_parts, plan.part_rows or m, k) or plan.norm_parts < 1:
-        raise ValueError(f"partials {tuple(parts.shape)} do not fit {plan}")
-    if not parts.is_contiguous():
-        raise ValueError("the partials must be contiguous")
-    residual = residual.contiguous()
-    normed = torch.empty_like(residual)  # the kernel's input rows, which its CTAs make
-    total = torch.empty_like(residual)
-    extra = (parts, residual, norm_weight, ctypes.c_float(eps), total, normed, _sync_counters(residual.device, plan))
-    return _launch_plan(plan, normed, weight, extra), total

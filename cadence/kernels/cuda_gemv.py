@@ -18,16 +18,13 @@ serve --slab-max-rows`) says up to how many rows the decode graphs use it.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on, stamp_arguments
+from .nvrtc import compile_source, launch, pdl_on, runs_on
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
 CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
@@ -36,14 +33,6 @@ MAX_ROWS = 2
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
 # copies its slab while this one runs).
 SMEM_LIMIT = 112 * 1024
-# Experiment switch (perf-notes #99: +0.02 ms at batch 1, so off): the code predictor's first pass
-# (two rows of one stream, positions 0 and 1) with its attention inside o as well, as its decode
-# steps have it (#97).
-FIRST_PASS_INSIDE = os.environ.get("CADENCE_SLAB_FIRST_PASS", "0") == "1"
-# Experiment switch (perf-notes #95): the layer's GEMMs, by name (qkv, o, gate_up, down; separated by
-# "+" or ","), that let the next kernel launch before their own wait, so that its slab copy starts
-# one kernel earlier.
-TRIGGER_FIRST = frozenset(filter(None, re.split(r"[+,]", os.environ.get("CADENCE_SLAB_TRIGGER_FIRST", ""))))
 
 
 @dataclass(frozen=True)
@@ -78,7 +67,6 @@ class SlabPlan:
     rows_per_cta: int
     trigger_first: bool = False
     attention: AttentionShape | None = None  # x is a qkv row, the input its decode attention
-    stamp: bool = False  # clock stamps (triton_launch.trace_kernels)
 
     @property
     def grid(self) -> int:
@@ -101,8 +89,7 @@ class SlabPlan:
         return (("K", self.k), ("M", self.m), ("PAIR", 2 if self.swiglu else 1), ("NORM", int(self.norm)),
                 ("HAS_RES", int(self.residual)), ("THREADS", THREADS),
                 ("TRIGGER_FIRST", int(self.trigger_first)), ("ROWS", self.rows_per_cta),
-                ("ATTN", int(self.attention is not None)),
-                ("STAMP", int(self.stamp))) + self._attention_defines  # fmt: skip
+                ("ATTN", int(self.attention is not None))) + self._attention_defines  # fmt: skip
 
     @property
     def _attention_defines(self) -> tuple[tuple[str, int], ...]:
@@ -149,16 +136,11 @@ class LayerPlans:
         )
         if None in plans:
             return None
-        names = ("qkv", "qkv", "o", "gate_up", "down")
-        early = (n in TRIGGER_FIRST for n in names)
         # The attention reads the page's earlier tokens before its wait: the qkv GEMM before it must
-        # have passed its own wait when it lets the o GEMM launch (no trigger first), so that every
-        # kernel before it, the tokens' writers among them, has completed.
-        inside = attention is not None and "qkv" not in TRIGGER_FIRST
-        o_attention = slab_plan(o[0], o[1], rows, attention=attention) if inside else None
-        if o_attention is not None:
-            o_attention = dataclasses.replace(o_attention, trigger_first="o" in TRIGGER_FIRST)
-        return cls(*(dataclasses.replace(p, trigger_first=e) for p, e in zip(plans, early, strict=True)), o_attention)
+        # have passed its own wait when it lets the o GEMM launch (none of these GEMMs triggers
+        # first), so that every kernel before it, the tokens' writers among them, has completed.
+        o_attention = slab_plan(o[0], o[1], rows, attention=attention) if attention is not None else None
+        return cls(*plans, o_attention)
 
 
 @functools.cache
@@ -209,10 +191,8 @@ def slab_linear(
 
 
 def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: _Attention) -> None:
-    stamps = stamp_arguments(f"slab {plan.n}x{plan.k}", plan.grid, placeholder=y)
-    plan = dataclasses.replace(plan, stamp=bool(stamps))
     args = [x, weight, y, res, nw, res_out, ctypes.c_int(plan.n), ctypes.c_int(plan.rows_per_cta), ctypes.c_float(eps),
-            attention, *stamps]  # fmt: skip
+            attention]  # fmt: skip
     launch(_kernel(plan.defines, plan.smem), plan.grid, THREADS, plan.smem, args, pdl_on(x))
 
 

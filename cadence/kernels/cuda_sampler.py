@@ -4,15 +4,13 @@ parameters, seed, frame counter, history and Gumbel noise taken before its PDL w
 threshold found by a radix select, 16 bits wide on bf16 logits without a penalty (perf-notes #103).
 
 `sample_tokens` here is the one triton_ops exports: the CUDA kernel where it runs (Hopper, NVRTC,
-fp32 or bf16 logits), else the Triton kernel. `CADENCE_SAMPLER=triton` keeps the Triton kernel
-everywhere (an experiment switch, for the A/B).
+fp32 or bf16 logits), else the Triton kernel.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +22,11 @@ from .torch_ops import check_token_outputs
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
 THREADS = 256
-# Wider CTAs above 2048 columns: alone (benchmarks/sampler.py, perf-notes #103) code0's 3072 codes
+# Wider CTAs above 2048 columns: alone (perf-notes #103) code0's 3072 codes
 # took 7.77 us sampled and 3.87 greedy at 256 threads, 5.66 and 2.81 at 512; 2048 codes the same
 # either way sampled (2.96 / 2.92) and faster greedy at 256 (1.45 / 1.67).
 WIDE_THREADS, WIDE_ABOVE = 512, 2048
 MAX_VOCAB = 4096  # columns a row: 16 a thread at most, every one in registers (the Triton kernel above)
-# Experiment switch: "triton" keeps triton_sampler's kernel (the A/B of perf-notes #103).
-KERNEL = os.environ.get("CADENCE_SAMPLER", "cuda")
 
 
 @dataclass(frozen=True)
@@ -78,10 +74,9 @@ def _kernel(defines: tuple[tuple[str, int], ...]):
 
 @functools.cache
 def sampler_supported(device: torch.device) -> bool:
-    """Whether the CUDA sampler runs on `device` (nvrtc.runs_on; KERNEL "triton" keeps it off); else
-    the Triton kernel samples."""
+    """Whether the CUDA sampler runs on `device` (nvrtc.runs_on); else the Triton kernel samples."""
     probe = SamplerPlan(2048, True, False, False, False, False, 0)
-    return KERNEL == "cuda" and runs_on(device, "the CUDA sampler", lambda: _kernel(probe.defines))
+    return runs_on(device, "the CUDA sampler", lambda: _kernel(probe.defines))
 
 
 def _words(t: torch.Tensor, what: str) -> int:

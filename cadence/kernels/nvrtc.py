@@ -1,7 +1,7 @@
 """CUDA kernels compiled at run time by NVRTC through `torch.cuda._compile_kernel` (no compiler to
-install: PyTorch's CUDA wheels carry NVRTC), for the kernels in kernels/cuda/: the persistent code
-predictor (cuda_code_predictor.py), the slab GEMM (cuda_gemv.py) and the sampler (cuda_sampler.py);
-and launched through the driver's cuLaunchKernelEx, so that programmatic dependent launch (PDL) can
+install: PyTorch's CUDA wheels carry NVRTC), for the kernels in kernels/cuda/: the slab GEMMs
+(cuda_gemv.py, cuda_gemm64.py), the decode attention (cuda_attention.py) and the sampler
+(cuda_sampler.py); and launched through the driver's cuLaunchKernelEx, so that programmatic dependent launch (PDL) can
 be asked for (PyTorch's launcher cannot)."""
 
 from __future__ import annotations
@@ -101,16 +101,6 @@ def launch(kernel, grid: int, threads: int, smem: int, args: list, pdl: bool) ->
     status = libcuda.cuLaunchKernelEx(ctypes.byref(config), kernel.func, pointers, None)
     if status != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {status}")
-
-
-def stamp_arguments(name: str, ctas: int, placeholder: torch.Tensor) -> list:
-    """A launch's clock-stamp arguments (prelude.cuh's STAMP_PARAMS: the trace's stamps and this
-    call's first row) where `triton_launch.trace_kernels` is tracing it, as `name` with `ctas` rows;
-    else none, and the kernel is built without STAMP (its signature as served)."""
-    from .triton_launch import stamp_args
-
-    stamps = stamp_args(name, ctas, placeholder)
-    return [stamps["stamp_ptr"], ctypes.c_longlong(stamps["stamp_row"])] if stamps["STAMP"] else []
 
 
 def pdl_on(x: torch.Tensor) -> bool:

@@ -5,26 +5,13 @@ and cache write (`qk_norm_rope_attention`): one kernel a layer fewer."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import (
-    PDL_TRIGGER_AT_END,
-    PDL_WAIT_FIRST,
-    globaltimer,
-    pdl_entry,
-    pdl_launch,
-    pdl_trigger,
-    pdl_wait,
-    prefetch_l2,
-    stamp_args,
-    trigger_first_for,
-    write_stamps,
-)
+from .triton_launch import pdl_entry, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, trigger_first_for
 
 
 @triton.jit
@@ -146,8 +133,7 @@ def _paged_attention_kernel(
     qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, eps,
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, G: tl.constexpr,
     G_PAD: tl.constexpr, BT: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr,
-    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0,
-    STAMP: tl.constexpr = False,
+    STAGES: tl.constexpr, PREFETCH: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (query row, kv head, split): the split's share of the row's own context
     (so short and long contexts both spread over all splits), online softmax over blocks of BT
@@ -168,15 +154,10 @@ def _paged_attention_kernel(
     registers as one more softmax step (_attend_one: putting it into its block with a where cost
     thousands of bytes of spills at 128-token blocks); split 0 writes it to the cache slot. No other
     row may read that slot in the same launch (prefill rows of one sequence do: they take the
-    unfused pair of kernels).
-
-    STAMP (a look, `triton_launch.trace_kernels`): each program writes the clock at its start, after
-    its prefetch, after its wait, after its block loop and at its end, and its SM."""
+    unfused pair of kernels)."""
     n = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    if STAMP:
-        t_start = globaltimer(n)
     g = tl.arange(0, G_PAD)
     d = tl.arange(0, D)
     t = tl.arange(0, BT)
@@ -184,11 +165,7 @@ def _paged_attention_kernel(
     if PREFETCH and USE_PDL:  # only a kernel launched early has a wait to prefetch ahead of
         _prefetch_first_block(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, n, kvh, split, bt_stride, num_pages, t, HKV, D, PS,
                               FUSED, SPLITS)  # fmt: skip
-    if STAMP:
-        t_ahead = globaltimer(n)
     pdl_wait(USE_PDL)
-    if STAMP:
-        t_waited = globaltimer(n)
     heads = n * HQ + kvh * G + g  # query heads of this kv head (rows >= G are padding)
     ctx = _context_len(ctx_ptr, n)
     if FUSED:
@@ -218,8 +195,6 @@ def _paged_attention_kernel(
         for tok0 in tl.range(start, stop, BT, num_stages=STAGES):
             k, v, valid = _load_block(kc_ptr, vc_ptr, bt_ptr, n, kvh, tok0, stop, bt_stride, t, d, HKV, D, PS)
             m_i, l_i, acc = _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE)
-    if STAMP:
-        t_loop = tl.max(globaltimer(acc.to(tl.int32)))
     if FUSED:
         if (start <= ctx - 1) & (ctx - 1 < end):  # this split holds the new token
             m_i, l_i, acc = _attend_one(q, k_new, v_new, m_i, l_i, acc, scale, IEEE)
@@ -231,8 +206,6 @@ def _paged_attention_kernel(
         tl.store(m_ptr + part, m_i, mask=g < G)
         tl.store(l_ptr + part, l_i, mask=g < G)
         tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=g[:, None] < G)
-    if STAMP:
-        write_stamps(stamp_ptr, stamp_row + (n * HKV + kvh) * SPLITS + split, t_start, t_ahead, t_waited, t_loop)
 
 
 @triton.jit
@@ -282,26 +255,6 @@ class AttentionTiles:
 PIPELINED_FROM_ROWS = 8
 
 
-def _experiment_tiles(name: str) -> AttentionTiles | None:
-    """An experiment's tiles from the environment, BLOCK:WARPS:STAGES (perf-notes #72)."""
-    spec = os.environ.get(name)
-    return AttentionTiles(*(int(x) for x in spec.split(":"))) if spec else None
-
-
-# Experiments (perf-notes #72): CADENCE_ATTENTION_TILES for the long-context calls of 8 rows or
-# more, CADENCE_ATTENTION_SHORT_TILES for short-context calls of fewer than 8.
-_LONG_TILES = _experiment_tiles("CADENCE_ATTENTION_TILES")
-_SHORT_TILES = _experiment_tiles("CADENCE_ATTENTION_SHORT_TILES")
-# The first block prefetched before the PDL wait in graphs whose kernels wait first (perf-notes
-# #72: b1 walk 3.25 -> 3.21-3.23 ms; under trigger first, at 64 rows, 5.18 -> 5.36: kernels launched
-# far ahead prefetch while the running ones stream). CADENCE_ATTENTION_PREFETCH=0 turns it off.
-_PREFETCH = os.environ.get("CADENCE_ATTENTION_PREFETCH", "1") == "1"
-# Experiment (perf-notes #72, #73): the attention kernels' PDL order in graphs that launch with it,
-# CADENCE_ATTENTION_PDL=wait (wait first even in trigger-first graphs: the kernels after them launch
-# once their last wave runs) or end (the kernels after them launch when they complete).
-_ORDER = {"wait": PDL_WAIT_FIRST, "end": PDL_TRIGGER_AT_END}.get(os.environ.get("CADENCE_ATTENTION_PDL", ""))
-
-
 def _short_context(max_context: int | None) -> bool:
     """Calls whose contexts are known to be short (the code predictor's <= 17 tokens)."""
     return max_context is not None and max_context <= 32
@@ -314,16 +267,16 @@ def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles
     where the context is split 4-16 ways and each split is short, 64-token blocks in a plain loop.
     Contexts known to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token
     blocks: a longer block only adds masked work and registers (with 128-token ones there the
-    batch-256 walk took 12.57 ms, with 32-token ones 11.20: perf-notes #24, #25)."""
+    batch-256 walk took 12.57 ms, with 32-token ones 11.20: perf-notes #24, #25). In graphs whose
+    kernels wait first, each program pulls its first block into L2 before the PDL wait (under trigger
+    first, kernels launched far ahead would prefetch while the running ones stream)."""
     if _short_context(max_context):
-        tiles = (rows < 8 and _SHORT_TILES) or AttentionTiles(block_tokens=32)
-    elif rows >= 8 and _LONG_TILES:
-        tiles = _LONG_TILES
+        tiles = AttentionTiles(block_tokens=32)
     elif rows >= PIPELINED_FROM_ROWS:
         tiles = AttentionTiles(block_tokens=64, stages=2)
     else:
         tiles = AttentionTiles(block_tokens=64)
-    return replace(tiles, prefetch=True) if _PREFETCH and not trigger_first_for(rows) else tiles
+    return tiles if trigger_first_for(rows) else replace(tiles, prefetch=True)
 
 
 def paged_attention(
@@ -365,15 +318,12 @@ def _attention(q, hq, fused, k_cache, v_cache, block_table, context_lens, scale,
         m = l = acc = out
     qn, kn, cos, sin, pos, slot, eps = fused or (q, q, q, q, context_lens, context_lens, 0.0)
     launch = pdl_launch(q)
-    if _ORDER and launch["USE_PDL"]:
-        launch["USE_PDL"] = _ORDER
-    stamps = stamp_args(f"attention {n}x{hkv}x{splits}", n * hkv * splits, placeholder=out)
     _paged_attention_kernel[(n, hkv, splits)](
         q, k_cache, v_cache, block_table, context_lens, m, l, acc, out, scale, block_table.stride(0), k_cache.shape[0],
         qn, kn, cos, sin, pos, slot, eps,
         HQ=hq, HKV=hkv, D=d, PS=ps, G=g, G_PAD=max(16, triton.next_power_of_2(g)),
         BT=max(tiles.block_tokens, ps), SPLITS=splits, IEEE=k_cache.dtype == torch.float32, FUSED=fused is not None,
-        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **stamps, **launch,
+        STAGES=tiles.stages, PREFETCH=tiles.prefetch, num_warps=tiles.warps, **launch,
     )  # fmt: skip
     if splits > 1:
         _merge_splits_kernel[(n * hq,)](m, l, acc, out, D=d, SPLITS=splits, **launch)

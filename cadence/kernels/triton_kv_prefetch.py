@@ -1,6 +1,5 @@
 """The Triton side of kv_prefetch.py: a decode row's first cached tokens of one layer pulled into L2
-by the kernel before that layer's attention (the norm before qkv, or qkv with the norm inside), one
-page of keys and one of values a thread."""
+by the norm kernel before that layer's qkv, one page of keys and one of values a thread."""
 
 from __future__ import annotations
 
@@ -28,17 +27,16 @@ def kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.con
 
 @triton.jit
 def prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS: tl.constexpr,
-                      SLOTS: tl.constexpr, PS: tl.constexpr, TOKEN_ELEMS: tl.constexpr,
-                      EVICT_LAST: tl.constexpr):  # fmt: skip
+                      SLOTS: tl.constexpr, PS: tl.constexpr, TOKEN_ELEMS: tl.constexpr):  # fmt: skip
     page, tokens = kv_prefetch_pages(bt_ptr, ctx_ptr, row, bt_stride, num_pages, TOKENS, SLOTS, PS)
     offset = page * (PS * TOKEN_ELEMS)
     nbytes = tokens * (TOKEN_ELEMS * kc_ptr.dtype.element_ty.primitive_bitwidth // 8)
-    bulk_prefetch_l2(kc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
-    bulk_prefetch_l2(vc_ptr + offset, nbytes, tokens > 0, EVICT_LAST)
+    bulk_prefetch_l2(kc_ptr + offset, nbytes, tokens > 0)
+    bulk_prefetch_l2(vc_ptr + offset, nbytes, tokens > 0)
 
 
 def prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
-    """A kernel's KV prefetch arguments (the norm's, or qkv's with the norm inside): none on the CPU
+    """The norm kernel's KV prefetch arguments: none on the CPU
     (the interpreter runs no PTX) or without a prefetch; else one thread a page of keys and one of
     values (kv_prefetch.py), so at most a page a thread of each row's tokens, `warps` warps a row."""
     if prefetch is None or prefetch.tokens <= 0 or not prefetch.k_cache.is_cuda:
@@ -53,5 +51,5 @@ def prefetch_args(prefetch: KvPrefetch | None, rows: int, warps: int) -> dict:
     return dict(
         kc_ptr=k, vc_ptr=prefetch.v_cache, bt_ptr=table, ctx_ptr=prefetch.context_lens, bt_stride=table.stride(0),
         num_pages=k.shape[0], KV_TOKENS=min(prefetch.tokens, slots * ps), KV_SLOTS=slots, PS=ps,
-        TOKEN_ELEMS=k.shape[2] * k.shape[3], EVICT_LAST=prefetch.evict_last, KV_AFTER_WAIT=prefetch.after_wait,
+        TOKEN_ELEMS=k.shape[2] * k.shape[3],
     )  # fmt: skip

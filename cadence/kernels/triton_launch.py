@@ -1,43 +1,39 @@
 """How the Triton kernels are launched: programmatic dependent launch (PDL) on Hopper and newer.
 
-Off by default until measured (docs/perf-notes.md #27): CADENCE_PDL=1, or use_pdl(True). With it,
-each kernel taking USE_PDL is launched while the one before it still runs (compute capability >= 9):
-it waits for that kernel (gdc_wait) before touching anything it may have written, and only then
-lets the next one in (gdc_launch_dependents), so at most two neighbours overlap and the later one
-has done nothing but launch (and, for the GEMM, pull constant weights into L2). Kernels launched
-without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
+Off outside `pdl_settings` (use_pdl(True) turns it on; the talker's graphs ask for it per row count,
+EngineConfig.pdl_max_rows). With it, each kernel taking USE_PDL is launched while the one before it
+still runs (compute capability >= 9): it waits for that kernel (gdc_wait) before touching anything
+it may have written, and only then lets the next one in (gdc_launch_dependents), so at most two
+neighbours overlap and the later one has done nothing but launch (and, for the GEMM, pull constant
+weights into L2). Kernels launched without it (PyTorch's, cuBLAS) wait for their predecessor as usual.
 
 Trigger first (pdl_trigger_first(True); the talker's graphs of more than TRIGGER_FIRST_ABOVE_ROWS
-rows, or every launch with CADENCE_PDL_TRIGGER_FIRST=1): a kernel lets the next one in before it
-waits, so kernels launch ahead of the one running as far as the SMs hold their waiting programs,
-and each GEMM's weight prefetch starts earlier. On an H200 (perf-notes #65) that took 0.16 ms off
-the batch-64 walk and put 0.64 ms on batch 1's, where the kernels are a few programs each and the
-chain runs far ahead. Still correct: a kernel touches nothing written before its own gdc_wait
-returns, which needs the kernel before it complete, which needed its own wait, and so on back.
+rows): a kernel lets the next one in before it waits, so kernels launch ahead of the one running as
+far as the SMs hold their waiting programs, and each GEMM's weight prefetch starts earlier. On an
+H200 (perf-notes #65) that took 0.16 ms off the batch-64 walk and put 0.64 ms on batch 1's, where
+the kernels are a few programs each and the chain runs far ahead. Still correct: a kernel touches
+nothing written before its own gdc_wait returns, which needs the kernel before it complete, which
+needed its own wait, and so on back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import torch
 import triton
 import triton.language as tl
 
-_pdl_enabled = os.environ.get("CADENCE_PDL") == "1"
-TRIGGER_FIRST_ALWAYS = os.environ.get("CADENCE_PDL_TRIGGER_FIRST") == "1"
-_pdl_trigger_first = TRIGGER_FIRST_ALWAYS
+_pdl_enabled = False
+_pdl_trigger_first = False
 # Graphs of more rows than this trigger first (perf-notes #65: measured at 64 rows, -0.16 ms; slower
 # at 1 and 4, neutral at 16), i.e. the 33-64-row bucket whose GEMMs stream 64-row tiles.
 TRIGGER_FIRST_ABOVE_ROWS = 32
 
-# USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse; or wait
-# and let the next in only at the end (the grid's completion), so nothing launches into its waves.
-PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST, PDL_TRIGGER_AT_END = 0, 1, 2, 3
+# USE_PDL's values: off, wait for the kernel before then let the next in, or the reverse.
+PDL_OFF, PDL_WAIT_FIRST, PDL_TRIGGER_FIRST = 0, 1, 2
 
 
 def use_pdl(enabled: bool) -> bool:
@@ -69,7 +65,7 @@ def pdl_settings(enabled: bool, trigger_first: bool) -> Iterator[None]:
 
 def trigger_first_for(rows: int) -> bool:
     """Whether a talker graph of `rows` rows launches its kernels trigger first."""
-    return rows > TRIGGER_FIRST_ABOVE_ROWS or TRIGGER_FIRST_ALWAYS
+    return rows > TRIGGER_FIRST_ABOVE_ROWS
 
 
 @functools.cache
@@ -117,104 +113,12 @@ def prefetch_l2(ptrs):
 
 
 @triton.jit
-def bulk_prefetch_l2(ptrs, nbytes, valid, EVICT_LAST: tl.constexpr):
+def bulk_prefetch_l2(ptrs, nbytes, valid):
     """Ask the copy engine to pull `nbytes` (a multiple of 16; 16-byte aligned) at each of `ptrs` into
-    L2 where `valid`, at evict-last priority or the normal one (a hint: nothing lands in registers or
-    shared memory, and nothing waits for it). Every element is issued by each thread holding it, so
-    give it a layout of one element a thread (a 1-D tensor of 32 x num_warps elements)."""
-    if EVICT_LAST:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .b64 policy; setp.ne.s32 p, $2, 0; "
-            "createpolicy.fractional.L2::evict_last.b64 policy, 1.0; "
-            "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $3, policy; mov.u32 $0, 0; }",
-            "=r,l,r,r", [ptrs, valid.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
-        )  # fmt: skip
-    else:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
-            "=r,l,r,r", [ptrs, valid.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
-        )  # fmt: skip
-
-
-# -- clock stamps (a look: benchmarks/kernel_trace.py) ------------------------------------------------
-
-# A traced program's row of stamps: its start, the end of what it does before its PDL wait, the wait's
-# return, the end of its main loop (in ns), its end, and its SM.
-STAMP_FIELDS = tl.constexpr(6)
-
-
-@dataclass
-class KernelTrace:
-    """Clock stamps of the traced kernels launched (or captured) inside `trace_kernels`: call i's
-    programs write rows [i * programs, ...) of `stamps` ([calls * programs, STAMP_FIELDS] int64),
-    `calls` names each call and its program count. A graph captured inside rewrites the same rows
-    at every replay."""
-
-    stamps: torch.Tensor
-    programs: int
-    calls: list[tuple[str, int]] = field(default_factory=list)
-    norms: bool = False  # the RMSNorms too (their stamps put a norm's span between two GEMMs')
-
-    def by_call(self) -> torch.Tensor:
-        """The stamps of the calls so far, on the host: [calls, programs, STAMP_FIELDS] (a call's rows
-        past its own program count stay 0)."""
-        return self.stamps[: len(self.calls) * self.programs].view(len(self.calls), self.programs, -1).cpu()
-
-
-_trace: KernelTrace | None = None
-
-
-@contextlib.contextmanager
-def trace_kernels(max_calls: int, device: torch.device, programs: int = 1024,
-                  norms: bool = False) -> Iterator[KernelTrace]:  # fmt: skip
-    """Stamp the traced kernels (the weight-streaming GEMM, the decode attention; with `norms` the
-    RMSNorms too) launched inside: at most `max_calls` launches, each of at most `programs` programs
-    (wider ones run unstamped)."""
-    global _trace
-    stamps = torch.zeros(max_calls * programs, int(STAMP_FIELDS), dtype=torch.int64, device=device)
-    _trace = trace = KernelTrace(stamps, programs, norms=norms)
-    try:
-        yield trace
-    finally:
-        _trace = None
-
-
-def stamp_args(name: str, programs: int, placeholder: torch.Tensor, norm: bool = False) -> dict:
-    """A traced kernel's launch arguments: its rows of the active trace, or none (STAMP off; also
-    for a launch of more programs than the trace keeps a call, such as a long prefill's attention,
-    and for a norm unless the trace asks for them)."""
-    if _trace is None or programs > _trace.programs or (norm and not _trace.norms):
-        return {"stamp_ptr": placeholder, "stamp_row": 0, "STAMP": False}
-    if len(_trace.calls) * _trace.programs >= _trace.stamps.shape[0]:
-        raise ValueError(f"trace_kernels: more than {len(_trace.calls)} calls")
-    row = len(_trace.calls) * _trace.programs
-    _trace.calls.append((name, programs))
-    return {"stamp_ptr": _trace.stamps, "stamp_row": row, "STAMP": True}
-
-
-@triton.jit
-def write_stamps(stamp_ptr, row, t_start, t_ahead, t_waited, t_main):
-    """A traced program's stamps, the end and SM taken here, to `row` of the trace."""
-    t_end = globaltimer(row)
-    ptr = stamp_ptr + row.to(tl.int64) * STAMP_FIELDS
-    tl.store(ptr, t_start)
-    tl.store(ptr + 1, t_ahead)
-    tl.store(ptr + 2, t_waited)
-    tl.store(ptr + 3, t_main)
-    tl.store(ptr + 4, t_end)
-    tl.store(ptr + 5, sm_id().to(tl.int64))
-
-
-@triton.jit
-def globaltimer(after):
-    """The GPU's nanosecond clock (32 ns steps on Hopper, the same on every SM), read once the int32
-    tensor or scalar `after` is computed (the data dependency orders the read after the work)."""
-    return tl.inline_asm_elementwise(
-        "mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64, is_pure=False, pack=1
-    )
-
-
-@triton.jit
-def sm_id():
-    """The SM this program runs on."""
-    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    L2 where `valid`, at the normal priority (a hint: nothing lands in registers or shared memory, and
+    nothing waits for it). Every element is issued by each thread holding it, so give it a layout of
+    one element a thread (a 1-D tensor of 32 x num_warps elements)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
+        "=r,l,r,r", [ptrs, valid.to(tl.int32), nbytes.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip

@@ -4,22 +4,20 @@ GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from . import cuda_gemm64
-from .triton_launch import globaltimer, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, stamp_args, write_stamps
+from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit
 def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                           K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr, stamp_ptr=None, stamp_row=0, STAMP: tl.constexpr = False):  # fmt: skip
+                          USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -38,26 +36,16 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
     Launched early (USE_PDL), a program first pulls its share of the weight into L2 (weights are
     never written, so this need not wait), then waits for the kernel before it: the weight read
     overlaps that kernel's tail instead of following it (trigger first: the next kernel is let in
-    before the prefetch).
-
-    STAMP (a look, `triton_launch.trace_kernels`): each program writes the clock at its start,
-    after its prefetches, after its wait, after its dots and at its end, and its SM, to row
-    stamp_row + its index."""
+    before the prefetch)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    if STAMP:
-        t_start = globaltimer(pid)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     pdl_trigger(USE_PDL)
     if USE_PDL:
         prefetch_weight_slab(w_ptr, rn, N, K, split * K_PER_SPLIT, K_PER_SPLIT, BLOCK_K, SWIGLU)
-    if STAMP:
-        t_prefetched = globaltimer(pid)
     pdl_wait(USE_PDL)
-    if STAMP:
-        t_waited = globaltimer(pid)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, K_PER_SPLIT, BLOCK_K):  # a compile-time trip count: a pipelined loop
@@ -70,8 +58,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
         if SWIGLU:
             w_up = tl.load(w_ptr + (N + rn[:, None]) * K + kk[None, :], mask=w_mask, other=0.0)
             acc_up += tl.dot(x, tl.trans(w_up))
-    if STAMP:
-        t_dots = tl.max(globaltimer((acc + acc_up).to(tl.int32)))
     out_mask = (rm[:, None] < M) & (rn[None, :] < N)
     dtype = out_ptr.dtype.element_ty
     if SWIGLU:
@@ -93,8 +79,6 @@ def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stri
                     total += tl.load(parts + s * BLOCK_M * N, mask=out_mask, other=0.0, cache_modifier=".cg")
                 tl.store(out_ptr + rm[:, None] * N + rn[None, :], total.to(dtype), mask=out_mask)
                 tl.atomic_xchg(count_ptr + pid, 0)
-    if STAMP:
-        write_stamps(stamp_ptr, stamp_row + pid * SPLIT_K + split, t_start, t_prefetched, t_waited, t_dots)
 
 
 @triton.jit
@@ -116,38 +100,11 @@ def prefetch_weight_slab(w_ptr, rn, N, K: tl.constexpr, k_start, K_SPAN: tl.cons
 SKINNY_MAX_ROWS = 16
 
 
-def parse_tile_overrides(text: str) -> dict[tuple[int, int], SkinnyTiles | None]:
-    """`NxK=BN:BK:WARPS:STAGES:SPLIT[:MAXNREG]+...` (the experiment switch CADENCE_GEMM64_TILES,
-    perf-notes #112: other 33-64-row tiles for some weights, to walk what benchmarks/skinny_linear.py
-    found; MAXNREG caps a thread's registers, #134; `NxK=cublas`: cuBLAS for that weight; `+`
-    between shapes, since h200.sh walkab splits a tree's variables at commas)."""
-    overrides: dict[tuple[int, int], SkinnyTiles | None] = {}
-    for item in filter(None, (part.strip() for part in text.split("+"))):
-        try:
-            shape, spec = item.split("=")
-            n, k = (int(v) for v in shape.split("x"))
-            if spec == "cublas":
-                overrides[(n, k)] = None
-                continue
-            values = [int(v) for v in spec.split(":")]
-            if len(values) not in (5, 6):
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"CADENCE_GEMM64_TILES: {item!r} is not NxK=BN:BK:WARPS:STAGES:SPLIT[:MAXNREG]") from None
-        block_n, block_k, warps, stages, split_k, *cap = values
-        overrides[(n, k)] = SkinnyTiles(block_n, block_k, warps, stages, split_k, block_m=64,
-                                        max_registers=cap[0] if cap else 0)  # fmt: skip
-    return overrides
-
-
 @dataclass(frozen=True)
 class SkinnyTiles:
     """Launch choices of the weight-streaming GEMM: weight rows per program, K per loop step,
     warps, pipeline stages, how many programs share one slab's K (split-K), the activation rows
-    one program holds (the most rows a call may have; `linear` routes up to 16 here), and a cap on a
-    thread's registers (0: Triton's and ptxas's choice; an experiment, perf-notes #134, which walked
-    level: as launched the 64-row tiles take ~110-120 registers a thread, and their shared memory,
-    not their registers, keeps the kernel after the norm that follows them off their SMs, #145)."""
+    one program holds (the most rows a call may have; `linear` routes up to 16 here)."""
 
     block_n: int = 32
     block_k: int = 256
@@ -155,15 +112,13 @@ class SkinnyTiles:
     stages: int = 3
     split_k: int = 1
     block_m: int = SKINNY_MAX_ROWS
-    max_registers: int = 0
 
     def k_per_split(self, k: int) -> int:
         """K one program of a split covers: its share of the K steps, whole steps."""
         return triton.cdiv(triton.cdiv(k, self.block_k), self.split_k) * self.block_k
 
     def constexprs(self, k: int, swiglu: bool, reduce: bool) -> dict[str, object]:
-        """The kernel's compile-time arguments these tiles set for a K-wide weight (the launch's, and
-        benchmarks/triton_ptxas.py's compiles of the same instance)."""
+        """The kernel's compile-time arguments these tiles set for a K-wide weight."""
         return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k, SPLIT_K=self.split_k,
                     K_PER_SPLIT=self.k_per_split(k), SWIGLU=swiglu, REDUCE=reduce)  # fmt: skip
 
@@ -180,7 +135,7 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
     2.73 ms a walk's mix), so that the whole walk is Triton kernels and programmatic dependent
     launch can overlap each GEMM's weight read with the kernel before it; the unsplit ones in 4
     stages (#112: Triton 3.6's sweep, -0.01 ms a b64 walk), but the 6144-wide gate/up, which
-    walks faster on cuBLAS (#113). 65-128 rows (#125, GEMM128): the same shapes with 128 rows a
+    walks faster on cuBLAS (#113). 65-128 rows (#125): the same shapes with 128 rows a
     program in 128-wide K steps (3 stages), -0.02 ms at b64 (its code predictor's first pass) and
     b128. Above 128 rows cuBLAS."""
     if rows <= SKINNY_MAX_ROWS:
@@ -193,13 +148,11 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
         if n <= 2048:
             return SkinnyTiles(block_n=16, block_k=512, block_m=32)
         return None
-    if rows > 128 or (rows > 64 and not GEMM128):
+    if rows > 128:
         return None
     # 33-128 rows: the same shapes in one program's 64 or 128 rows (#60, #125); at 128 rows x's tile
     # takes 128-wide K steps in 3 stages, so that a program's stages fit its shared memory.
     block_m = 64 if rows <= 64 else 128
-    if block_m == 64 and (n, k) in GEMM64_OVERRIDES:
-        return GEMM64_OVERRIDES[(n, k)]
     block_k = 256 if block_m == 64 else 128
     if n <= 1024 and k >= 2048:
         return SkinnyTiles(block_n=32, block_k=block_k, split_k=4, block_m=block_m)
@@ -207,14 +160,6 @@ def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | N
         return None  # programs, fewer than the SMs; -0.02 ms a b64 walk even without the PDL overlap)
     return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=block_k, stages=4 if block_m == 64 else 3,
                        block_m=block_m)  # fmt: skip
-
-
-# 65-128 rows (the b64 code predictor's first pass, two positions a stream; the 128-row decode and
-# prefill buckets) in the 64-row tiles' shapes with 128 rows a program and 128-wide K steps, launched
-# early under PDL as the 64-row ones are, instead of cuBLAS (perf-notes #125: b64 -0.02 ms, b128
-# -0.02); CADENCE_GEMM128=0 keeps cuBLAS there, for the A/B.
-GEMM128 = os.environ.get("CADENCE_GEMM128", "1") != "0"
-GEMM64_OVERRIDES = parse_tile_overrides(os.environ.get("CADENCE_GEMM64_TILES", ""))
 
 
 def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
@@ -288,11 +233,9 @@ def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu:
     if m > tiles.block_m:
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
     grid = (triton.cdiv(n, tiles.block_n), tiles.split_k)
-    stamps = stamp_args(f"gemm {weight.shape[0]}x{k}", grid[0] * grid[1], placeholder=out)
     _skinny_linear_kernel[grid](
         x, weight, out, parts, counters, m, n, x.stride(0), k, **tiles.constexprs(k, swiglu, reduce),
-        num_warps=tiles.warps, num_stages=tiles.stages, **stamps, **pdl_launch(x),
-        **({"maxnreg": tiles.max_registers} if tiles.max_registers else {}),
+        num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
 
 
@@ -309,9 +252,6 @@ def linear_tiles(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> 
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
-    """x @ weight^T: the 64-row slab GEMM where its switch routes the call (cuda_gemm64.route), else
-    the weight-streaming kernel where `linear_tiles` has tiles, else cuBLAS."""
-    if (plan := cuda_gemm64.route(x, weight)) is not None:
-        return cuda_gemm64.gemm64_linear(x, weight, plan)
+    """x @ weight^T: the weight-streaming kernel where `linear_tiles` has tiles, else cuBLAS."""
     tiles = linear_tiles(x, weight, force)
     return torch.nn.functional.linear(x, weight) if tiles is None else skinny_linear(x, weight, tiles)

@@ -6,14 +6,11 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 
 from __future__ import annotations
 
-import dataclasses
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from . import cuda_attention, cuda_gemm64, triton_norm_linear
+from . import cuda_attention, cuda_gemm64
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .kv_prefetch import KvPrefetch
 from .triton_attention import (
@@ -27,17 +24,14 @@ from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_atten
 from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
 from .triton_kv_prefetch import prefetch_args, prefetch_kv_pages
 from .triton_launch import (
-    globaltimer,
     pdl_entry,
     pdl_launch,
     pdl_settings,
     pdl_trigger,
     pdl_trigger_first,
     pdl_wait,
-    stamp_args,
     trigger_first_for,
     use_pdl,
-    write_stamps,
 )
 from .triton_linear import (
     SKINNY_MAX_ROWS,
@@ -67,41 +61,26 @@ __all__ = [
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_stride, eps, HAS_RES: tl.constexpr,
                      PARTS: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr, kc_ptr=None, vc_ptr=None,
                      bt_ptr=None, ctx_ptr=None, bt_stride=0, num_pages=1, KV_TOKENS: tl.constexpr = 0,
-                     KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1,
-                     EVICT_LAST: tl.constexpr = False, KV_AFTER_WAIT: tl.constexpr = False, stamp_ptr=None,
-                     stamp_row=0, STAMP: tl.constexpr = False, W_EARLY: tl.constexpr = False):  # fmt: skip
+                     KV_SLOTS: tl.constexpr = 32, PS: tl.constexpr = 1, TOKEN_ELEMS: tl.constexpr = 1):  # fmt: skip
     """PARTS > 0: x is a split-K GEMM's fp32 partials ([PARTS, rows, n_cols], `part_stride` apart),
     added in split order and rounded as the GEMM's own last program would: the same x, bit for bit.
 
-    KV_TOKENS > 0 (kv_prefetch.py): before its wait for the kernel before (KV_AFTER_WAIT: after it),
-    program `row` pulls the first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's
-    caches into L2, a page of keys and one of values a thread (KV_SLOTS threads).
+    KV_TOKENS > 0 (kv_prefetch.py): before its wait for the kernel before, program `row` pulls the
+    first KV_TOKENS cached tokens of decode row `row`'s pages in one layer's caches into L2, a page of
+    keys and one of values a thread (KV_SLOTS threads).
 
-    STAMP (a look, `trace_kernels(norms=True)`): each program writes the clock at its start, before
-    its wait, after it, once its row's sum of squares is in, and at its end, as the GEMMs do.
-
-    W_EARLY (NORM_WEIGHTS_EARLY, perf-notes #141): the norm's weight loaded before the wait. Weights
-    never change, so they need not wait for the kernel before; loaded after it, ptxas leaves their
-    load behind the sum of squares' barriers, one more L2 round trip on every norm's critical path."""
+    The norm's weight is loaded before the wait: weights never change, so they need not wait for the
+    kernel before; loaded after it, ptxas leaves their load behind the sum of squares' barriers, one
+    more L2 round trip on every norm's critical path."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    if STAMP:
-        t_start = globaltimer(row)
     pdl_trigger(USE_PDL)
-    if KV_TOKENS and not KV_AFTER_WAIT:
+    if KV_TOKENS:
         prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
-                          TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
-    if W_EARLY:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    if STAMP:
-        t_ahead = globaltimer(row)
+                          TOKEN_ELEMS)  # fmt: skip
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     pdl_wait(USE_PDL)
-    if STAMP:
-        t_waited = globaltimer(row)
-    if KV_TOKENS and KV_AFTER_WAIT:
-        prefetch_kv_pages(kc_ptr, vc_ptr, bt_ptr, ctx_ptr, row, bt_stride, num_pages, KV_TOKENS, KV_SLOTS, PS,
-                          TOKEN_ELEMS, EVICT_LAST)  # fmt: skip
     if PARTS:
         total = tl.zeros([BLOCK], dtype=tl.float32)
         for s in tl.static_range(PARTS):
@@ -114,14 +93,8 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n_cols, part_strid
         tl.store(sum_ptr + row * n_cols + cols, x, mask=mask)
     x32 = x.to(tl.float32)
     inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / n_cols + eps)
-    if STAMP:
-        t_summed = globaltimer(inv.to(tl.int32))
     normed = (x32 * inv).to(x.dtype).to(tl.float32)
-    if not W_EARLY:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * n_cols + cols, (w * normed).to(x.dtype), mask=mask)
-    if STAMP:
-        write_stamps(stamp_ptr, stamp_row + row, t_start, t_ahead, t_waited, t_summed)
 
 
 def rms_norm(
@@ -147,32 +120,16 @@ def rms_norm(
 PARTS_NORM_WARPS = 8
 
 
-def norm_weights_early_from_env() -> bool:
-    """Whether the norms load their weight before their PDL wait (W_EARLY; perf-notes #141, on by default
-    since session 46's walks; CADENCE_NORM_WEIGHTS_EARLY=0 loads it after the sum of squares, as before)."""
-    return os.environ.get("CADENCE_NORM_WEIGHTS_EARLY", "1") != "0"
-
-
-NORM_WEIGHTS_EARLY = norm_weights_early_from_env()
-
-
 def _launch_rms_norm(x, parts: int, weight, eps: float, residual, out: torch.Tensor, total: torch.Tensor,
                      prefetch: KvPrefetch | None = None) -> None:  # fmt: skip
     """out (and total, with a residual) for out's rows; x [rows, n] or, with parts, [parts, tile rows, n] fp32."""
     rows, n = out.shape
     res = residual.reshape(rows, n) if residual is not None else out
     warps = PARTS_NORM_WARPS if parts else 4
-    stamps = stamp_args(f"norm{' parts' if parts else ''} {rows}x{n}", rows, placeholder=out, norm=True)
     _rms_norm_kernel[(rows,)](
         x, res, weight, out, total, n, x[0].numel() if parts else 0, eps, HAS_RES=residual is not None, PARTS=parts,
         BLOCK=triton.next_power_of_2(n), num_warps=warps, **pdl_launch(out), **prefetch_args(prefetch, rows, warps),
-        W_EARLY=NORM_WEIGHTS_EARLY, **stamps,
     )  # fmt: skip
-
-
-# Split-K partials added by the norm kernel after the GEMM (perf-notes #74); CADENCE_SPLIT_K_IN_NORM=0: the
-# GEMM's last program adds them (a ticket a slab), as before.
-SPLIT_K_IN_NORM = os.environ.get("CADENCE_SPLIT_K_IN_NORM", "1") != "0"
 
 
 def linear_rms_norm(
@@ -204,10 +161,10 @@ def linear_rms_norm(
 
 def _partials_tiles(x, weight, residual, force: bool = False) -> SkinnyTiles | None:
     """The tiles of x @ weight^T where its programs leave their split-K partials for the kernel after
-    it to add (the norm's, or the next GEMM's with the norm inside), or None: the GEMM not split over
-    K, no residual (every layer has one), or CADENCE_SPLIT_K_IN_NORM=0."""
+    it to add (the norm kernel), or None: the GEMM not split over
+    K, or no residual (every layer has one)."""
     tiles = linear_tiles(x, weight, force)
-    if tiles is None or tiles.split_k == 1 or not SPLIT_K_IN_NORM or residual is None:
+    if tiles is None or tiles.split_k == 1 or residual is None:
         return None
     return tiles
 
@@ -222,29 +179,9 @@ def linear_rms_norm_linear(
     prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(h, next_weight), the sum) for (h, the sum) = linear_rms_norm(x, weight, ...): a layer's
-    down projection, the norm after it and the next layer's qkv. With CADENCE_NORM_IN_QKV=1 (perf-notes
-    #144, off until timed), where down splits K and the next GEMM takes the unsplit 64-row tiles, the
-    norm runs inside that GEMM's kernel on down's partials (triton_norm_linear), which then also
-    issues the norm's KV prefetch."""
-    tiles = _norm_in_gemm_tiles(x, weight, residual, next_weight)
-    if tiles is None:
-        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
-        return linear(h, next_weight), total
-    parts = skinny_linear_partials(x, weight, linear_tiles(x, weight))
-    y, total, _ = triton_norm_linear.norm_linear(parts, residual, norm_weight, eps, next_weight, tiles, prefetch)
-    return y, total
-
-
-def _norm_in_gemm_tiles(x, weight, residual, next_weight) -> SkinnyTiles | None:
-    """The next GEMM's tiles with the norm inside, or None: the switch off, no partials left by the GEMM
-    before (_partials_tiles), or the next GEMM not on unsplit 64-row Triton tiles (on the 64-row slab
-    GEMM, cuBLAS, or another row count)."""
-    if not triton_norm_linear.NORM_IN_QKV or _partials_tiles(x, weight, residual) is None:
-        return None
-    if cuda_gemm64.route(residual, next_weight) is not None:
-        return None
-    after = linear_tiles(residual, next_weight)
-    return after if after is not None and after.split_k == 1 and after.block_m == 64 else None
+    down projection, the norm after it and the next layer's qkv."""
+    h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
+    return linear(h, next_weight), total
 
 
 # -- QK-norm + RoPE + KV write ---------------------------------------------------------------------
@@ -355,28 +292,9 @@ def linear_rms_norm_swiglu(
     prefetch: KvPrefetch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear_swiglu(h, gate_up), the sum) for (h, the sum) = linear_rms_norm(x, weight, ...): a
-    layer's o projection, the norm after it and the MLP's first half. With CADENCE_GEMM64_NORM=1
-    (perf-notes #143, off: b64 +0.18 ms), where o splits K and gate/up takes the 64-row slab GEMM, the
-    norm runs inside gate/up's kernel on o's partials: one kernel, and one grid's end, fewer between
-    the two GEMMs. Not with a prefetch (the norm kernel issues it)."""
-    plan = _norm_inside_plan(x, weight, residual, gate_up) if prefetch is None else None
-    if plan is None:
-        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
-        return linear_swiglu(h, gate_up), total
-    parts = skinny_linear_partials(x, weight, linear_tiles(x, weight))
-    return cuda_gemm64.gemm64_norm_linear(parts, residual, norm_weight, eps, gate_up, plan)
-
-
-def _norm_inside_plan(x, weight, residual, gate_up) -> cuda_gemm64.Gemm64Plan | None:
-    """gate/up's slab GEMM plan with the norm inside, or None: the switch off, no partials left by o
-    (_partials_tiles), or gate/up not on the slab GEMM."""
-    tiles = _partials_tiles(x, weight, residual) if cuda_gemm64.NORM_INSIDE else None
-    if tiles is None:
-        return None
-    plan = cuda_gemm64.route(residual, gate_up, swiglu=True)  # the norm's rows are gate/up's input rows
-    if plan is None:
-        return None
-    return dataclasses.replace(plan, norm_parts=tiles.split_k, part_rows=tiles.block_m)
+    layer's o projection, the norm after it and the MLP's first half."""
+    h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
+    return linear_swiglu(h, gate_up), total
 
 
 def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
@@ -384,7 +302,7 @@ def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
     kernel where `linear` would stream it (each program a gate slab and its up slab, as many
     weight rows as the unfused GEMM's tiles), else the GEMM then `silu_mul`. The fused kernel runs
     the same dots and rounds at the same points as the two (test_linear_swiglu compares the bits)."""
-    if (plan := cuda_gemm64.route(x, gate_up, swiglu=True)) is not None:  # the 64-row slab GEMM's switch
+    if (plan := cuda_gemm64.route(x, gate_up)) is not None:  # the 64-row slab GEMM
         return cuda_gemm64.gemm64_linear(x, gate_up, plan)
     m, k = x.shape
     tiles = swiglu_tiles(gate_up.shape[0], k, m)

@@ -41,10 +41,10 @@ def _sortable(x):
 # The top-k threshold's search tests TOPK_WAYS - 1 thresholds a pass: each pass is a block
 # reduction, each threshold a compare per key. Each threshold's count is a 16-bit field of one
 # int64 sum, so at most 4 thresholds (5 ways; 2 is a bisection, 32 passes). On an H200 (perf-notes
-# #68, benchmarks/sampler.py) 4 ways (16 passes) was fastest: 11.9 -> 9.7 us a call on 2048 codes,
+# #68) 4 ways (16 passes) was fastest: 11.9 -> 9.7 us a call on 2048 codes,
 # 15.4 -> 14.3 on 3072; 5 ways no faster than 2.
 TOPK_WAYS = 4
-# One program a row; the benchmark (benchmarks/sampler.py) sweeps this with TOPK_WAYS. In the walk
+# One program a row. In the walk
 # (perf-notes #78) 8 and 16 warps were no faster: the search's passes wait on their reductions.
 SAMPLE_WARPS = 4
 
@@ -98,8 +98,7 @@ def _sample_choice(x, col, valid, row, do_ptr, temp_ptr, topk_ptr, topp_ptr, see
                    TOPK_WAYS: tl.constexpr, TOPK_PASSES: tl.constexpr):  # fmt: skip
     """Row `row`'s token from its processed logits x [BLOCK] (fp32, -inf where invalid): the argmax,
     or with do_sample the Gumbel-max over the temperature-scaled, top-k / top-p filtered values
-    with counter-based noise of (seed, frame, codebook key, column). Shared with the persistent
-    code predictor, so both sample with the same arithmetic."""
+    with counter-based noise of (seed, frame, codebook key, column)."""
     do = tl.load(do_ptr + row) != 0
     if do:
         # Temperature, then top-k and top-p as value thresholds found by searching the

@@ -27,7 +27,7 @@ DRAIN_GRACE_S = 5.0  # after the drain timeout, for cut-off streams to send thei
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..deploy.config import DeployFile, option_dests
-    from ..engine.config import CODEC_DECODES, CODEC_DTYPES, PERSISTENT_KERNELS
+    from ..engine.config import CODEC_DECODES, CODEC_DTYPES
     from .cloning import add_arguments as add_cloning_arguments
 
     defaults = DeployFile().flat()  # shown in the help; the options themselves default to None (not given)
@@ -145,22 +145,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="talker CUDA graphs of at most N rows launch their Triton kernels with programmatic dependent "
         f"launch on Hopper and newer GPUs; 0: off (default {defaults['pdl_max_rows']}: it makes small batches "
         "faster and batches of 128 and more slower)",
-    )
-    g.add_argument(
-        "--persistent-max-rows",
-        type=int,
-        metavar="N",
-        help="decode batches of at most N streams run the code predictor as one persistent Triton kernel "
-        f"instead of ~1,000 layer kernels; 0: off (default {defaults['persistent_max_rows']}: not faster than the "
-        "layer kernels yet)",
-    )
-    g.add_argument(
-        "--persistent-kernel",
-        choices=PERSISTENT_KERNELS,
-        help="the persistent code predictor's implementation: triton, or cuda (weights streamed into shared "
-        "memory by the copy engine; Hopper and newer, up to 4 streams, compiled at first use; experimental: "
-        "0.3 ms a frame slower than the layer kernels at batch 1), or cuda-ll (the same with polled activations "
-        f"instead of grid barriers; slower still) (default {defaults['persistent_kernel']})",
     )
     g.add_argument(
         "--slab-max-rows",
@@ -346,8 +330,6 @@ def build_state(args: argparse.Namespace) -> ServerState:
             codec_decode=args.codec_decode,
             runaway=args.runaway if args.runaway_guard is None else replace(args.runaway, enabled=args.runaway_guard),
             pdl_max_rows=args.pdl_max_rows,
-            persistent_max_rows=args.persistent_max_rows,
-            persistent_kernel=args.persistent_kernel,
             slab_max_rows=args.slab_max_rows,
         )
         placements = resolve_placements(args.replicas, args.device, args.codec_device)

@@ -1,16 +1,15 @@
 // Runs CUDA kernel source on the CPU, for tests: every CUDA thread a cooperative fiber (ucontext)
-// in one OS thread, switching at each barrier, shuffle and spin. Enough of CUDA for
-// cadence/kernels/cuda/code_predictor.cu and slab_gemv.cu (their PTX sections are replaced below): thread and block
-// indices, __syncthreads, a named barrier over the consumer warps, warp shuffles, mbarriers with
-// transaction counts, bulk copies (done at once), the grid barrier's counter.
+// in one OS thread, switching at each barrier, shuffle and spin. Enough of CUDA for the kernels of
+// cadence/kernels/cuda (their PTX sections are replaced below): thread and block indices,
+// __syncthreads, a named barrier over the consumer warps, warp shuffles, mbarriers with transaction
+// counts, bulk copies (done at once), global counters.
 //
 // One OS thread, so memory is sequentially consistent: this checks the kernel's logic (indexing,
-// phase order, the ring's protocol, arithmetic), not its memory ordering on a GPU. Fibers run round
-// robin, so CTAs keep nearly in step: a read racing ahead of its writer (as SYNC_LL's tags must
-// rule out) is unlikely to show here.
+// phase order, the copies' protocol, arithmetic), not its memory ordering on a GPU. Fibers run round
+// robin, so CTAs keep nearly in step: a read racing ahead of its writer is unlikely to show here.
 //
-// Included before the kernel source (g++ -include emulate.h -DCADENCE_EMULATE ...), after the
-// kernel's own macros (CONSUMER_WARPS ...) given as -D flags.
+// Included before the kernel source (the drivers include it first), after the kernel's own macros
+// given as -D flags.
 
 #pragma once
 #include <ucontext.h>
@@ -84,11 +83,9 @@ struct Fiber {
 inline ucontext_t scheduler;
 inline Fiber* current = nullptr;
 inline dim3 grid_dim, block_dim;
-inline long long switches = 0;
-inline long long progress = 0;  // barriers passed, words and counters written, copies landed
+inline long long progress = 0;  // barriers passed, copies landed
 
 inline void yield() {
-  ++switches;
   swapcontext(&current->context, &scheduler);
 }
 
@@ -208,12 +205,6 @@ inline void bulk_load_once(void* dst, const void* src, unsigned bytes, unsigned 
 }
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
 inline void smem_add(unsigned* p, unsigned v) { *p += v; }  // one OS thread: atomic as it stands
-inline unsigned long long load_word(const unsigned long long* p) { return *p; }
-inline void store_word(unsigned long long* p, unsigned long long v) { *p = v, ++emu::progress; }
-inline unsigned long long sm_clock() { return emu::switches; }  // a count that only grows will do
-inline unsigned long long global_ns() { return emu::switches; }
-inline unsigned sm_id() { return blockIdx.x; }  // a CTA an SM
-inline void poll_pause() { emu::yield(); }  // a poll must let the fiber that writes the word run
 // mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 for the warp (slab_gemv.cu): every lane leaves its
 // fragments, then works out its own four D entries from all of them, in k order.
 inline void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -235,36 +226,11 @@ inline void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)
 // Programmatic dependent launch (slab_gemv.cu): one grid at a time here, nothing to wait for.
 inline void pdl_wait() {}
 inline void pdl_trigger() {}
-// One OS thread: an add is atomic as it stands; a poll of a counter yields so its writers run.
-inline unsigned add_release(unsigned* counter, unsigned v) {
-  const unsigned old = *counter;
-  *counter = old + v, ++emu::progress;
-  return old;
-}
-inline unsigned add_relaxed(unsigned* counter, unsigned v) { return add_release(counter, v); }
-inline unsigned exchange_relaxed(unsigned* word, unsigned v) {
-  const unsigned old = *word;
-  *word = v, ++emu::progress;
-  return old;
-}
-inline unsigned load_acquire(const unsigned* counter) {
-  emu::yield();
-  return *counter;
-}
-inline void grid_sync(unsigned* counter, unsigned& passed) {
-  consumers_sync();
-  passed += gridDim.x;
-  if (threadIdx.x == 0) {
-    ++*counter, ++emu::progress;
-    while (*counter < passed) emu::yield();
-  }
-  consumers_sync();
-}
 
 namespace emu {
 
 // Bytes past each CTA's shared memory that must stay as they were: a write there is one past the
-// kernel's allocation (KernelPlan's layout).
+// kernel's allocation.
 constexpr size_t SMEM_GUARD = 16 * 1024;
 constexpr unsigned char GUARD_BYTE = 0xA5;
 

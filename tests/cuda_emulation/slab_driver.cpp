@@ -3,8 +3,7 @@
 // KERNEL_SOURCE as -D flags). Usage: slab_driver ARGS_FILE OUT_FILE
 // ARGS_FILE: x, w, res, norm_w as (u64 byte count, bytes); then n, rows a CTA, grid, shared memory
 // as i64 and eps as f64; with ATTN the attention's (see below). OUT_FILE gets y's bytes (M x n
-// bf16), then res_out's (M x K bf16), with ATTN then the two caches; last the CTAs' clock stamps
-// (grid x 6 i64; zeros unless the kernel is built with STAMP=1).
+// bf16), then res_out's (M x K bf16), with ATTN then the two caches.
 
 #include "emulate.h"
 #include "driver_io.h"
@@ -41,14 +40,8 @@ int main(int argc, char** argv) {
   at = {p(q_norm), p(k_norm), p(cos), p(sin), index[0], index[1], index[2], index[3],
         reinterpret_cast<u16*>(k_cache.data()), reinterpret_cast<u16*>(v_cache.data()), (float)scalar<double>()};
 #endif
-  std::vector<i64> stamps((size_t)grid * 6, 0);
   emu::launch((unsigned)grid, THREADS, THREADS, (size_t)smem, [&] {
-#if STAMP
-    slab_gemv_kernel(p(x), p(w), y.data(), p(res), p(norm_w), res_out.data(), (int)n, (int)rows, (float)eps, at,
-                     stamps.data(), 0);
-#else
     slab_gemv_kernel(p(x), p(w), y.data(), p(res), p(norm_w), res_out.data(), (int)n, (int)rows, (float)eps, at);
-#endif
   });
   std::ofstream out(argv[2], std::ios::binary);
   out.write(reinterpret_cast<const char*>(y.data()), y.size() * 2);
@@ -57,6 +50,5 @@ int main(int argc, char** argv) {
   out.write(reinterpret_cast<const char*>(k_cache.data()), k_cache.size() - 16);
   out.write(reinterpret_cast<const char*>(v_cache.data()), v_cache.size() - 16);
 #endif
-  out.write(reinterpret_cast<const char*>(stamps.data()), stamps.size() * 8);
   return 0;
 }

@@ -33,31 +33,20 @@
 // sequence, each warp its kv head's G query heads of all NEW rows (NEW x G columns of B), and a row
 // attends over the cached pages and the sequence's new tokens up to its own, from registers.
 //
-// WPH > 1 (an experiment for the talker's long contexts, #109): WPH warps a kv head, warp `sub`
-// of a head taking pages sub, sub + WPH, ...; each keeps its own running max, sum and output, and
-// after the pages the head's first warp merges them (as a context split is merged) before the new
-// token.
-//
-// Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA), WPH
-// (warps a kv head, default 1), NEW (rows a sequence, default 1), STAGES (pages in flight a CTA),
+// Macros: HQ, HKV (query and kv heads), HD (128), PS (page size, 16), HC (kv heads a CTA, a warp
+// each), NEW (rows a sequence, default 1), STAGES (pages in flight a CTA),
 // TRIGGER_FIRST (1: let the next kernel launch before the wait), MAX_PAGES (the longest page table
-// it takes), SMEM_BYTES (the dynamic shared memory it is launched with), STAMP (1: thread 0 writes
-// its CTA's clock stamps to row stamp_row + CTA of `stamps`, prelude.cuh's write_stamps: its start,
-// the page table loaded, the wait's return, warp 0's pages done, warp 0's end; the heads' warps go
-// through the same pages alike).
+// it takes), SMEM_BYTES (the dynamic shared memory it is launched with).
 
-#include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
+#include "prelude.cuh"    // types, bf16 rounding, PDL, bulk copies, mma.sync
 #include "head_rope.cuh"  // norm_rope, rope_at, unpack4, pack4
 
-#ifndef WPH
-#define WPH 1
-#endif
 #ifndef NEW
 #define NEW 1
 #endif
 constexpr int G = HQ / HKV;                 // query heads a kv head
 constexpr int NQ = NEW * G;                 // a warp's query columns: row j's head h is column j * G + h
-constexpr int HEAD_WARPS = HC * WPH;        // warp w takes kv head w % HC, pages w / HC, + WPH, ...
+constexpr int HEAD_WARPS = HC;             // warp w takes kv head w
 constexpr int THREADS = 32 * (HEAD_WARPS + 1);  // the heads' warps, then the copying warp
 constexpr int PRODUCER = HEAD_WARPS;        // the copying warp
 constexpr int QKV = (HQ + 2 * HKV) * HD;    // a qkv row
@@ -65,9 +54,6 @@ constexpr int TOKEN = HKV * HD;             // a token's keys (or values) in the
 constexpr int ROW = HC * HD + 8;            // a token's HC heads in shared memory, padded 16 bytes
 constexpr int STAGE = 2 * PS * ROW;         // a page's keys, then its values
 constexpr u32 STAGE_BYTES = 2u * PS * HC * HD * 2;
-#ifndef ABLATE  // a look (benchmarks/cuda_attention_parts.py): 1 leaves out the pages' arithmetic, 2 their copies
-#define ABLATE 0
-#endif
 static_assert(PS == 16 && G >= 1 && NQ <= 8 && HQ % HKV == 0 && HKV % HC == 0, "the kernel's fragment layout");
 
 // Shared memory after the stages: the pages' mbarriers, each warp's queries (bf16) and, after the
@@ -82,20 +68,11 @@ struct Tail {
 };
 static_assert((size_t)STAGES * STAGE * 2 + sizeof(Tail) <= SMEM_BYTES, "SMEM_BYTES: the stages and the tail");
 
-// The heads' warps only (the copying warp may have left): before a head's first warp merges its
-// other warps' sums (WPH > 1).
-#ifdef CADENCE_EMULATE
-__device__ __forceinline__ void heads_sync() { consumers_sync(); }
-#else
-__device__ __forceinline__ void heads_sync() { asm volatile("bar.sync 1, %0;" ::"r"(32 * HEAD_WARPS) : "memory"); }
-#endif
-
 // The copying warp: page p's tokens (this CTA's heads) into stage p % STAGES, completing on its
 // mbarrier.
 __device__ __forceinline__ void fetch(int p, const u16* k_cache, const u16* v_cache, int head0, u16* stages,
                                       Tail& tail, int lane) {
   u64* bar = &tail.full[p % STAGES];
-  if (ABLATE == 2) return;
   if (lane == 0) mbar_expect_tx(bar, STAGE_BYTES);
   __syncwarp();
   if (lane < PS) {
@@ -110,9 +87,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     decode_attention_kernel(const u16* qkv, const u16* q_norm, const u16* k_norm, const u16* cos, const u16* sin,
                             const i64* position, const i64* slot, const i64* context, const i64* block_table,
                             int table_stride, u16* k_cache, u16* v_cache, u16* out, float scale,
-                            float eps STAMP_PARAMS) {
+                            float eps) {
   DYNAMIC_SHARED(smem);
-  [[maybe_unused]] i64 t_start = STAMP ? (i64)global_ns() : 0, t_ahead = 0, t_waited = 0, t_pages = 0;
   u16* stages = reinterpret_cast<u16*>(smem);
   Tail& tail = *reinterpret_cast<Tail*>(stages + (size_t)STAGES * STAGE);
   const int row0 = blockIdx.x / (HKV / HC) * NEW, head0 = blockIdx.x % (HKV / HC) * HC;  // its sequence's rows
@@ -129,11 +105,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   }
   for (int p = threadIdx.x; p < pages; p += THREADS) tail.page[p] = (int)table[p];
   __syncthreads();
-  if (STAMP) t_ahead = (i64)global_ns();
   if (warp == PRODUCER) {  // the first STAGES pages before the wait, then each stage as it empties
     for (int p = 0; p < pages; ++p) {
       if (p == STAGES) pdl_wait();
-      if (p >= STAGES && ABLATE != 2) mbar_wait(&tail.empty[p % STAGES], (p / STAGES - 1) & 1);
+      if (p >= STAGES) mbar_wait(&tail.empty[p % STAGES], (p / STAGES - 1) & 1);
       fetch(p, k_cache, v_cache, head0, stages, tail, lane);
     }
     return;  // no trigger here: the heads' warps let the next kernel in once they have waited
@@ -141,8 +116,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   // Before the wait, what no kernel of the chain writes (the row's position and slot, the RoPE tables,
   // the norm weights: see above), so that after it only qkv's loads are on the chain (#122: the
   // position's load and then the tables' were two round trips after it).
-  const int slot_in_cta = WPH == 1 ? warp : warp % HC, sub = WPH == 1 ? 0 : warp / HC;  // its kv head, pages
-  const int kvh = head0 + slot_in_cta;
+  const int kvh = head0 + warp;  // its kv head
   float cs[NEW][4], sn[NEW][4];
   size_t cell[NEW];
   for (int j = 0; j < NEW; ++j) {
@@ -152,7 +126,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const uint2 k_weights = norm_weights(k_norm, lane), q_weights = norm_weights(q_norm, lane);
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
-  if (STAMP) t_waited = (i64)global_ns();
 
   // The rows' new keys and values for this warp's kv head, to the cache (by the head's first warp);
   // their queries.
@@ -162,10 +135,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   uint2 k_new[NEW], v_new[NEW], q[NQ];
   for (int j = 0; j < NEW; ++j) {
     k_new[j] = norm_rope(head(j, HQ + kvh), k_weights, cs[j], sn[j], lane, eps), v_new[j] = head(j, HQ + HKV + kvh);
-    if (sub == 0) {
-      *reinterpret_cast<uint2*>(k_cache + cell[j]) = k_new[j];
-      *reinterpret_cast<uint2*>(v_cache + cell[j]) = v_new[j];
-    }
+    *reinterpret_cast<uint2*>(k_cache + cell[j]) = k_new[j];
+    *reinterpret_cast<uint2*>(v_cache + cell[j]) = v_new[j];
     for (int h = 0; h < G; ++h) {
       q[j * G + h] = norm_rope(head(j, kvh * G + h), q_weights, cs[j], sn[j], lane, eps);
       *reinterpret_cast<uint2*>(&tail.q[warp][j * G + h][4 * lane]) = q[j * G + h];
@@ -183,15 +154,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const float NEG_INF = __uint_as_float(0xff800000u);
   float run_max[2] = {NEG_INF, NEG_INF}, run_sum[2] = {0.f, 0.f};
   float acc[HD / 16][4] = {};  // O^T: tile t holds d = 16t + g (+ 8) of heads 2c, 2c + 1
-  for (int p = sub; p < pages; p += WPH) {
-    u16* keys = stages + (size_t)(p % STAGES) * STAGE + slot_in_cta * HD;  // token t at keys + t * ROW
+  for (int p = 0; p < pages; ++p) {
+    u16* keys = stages + (size_t)(p % STAGES) * STAGE + warp * HD;  // token t at keys + t * ROW
     u16* values = keys + PS * ROW;
-    if (ABLATE != 2) mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
-    if (ABLATE == 1) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
-      continue;
-    }
+    mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
     const int valid = imin(cached - p * PS, PS);
     if (valid < PS) {  // the last page: values past the context are zeros (0 x a stale NaN is NaN)
       const uint2 zero = {0u, 0u};
@@ -238,8 +204,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
   }
 
-  if (STAMP) t_pages = (i64)global_ns();
-
   // The sums to shared memory, 4 elements a lane again; then the new token and the outputs.
   for (int h = 0; h < 2; ++h) {
     const int n = 2 * c + h;
@@ -248,10 +212,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     if (g == 0) tail.m[warp][n] = run_max[h], tail.l[warp][n] = run_sum[h];
   }
   __syncwarp();
-  if (WPH > 1) {
-    heads_sync();  // every warp's sums are in shared memory
-    if (sub != 0) return;
-  }
   float kf[NEW][4], vf[NEW][4];
   for (int j = 0; j < NEW; ++j) unpack4(k_new[j], kf[j]), unpack4(v_new[j], vf[j]);
   for (int n = 0; n < NQ; ++n) {  // row j's query head h: the pages' sums, then new tokens 0..j
@@ -260,15 +220,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     unpack4(q[n], qf);
     float before = tail.m[warp][n], sum = tail.l[warp][n], acc_o[4];
     for (int i = 0; i < 4; ++i) acc_o[i] = tail.o[warp][n][4 * lane + i];
-    for (int w = 1; w < WPH; ++w) {  // the head's other warps' pages, merged as a context split is
-      const int other = slot_in_cta + w * HC;
-      const float theirs = tail.m[other][n], top = fmaxf(before, theirs);
-      if (top == NEG_INF) continue;  // neither has a page yet
-      const float a = expf(before - top), b = expf(theirs - top);
-      sum = sum * a + tail.l[other][n] * b;
-      for (int i = 0; i < 4; ++i) acc_o[i] = acc_o[i] * a + tail.o[other][n][4 * lane + i] * b;
-      before = top;
-    }
     for (int t = 0; t <= j; ++t) {  // one more softmax step a new token, as the Triton kernel's _attend_one
       float s = qf[0] * kf[t][0] + qf[1] * kf[t][1] + qf[2] * kf[t][2] + qf[3] * kf[t][3];
       for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -283,7 +234,4 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     for (int i = 0; i < 4; ++i) o[i] = acc_o[i] / sum;
     *reinterpret_cast<uint2*>(out + (size_t)(row0 + j) * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
   }
-#if STAMP
-  if (threadIdx.x == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_pages);
-#endif
 }

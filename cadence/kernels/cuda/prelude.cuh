@@ -31,29 +31,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], cons
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// Counters in global memory that CTAs of one grid meet on (slab_gemm64.cu's NORM_PARTS): an add
-// that publishes the CTA's stores before it (a release; the CTA's threads have passed a barrier
-// first), and a load that sees what was published before the value it reads (an acquire).
-__device__ __forceinline__ u32 add_release(u32* counter, u32 v) {
-  u32 old;
-  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ u32 add_relaxed(u32* counter, u32 v) {  // no ordering: a ticket
-  u32 old;
-  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ u32 exchange_relaxed(u32* word, u32 v) {  // who got there first
-  u32 old;
-  asm volatile("atom.relaxed.gpu.global.exch.b32 %0, [%1], %2;" : "=r"(old) : "l"(word), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ u32 load_acquire(const u32* counter) {
-  u32 v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
-  return v;
-}
 #endif  // CADENCE_EMULATE
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
@@ -67,22 +44,4 @@ __device__ __forceinline__ u32 pack2(float a, float b) { return (u32)from_f(a) |
 __device__ __forceinline__ float swiglu(float gate, float up) {
   const float g = round_bf16(gate);
   return round_bf16(g / (1.f + __expf(-g))) * round_bf16(up);
-}
-
-// Clock stamps, a look (triton_launch.trace_kernels; benchmarks/walk_timeline.py --stamps): a CTA's
-// row of triton_launch.STAMP_FIELDS (6) values, as a Triton program's: its start, the end of its
-// work before the PDL wait, the wait's return, the end of its main loop, its end (ns) and its SM.
-// Only a kernel built with STAMP=1 takes the stamps' parameters (STAMP_PARAMS), so the kernels as
-// served keep their signature.
-#ifndef STAMP
-#define STAMP 0
-#endif
-#if STAMP
-#define STAMP_PARAMS , i64 *stamps, i64 stamp_row
-#else
-#define STAMP_PARAMS
-#endif
-__device__ __forceinline__ void write_stamps(i64* stamps, i64 row, i64 start, i64 ahead, i64 waited, i64 main_end) {
-  i64* r = stamps + row * 6;
-  r[0] = start, r[1] = ahead, r[2] = waited, r[3] = main_end, r[4] = (i64)global_ns(), r[5] = (i64)sm_id();
 }

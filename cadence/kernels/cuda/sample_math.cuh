@@ -1,6 +1,5 @@
-// The arithmetic both CUDA samplers share (sampler.cu, and the persistent code predictor's
-// sampling.cuh): the noise's hash and uniforms, the floats' order-preserving keys, a radix
-// select's bin search.
+// The CUDA sampler's arithmetic (sampler.cu): the noise's hash and uniforms, the floats'
+// order-preserving keys, a radix select's bin search.
 #pragma once
 
 __device__ __forceinline__ unsigned mix32(unsigned x) {  // rng._mix on 32-bit lanes

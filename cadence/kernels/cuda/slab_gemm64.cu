@@ -1,7 +1,7 @@
 // The decode GEMM for up to 64 activation rows (routed at 33-64) whose weights arrive before it may
 // start (perf-notes #115; kernels/cuda_gemm64.py): the idea of the one- and two-row slab GEMM
 // (slab_gemv.cu) at a batch of 64. Each CTA copies its slab of weight rows into shared memory by the
-// copy engine (PADDED: a cp.async.bulk a row, else one a slab, completing on one mbarrier) *before*
+// copy engine (a cp.async.bulk a row, completing on one mbarrier) *before*
 // it waits for the kernel before it (programmatic dependent launch), so that after the wait only the
 // input rows, the dots and the stores are left on the chain. The Triton 64-row GEMM (triton_linear)
 // only pulls its weights into L2 before its wait and streams them from there after it, interleaved
@@ -27,57 +27,19 @@
 // Compiled at run time by NVRTC with these macros prepended (cuda_gemm64.py):
 //   K      the input width (a multiple of 128)    M        activation rows (1-64)
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
-//   THREADS threads a CTA (256: 8 warps)           STAMP    1: clock stamps (prelude.cuh)
+//   THREADS threads a CTA (256: 8 warps)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
-//   WARP_KS  shares of K the warps split (default 4; 2: K halves, half the sums; 1: each warp owns
-//            its m16 tile's outputs over all of K, no sums). Both walk ~0.35 ms slower (#127, #128):
-//            with one m16 tile a warp, each slab fragment read from shared memory feeds one tile
-//   MIN_BLOCKS  CTAs an SM must hold at once (__launch_bounds__): 2 caps a thread at 128 registers,
-//               so that more fits beside this one's CTAs (at gate/up not enough to let it start beside
-//               o's and a norm's: perf-notes #133, #134)
-//   ABLATE 1: the input's loads left out (A is made of the lane's index), 2: the slab's copy left
-//          out (the dots read whatever shared memory holds), 3: the K shares' sums left out (each
-//          warp stores its own share of the outputs it owns): wrong results, for benchmarks/gemm64.py to
-//          time the rest; 0: served. (Before session 37 ablation 2 left the input's loads out too.)
-//   PADDED 1: a bulk copy a weight row, each row 64 bytes apart in shared memory (no bank
-//          conflicts in the dots' B loads); 0: the slab as one copy, rows back to back
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
 //                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
-//   NORM_PARTS  P > 0: the kernel makes its own input, the norm after the split-K GEMM before it
-//               (perf-notes #143): x = rms_norm(sum of P fp32 partials + res) * norm_w, rounded as
-//               triton_ops' norm kernel rounds, and the sum (the next residual) stored too. CTA b
-//               makes row b, other running CTAs the rows of any that have not started (norm_rows),
-//               and every CTA waits, on a counter, for all M rows before its dots: no norm kernel,
-//               and no grid's end, between the two GEMMs, and the slab's copy runs under the norm.
-//               PART_ROWS: the rows a part holds (the split-K GEMM's tile rows, >= M).
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
-#include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
-#ifndef ABLATE
-#define ABLATE 0
-#endif
+#include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync
 
-#ifndef WARP_KS
-#define WARP_KS 4  // K's shares a CTA's warps split (their sums meet in shared memory)
-#endif
-#ifndef NORM_PARTS
-#define NORM_PARTS 0
-#endif
-#if NORM_PARTS
-#ifndef PART_ROWS
-#define PART_ROWS M
-#endif
-static_assert(PART_ROWS >= M, "a part holds at least the M rows");
-// parts [P, PART_ROWS, K] fp32 (rows past M unread), res [M, K], norm_w [K]; total [M, K] gets the
-// parts' sum + res; xn (the kernel's x argument, the same buffer) the normed rows; sync: 3 + M zeroed
-// words, left zeroed for the next call.
-#define NORM_PARAMS , const float *parts, const u16 *res, const u16 *norm_w, float eps, u16 *total, u16 *xn, u32 *sync
-#else
-#define NORM_PARAMS
-#endif
+constexpr int WARP_KS = 4;                               // K's shares a CTA's warps split (their sums
+                                                         // meet in shared memory)
 constexpr int WARPS = THREADS / 32;
 constexpr int WARP_ROWS = WARPS / WARP_KS;               // the warps split the input's m16 tiles (2 x 4
-                                                         // warps; 4 x 2 or 4 x 1, #127)
+                                                         // warps)
 static_assert(WARPS % WARP_KS == 0, "THREADS / 32 warps in WARP_KS shares of K");
 constexpr int MT = (M + 15) / 16;                        // m16 tiles of the input
 constexpr int MTW = (MT + WARP_ROWS - 1) / WARP_ROWS;    // a warp's m16 tiles
@@ -88,9 +50,9 @@ constexpr int STEPS = KW / 32;                           // its steps: two mmas 
 static_assert(STEPS % BATCH == 0, "BATCH must divide a warp's K steps");
 constexpr int UNITS = MTW * TILES * 4;                   // a lane's outputs (D entries of its tiles)
 constexpr int UPP = (UNITS + WARP_KS - 1) / WARP_KS;     // units a part: the outputs a warp sums
-// A slab row in shared memory, in elements: with PADDED K and 64 bytes, so that the two weight rows
-// a quarter warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
-constexpr int LD = K + (PADDED ? 32 : 0);
+// A slab row in shared memory, in elements: K and 64 bytes, so that the two weight rows a quarter
+// warp reads (lanes 8j..8j+7: rows 2j and 2j + 1, 64 bytes each) sit in different banks.
+constexpr int LD = K + 32;
 static_assert(K % (32 * WARP_KS) == 0, "K must be a multiple of 128");
 static_assert(M >= 1 && M <= 64, "1-64 rows");
 
@@ -127,8 +89,7 @@ __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int 
       for (int i = 0; i < MTW; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          a[s][i][h] = ABLATE == 1 ? uint4{(u32)lane, (u32)s, (u32)i, (u32)h}
-                              : has[i][h] ? xrow[i][h][chunk0 + (b + s) * 4] : uint4{0u, 0u, 0u, 0u};
+          a[s][i][h] = has[i][h] ? xrow[i][h][chunk0 + (b + s) * 4] : uint4{0u, 0u, 0u, 0u};
 #pragma unroll
     for (int s = 0; s < BATCH; ++s) {
       const int chunk = chunk0 + (b + s) * 4;
@@ -159,117 +120,13 @@ __device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, i
   return reinterpret_cast<float*>(smem) + (((size_t)(wr * WARP_KS + p) * WARP_KS + q) * (UPP * PAIR) + j) * 32 + lane;
 }
 
-#if NORM_PARTS
-constexpr int NORM_CHUNKS = (K / 4 + THREADS - 1) / THREADS;  // a thread's 4-column chunks of a row
-
-// Row r of the norm (NORM_PARTS) by the CTA, if it holds the row: with `flag` (row r's in sync's
-// table), thread 0 swaps the flag to 1 while the row's loads are in flight, and the CTA stores the
-// row only if the flag was 0 (another CTA holds it otherwise); without, the CTA holds it already.
-// Thread t takes columns 4t, 4t + 1, ... (chunks THREADS apart). The partials are added in split order
-// from 0, rounded to bf16, then the residual added and rounded (the sum, the next residual); the sum of
-// squares goes over the thread's columns in order, the warp's lanes, then the warps' sums in the order
-// of a butterfly over 8 lanes, as Triton 3.6 reduces the norm kernel's 8 warps (the bits may still
-// differ in the last place: see the tests). Returns whether it stored the row.
-__device__ __forceinline__ bool norm_row(int r, u32* flag, const float* parts, const u16* res,
-                                         const float (&w)[NORM_CHUNKS][4], float eps, u16* total, u16* xn,
-                                         unsigned char* scratch) {
-  int* held = reinterpret_cast<int*>(scratch);
-  float* warp_sums = reinterpret_cast<float*>(scratch + 16);
-  const int tid = threadIdx.x;
-  const u32 was = tid == 0 && flag ? exchange_relaxed(flag, 1u) : 0u;  // its answer is needed at the barrier
-  float v[NORM_CHUNKS][4];
-  float ss = 0.f;
-#pragma unroll
-  for (int c = 0; c < NORM_CHUNKS; ++c) {
-    const int col = (tid + c * THREADS) * 4;
-    if (col >= K) break;
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);  // from 0 as the norm kernel (a -0 partial gives +0)
-#pragma unroll
-    for (int p = 0; p < NORM_PARTS; ++p) {
-      const float4 q = reinterpret_cast<const float4*>(parts + ((size_t)p * PART_ROWS + r) * K + col)[0];
-      sum.x += q.x, sum.y += q.y, sum.z += q.z, sum.w += q.w;
-    }
-    const uint2 b = reinterpret_cast<const uint2*>(res + (size_t)r * K + col)[0];
-    v[c][0] = round_bf16(round_bf16(sum.x) + lo(b.x)), v[c][1] = round_bf16(round_bf16(sum.y) + hi(b.x));
-    v[c][2] = round_bf16(round_bf16(sum.z) + lo(b.y)), v[c][3] = round_bf16(round_bf16(sum.w) + hi(b.y));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ss += v[c][e] * v[c][e];
-  }
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if (tid % 32 == 0) warp_sums[tid / 32] = ss;
-  if (tid == 0) *held = was == 0u;
-  __syncthreads();
-  if (!*held) return false;  // the same answer for every thread
-  float s[WARPS];
-#pragma unroll
-  for (int i = 0; i < WARPS; ++i) s[i] = warp_sums[i];
-#pragma unroll
-  for (int o = WARPS / 2; o > 0; o >>= 1)
-#pragma unroll
-    for (int i = 0; i < o; ++i) s[i] += s[i + o];
-  const float inv = 1.f / sqrtf(s[0] / K + eps);
-#pragma unroll
-  for (int c = 0; c < NORM_CHUNKS; ++c) {
-    const int col = (tid + c * THREADS) * 4;
-    if (col >= K) break;
-    float o[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] = w[c][e] * round_bf16(v[c][e] * inv);  // rounded as rms_norm rounds
-    reinterpret_cast<uint2*>(total + (size_t)r * K + col)[0] = uint2{pack2(v[c][0], v[c][1]), pack2(v[c][2], v[c][3])};
-    reinterpret_cast<uint2*>(xn + (size_t)r * K + col)[0] = uint2{pack2(o[0], o[1]), pack2(o[2], o[3])};
-  }
-  return true;
-}
-
-// The counters the grid's CTAs meet on (sync, zeroed, NORM_SYNC_WORDS words): rows published, CTAs
-// past the wait, the next ticket, then a flag a row (1: a CTA holds it).
-constexpr int NORM_SYNC_WORDS = 3 + M;
-
-// The norm's rows, made by the grid's running CTAs (NORM_PARTS). CTA b < M makes row b, swapping its
-// flag while it loads the row (no round trip before the loads). Then every CTA takes tickets for rows
-// (sync[2]; its first one in flight under its own row) until they run out, and makes each row whose
-// flag it wins: the rows of CTAs that have not started yet, so that no CTA ever waits on one that has
-// not started and the grid needs no co-residency (fewer SMs than CTAs, an SM share under MPS). A row
-// stored is published by a release add to sync[0]; every CTA then polls it (acquire) until it counts
-// all M rows. Returns whether this CTA was the last past the wait, which zeroes the counters at its
-// end (every swap, ticket and poll is done by then, and the next call of this shape starts after this
-// grid's end: the PDL chain).
-__device__ __forceinline__ bool norm_rows(const float* parts, const u16* res, const float (&w)[NORM_CHUNKS][4],
-                                          float eps, u16* total, u16* xn, u32* sync, unsigned char* scratch) {
-  int* ticket = reinterpret_cast<int*>(scratch + 4);
-  const int tid = threadIdx.x;
-  auto publish = [&] {
-    __syncthreads();  // the row's stores all made: thread 0's release add publishes them (as CUTLASS's
-                      // grid barriers do: a CTA barrier, then one thread's red.release.gpu)
-    if (tid == 0) add_release(sync, 1u);
-  };
-  const int first = tid == 0 ? (int)add_relaxed(sync + 2, 1u) : 0;  // in flight under the CTA's own row
-  if ((int)blockIdx.x < M && norm_row((int)blockIdx.x, sync + 3 + blockIdx.x, parts, res, w, eps, total, xn, scratch))
-    publish();
-  if (tid == 0) *ticket = first;
-  __syncthreads();
-  for (int r = *ticket; r < M; r = *ticket) {
-    if (norm_row(r, sync + 3 + r, parts, res, w, eps, total, xn, scratch)) publish();  // its barrier frees `ticket`
-    if (tid == 0) *ticket = (int)add_relaxed(sync + 2, 1u);
-    __syncthreads();
-  }
-  if (tid == 0)
-    while (load_acquire(sync) < (u32)M) {
-    }
-  __syncthreads();  // every row in: the dots may read x
-  return tid == 0 && add_relaxed(sync + 1, 1u) == gridDim.x - 1;
-}
-#endif
-
 // x [M, K] (rows contiguous); w [PAIR * n, K]; y [M, n]; n / gridDim.x weight rows (outputs) a CTA,
 // at most ROWS.
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier
-// (16 bytes) and with NORM_PARTS the norm's scratch (whether the CTA holds its row and the ticket, 16
-// bytes; the warps' sums, 32).
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n STAMP_PARAMS NORM_PARAMS) {
+// (16 bytes).
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n) {
   DYNAMIC_SHARED(smem);
-  [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
   constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_ROWS * WARP_KS * WARP_KS * UPP * PAIR * 32 * 4;
   constexpr size_t BAR_AT = ((SLAB_BYTES > RED_BYTES ? SLAB_BYTES : RED_BYTES) + 15) / 16 * 16;
   u16* ws = reinterpret_cast<u16*>(smem);
@@ -280,46 +137,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int n0 = (int)((i64)blockIdx.x * n / gridDim.x), mine = (int)((i64)(blockIdx.x + 1) * n / gridDim.x) - n0;
   if (TRIGGER_FIRST) pdl_trigger();
   if (warp == 0) {  // the slab, on its way before the wait (weights are never written)
-    const unsigned bytes = ABLATE == 2 ? 0u : (unsigned)(PAIR * mine * K * 2);
+    const unsigned bytes = (unsigned)(PAIR * mine * K * 2);
     if (lane == 0) {
       mbar_init(bar, 1);
       mbar_init_fence();
       mbar_expect_tx(bar, bytes);
     }
     __syncwarp();
-    if (bytes && PADDED) {  // a copy a row
+    if (bytes) {  // a copy a row, each to its padded row
       for (int r = lane; r < PAIR * mine; r += 32) {
         const int p = r / mine, row = r % mine;
         bulk_load_once(ws + (size_t)(p * ROWS + row) * LD, w + ((size_t)p * n + n0 + row) * K, K * 2, bar);
       }
-    } else if (bytes && lane < PAIR) {  // a copy a slab (gate's, up's)
-      bulk_load_once(ws + (size_t)lane * ROWS * LD, w + ((size_t)lane * n + n0) * K, bytes / PAIR, bar);
     }
   }
-#if NORM_PARTS
-  float norm_w_cols[NORM_CHUNKS][4] = {};  // the norm's weights (never written), before the wait too
-#pragma unroll
-  for (int c = 0; c < NORM_CHUNKS; ++c) {
-    const int col = (tid + c * THREADS) * 4;
-    if (col >= K) break;
-    const uint2 b = reinterpret_cast<const uint2*>(norm_w + col)[0];
-    norm_w_cols[c][0] = lo(b.x), norm_w_cols[c][1] = hi(b.x), norm_w_cols[c][2] = lo(b.y), norm_w_cols[c][3] = hi(b.y);
-  }
-#endif
-  [[maybe_unused]] const i64 t_ahead = STAMP ? (i64)global_ns() : 0;
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
-  [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
   __syncthreads();  // the barrier's init, before anyone waits on it
-#if NORM_PARTS
-  // the rows of x, while the slab lands
-  const bool zero_sync = norm_rows(parts, res, norm_w_cols, eps, total, xn, sync, smem + BAR_AT + 16);
-#endif
   mbar_wait(bar, 0);
   float acc[MTW][NT][4] = {};
   const int wr = warp / WARP_KS, wk = warp % WARP_KS;
   dots(x, ws, mine, wr, wk, lane, acc);
-  [[maybe_unused]] const i64 t_dots = STAMP ? (i64)global_ns() : 0;
   // The K shares' sums, scattered over the warps of a warp row: a lane's UNITS outputs (each a gate
   // and an up dot with PAIR 2) are cut into WARP_KS parts, and warp (wr, wk) owns part wk. Each warp
   // stores the parts it does not own into shared memory, a float a lane at consecutive addresses (no
@@ -329,18 +167,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   // a bank, and the CTA's threads read them back an output at a time: ~2,300 shared-memory
   // wavefronts a CTA, ~1.2 us, against ~580 now).
   const int g = lane / 4, c = lane % 4;
-  if (ABLATE != 3) {  // 3: the sums left out, each warp stores its own share of its part, unsummed
-    __syncthreads();  // every warp's dots done: the slab's memory takes the shares
+  __syncthreads();  // every warp's dots done: the slab's memory takes the shares
 #pragma unroll
-    for (int p = 0; p < WARP_KS; ++p) {
-      if (p == wk) continue;
+  for (int p = 0; p < WARP_KS; ++p) {
+    if (p == wk) continue;
 #pragma unroll
-      for (int u = p * UPP; u < imin(UNITS, (p + 1) * UPP); ++u)
+    for (int u = p * UPP; u < imin(UNITS, (p + 1) * UPP); ++u)
 #pragma unroll
-        for (int h = 0; h < PAIR; ++h) *share_at(smem, wr, p, wk, (u - p * UPP) * PAIR + h, lane) = unit_dot(acc, u, h);
-    }
-    __syncthreads();
+      for (int h = 0; h < PAIR; ++h) *share_at(smem, wr, p, wk, (u - p * UPP) * PAIR + h, lane) = unit_dot(acc, u, h);
   }
+  __syncthreads();
 #pragma unroll
   for (int p = 0; p < WARP_KS; ++p) {
     if (p != wk) continue;  // p is known at compile time inside: acc's registers by constant index
@@ -353,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #pragma unroll
         for (int q = 0; q < WARP_KS; ++q) {
           if (q == p) v[h] += unit_dot(acc, u, h);
-          else if (ABLATE != 3) v[h] += *share_at(smem, wr, p, q, (u - p * UPP) * PAIR + h, lane);
+          else v[h] += *share_at(smem, wr, p, q, (u - p * UPP) * PAIR + h, lane);
         }
       }
       const int i = u / (TILES * 4), t = u / 4 % TILES, e = u % 4;  // D's rows g, g + 8; columns 2c, 2c + 1
@@ -361,11 +197,4 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       if (r < M && col < mine) y[(size_t)r * n + n0 + col] = from_f(PAIR == 2 ? swiglu(v[0], v[1]) : v[0]);
     }
   }
-#if NORM_PARTS
-  if (zero_sync)
-    for (int i = 0; i < NORM_SYNC_WORDS; ++i) sync[i] = 0;  // off the dots' path: no CTA reads them again
-#endif
-#if STAMP
-  if (tid == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_dots);
-#endif
 }

@@ -21,12 +21,9 @@
 //   ROWS     weight rows (outputs) a CTA: ceil(ROWS / 8) tiles of mma.sync (dot_tiles)
 //   ATTN     1: x is qkv rows and the input is their attention over one cache page
 //            (slab_attention.cuh, with its macros HQ, HKV, HD, PS): the code predictor's o
-//   STAMP    1: thread 0 writes its CTA's clock stamps to row stamp_row + CTA of `stamps`
-//            (prelude.cuh's write_stamps: its start, the copy issued, the wait's return, its
-//            dots done, its end; a look, triton_launch.trace_kernels)
 // Rounding follows the layer kernels (triton_ops): bf16 storage, fp32 products and sums.
 
-#include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync, clock stamps
+#include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync
 
 constexpr int WARPS = THREADS / 32;
 static_assert(K % 256 == 0, "K must be a multiple of 256");
@@ -174,9 +171,8 @@ constexpr int KV_ELEMS = 0;
 // the mbarrier, the norm's partial sums, the warps' sums.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     slab_gemv_kernel(const u16* x, const u16* w, u16* y, const u16* res, const u16* norm_w, u16* res_out, int n,
-                     int rows, float eps, Attention at STAMP_PARAMS) {
+                     int rows, float eps, Attention at) {
   DYNAMIC_SHARED(smem);
-  [[maybe_unused]] const i64 t_start = STAMP ? (i64)global_ns() : 0;
   u16* ws = reinterpret_cast<u16*>(smem);  // PAIR x rows x K: the gate slab, then the up slab
   u16* kv = ws + (size_t)PAIR * rows * K;  // ATTN: the page's keys and values (KV_ELEMS)
   uint4* xs = reinterpret_cast<uint4*>(kv + KV_ELEMS);  // M x K
@@ -202,10 +198,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   uint4 nw[2] = {};  // this thread's chunks of the norm weight, also constant
   if (NORM)
     for (int c = 0; c < 2 && tid + c * THREADS < K / 8; ++c) nw[c] = reinterpret_cast<const uint4*>(norm_w)[tid + c * THREADS];
-  [[maybe_unused]] const i64 t_ahead = STAMP ? (i64)global_ns() : 0;
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
-  [[maybe_unused]] const i64 t_waited = STAMP ? (i64)global_ns() : 0;
 #if ATTN
   attend(x, at, kv, xs, bar, warp, lane, eps);
 #else
@@ -214,10 +208,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
   __syncthreads();
   mbar_wait(bar, 0);
   dot_tiles(xs, ws, mine, rows, red, warp, lane);
-  [[maybe_unused]] const i64 t_dots = STAMP ? (i64)global_ns() : 0;
   __syncthreads();
   reduce_store(red, y, n, n0, mine);
-#if STAMP
-  if (tid == 0) write_stamps(stamps, stamp_row + blockIdx.x, t_start, t_ahead, t_waited, t_dots);
-#endif
 }

@@ -1,19 +1,5 @@
-// Hopper's (sm_90) copy engine and mbarriers as inline PTX, for the persistent kernels:
-// cadence/kernels/cuda/code_predictor.cu and benchmarks/cuda/phase_chain.cu.
+// Hopper's (sm_90) copy engine and mbarriers as inline PTX (prelude.cuh includes it).
 #pragma once
-
-// The GPU's global timer in ns (32 ns steps on Hopper, the same on every SM), and this CTA's SM: for
-// clock stamps (code_predictor.cu's trace, prelude.cuh's write_stamps).
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-__device__ __forceinline__ unsigned sm_id() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return s;
-}
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 

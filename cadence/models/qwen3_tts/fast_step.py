@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -35,7 +34,7 @@ from ...engine.partition import DecodeOutput
 from ...engine.sampler import RowParams
 from ...engine.transfer import to_device
 from ...kernels.cuda_gemv import slab_linear, slab_plan
-from ...kernels.kv_prefetch import KvPrefetchPlan
+from ...kernels.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
@@ -47,9 +46,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Token rows of one prefill captured as graphs, up to the engine's prefill token budget.
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
-# The walk's small kernels off its critical path on a second stream (FastDecoder._beside, perf-notes
-# #100); "0" keeps them inline, to measure what the branch buys.
-SIDE_STREAM = os.environ.get("CADENCE_WALK_SIDE_STREAM", "1") != "0"
 
 
 class FastDecoder:
@@ -63,8 +59,6 @@ class FastDecoder:
         buckets: tuple[int, ...] = DEFAULT_BUCKETS,
         prefill_token_budget: int = 2048,
         pdl_max_rows: int = 0,
-        persistent_max_rows: int = 0,
-        persistent_kernel: str = "triton",
         slab_max_rows: int = 0,
     ):
         self.p = partition
@@ -81,13 +75,12 @@ class FastDecoder:
         self.pad_text = model.config.tts_pad_token_id
         # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16;
         # the partition passes 0 but for the Triton walk).
-        prefetch = KvPrefetchPlan.from_env()  # the code predictor's, 16 MB a layer (#140); CADENCE_KV_PREFETCH
-        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows,
-                                       kv_prefetch=prefetch.for_stack(talker=True))  # fmt: skip
-        # The code predictor's context is one 16-token page: splitting it would only add empty programs.
+        self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows)
+        # The code predictor's context is one 16-token page: splitting it would only add empty programs. Its
+        # norms pull the next layer's cached keys and values into L2 (kv_prefetch.py; the talker's do not).
         self.cp_stack = FusedStack(
             talker.code_predictor.model, ops, cp_cfg.num_code_groups, attention_splits=1, slab_max_rows=slab_max_rows,
-            kv_prefetch=prefetch.for_stack(talker=False),
+            kv_prefetch=KvPrefetchPlan(CODE_PREDICTOR_MEGABYTES),
         )  # fmt: skip
         self.talker = talker
         self.groups = cfg.num_code_groups
@@ -97,8 +90,7 @@ class FastDecoder:
         tables = [talker.model.codec_embedding.weight] + [e.weight for e in talker.code_predictor.model.codec_embedding]
         self.frame_table = torch.cat(tables)
         self.frame_offsets = torch.tensor([0] + [t.shape[0] for t in tables[:-1]], device=self.dev).cumsum(0)
-        use_side = SIDE_STREAM and self.dev.type == "cuda"
-        self.side = torch.cuda.Stream(self.dev) if use_side else None  # see _beside
+        self.side = torch.cuda.Stream(self.dev) if self.dev.type == "cuda" else None  # see _beside
         self.copies = torch.cuda.Stream(self.dev) if self.dev.type == "cuda" else None  # see _read_back
         rows = partition.max_slots + 1
         shape = (cp_cfg.num_hidden_layers, rows, cp_cfg.num_code_groups, cp_cfg.num_key_value_heads, cp_cfg.head_dim)
@@ -107,7 +99,6 @@ class FastDecoder:
         self.cp_v = torch.zeros(shape, dtype=model.dtype, device=self.dev)
         self.cp_index = CodePredictorIndex.build(rows, self.groups, self.dev)
         self.buckets = tuple(b for b in buckets if b < partition.max_slots) + (partition.max_slots,)
-        self.persistent = self._persistent_code_predictor(persistent_max_rows, persistent_kernel)
         self.graphs: dict[int, DecodeGraph] = {}
         self.pdl_max_rows = pdl_max_rows
         self._pending_advance: Callable[[], None] | None = None  # the last walk's second half, not yet run
@@ -191,7 +182,7 @@ class FastDecoder:
         """Work queued inside runs on a second stream forked off the current one (under capture, a
         branch of the graph beside the main chain), so that small kernels nothing near reads stay
         off the walk's critical path (perf-notes #100: ~40 kernels a batch-1 walk); _join() waits
-        for it. Inline where there is no second stream (CPU, or CADENCE_WALK_SIDE_STREAM=0)."""
+        for it. Inline where there is no second stream (CPU)."""
         if self.side is None:
             yield
             return
@@ -202,33 +193,6 @@ class FastDecoder:
     def _join(self) -> None:
         if self.side is not None:
             torch.cuda.current_stream(self.dev).wait_stream(self.side)
-
-    def code_predictor_weights(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The code predictor's 15 heads and the 14 input tables (codebooks 1..14) that a persistent
-        kernel stacks beside its layers."""
-        cp = self.talker.code_predictor
-        return [h.weight for h in cp.lm_head], [e.weight for e in cp.model.codec_embedding][: self.groups - 2]
-
-    def _persistent_code_predictor(self, max_rows: int, kernel: str = "triton"):
-        """The code predictor as one persistent kernel for batches of up to `max_rows` streams
-        (Triton backend only; `kernel` "triton", perf-notes #35, "cuda", #45, or "cuda-ll"), or None: off, or a
-        talker wider than its code predictor (the 1.7B's small_to_mtp_projection is not in it)."""
-        cp = self.talker.code_predictor
-        if max_rows <= 0:
-            return None
-        if not isinstance(cp.small_to_mtp_projection, torch.nn.Identity):
-            log.info("persistent code predictor off: the talker is wider than the code predictor")
-            return None
-        heads, tables = self.code_predictor_weights()
-        rows = min(max_rows, self.buckets[-1])
-        if kernel in ("cuda", "cuda-ll"):
-            from ...kernels.cuda_code_predictor import CudaCodePredictor
-
-            sync = "ll" if kernel == "cuda-ll" else "barrier"
-            return CudaCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v, sync)
-        from ...kernels.triton_code_predictor import PersistentCodePredictor
-
-        return PersistentCodePredictor(self.cp_stack, heads, tables, rows, self.cp_k, self.cp_v)
 
     def _head(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """A head's logits: the slab GEMM where the stacks run it (perf-notes #95: -0.03 ms at batch
@@ -257,11 +221,6 @@ class FastDecoder:
         b = pair.shape[0]
         # Positions 0 and 1 as 2B query rows sharing their page.
         first = cp.small_to_mtp_projection(pair).flatten(0, 1)
-        if self.persistent is not None and b <= self.persistent.max_streams:
-            if rows is not None:
-                params, seed, step = params.take(rows), seed[rows], step[rows]
-            frame[:, 1:] = self.persistent(first, params, seed, step)
-            return
         ix, n = self.cp_index, 2 * b
         h = self.cp_stack(
             first, ix.first_pos[:n], ix.first_page[:n], ix.first_ctx[:n], ix.first_slot[:n], self.cp_k, self.cp_v,

@@ -5,9 +5,8 @@ A layer runs as: one QKV GEMM, QK-norm + RoPE + KV write (inside the decode atte
 to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/up GEMM with
 SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
 norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm (o's norm and
-gate/up together are `linear_rms_norm_swiglu`, which may run that norm inside gate/up's kernel,
-perf-notes #143; down's norm and the next qkv `linear_rms_norm_linear`, which may run it inside
-qkv's, #144). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
+gate/up together are `linear_rms_norm_swiglu`; down's norm and the next qkv
+`linear_rms_norm_linear`). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
 
 With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
 instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
@@ -25,7 +24,6 @@ from types import ModuleType
 
 import torch
 
-from ...kernels import cuda_gemv
 from ...kernels.cuda_gemv import (
     AttentionShape,
     DecodeAttention,
@@ -102,9 +100,9 @@ class FusedStack:
         one_token = decode and new_tokens == 1
         if x.shape[0] <= self.slab_max_rows:
             # The code predictor's decode steps at one row (one page of context): the attention goes
-            # inside o (perf-notes #97: -0.14 ms at batch 1); its first pass too (two tokens of one
-            # stream; no other stack has a one-page context) with the switch of #99.
-            inside_o = x.shape[0] == 1 if one_token else cuda_gemv.FIRST_PASS_INSIDE
+            # inside o (perf-notes #97: -0.14 ms at batch 1); not its first pass (two tokens of one
+            # stream: +0.02 ms that way, #99).
+            inside_o = one_token and x.shape[0] == 1
             one_page = inside_o and self.max_positions <= k_cache.shape[2]
             shape = AttentionShape(self.heads, self.kv_heads, self.head_dim, k_cache.shape[2]) if one_page else None
             if (plans := self._slab_plans(x.shape[0], shape)) is not None:
@@ -118,17 +116,14 @@ class FusedStack:
         qkv = ops.linear(h, self.layers[0].wqkv)
         for i, L in enumerate(self.layers):
             attn = attend(i, L, qkv)
-            # Layer i + 1's cache pulled into L2 by one of the two norms before its attention (kv_prefetch.py).
-            after_o = ahead(i + 1) if plan.after_o else None
-            act, residual = ops.linear_rms_norm_swiglu(attn, L.wo, L.ln2, self.eps, residual, L.wgu, prefetch=after_o)
-            before_qkv = None if plan.after_o else ahead(i + 1)
+            act, residual = ops.linear_rms_norm_swiglu(attn, L.wo, L.ln2, self.eps, residual, L.wgu)
             if i + 1 == len(self.layers):  # the stack's final norm
                 h, _ = ops.linear_rms_norm(act, L.wdown, self.norm, self.eps, residual)
                 break
-            # The next layer's input norm and its qkv (one kernel with CADENCE_NORM_IN_QKV, perf-notes #144).
+            # The next layer's input norm, which pulls that layer's cache into L2 (kv_prefetch.py), and its qkv.
             nxt = self.layers[i + 1]
             qkv, residual = ops.linear_rms_norm_linear(act, L.wdown, nxt.ln1, self.eps, residual, nxt.wqkv,
-                                                       prefetch=before_qkv)  # fmt: skip
+                                                       prefetch=ahead(i + 1))  # fmt: skip
         return h
 
     def _prefetch(self, block_table, context_lens, k_cache, v_cache, tokens: int, i: int) -> KvPrefetch | None:
@@ -136,8 +131,7 @@ class FusedStack:
         none past the last layer, or with none a row."""
         if tokens <= 0 or i >= len(self.layers):
             return None
-        plan = self.kv_prefetch
-        return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens, plan.evict_last, plan.after_wait)
+        return KvPrefetch(k_cache[i], v_cache[i], block_table, context_lens, tokens)
 
     def _attend(self, positions, block_table, context_lens, slot_index, k_cache, v_cache, decode: bool,
                 new_tokens: int, i: int, L: FusedLayer, qkv: torch.Tensor) -> torch.Tensor:  # fmt: skip

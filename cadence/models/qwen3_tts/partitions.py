@@ -149,8 +149,6 @@ class Qwen3TTSTalker:
         graph_buckets: tuple[int, ...] | None = None,
         prefill_token_budget: int = 2048,
         pdl_max_rows: int = 0,
-        persistent_max_rows: int = 0,
-        persistent_kernel: str = "triton",
         slab_max_rows: int = 0,
     ):
         if attention_backend not in ATTENTION_BACKENDS:
@@ -185,8 +183,7 @@ class Qwen3TTSTalker:
             use_graphs = model.device.type == "cuda" and not enforce_eager
             self.fast = FastDecoder(
                 self, load_ops(attention_backend), use_graphs, graph_buckets or DEFAULT_BUCKETS, prefill_token_budget,
-                pdl_max_rows, persistent_max_rows if attention_backend == "triton" else 0, persistent_kernel,
-                slab_max_rows if attention_backend == "triton" else 0,
+                pdl_max_rows, slab_max_rows if attention_backend == "triton" else 0,
             )  # fmt: skip
 
     def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
