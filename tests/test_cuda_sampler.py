@@ -12,9 +12,9 @@ import pytest
 import torch
 from cuda_driver import blob, emulate, needs_gxx
 
-from cadence.engine.sampler import RowParams
 from cadence.kernels import torch_ops
 from cadence.kernels.cuda_sampler import SOURCE, SamplerPlan, threads_for
+from cadence.kernels.sampling.reference import RowParams
 
 gpu = pytest.mark.gpu
 

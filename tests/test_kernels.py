@@ -10,7 +10,7 @@ import pytest
 import torch
 from kernel_checks import DEV, DTYPES, NEEDS_TRITON, tol
 
-from cadence.engine.sampler import RowParams
+from cadence.kernels.sampling.reference import RowParams
 
 pytestmark = NEEDS_TRITON
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from kernel_checks import DEV, INTERPRET, NEEDS_TRITON
 
-from cadence.engine.sampler import RowParams
 from cadence.kernels import torch_ops, triton_available
+from cadence.kernels.sampling.reference import RowParams
 
 NEEDS_BF16 = pytest.mark.skipif(INTERPRET, reason="bf16 logits: on a GPU (the interpreter runs fp32)")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from ..engine.sampler import RowParams
 from .nvrtc import compile_source, launch, pdl_on, runs_on
+from .sampling.reference import RowParams
 from .torch_ops import check_token_outputs
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"

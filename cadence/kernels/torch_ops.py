@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
 from .kv_prefetch import KvPrefetch
+from .sampling.reference import RowParams, mask_control_tokens, repetition_penalty, sample
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The sampler kernel of the fast decode step (Triton): one program a row applies the repetition
 penalty and the EOS / suppression masks, then takes the argmax or, sampling, the Gumbel-max over
-the temperature-scaled, top-k / top-p filtered logits with counter-based noise (engine/rng.py), and
+the temperature-scaled, top-k / top-p filtered logits with counter-based noise (kernels/sampling/rng.py), and
 may write the token's embedding row for the next step. `torch_ops.sample_tokens` is its definition;
 `triton_ops` exports it as part of the ops interface.
 """
@@ -11,12 +11,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ..engine.rng import U_MAX
-from ..engine.sampler import RowParams
+from .sampling.reference import RowParams
+from .sampling.rng import U_MAX
 from .torch_ops import check_token_outputs
 from .triton_launch import pdl_entry, pdl_launch
 
-_U_MAX = tl.constexpr(U_MAX)  # the noise's uniforms stay below 1 (engine/rng.py)
+_U_MAX = tl.constexpr(U_MAX)  # the noise's uniforms stay below 1 (kernels/sampling/rng.py)
 
 
 @triton.jit

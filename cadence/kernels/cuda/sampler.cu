@@ -1,7 +1,7 @@
 // The decode step's sampler as one CTA a row (kernels/cuda_sampler.py; torch_ops.sample_tokens is
 // its definition, triton_sampler the same arithmetic in Triton): the repetition penalty and the
 // control-token mask, then the argmax or, sampling, the Gumbel-max over the temperature-scaled,
-// top-k / top-p filtered logits with counter-based noise (engine/rng.py); the token goes to `out`,
+// top-k / top-p filtered logits with counter-based noise (kernels/sampling/rng.py); the token goes to `out`,
 // optionally into the row's code history and its embedding row into `emb` (the next step's input).
 //
 // What makes it shorter than the Triton kernel (perf-notes #103):

@@ -31,10 +31,10 @@ import torch
 
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
-from ...engine.sampler import RowParams
 from ...engine.transfer import to_device
 from ...kernels.cuda_gemv import slab_linear, slab_plan
 from ...kernels.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
+from ...kernels.sampling.reference import RowParams
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt

@@ -20,8 +20,8 @@ from ...engine.graphs import capture, capture_progress
 from ...engine.kv_cache import PagedKVCache
 from ...engine.partition import Admission, DecodeOutput, HostAudio
 from ...engine.request import EngineRequest
-from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
 from ...engine.transfer import to_device, to_device_packed
+from ...kernels.sampling.reference import RowParams, mask_control_tokens, repetition_penalty, sample
 from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
 from .codec_windows import CodecWindows
