@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cadence.kernels.launch.nvrtc import CUDA_COMMON
+
 EMULATION = Path(__file__).parent / "cuda_emulation"
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the CPU emulation")
 
@@ -31,7 +33,7 @@ def emulate(tmp_path: Path, driver: str, source: Path, defines, args: bytes) -> 
     exe = tmp_path / driver
     flags = [f"-D{name}={value}" for name, value in defines] + ["-DACT_BF16=1"]  # the kernels' bf16 stand-ins
     cmd = ["g++", "-std=c++20", "-O1", "-DCADENCE_EMULATE", *flags, f'-DKERNEL_SOURCE="{source}"',
-           f"-I{EMULATION}", str(EMULATION / f"{driver}.cpp"), "-o", str(exe)]  # fmt: skip
+           f"-I{EMULATION}", f"-I{CUDA_COMMON}", str(EMULATION / f"{driver}.cpp"), "-o", str(exe)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     (tmp_path / "args").write_bytes(args)

@@ -60,7 +60,7 @@ def assert_pdl_graph_replays_eager(run, trigger_first: bool, replays: int = 5) -
     order and replayed `replays` times: every replay gives the eager launches' bits (a kernel that
     leaves its workspace dirty for the next call, or reads what another program has not yet written,
     shows here)."""
-    from cadence.kernels.triton_launch import pdl_settings
+    from cadence.kernels.launch.pdl import pdl_settings
 
     want = run()
     with pdl_settings(True, trigger_first=trigger_first):

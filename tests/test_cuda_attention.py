@@ -144,7 +144,7 @@ def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
     Replayed with new qkv rows: the definition's outputs each time."""
     attend = _cuda()
     from cadence.kernels import triton_ops
-    from cadence.kernels.triton_launch import pdl_settings
+    from cadence.kernels.launch.pdl import pdl_settings
 
     rows = 64
     qkv, args, caches, rest = _talker_rows(rows, seed=3)
@@ -177,7 +177,7 @@ def test_the_first_pass_on_the_gpu():
     caches, for the first pass's contexts (2) and longer ones."""
     _cuda()
     from cadence.kernels import cuda_attention, triton_ops
-    from cadence.kernels.triton_launch import pdl_settings
+    from cadence.kernels.launch.pdl import pdl_settings
 
     contexts = [2] * 60 + [3, 16, 17, 32]
     qkv, args, caches, rest = decode_rows((*TALKER, contexts), torch.bfloat16, seed=5, device="cuda", new_tokens=2)

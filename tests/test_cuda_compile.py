@@ -17,7 +17,7 @@ import torch
 
 from cadence.kernels import cuda_attention, cuda_gemm64, cuda_gemv, cuda_sampler
 from cadence.kernels.cuda_gemv import AttentionShape
-from cadence.kernels.nvrtc import kernel_text
+from cadence.kernels.launch.nvrtc import CUDA_COMMON, kernel_text
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 
@@ -63,8 +63,8 @@ def test_compiles_for_hopper_without_spills(tmp_path, name):
     source, defines = PLANS[name]
     unit = tmp_path / source.name
     unit.write_text(kernel_text(source, defines))
-    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(source.parent), "-o", str(tmp_path / "k.cubin"),
-           str(unit)]  # fmt: skip
+    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(source.parent), "-I", str(CUDA_COMMON), "-o",
+           str(tmp_path / "k.cubin"), str(unit)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", done.stderr)]

@@ -85,8 +85,8 @@ def streaming_gemm_choices() -> dict:
 
 
 def attention_choices() -> dict:
+    from cadence.kernels.launch.pdl import trigger_first_for
     from cadence.kernels.triton_attention import attention_splits, attention_tiles
-    from cadence.kernels.triton_launch import trigger_first_for
     from cadence.kernels.triton_ops import FUSED_ATTENTION_MAX_ROWS, PARTS_NORM_WARPS
 
     return {

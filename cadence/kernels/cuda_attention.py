@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on
+from .launch.nvrtc import compile_source, launch, runs_on
+from .launch.pdl import pdl_on, trigger_first_now
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 # Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
@@ -154,13 +155,10 @@ def cuda_qk_norm_rope_attention(
     tensors = (qkv, q_norm, k_norm, cos, sin, k_cache, v_cache)
     if not all(t.is_contiguous() and t.dtype == torch.bfloat16 for t in tensors):
         raise ValueError("qkv, the norms, the RoPE tables and the caches must be contiguous bfloat16")
-    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
-
     out = torch.empty(n, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     if n == 0:
         return out
-    trigger_first = pdl_launch(qkv).get("USE_PDL") == PDL_TRIGGER_FIRST
-    plan = dataclasses.replace(plan, trigger_first=trigger_first)
+    plan = dataclasses.replace(plan, trigger_first=trigger_first_now(qkv))
     args = [qkv, q_norm, k_norm, cos, sin, positions, slot_index, context_lens, block_table,
             ctypes.c_int(block_table.stride(0)), k_cache, v_cache, out, ctypes.c_float(scale),
             ctypes.c_float(eps)]  # fmt: skip

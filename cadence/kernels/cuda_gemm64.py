@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, runs_on
+from .launch.nvrtc import compile_source, launch, runs_on
+from .launch.pdl import pdl_on, trigger_first_now
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
 MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
@@ -161,10 +162,7 @@ def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> to
         raise ValueError("the weight must be contiguous (its rows are bulk-copied)")
     x = x.contiguous()
     y = torch.empty(m, plan.n, dtype=x.dtype, device=x.device)
-    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch  # here: triton is a GPU machine's package
-
-    pdl = pdl_launch(x)
-    plan = dataclasses.replace(plan, trigger_first=pdl["USE_PDL"] == PDL_TRIGGER_FIRST)
+    plan = dataclasses.replace(plan, trigger_first=trigger_first_now(x))
     args = [x, weight, y, ctypes.c_int(plan.n)]
-    launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, bool(pdl.get("launch_pdl")))
+    launch(_kernel(plan.defines, plan.smem), plan.grid, plan.threads, plan.smem, args, pdl_on(x))
     return y

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on
+from .launch.nvrtc import compile_source, launch, runs_on
+from .launch.pdl import pdl_on
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
 CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from .nvrtc import compile_source, launch, pdl_on, runs_on
+from .launch.nvrtc import compile_source, launch, runs_on
+from .launch.pdl import pdl_on, trigger_first_now
 from .sampling.reference import RowParams
 from .torch_ops import check_token_outputs
 
@@ -172,9 +173,7 @@ def cuda_sample_tokens(
     out = check_token_outputs(n, logits.device, out, embed_table, embed_out, seen, mark_seen)
     if n == 0:
         return out
-    from .triton_launch import PDL_TRIGGER_FIRST, pdl_launch
-
-    trigger_first = pdl_launch(logits).get("USE_PDL") == PDL_TRIGGER_FIRST
+    trigger_first = trigger_first_now(logits)
     words = _words(embed_table[0], "an embedding row") if embed_table is not None else 0
     plan = SamplerPlan(v, logits.dtype == torch.bfloat16, rows is not None, seen is not None, mark_seen,
                        ban_eos is not None, words, trigger_first, threads or threads_for(v))  # fmt: skip

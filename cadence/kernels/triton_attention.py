@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import pdl_entry, pdl_launch, pdl_trigger, pdl_wait, prefetch_l2, trigger_first_for
+from .launch.pdl import pdl_launch, trigger_first_for
+from .launch.triton_pdl import pdl_entry, pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit

@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from .kv_prefetch import KvPrefetch
-from .triton_launch import bulk_prefetch_l2
+from .launch.triton_pdl import bulk_prefetch_l2
 
 
 @triton.jit

@@ -10,7 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import pdl_launch, pdl_trigger, pdl_wait, prefetch_l2
+from .launch.pdl import pdl_launch
+from .launch.triton_pdl import pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit

@@ -13,6 +13,8 @@ import triton.language as tl
 from . import cuda_attention, cuda_gemm64
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .kv_prefetch import KvPrefetch
+from .launch.pdl import pdl_launch, pdl_settings, pdl_trigger_first, trigger_first_for, use_pdl
+from .launch.triton_pdl import pdl_entry, pdl_trigger, pdl_wait
 from .triton_attention import (
     AttentionTiles,
     attention_splits,
@@ -23,16 +25,6 @@ from .triton_attention import (
 from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
 from .triton_kv_prefetch import prefetch_args, prefetch_kv_pages
-from .triton_launch import (
-    pdl_entry,
-    pdl_launch,
-    pdl_settings,
-    pdl_trigger,
-    pdl_trigger_first,
-    pdl_wait,
-    trigger_first_for,
-    use_pdl,
-)
 from .triton_linear import (
     SKINNY_MAX_ROWS,
     SkinnyTiles,

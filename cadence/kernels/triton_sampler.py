@@ -11,10 +11,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch.pdl import pdl_launch
+from .launch.triton_pdl import pdl_entry
 from .sampling.reference import RowParams
 from .sampling.rng import U_MAX
 from .torch_ops import check_token_outputs
-from .triton_launch import pdl_entry, pdl_launch
 
 _U_MAX = tl.constexpr(U_MAX)  # the noise's uniforms stay below 1 (kernels/sampling/rng.py)
 

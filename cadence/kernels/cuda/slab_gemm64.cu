@@ -30,7 +30,7 @@
 //   THREADS threads a CTA (256: 8 warps)
 //   BATCH  K steps whose input loads a warp issues before their dots (a divisor of its steps)
 //   TRIGGER_FIRST  1: let the next kernel launch at this one's start (the graph's other kernels'
-//                  order at 33-64 rows, triton_launch.trigger_first_for); 0: after the wait
+//                  order at 33-64 rows, launch.pdl.trigger_first_for); 0: after the wait
 // Rounding: bf16 storage, fp32 products and sums, as the layer kernels.
 
 #include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync

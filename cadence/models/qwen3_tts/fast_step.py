@@ -351,7 +351,7 @@ class FastDecoder:
         one 4.59 -> 4.18, left batch 64 as it was while its GEMMs were cuBLAS's (they take no part;
         Triton's since #60) and slowed batch 128 / 256 (+0.2 / +0.7 ms), where kernels launched
         early hold SM slots the running one's later waves need (perf-notes #27). Graphs of more than
-        32 rows (triton_launch.TRIGGER_FIRST_ABOVE_ROWS) let each kernel in before the one before
+        32 rows (launch.pdl.TRIGGER_FIRST_ABOVE_ROWS) let each kernel in before the one before
         it waits (#65)."""
         settings = getattr(self.ops, "pdl_settings", None)  # the Triton ops only
         if settings is None:

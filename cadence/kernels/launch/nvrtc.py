@@ -1,8 +1,8 @@
 """CUDA kernels compiled at run time by NVRTC through `torch.cuda._compile_kernel` (no compiler to
-install: PyTorch's CUDA wheels carry NVRTC), for the kernels in kernels/cuda/: the slab GEMMs
-(cuda_gemv.py, cuda_gemm64.py), the decode attention (cuda_attention.py) and the sampler
-(cuda_sampler.py); and launched through the driver's cuLaunchKernelEx, so that programmatic dependent launch (PDL) can
-be asked for (PyTorch's launcher cannot)."""
+install: PyTorch's CUDA wheels carry NVRTC) and launched through the driver's cuLaunchKernelEx, so
+that programmatic dependent launch (PDL) can be asked for (PyTorch's launcher cannot). Each operation
+keeps its kernels' sources in its own `cuda/` folder (kernels/linear/cuda, ...); the headers they
+share are in kernels/cuda_common."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
+CUDA_COMMON = Path(__file__).resolve().parents[1] / "cuda_common"  # the headers every kernel's source may include
+
 
 def kernel_text(source: Path, defines: tuple[tuple[str, int], ...]) -> str:
     """What NVRTC compiles for an instance: `source` with its compile-time constants as `#define`s
@@ -25,18 +27,19 @@ def kernel_text(source: Path, defines: tuple[tuple[str, int], ...]) -> str:
 
 @functools.cache
 def compile_source(source: Path, name: str, defines: tuple[tuple[str, int], ...], smem: int = 0):
-    """Kernel `name` of `source` with these compile-time constants (kernel_text; the source's folder
-    is the include path), for compute capability 9.0; allowed `smem` bytes of dynamic shared memory
-    where that is more than the default 48 KB."""
+    """Kernel `name` of `source` with these compile-time constants (kernel_text; the include path is
+    the source's folder, then CUDA_COMMON), for compute capability 9.0; allowed `smem` bytes of
+    dynamic shared memory where that is more than the default 48 KB."""
     text = kernel_text(source, defines)
-    kernel = torch.cuda._compile_kernel(text, name, compute_capability="90", cuda_include_dirs=[str(source.parent)])
+    include = [str(source.parent), str(CUDA_COMMON)]
+    kernel = torch.cuda._compile_kernel(text, name, compute_capability="90", cuda_include_dirs=include)
     if smem > 48 * 1024:
         allow_shared_memory(kernel, smem)
     return kernel
 
 
 def runs_on(device: torch.device, what: str, probe: Callable[[], object]) -> bool:
-    """Whether a kernel of kernels/cuda runs on `device`: compute capability 9.0 or newer (bulk
+    """Whether a CUDA kernel runs on `device`: compute capability 9.0 or newer (bulk
     copies, mbarriers, griddepcontrol) and NVRTC compiles `probe`'s instance there. Where it cannot
     (no NVRTC, a PyTorch without _compile_kernel) the reason is logged and `what` stays off."""
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
@@ -101,11 +104,3 @@ def launch(kernel, grid: int, threads: int, smem: int, args: list, pdl: bool) ->
     status = libcuda.cuLaunchKernelEx(ctypes.byref(config), kernel.func, pointers, None)
     if status != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {status}")
-
-
-def pdl_on(x: torch.Tensor) -> bool:
-    """Whether a kernel on `x`'s device is launched with PDL now (the Triton kernels' setting,
-    triton_launch.use_pdl, so that a graph's kernels all chain alike)."""
-    from .triton_launch import pdl_launch
-
-    return bool(pdl_launch(x).get("launch_pdl"))
