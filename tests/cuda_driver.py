@@ -1,6 +1,6 @@
 """Running a CUDA kernel's source on the CPU (tests/cuda_emulation: every CUDA thread a fiber, the
 PTX the kernels use emulated): each kernel has a driver that reads its arguments from a file and
-writes its outputs to another. For tests/test_slab_gemv.py, test_cuda_sampler.py and
+writes its outputs to another. For tests/test_slab_gemm.py, test_cuda_sampler.py and
 test_cuda_attention.py."""
 
 from __future__ import annotations

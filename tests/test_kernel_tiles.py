@@ -72,14 +72,14 @@ def _plan(plan) -> dict | None:
 
 
 def streaming_gemm_choices() -> dict:
-    from cadence.kernels.triton_linear import skinny_tiles, swiglu_tiles
+    from cadence.kernels.linear.triton_streaming_gemm import gemm_tiles, swiglu_gemm_tiles
 
     out = {}
     for name, (n, k) in gemm_shapes().items():
         out[name] = {
-            "tiles": runs([plain(skinny_tiles(n, k, rows)) for rows in ROWS]),
-            "tiles without a row count": plain(skinny_tiles(n, k)),
-            "swiglu": runs([plain(swiglu_tiles(n, k, rows)) for rows in ROWS]),
+            "tiles": runs([plain(gemm_tiles(n, k, rows)) for rows in ROWS]),
+            "tiles without a row count": plain(gemm_tiles(n, k)),
+            "swiglu": runs([plain(swiglu_gemm_tiles(n, k, rows)) for rows in ROWS]),
         }
     return out
 
@@ -117,7 +117,7 @@ def cuda_attention_choices() -> dict:
 
 
 def slab_choices() -> dict:
-    from cadence.kernels import cuda_gemv
+    from cadence.kernels.linear import cuda_slab_gemm as cuda_gemv
 
     talker_attention = cuda_gemv.AttentionShape(16, 8, 128, PAGE_SIZE)
     layers = {}
@@ -133,11 +133,11 @@ def slab_choices() -> dict:
 
 
 def slab_swiglu_choices() -> dict:
-    from cadence.kernels import cuda_gemm64
+    from cadence.kernels.linear import cuda_slab_swiglu_gemm as cuda_gemm64
 
-    plans = {f"{name} swiglu": runs([_plan(cuda_gemm64.gemm64_plan(n // 2, k, r, True, SMS)) for r in ROWS])
+    plans = {f"{name} swiglu": runs([_plan(cuda_gemm64.slab_swiglu_plan(n // 2, k, r, True, SMS)) for r in ROWS])
              for name, (n, k) in gemm_shapes("gate_up").items()}  # fmt: skip
-    plans["4096x1024"] = runs([_plan(cuda_gemm64.gemm64_plan(4096, 1024, r, ctas=SMS)) for r in ROWS])  # qkv
+    plans["4096x1024"] = runs([_plan(cuda_gemm64.slab_swiglu_plan(4096, 1024, r, ctas=SMS)) for r in ROWS])  # qkv
     routed = {"min rows": cuda_gemm64.MIN_ROWS, "max rows": cuda_gemm64.MAX_ROWS}
     return {"plans": plans, "routed rows": routed}
 

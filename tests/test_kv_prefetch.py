@@ -166,7 +166,7 @@ def test_a_stack_with_the_prefetch_computes_the_same_bits(megabytes, stack_kind)
     captured with PDL, trigger first (the b64 walk's launch). As the talker runs them: contexts of
     1-500 tokens (the budgets: 128, 512 and 16 tokens a row; the Triton attention); as the code
     predictor does: one 16-token page a row, contexts of 1-16 (the CUDA attention's short calls)."""
-    from test_slab_gemv import _stack
+    from test_slab_gemm import _stack
 
     from cadence.kernels import triton_ops
 

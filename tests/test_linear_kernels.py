@@ -50,7 +50,7 @@ def test_linear_routes_by_shape_and_rows(ops):
     up to 16 rows; at 17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); at
     33-64 every shape but the 6144-wide gate/up, in 64-row tiles; at 65-128 the same in 128-row
     tiles; above 128, none."""
-    from cadence.kernels.triton_ops import skinny_tiles
+    from cadence.kernels.triton_ops import gemm_tiles as skinny_tiles
 
     for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
         assert skinny_tiles(n, k, 1) is not None and skinny_tiles(n, k, 16) is not None
@@ -59,7 +59,7 @@ def test_linear_routes_by_shape_and_rows(ops):
             assert skinny_tiles(n, k, 65).block_m == 128 and skinny_tiles(n, k, 128).block_m == 128
         assert skinny_tiles(n, k, 129) is None
     assert all(skinny_tiles(6144, 1024, m) is None for m in (33, 64, 65, 128))
-    from cadence.kernels.triton_linear import swiglu_tiles
+    from cadence.kernels.linear.triton_streaming_gemm import swiglu_gemm_tiles as swiglu_tiles
 
     assert swiglu_tiles(6144, 1024, 16) is not None and swiglu_tiles(6144, 1024, 48) is None  # GEMM, then silu
     routed = {(n, k) for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]
@@ -73,7 +73,7 @@ def test_linear_routes_by_shape_and_rows(ops):
 def test_a_split_covers_whole_k_steps():
     """SkinnyTiles.k_per_split: a split program's share of K in whole steps (the kernel's K_PER_SPLIT;
     the last program's share may run past K and is masked)."""
-    from cadence.kernels.triton_linear import SkinnyTiles
+    from cadence.kernels.linear.triton_streaming_gemm import GemmTiles as SkinnyTiles
 
     assert SkinnyTiles(block_k=256, split_k=4).k_per_split(2048) == 512
     assert SkinnyTiles(block_k=256, split_k=4).k_per_split(3072) == 768
@@ -89,7 +89,9 @@ def test_skinny_linear_split_k(ops, dtype, split_k, m, n, k):
     the result is the same bits on every call, and each slab's counter is back at 0 afterwards
     (a graph replays the same counters). K not a multiple of the split's step leaves some
     programs a short or empty range."""
-    from cadence.kernels.triton_linear import SkinnyTiles, _split_k_workspace, skinny_linear
+    from cadence.kernels.linear.triton_streaming_gemm import GemmTiles as SkinnyTiles
+    from cadence.kernels.linear.triton_streaming_gemm import _split_k_workspace
+    from cadence.kernels.linear.triton_streaming_gemm import streaming_gemm as skinny_linear
 
     g = torch.Generator(device=DEV).manual_seed(6)
     x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
@@ -109,7 +111,8 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k, stages):
     """The weight-streaming kernel with 64 activation rows per program (SkinnyTiles.block_m), the
     tiles benchmarks/skinny_linear.py sweeps for batches 17-64; more rows than the tiles hold is
     a clear error, not a wrong result."""
-    from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear
+    from cadence.kernels.triton_ops import GemmTiles as SkinnyTiles
+    from cadence.kernels.triton_ops import streaming_gemm as skinny_linear
 
     g = torch.Generator(device=DEV).manual_seed(9)
     x = torch.randn(40, 1024, device=DEV, generator=g).to(dtype)
@@ -132,7 +135,7 @@ def test_128_row_tiles_compute_the_definition(ops, dtype, m):
     tri, ref = ops
     g = torch.Generator(device=DEV).manual_seed(17)
     for n, k in [(4096, 1024), (2048, 1024), (1024, 2048)]:
-        tiles = triton_ops.skinny_tiles(n, k, m)
+        tiles = triton_ops.gemm_tiles(n, k, m)
         assert tiles.block_m == 128 and tiles.split_k == (4 if k >= 2048 else 1)
         x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
         w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
@@ -156,7 +159,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
     the interpreter numpy's matmul may order the fp32 sums differently); against the PyTorch
     definition within rounding. `linear_swiglu` takes the fused kernel for bf16 rows with tiles.
     48 rows: the 64-row tiles, which `linear_swiglu` does not route there (perf-notes #75)."""
-    from cadence.kernels.triton_linear import gate_up_slabs
+    from cadence.kernels.linear.triton_streaming_gemm import gate_up_slabs
     from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear, skinny_tiles, swiglu_tiles
 
     tri, ref = ops

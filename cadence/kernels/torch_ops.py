@@ -9,14 +9,10 @@ order (fp32 math, rounded to the activation dtype where the eager code rounds).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .kv_prefetch import KvPrefetch
+from .linear.reference import linear, silu_mul
 from .sampling.reference import RowParams, mask_control_tokens, repetition_penalty, sample
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, weight)
 
 
 def rms_norm(
@@ -187,12 +183,6 @@ def embed_frame(
     bf16); then `plus` [B, H] (the text track) added."""
     x = table[codes + offsets].sum(-2)
     return x if plus is None else x + plus
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """SwiGLU on concatenated [gate | up] projections: silu(gate) * up, rounded like eager."""
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
 
 
 def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,22 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cuda_attention, cuda_gemm64
+from . import cuda_attention
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .kv_prefetch import KvPrefetch
 from .launch.pdl import pdl_launch, pdl_settings, pdl_trigger_first, trigger_first_for, use_pdl
 from .launch.triton_pdl import pdl_entry, pdl_trigger, pdl_wait
+from .linear.dispatch import linear, linear_swiglu
+from .linear.triton_silu_mul import silu_mul
+from .linear.triton_streaming_gemm import (
+    STREAMING_SMALL_ROWS,
+    GemmTiles,
+    gemm_tiles,
+    streaming_gemm,
+    streaming_gemm_partials,
+    streaming_tiles,
+    swiglu_gemm_tiles,
+)
 from .triton_attention import (
     AttentionTiles,
     attention_splits,
@@ -25,25 +36,14 @@ from .triton_attention import (
 from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
 from .triton_kv_prefetch import prefetch_args, prefetch_kv_pages
-from .triton_linear import (
-    SKINNY_MAX_ROWS,
-    SkinnyTiles,
-    linear,
-    linear_tiles,
-    skinny_linear,
-    skinny_linear_partials,
-    skinny_tiles,
-    swiglu_tiles,
-)
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
-    "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "SKINNY_MAX_ROWS", "SkinnyTiles", "attention_splits",
-    "attention_tiles", "embed_frame", "linear", "linear_rms_norm", "linear_rms_norm_linear", "linear_rms_norm_swiglu",
-    "linear_swiglu",
-    "paged_attention", "pdl_launch", "pdl_settings", "pdl_trigger_first", "qk_norm_rope_attention",
-    "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens", "silu_mul", "skinny_linear", "skinny_tiles",
-    "snake_beta", "swiglu_tiles", "trigger_first_for", "use_pdl",
+    "AttentionTiles", "FUSED_ATTENTION_MAX_ROWS", "GemmTiles", "STREAMING_SMALL_ROWS", "attention_splits",
+    "attention_tiles", "embed_frame", "gemm_tiles", "linear", "linear_rms_norm", "linear_rms_norm_linear",
+    "linear_rms_norm_swiglu", "linear_swiglu", "paged_attention", "pdl_launch", "pdl_settings", "pdl_trigger_first",
+    "qk_norm_rope_attention", "qk_norm_rope_store", "rms_norm", "rope_qk", "sample_tokens", "silu_mul",
+    "snake_beta", "streaming_gemm", "swiglu_gemm_tiles", "trigger_first_for", "use_pdl",
 ]  # fmt: skip
 
 # -- RMSNorm (+ residual) --------------------------------------------------------------------------
@@ -144,18 +144,18 @@ def linear_rms_norm(
     tiles = _partials_tiles(x, weight, residual, force)
     if tiles is None:
         return rms_norm(linear(x, weight, force=force), norm_weight, eps, residual, prefetch)
-    parts = skinny_linear_partials(x, weight, tiles)
+    parts = streaming_gemm_partials(x, weight, tiles)
     out = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype, device=x.device)
     total = torch.empty_like(out)
     _launch_rms_norm(parts, tiles.split_k, norm_weight, eps, residual, out, total, prefetch)
     return out, total
 
 
-def _partials_tiles(x, weight, residual, force: bool = False) -> SkinnyTiles | None:
+def _partials_tiles(x, weight, residual, force: bool = False) -> GemmTiles | None:
     """The tiles of x @ weight^T where its programs leave their split-K partials for the kernel after
     it to add (the norm kernel), or None: the GEMM not split over
     K, or no residual (every layer has one)."""
-    tiles = linear_tiles(x, weight, force)
+    tiles = streaming_tiles(x, weight, force)
     if tiles is None or tiles.split_k == 1 or residual is None:
         return None
     return tiles
@@ -253,27 +253,6 @@ def qk_norm_rope_attention(
 # -- SwiGLU ----------------------------------------------------------------------------------------
 
 
-@triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, inter, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
-    pdl_entry(USE_PDL)
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < inter
-    g = tl.load(gu_ptr + row * 2 * inter + cols, mask=mask, other=0.0)
-    u = tl.load(gu_ptr + row * 2 * inter + inter + cols, mask=mask, other=0.0)
-    g32 = g.to(tl.float32)
-    silu = (g32 / (1.0 + tl.exp(-g32))).to(g.dtype).to(tl.float32)
-    tl.store(out_ptr + row * inter + cols, (silu * u.to(tl.float32)).to(g.dtype), mask=mask)
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
-    out = torch.empty(rows, inter, dtype=gate_up.dtype, device=gate_up.device)
-    block = 1024
-    _silu_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, BLOCK=block, **pdl_launch(gate_up))
-    return out
-
-
 def linear_rms_norm_swiglu(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -287,20 +266,6 @@ def linear_rms_norm_swiglu(
     layer's o projection, the norm after it and the MLP's first half."""
     h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
     return linear_swiglu(h, gate_up), total
-
-
-def linear_swiglu(x: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
-    """silu(x @ gate^T) * (x @ up^T) for the concatenated [gate; up] weight: one weight-streaming
-    kernel where `linear` would stream it (each program a gate slab and its up slab, as many
-    weight rows as the unfused GEMM's tiles), else the GEMM then `silu_mul`. The fused kernel runs
-    the same dots and rounds at the same points as the two (test_linear_swiglu compares the bits)."""
-    if (plan := cuda_gemm64.route(x, gate_up)) is not None:  # the 64-row slab GEMM
-        return cuda_gemm64.gemm64_linear(x, gate_up, plan)
-    m, k = x.shape
-    tiles = swiglu_tiles(gate_up.shape[0], k, m)
-    if tiles is None or x.dtype not in (torch.bfloat16, torch.float16):
-        return silu_mul(linear(x, gate_up))
-    return skinny_linear(x, gate_up, tiles, swiglu=True)
 
 
 # -- a frame's embedding: 16 table rows summed, the text track added ------------------------------

@@ -1,5 +1,5 @@
 // One attention head's QK-norm and RoPE held by a warp, 4 elements a lane (d = 4 lane .. 4 lane + 3),
-// rounded as torch_ops' qk_norm_rope_store rounds: the normalised value and its product with the
+// rounded as attention/reference.py's qk_norm_rope_store rounds: the normalised value and its product with the
 // weight, RoPE's two products and their sum in bf16. For slab_attention.cuh and
 // decode_attention.cu; HD (the head dim) must be 128, so that rotate-half's partner d +- 64 is
 // lane ^ 16.

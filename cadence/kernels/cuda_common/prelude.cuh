@@ -1,4 +1,4 @@
-// What the bf16 kernels share (slab_gemv.cu, decode_attention.cu): the integer types, bf16
+// What the bf16 kernels share (slab_gemm.cu, slab_swiglu_gemm.cu, decode_attention.cu): the integer types, bf16
 // rounding, programmatic dependent launch, the copy engine (sm90.cuh) and mma.sync. The PTX section
 // has CPU stand-ins in tests/cuda_emulation/emulate.h.
 #pragma once
@@ -39,7 +39,7 @@ __device__ __forceinline__ float round_bf16(float f) { return to_f(from_f(f)); }
 __device__ __forceinline__ float lo(u32 v) { return __uint_as_float(v << 16); }  // a bf16 pair's halves
 __device__ __forceinline__ float hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
 __device__ __forceinline__ u32 pack2(float a, float b) { return (u32)from_f(a) | (u32)from_f(b) << 16; }
-// The SwiGLU GEMMs' epilogue (slab_gemv.cu, slab_gemm64.cu): silu(gate) * up from the fp32
+// The SwiGLU GEMMs' epilogue (slab_gemm.cu, slab_swiglu_gemm.cu): silu(gate) * up from the fp32
 // projections, rounded where the unfused GEMM and silu_mul round.
 __device__ __forceinline__ float swiglu(float gate, float up) {
   const float g = round_bf16(gate);

@@ -32,8 +32,8 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.transfer import to_device
-from ...kernels.cuda_gemv import slab_linear, slab_plan
 from ...kernels.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
+from ...kernels.linear.cuda_slab_gemm import slab_linear, slab_plan
 from ...kernels.sampling.reference import RowParams
 from .fused_stack import FusedStack
 from .model import prefill_tracks
@@ -73,7 +73,7 @@ class FastDecoder:
         self.eos = cfg.codec_eos_token_id
         self.suppress = cfg.suppressed_code0_range[0]
         self.pad_text = model.config.tts_pad_token_id
-        # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16;
+        # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/linear/cuda_slab_gemm.py; Hopper, bf16;
         # the partition passes 0 but for the Triton walk).
         self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows)
         # The code predictor's context is one 16-token page: splitting it would only add empty programs. Its

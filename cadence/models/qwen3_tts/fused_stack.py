@@ -8,7 +8,7 @@ norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the 
 gate/up together are `linear_rms_norm_swiglu`; down's norm and the next qkv
 `linear_rms_norm_linear`). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
 
-With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
+With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_slab_gemm.slab_linear`
 instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
 and the norms before qkv and gate/up done inside those GEMMs, so a layer is five kernels (four
 GEMMs and the attention) and only the stack's final norm is a kernel of its own (perf-notes #94).
@@ -24,7 +24,8 @@ from types import ModuleType
 
 import torch
 
-from ...kernels.cuda_gemv import (
+from ...kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
+from ...kernels.linear.cuda_slab_gemm import (
     AttentionShape,
     DecodeAttention,
     LayerPlans,
@@ -32,7 +33,6 @@ from ...kernels.cuda_gemv import (
     slab_linear,
     slab_supported,
 )
-from ...kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
 
 

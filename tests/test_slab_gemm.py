@@ -1,4 +1,4 @@
-"""The slab GEMM (kernels/cuda/slab_gemv.cu: weights copied into shared memory before the PDL
+"""The slab GEMM (kernels/linear/cuda/slab_gemm.cu: weights copied into shared memory before the PDL
 wait, the norm before qkv and gate/up folded in) against its PyTorch definition, and a decoder stack
 run with it against the same stack on the Triton layer kernels. The kernel needs a Hopper GPU
 ("gpu" marker); its plans (which GEMMs it takes, their shared memory) are checked everywhere.
@@ -15,7 +15,7 @@ import torch
 from cuda_driver import blob, emulate, needs_gxx
 
 from cadence.kernels import torch_ops
-from cadence.kernels.cuda_gemv import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
+from cadence.kernels.linear.cuda_slab_gemm import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")
@@ -49,7 +49,7 @@ def test_plans_refuse_what_the_kernel_cannot_hold():
 
 def test_slab_linear_names_what_its_plan_is_missing():
     """Arguments that do not fit the plan are refused before anything is launched."""
-    from cadence.kernels.cuda_gemv import slab_linear
+    from cadence.kernels.linear.cuda_slab_gemm import slab_linear
 
     x, w = torch.zeros(1, 1024, dtype=torch.bfloat16), torch.zeros(4096, 1024, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="norm_weight is needed"):
@@ -80,7 +80,7 @@ def _reference(x, w, swiglu, norm_w, res):
 def test_slab_linear_matches_the_definition(m, n, k, kind):
     """Each shape of a 0.6B layer (and 1030 outputs: a last CTA with fewer rows than the others)
     within bf16 rounding of the definition; the residual it returns is the exact bf16 sum."""
-    from cadence.kernels.cuda_gemv import slab_linear
+    from cadence.kernels.linear.cuda_slab_gemm import slab_linear
 
     swiglu, norm, residual = "swiglu" in kind, "norm" in kind, "res" in kind
     g = torch.Generator(device="cuda").manual_seed(n + k + m)
@@ -189,7 +189,7 @@ def test_slab_attention_matches_the_definition(rows, position):
     (1024 outputs, 128 CTAs), for a decode row and for the first pass's two tokens: within bf16
     rounding of torch_ops' definition, the cache's new keys and values the definition's (the keys
     within a bf16 step), the rest of the cache untouched."""
-    from cadence.kernels.cuda_gemv import AttentionShape, DecodeAttention, slab_attention_linear, slab_plan
+    from cadence.kernels.linear.cuda_slab_gemm import AttentionShape, DecodeAttention, slab_attention_linear, slab_plan
 
     g = torch.Generator(device="cuda").manual_seed(3)
     qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g, "cuda", rows, position)
@@ -216,14 +216,15 @@ def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode):
     inside the o GEMMs) and two tokens of one stream at positions 0 and 1 (the slab GEMMs with the
     attention a kernel of its own): three full-size layers give the layer kernels' hidden states
     and cache writes within bf16 rounding, eagerly and under a PDL graph."""
-    from cadence.kernels import cuda_gemv, triton_ops
+    from cadence.kernels import triton_ops
+    from cadence.kernels.linear import cuda_slab_gemm
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
     stack = _stack()
     plain = FusedStack(stack, triton_ops, 16, attention_splits=1)
     inside = FusedStack(stack, triton_ops, 16, attention_splits=1, slab_max_rows=2)
     rows = 1 if decode else 2
-    assert inside._slab_plans(rows, cuda_gemv.AttentionShape(16, 8, 128, 16)).o_attention is not None
+    assert inside._slab_plans(rows, cuda_slab_gemm.AttentionShape(16, 8, 128, 16)).o_attention is not None
     g = torch.Generator(device="cuda").manual_seed(5)
     cache_shape = (3, 3, 16, 8, 128)  # layers, pages (one a stream), page size, kv heads, head dim
     k0 = torch.randn(cache_shape, device="cuda", generator=g).to(torch.bfloat16)
@@ -238,7 +239,7 @@ def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode):
 def _emulate(tmp_path: Path, plan, tensors: list[torch.Tensor], n: int, tail: bytes = b"") -> torch.Tensor:
     """The kernel of `plan` built for the CPU emulation and run on x, w, res, norm_w (and with an
     attention its tensors and `tail`); its output file as int16 words."""
-    from cadence.kernels.cuda_gemv import SOURCE
+    from cadence.kernels.linear.cuda_slab_gemm import SOURCE
 
     args = b"".join(blob(t) for t in tensors[:4])
     args += struct.pack("<qqqqd", n, plan.rows_per_cta, plan.grid, plan.smem, EPS)
@@ -257,7 +258,7 @@ def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
     (the last with 4, so its tiles reach past the slab), one and two input rows, the folded norm
     with and without a residual, SwiGLU, K's 64-wide steps spread over the 8 warps (1280: some take
     3 steps, some 2). Within bf16 rounding of the definition; the residual sum exact."""
-    from cadence.kernels.cuda_gemv import SlabPlan
+    from cadence.kernels.linear.cuda_slab_gemm import SlabPlan
 
     swiglu, norm, residual = "swiglu" in kind, "norm" in kind, "res" in kind
     n, rows = 40, 12
@@ -311,7 +312,7 @@ def test_slab_attention_logic_on_the_cpu(tmp_path, rows, position):
     5 and 6 (both). The output within bf16 rounding of torch_ops' definition; the cache holds the
     definition's new keys and values (CTA 0 writes them; the keys equal here, the kernel's 1 / sqrt
     may differ from rsqrt in the last bit) and nothing else changed."""
-    from cadence.kernels.cuda_gemv import AttentionShape, slab_plan
+    from cadence.kernels.linear.cuda_slab_gemm import AttentionShape, slab_plan
 
     g = torch.Generator().manual_seed(7 + rows + position)
     qkv, (q_norm, k_norm, cos, sin, k_cache, v_cache), index = _attention_case(g, rows=rows, position=position)

@@ -1,11 +1,11 @@
-// The decode GEMM for up to 64 activation rows (routed at 33-64) whose weights arrive before it may
-// start (perf-notes #115; kernels/cuda_gemm64.py): the idea of the one- and two-row slab GEMM
-// (slab_gemv.cu) at a batch of 64. Each CTA copies its slab of weight rows into shared memory by the
-// copy engine (a cp.async.bulk a row, completing on one mbarrier) *before*
-// it waits for the kernel before it (programmatic dependent launch), so that after the wait only the
-// input rows, the dots and the stores are left on the chain. The Triton 64-row GEMM (triton_linear)
-// only pulls its weights into L2 before its wait and streams them from there after it, interleaved
-// with the input's reads.
+// The slab SwiGLU GEMM: the decode GEMM for up to 64 activation rows (routed at 33-64, for the MLP's
+// gate/up with SwiGLU; linear/cuda_slab_swiglu_gemm.py) whose weights arrive before it may start:
+// the idea of the one- and two-row slab GEMM (slab_gemm.cu) at a batch of 64. Each CTA copies its
+// slab of weight rows into shared memory by the copy engine (a cp.async.bulk a row, completing on one
+// mbarrier) *before* it waits for the kernel before it (programmatic dependent launch), so that after
+// the wait only the input rows, the dots and the stores are left on the chain. The Triton 64-row GEMM
+// (triton_streaming_gemm.py) only pulls its weights into L2 before its wait and streams them from
+// there after it, interleaved with the input's reads.
 //
 // y[m, n] = x[m, :] . w[n, :] for the M rows of x; PAIR 2: w is [gate; up] (2n rows) and
 // y = silu(x . gate) * (x . up), rounded where the unfused GEMM and silu_mul round.
@@ -15,16 +15,13 @@
 // half r of the rows' m16 tiles and quarter q of K, so every input element is read once a CTA and
 // every weight element by two warps. The four K quarters' sums meet in shared memory (where the
 // slab was), scattered over the warps: each warp adds the four shares of a quarter of its warp
-// row's outputs, in quarter order, and stores those (#130).
+// row's outputs, in quarter order, and stores those.
 //
-// Measured: for the MLP's gate/up alone it takes the b64 walk 4.23 -> 4.16-4.17 ms (perf-notes #127:
-// there the other route is cuBLAS, not launched early, and silu_mul), so gate/up runs here by
-// default. For qkv and the heads too the walk is slower (#115: 4.34 against 4.20 ms): in the walk's
-// stamps its loop beats the Triton tiles' (2.75 against 3.25 us at qkv, with BATCH 8), but the tail
-// (the quarters' sums in shared memory, after the slowest warp) takes 1.5-2 us and the last CTA
-// ends ~1.5 us after the median.
+// Only gate/up runs here: there the other route is cuBLAS (not launched early) and silu_mul. For qkv
+// and the heads the Triton tiles are faster: this kernel's loop is shorter than theirs, but its tail
+// (the quarters' sums in shared memory, after the slowest warp) is longer.
 //
-// Compiled at run time by NVRTC with these macros prepended (cuda_gemm64.py):
+// Compiled at run time by NVRTC with these macros prepended (cuda_slab_swiglu_gemm.py):
 //   K      the input width (a multiple of 128)    M        activation rows (1-64)
 //   PAIR   1, or 2 for SwiGLU                      ROWS     weight rows (outputs) a CTA
 //   THREADS threads a CTA (256: 8 warps)
@@ -60,7 +57,7 @@ static_assert(M >= 1 && M <= 64, "1-64 rows");
 // K. Lane (g, c) = (lane / 4, lane % 4) loads 16 contiguous bytes (8 k) of input rows g and g + 8
 // of each tile and of weight row g of each tile at the same k, and feeds them to two m16n8k16 as
 // their k slots 2c, 2c + 1, 2c + 8, 2c + 9: K's order inside a dot is ours to choose as long as A
-// and B agree, and this way every load is a whole 16-byte chunk (slab_gemv.cu's dot_tiles does
+// and B agree, and this way every load is a whole 16-byte chunk (slab_gemm.cu's dot_tiles does
 // the same). The input's loads of BATCH steps are issued before their dots.
 __device__ __forceinline__ void dots(const u16* x, const u16* ws, int mine, int wr, int wk, int lane,
                                      float (&acc)[MTW][NT][4]) {
@@ -125,7 +122,7 @@ __device__ __forceinline__ float* share_at(unsigned char* smem, int wr, int p, i
 // Shared memory: the slab (PAIR x rows x LD), later the K quarters' sums over it, then the mbarrier
 // (16 bytes).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    slab_gemm64_kernel(const u16* x, const u16* w, u16* y, int n) {
+    slab_swiglu_gemm_kernel(const u16* x, const u16* w, u16* y, int n) {
   DYNAMIC_SHARED(smem);
   constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * LD * 2, RED_BYTES = (size_t)WARP_ROWS * WARP_KS * WARP_KS * UPP * PAIR * 32 * 4;
   constexpr size_t BAR_AT = ((SLAB_BYTES > RED_BYTES ? SLAB_BYTES : RED_BYTES) + 15) / 16 * 16;
@@ -133,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   u64* bar = reinterpret_cast<u64*>(smem + BAR_AT);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // This CTA's outputs: the n split evenly over the grid (at most ROWS each), so that the grid can be
-  // one CTA an SM whatever n (cuda_gemm64.ctas_for).
+  // one CTA an SM whatever n (cuda_slab_swiglu_gemm.ctas_for).
   const int n0 = (int)((i64)blockIdx.x * n / gridDim.x), mine = (int)((i64)(blockIdx.x + 1) * n / gridDim.x) - n0;
   if (TRIGGER_FIRST) pdl_trigger();
   if (warp == 0) {  // the slab, on its way before the wait (weights are never written)
@@ -163,9 +160,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   // stores the parts it does not own into shared memory, a float a lane at consecutive addresses (no
   // bank conflicts), and reads the other shares of its own, adding them to its registers in share
   // order (the bits of a sum over the shares in order). The owner then applies SwiGLU in registers
-  // and stores its outputs (#130; before, each lane stored all 48 of its floats 48 apart, 4 ways to
-  // a bank, and the CTA's threads read them back an output at a time: ~2,300 shared-memory
-  // wavefronts a CTA, ~1.2 us, against ~580 now).
+  // and stores its outputs: about a quarter of the shared-memory wavefronts that storing every float
+  // and reading them back an output at a time would take.
   const int g = lane / 4, c = lane % 4;
   __syncthreads();  // every warp's dots done: the slab's memory takes the shares
 #pragma unroll

@@ -1,19 +1,14 @@
-"""The decode GEMM for 33-64 activation rows whose weights arrive before it may start
-(kernels/cuda/slab_gemm64.cu, perf-notes #115): each CTA copies its slab of weight rows into shared
-memory before its programmatic-dependent-launch wait, as the one- and two-row slab GEMM
-(cuda_gemv.py) does at batch 1, then reads the 64 input rows from L2 straight into the tensor
-cores' registers. For the GEMMs whose K fits a slab beside the next kernel's CTAs (K <= 1024 on the
-0.6B: qkv, gate/up with SwiGLU, the heads); o and down (K = 2048, 3072) keep the split-K Triton
-kernel, whose partials the norm after them adds.
+"""The slab SwiGLU GEMM (linear/cuda/slab_swiglu_gemm.cu): the MLP's gate/up GEMM with SwiGLU for
+33-64 activation rows, whose weights arrive before it may start. Each CTA copies its slab of weight
+rows into shared memory before its programmatic-dependent-launch wait, as the one- and two-row slab
+GEMM (cuda_slab_gemm.py) does at batch 1, then reads the 64 input rows from L2 straight into the
+tensor cores' registers. The kernel also runs plain GEMMs (PAIR 1: tests, tile sweeps), but only
+gate/up is routed here: for qkv and the heads the Triton tiles are faster, and o and down (K of 2048
+and 3072: every CTA would read 256-384 KB of input from L2) keep the split-K Triton kernel, whose
+partials the norm after them adds.
 
-`route` says which calls take it: the MLP's gate/up with SwiGLU, bf16 on Hopper, 33-64 rows.
-Gate/up on it takes the b64 walk 4.23 -> 4.16-4.17 ms (perf-notes #127, three rounds): there the
-Triton and cuBLAS routes are cuBLAS's GEMM, not launched early, then silu_mul. qkv and the heads
-stay on the Triton tiles: with them too the walk was slower (#115: 4.34 against 4.20). In the
-walk's stamps its loop (x's loads and the dots) beats the Triton tiles' (2.75 against 3.25 us at
-qkv), but its tail (the K quarters' sums, after the slowest warp) takes 1.5-2 us against 0.25, and
-its last CTA ends ~1.5 us after the median one.
-Compiled at first use by NVRTC, one instance per shape and row count (nvrtc.py).
+`slab_swiglu_route` says which calls take it: the SwiGLU GEMM, bf16 on Hopper, 33-64 rows.
+Compiled at first use by NVRTC, one instance per shape and row count (launch/nvrtc.py).
 """
 
 from __future__ import annotations
@@ -26,22 +21,21 @@ from pathlib import Path
 
 import torch
 
-from .launch.nvrtc import compile_source, launch, runs_on
-from .launch.pdl import pdl_on, trigger_first_now
+from ..launch.nvrtc import compile_source, launch, runs_on
+from ..launch.pdl import pdl_on, trigger_first_now
 
-SOURCE = Path(__file__).with_name("cuda") / "slab_gemm64.cu"
-MIN_ROWS, MAX_ROWS = 33, 64  # the rows `route` sends here (below, the Triton 16- and 32-row tiles)
-MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024 (perf-notes #115)
+SOURCE = Path(__file__).with_name("cuda") / "slab_swiglu_gemm.cu"
+MIN_ROWS, MAX_ROWS = 33, 64  # the rows the route sends here (below, the Triton 16- and 32-row tiles)
+MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024
 # A CTA's shared memory at most: the kernels around it (the norm before, attention or down after)
 # must still fit an SM beside it, or its slab copy cannot start before their end.
 SMEM_LIMIT = 128 * 1024
-# The kernel's warps (slab_gemm64.cu): 2 x 4, the rows' m16 tiles in two and K in WARP_KS quarters
+# The kernel's warps (slab_swiglu_gemm.cu): 2 x 4, the rows' m16 tiles in two and K in WARP_KS quarters
 # whose sums meet in shared memory.
 THREADS = 256
 WARP_KS = 4
 PAD = 32  # elements after each slab row in shared memory (the kernel's LD = K + 32)
-# K steps a warp's input loads cover at once (a divisor of K / 128; 8, all of a warp's quarter at
-# K = 1024, took the walk's qkv loop 3.75 -> 2.75 us against 4: perf-notes #115).
+# K steps a warp's input loads cover at once (a divisor of K / 128; 8: all of a warp's quarter at K = 1024).
 BATCH = 8
 
 
@@ -50,7 +44,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @dataclass(frozen=True)
-class Gemm64Plan:
+class SlabSwigluPlan:
     """One instance of the kernel and its launch: y [m, n] from an [n, k] weight (SwiGLU: [2n, k],
     y = silu(x @ gate^T) * (x @ up^T)), `rows_per_cta` weight rows (of each) a CTA."""
 
@@ -103,46 +97,45 @@ class Gemm64Plan:
         return max(b for b in range(1, min(self.batch, steps) + 1) if steps % b == 0)  # fmt: skip
 
 
-def gemm64_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132) -> Gemm64Plan | None:
-    """The kernel's plan for this GEMM over `ctas` CTAs (the GPU's SMs: route passes its count), or
+def slab_swiglu_plan(n: int, k: int, m: int, swiglu: bool = False, ctas: int = 132) -> SlabSwigluPlan | None:
+    """The kernel's plan for this GEMM over `ctas` CTAs (the GPU's SMs: the route passes its count), or
     None where it does not apply: more than 64 rows, K not a multiple of 128 or above MAX_K, a slab
     over SMEM_LIMIT."""
     if not 1 <= m <= MAX_ROWS or k % 128 or k > MAX_K or ctas > n:
         return None
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=_ceil_div(n, ctas), ctas=ctas)
+    plan = SlabSwigluPlan(n, k, m, swiglu, rows_per_cta=_ceil_div(n, ctas), ctas=ctas)
     return plan if plan.smem <= SMEM_LIMIT else None
 
 
 @functools.cache
-def gemm64_supported(device: torch.device) -> bool:
+def slab_swiglu_supported(device: torch.device) -> bool:
     """Whether the kernel can run on `device` (nvrtc.runs_on builds a small instance to find out)."""
-    probe = gemm64_plan(128, 128, 64, ctas=128)
-    return runs_on(device, "the 64-row slab GEMM", lambda: _kernel(probe.defines, probe.smem))
+    probe = slab_swiglu_plan(128, 128, 64, ctas=128)
+    return runs_on(device, "the slab SwiGLU GEMM", lambda: _kernel(probe.defines, probe.smem))
 
 
-def route(x: torch.Tensor, gate_up: torch.Tensor) -> Gemm64Plan | None:
+def slab_swiglu_route(x: torch.Tensor, gate_up: torch.Tensor) -> SlabSwigluPlan | None:
     """The plan for the SwiGLU GEMM of x and gate_up ([gate; up]) where it runs here, else None (the
     Triton or cuBLAS route): bf16 rows, MIN_ROWS-MAX_ROWS of them, a Hopper GPU."""
     m, k = x.shape
     if not MIN_ROWS <= m <= MAX_ROWS or x.dtype != torch.bfloat16 or gate_up.dtype != torch.bfloat16:
         return None
-    if x.device.type != "cuda" or not gemm64_supported(x.device):
+    if x.device.type != "cuda" or not slab_swiglu_supported(x.device):
         return None
-    return gemm64_plan(gate_up.shape[0] // 2, k, m, True, ctas_for(x.device))
+    return slab_swiglu_plan(gate_up.shape[0] // 2, k, m, True, ctas_for(x.device))
 
 
 @functools.cache
 def ctas_for(device: torch.device) -> int:
-    """CTAs a GEMM on `device`: its SMs, one CTA each (at 2 an SM, or 128 on 132 SMs, no faster:
-    perf-notes #115)."""
+    """CTAs a GEMM on `device`: its SMs, one CTA each (two an SM, or 128 on 132 SMs, are no faster)."""
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
-    return compile_source(SOURCE, "slab_gemm64_kernel", defines, smem)
+    return compile_source(SOURCE, "slab_swiglu_gemm_kernel", defines, smem)
 
 
-def registers(plan: Gemm64Plan) -> tuple[int, int]:
+def registers(plan: SlabSwigluPlan) -> tuple[int, int]:
     """The compiled instance's registers a thread and bytes of local memory (spills) a thread."""
     libcuda = torch.cuda._utils._get_gpu_runtime_library()
     values = []
@@ -153,7 +146,7 @@ def registers(plan: Gemm64Plan) -> tuple[int, int]:
     return values[0], values[1]
 
 
-def gemm64_linear(x: torch.Tensor, weight: torch.Tensor, plan: Gemm64Plan) -> torch.Tensor:
+def slab_swiglu_gemm(x: torch.Tensor, weight: torch.Tensor, plan: SlabSwigluPlan) -> torch.Tensor:
     """x @ weight^T (plan.swiglu: silu(x @ gate^T) * (x @ up^T) for weight = [gate; up]), [m, n]."""
     m, k = x.shape
     if (m, k) != (plan.m, plan.k) or weight.shape != ((2 if plan.swiglu else 1) * plan.n, k):

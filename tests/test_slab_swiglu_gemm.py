@@ -1,7 +1,7 @@
-"""The 33-64-row slab GEMM (kernels/cuda/slab_gemm64.cu: weights copied into shared memory before
-the PDL wait, 64 input rows read from L2 into the tensor cores' registers) against its PyTorch
-definition: its source run on the CPU emulation for small shapes, the kernel itself on a Hopper GPU
-("gpu" marker) for the 0.6B's, and the routing and plans everywhere.
+"""The slab SwiGLU GEMM (kernels/linear/cuda/slab_swiglu_gemm.cu, 33-64 rows: weights copied into
+shared memory before the PDL wait, 64 input rows read from L2 into the tensor cores' registers)
+against its PyTorch definition: its source run on the CPU emulation for small shapes, the kernel
+itself on a Hopper GPU ("gpu" marker) for the 0.6B's, and the routing and plans everywhere.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 import torch
 from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import Switched, assert_pdl_graph_replays_eager
-from test_slab_gemv import _reference as slab_reference
+from test_slab_gemm import _reference as slab_reference
 
-from cadence.kernels import cuda_gemm64
-from cadence.kernels.cuda_gemm64 import SMEM_LIMIT, Gemm64Plan, gemm64_plan
+from cadence.kernels.linear import cuda_slab_swiglu_gemm
+from cadence.kernels.linear.cuda_slab_swiglu_gemm import SMEM_LIMIT, SlabSwigluPlan, slab_swiglu_gemm, slab_swiglu_plan
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")
@@ -27,10 +27,10 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
     head have plans at 64 rows in 132 CTAs (an H200's SMs) under the shared-memory limit; o and down (K 2048, 3072:
     every CTA would read 256-384 KB of input from L2) do not."""
     plans = {
-        "qkv": gemm64_plan(4096, 1024, 64),
-        "gate_up": gemm64_plan(3072, 1024, 64, swiglu=True),
-        "heads": gemm64_plan(2048, 1024, 64),
-        "codec_head": gemm64_plan(3072, 1024, 64),
+        "qkv": slab_swiglu_plan(4096, 1024, 64),
+        "gate_up": slab_swiglu_plan(3072, 1024, 64, swiglu=True),
+        "heads": slab_swiglu_plan(2048, 1024, 64),
+        "codec_head": slab_swiglu_plan(3072, 1024, 64),
     }
     for plan in plans.values():
         assert plan is not None and plan.grid == 132 and plan.smem <= SMEM_LIMIT
@@ -38,33 +38,33 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
     # the slab with its padded rows, or the sums if larger, and the mbarrier
     assert plans["qkv"].smem == 32 * (1024 + 32) * 2 + 16
     assert plans["gate_up"].smem == 2 * 24 * (1024 + 32) * 2 + 16
-    assert gemm64_plan(1024, 2048, 64) is None and gemm64_plan(1024, 3072, 64) is None
-    assert gemm64_plan(4096, 1024, 65) is None and gemm64_plan(4096, 1000, 64) is None
+    assert slab_swiglu_plan(1024, 2048, 64) is None and slab_swiglu_plan(1024, 3072, 64) is None
+    assert slab_swiglu_plan(4096, 1024, 65) is None and slab_swiglu_plan(4096, 1000, 64) is None
 
 
 def test_route_takes_the_swiglu_gemm_at_33_to_64_bf16_rows_on_hopper(monkeypatch):
     """The MLP's gate/up with SwiGLU (perf-notes #127): bf16 rows of 33-64 on a Hopper GPU; not on the
     CPU, not at other row counts or in fp32."""
     x, gate_up = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(6144, 1024, dtype=torch.bfloat16)
-    assert cuda_gemm64.route(x, gate_up) is None  # on the CPU
-    monkeypatch.setattr(cuda_gemm64, "gemm64_supported", lambda device: True)
-    monkeypatch.setattr(cuda_gemm64, "ctas_for", lambda device: 132)
+    assert cuda_slab_swiglu_gemm.slab_swiglu_route(x, gate_up) is None  # on the CPU
+    monkeypatch.setattr(cuda_slab_swiglu_gemm, "slab_swiglu_supported", lambda device: True)
+    monkeypatch.setattr(cuda_slab_swiglu_gemm, "ctas_for", lambda device: 132)
     fake_cuda = type("X", (), {"shape": x.shape, "dtype": x.dtype, "device": torch.device("cuda", 0)})()
-    assert cuda_gemm64.route(fake_cuda, gate_up) == gemm64_plan(3072, 1024, 64, swiglu=True)
+    assert cuda_slab_swiglu_gemm.slab_swiglu_route(fake_cuda, gate_up) == slab_swiglu_plan(3072, 1024, 64, swiglu=True)
     for rows in (32, 65):
         short = type("X", (), {"shape": (rows, 1024), "dtype": x.dtype, "device": fake_cuda.device})()
-        assert cuda_gemm64.route(short, gate_up) is None
+        assert cuda_slab_swiglu_gemm.slab_swiglu_route(short, gate_up) is None
     fp32 = type("X", (), {"shape": x.shape, "dtype": torch.float32, "device": fake_cuda.device})()
-    assert cuda_gemm64.route(fp32, gate_up.float()) is None
+    assert cuda_slab_swiglu_gemm.slab_swiglu_route(fp32, gate_up.float()) is None
 
 
-def test_gemm64_linear_refuses_what_does_not_fit_its_plan():
+def test_slab_swiglu_gemm_linear_refuses_what_does_not_fit_its_plan():
     w = torch.zeros(4096, 1024, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="do not fit"):
-        cuda_gemm64.gemm64_linear(torch.zeros(48, 1024, dtype=torch.bfloat16), w, gemm64_plan(4096, 1024, 64))
+        slab_swiglu_gemm(torch.zeros(48, 1024, dtype=torch.bfloat16), w, slab_swiglu_plan(4096, 1024, 64))
     with pytest.raises(ValueError, match="contiguous"):
-        cuda_gemm64.gemm64_linear(torch.zeros(64, 1024, dtype=torch.bfloat16), w.t().contiguous().t(),
-                                  gemm64_plan(4096, 1024, 64))  # fmt: skip
+        slab_swiglu_gemm(torch.zeros(64, 1024, dtype=torch.bfloat16), w.t().contiguous().t(),
+                                  slab_swiglu_plan(4096, 1024, 64))  # fmt: skip
 
 
 def _reference(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
@@ -78,10 +78,10 @@ def _case(g: torch.Generator, m: int, n: int, k: int, swiglu: bool, device="cpu"
     return x, w
 
 
-def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def _emulate(tmp_path: Path, plan: SlabSwigluPlan, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The kernel of `plan` built for the CPU emulation and run on x, w: y [m, n]."""
     args = blob(x) + blob(w) + struct.pack("<qqq", plan.n, plan.grid, plan.smem)
-    out = emulate(tmp_path, "gemm64_driver", cuda_gemm64.SOURCE, plan.defines, args)
+    out = emulate(tmp_path, "slab_swiglu_driver", cuda_slab_swiglu_gemm.SOURCE, plan.defines, args)
     return torch.frombuffer(bytearray(out), dtype=torch.bfloat16).view(plan.m, plan.n)
 
 
@@ -91,14 +91,14 @@ def _emulate(tmp_path: Path, plan: Gemm64Plan, x: torch.Tensor, w: torch.Tensor)
     [(64, 256, False), (48, 384, True), (33, 256, False), (5, 128, True), (64, 256, True), (40, 384, False),
      (33, 512, False), (48, 1024, True)],
 )  # fmt: skip
-def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu):
+def test_slab_swiglu_gemm_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu):
     """The kernel's source on the CPU emulation (every CUDA thread a fiber; the bulk copies,
     mbarriers and mma.sync emulated): 40 outputs over four CTAs of 12 rows (the last with 4, so its
     tiles reach past the slab); 64 rows, 48 (an odd count of m16 tiles: one warp row has a tile
     past the input), 40, 33 (a tile of one row), 5; K in 2-step to 8-step warp quarters; SwiGLU.
     Within a bf16 rounding step of the definition (the sums add in another order)."""
     n = 40
-    plan = Gemm64Plan(n, k, m, swiglu, rows_per_cta=12)
+    plan = SlabSwigluPlan(n, k, m, swiglu, rows_per_cta=12)
     assert plan.threads == 256
     x, w = _case(torch.Generator().manual_seed(m * k), m, n, k, swiglu)
     y = _emulate(tmp_path, plan, x, w)
@@ -113,12 +113,12 @@ def test_gemm64_kernel_logic_on_the_cpu(tmp_path, m, k, swiglu):
 )
 @pytest.mark.gpu
 @needs_hopper
-def test_gemm64_linear_matches_the_definition(m, n, k, swiglu):
+def test_slab_swiglu_gemm_linear_matches_the_definition(m, n, k, swiglu):
     """The 0.6B's K = 1024 GEMMs (and 1030 outputs: a last CTA with fewer rows) within a bf16
     rounding step of the definition."""
-    plan = gemm64_plan(n, k, m, swiglu)
+    plan = slab_swiglu_plan(n, k, m, swiglu)
     x, w = _case(torch.Generator(device="cuda").manual_seed(n + m), m, n, k, swiglu, device="cuda")
-    y = cuda_gemm64.gemm64_linear(x, w, plan)
+    y = slab_swiglu_gemm(x, w, plan)
     ref = _reference(x, w, swiglu)
     assert y.shape == (m, n) and torch.isfinite(y).all()
     assert (y.float() - ref).abs().max() <= 1e-2 * ref.abs().max()
@@ -126,18 +126,26 @@ def test_gemm64_linear_matches_the_definition(m, n, k, swiglu):
 
 @pytest.mark.gpu
 @needs_hopper
-def test_gemm64_inside_a_pdl_graph_matches_eager():
+def test_slab_swiglu_gemm_inside_a_pdl_graph_matches_eager():
     """Three GEMMs chained in a CUDA graph with PDL (each CTA's slab copied before its wait, each
     input written by the kernel before) give the bits the same calls give one at a time."""
     g = torch.Generator(device="cuda").manual_seed(7)
     x, w1 = _case(g, 64, 1024, 1024, False, device="cuda")
     w2 = (torch.randn(2 * 1024, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
     w3 = (torch.randn(1024, 1024, generator=g, device="cuda") / 32).to(torch.bfloat16)
-    p1, p2, p3 = gemm64_plan(1024, 1024, 64), gemm64_plan(1024, 1024, 64, swiglu=True), gemm64_plan(1024, 1024, 64)
+    p1, p2, p3 = (
+        slab_swiglu_plan(1024, 1024, 64),
+        slab_swiglu_plan(1024, 1024, 64, swiglu=True),
+        slab_swiglu_plan(1024, 1024, 64),
+    )
 
     def chain():
         return (
-            cuda_gemm64.gemm64_linear(cuda_gemm64.gemm64_linear(cuda_gemm64.gemm64_linear(x, w1, p1), w2, p2), w3, p3),
+            slab_swiglu_gemm(
+                slab_swiglu_gemm(slab_swiglu_gemm(x, w1, p1), w2, p2),
+                w3,
+                p3,
+            ),
         )
 
     assert_pdl_graph_replays_eager(chain, trigger_first=False, replays=3)
@@ -164,17 +172,19 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     """Three full-size layers decoding 64 streams over a paged cache of 40 earlier tokens: with
     gate/up on this kernel the hidden states and cache writes are within bf16 rounding of the
     Triton and cuBLAS route's (the kernel's row range emptied), eagerly and replayed from a graph
-    captured with PDL (test_slab_gemv's check), and the kernel did run."""
-    from test_slab_gemv import _check_against_layer_kernels, _stack
+    captured with PDL (test_slab_gemm's check), and the kernel did run."""
+    from test_slab_gemm import _check_against_layer_kernels, _stack
 
     from cadence.kernels import triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
     calls = []
-    real = cuda_gemm64.gemm64_linear
-    monkeypatch.setattr(cuda_gemm64, "gemm64_linear", lambda x, w, plan: calls.append(plan) or real(x, w, plan))
+    real = cuda_slab_swiglu_gemm.slab_swiglu_gemm
+    monkeypatch.setattr(
+        cuda_slab_swiglu_gemm, "slab_swiglu_gemm", lambda x, w, plan: calls.append(plan) or real(x, w, plan)
+    )
     fused = FusedStack(_stack(), triton_ops, 64)
     x, index, k0, v0 = _decode_case(64)
-    off = Switched(fused, cuda_gemm64, "MAX_ROWS", 0)
+    off = Switched(fused, cuda_slab_swiglu_gemm, "MAX_ROWS", 0)
     _check_against_layer_kernels(off, fused, x, index, k0, v0, decode=True)
     assert {(p.n, p.swiglu) for p in calls} == {(3072, True)}

@@ -1,9 +1,9 @@
-// The code predictor's attention inside the slab GEMM of its o projection (slab_gemv.cu with
-// ATTN 1, perf-notes #97): rows whose context fits one cache page (<= PS tokens), so every CTA
+// The code predictor's attention inside the slab GEMM of its o projection (slab_gemm.cu with
+// ATTN 1): rows whose context fits one cache page (<= PS tokens), so every CTA
 // attends over the whole of it itself (16 heads x <= 16 tokens: ~70 K multiply-adds a row) and no
 // attention kernel sits between the qkv and o GEMMs. Either one decode row (M = 1), or M
 // consecutive tokens of one stream in one page (the code predictor's first pass: positions 0 and
-// 1, each row attending over the rows before it and itself). The definition is torch_ops'
+// 1, each row attending over the rows before it and itself). The definition is attention/reference.py's
 // qk_norm_rope_store + paged_attention, rounded where they round: the QK-norm's normalised value and
 // its product with the weight, RoPE's two products and their sum in bf16; scores, softmax and the
 // weighted sum of values in fp32, the output rounded to bf16.

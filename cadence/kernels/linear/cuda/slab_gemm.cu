@@ -2,8 +2,7 @@
 // CTA's slab of weight rows is copied into shared memory by the copy engine (one cp.async.bulk,
 // completing on an mbarrier) *before* the kernel waits for the one before it (programmatic
 // dependent launch), so the weight read overlaps that kernel and after the wait only the input
-// rows, the dots (on tensor cores, #96) and the stores are left on the chain (perf-notes #94;
-// kernels/cuda_gemv.py).
+// rows, the dots (on tensor cores) and the stores are left on the chain (linear/cuda_slab_gemm.py).
 //
 // y[m, n] = in[m, :] . w[n, :] for every row m < M, where `in` is x, or with NORM
 // rms_norm(x + res) * norm_w computed by every CTA for itself (the decoder's input and
@@ -11,8 +10,8 @@
 // CTA 0 then stores the sum x + res, the next residual. PAIR 2: w is [gate; up] (2n rows) and
 // y = silu(in . gate) * (in . up), rounded where the unfused GEMM and silu_mul round.
 //
-// Compiled at run time by NVRTC with these macros prepended (cuda_gemv.py; this folder is the
-// include path, no CUDA header needed):
+// Compiled at run time by NVRTC with these macros prepended (cuda_slab_gemm.py; this folder and
+// kernels/cuda_common are the include path, no CUDA header needed):
 //   K        the input width (a multiple of 256)       M        activation rows (1 or 2)
 //   PAIR     1, or 2 for SwiGLU                         NORM     1: the norm folded in
 //   HAS_RES  1: NORM adds a residual first              THREADS  threads a CTA (8 warps)
@@ -21,7 +20,7 @@
 //   ROWS     weight rows (outputs) a CTA: ceil(ROWS / 8) tiles of mma.sync (dot_tiles)
 //   ATTN     1: x is qkv rows and the input is their attention over one cache page
 //            (slab_attention.cuh, with its macros HQ, HKV, HD, PS): the code predictor's o
-// Rounding follows the layer kernels (triton_ops): bf16 storage, fp32 products and sums.
+// Rounding follows the layer kernels (the Triton GEMMs and norm): bf16 storage, fp32 products and sums.
 
 #include "prelude.cuh"  // types, bf16 rounding, PDL, bulk copies, mma.sync
 
@@ -170,7 +169,7 @@ constexpr int KV_ELEMS = 0;
 // (outputs) a CTA. Shared memory: the slab, (ATTN) the page's keys and values, the input rows,
 // the mbarrier, the norm's partial sums, the warps' sums.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
-    slab_gemv_kernel(const u16* x, const u16* w, u16* y, const u16* res, const u16* norm_w, u16* res_out, int n,
+    slab_gemm_kernel(const u16* x, const u16* w, u16* y, const u16* res, const u16* norm_w, u16* res_out, int n,
                      int rows, float eps, Attention at) {
   DYNAMIC_SHARED(smem);
   u16* ws = reinterpret_cast<u16*>(smem);  // PAIR x rows x K: the gate slab, then the up slab

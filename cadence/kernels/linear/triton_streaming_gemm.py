@@ -1,5 +1,7 @@
-"""The weight-streaming GEMM for decode batches of a few rows (Triton), with split-K, and the same
-GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection."""
+"""The streaming GEMM (Triton): the weight-streaming GEMM for decode batches of up to 128 rows, with
+split-K, and the same GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection.
+Decode is a weight-streaming problem: each program reads one slab of the weight once, with wide
+loads; cuBLAS takes the shapes and row counts the tile rules leave to it (linear/dispatch.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch.pdl import pdl_launch
-from .launch.triton_pdl import pdl_trigger, pdl_wait, prefetch_l2
+from ..launch.pdl import pdl_launch
+from ..launch.triton_pdl import pdl_trigger, pdl_wait, prefetch_l2
 
 
 @triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                          K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
-                          USE_PDL: tl.constexpr):  # fmt: skip
+def _streaming_gemm_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, stride_xm, K: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                           K_PER_SPLIT: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
+                           USE_PDL: tl.constexpr):  # fmt: skip
     """out[M, N] = x[M, K] @ w[N, K]^T for a handful of rows: decode is a weight-streaming problem,
     so each program reads one BLOCK_N-row slab of the weight (or, split over K, 1/SPLIT_K of it)
     once, with wide loads.
@@ -98,21 +100,21 @@ def prefetch_weight_slab(w_ptr, rn, N, K: tl.constexpr, k_start, K_SPAN: tl.cons
             prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
 
 
-SKINNY_MAX_ROWS = 16
+STREAMING_SMALL_ROWS = 16  # rows of the smallest tiles; the SwiGLU epilogue runs up to this many
 
 
 @dataclass(frozen=True)
-class SkinnyTiles:
-    """Launch choices of the weight-streaming GEMM: weight rows per program, K per loop step,
-    warps, pipeline stages, how many programs share one slab's K (split-K), the activation rows
-    one program holds (the most rows a call may have; `linear` routes up to 16 here)."""
+class GemmTiles:
+    """Launch choices of the streaming GEMM: weight rows per program, K per loop step, warps,
+    pipeline stages, how many programs share one slab's K (split-K), the activation rows one
+    program holds (the most rows a call may have)."""
 
     block_n: int = 32
     block_k: int = 256
     warps: int = 4
     stages: int = 3
     split_k: int = 1
-    block_m: int = SKINNY_MAX_ROWS
+    block_m: int = STREAMING_SMALL_ROWS
 
     def k_per_split(self, k: int) -> int:
         """K one program of a split covers: its share of the K steps, whole steps."""
@@ -124,58 +126,52 @@ class SkinnyTiles:
                     K_PER_SPLIT=self.k_per_split(k), SWIGLU=swiglu, REDUCE=reduce)  # fmt: skip
 
 
-def skinny_tiles(n: int, k: int, rows: int = SKINNY_MAX_ROWS) -> SkinnyTiles | None:
-    """Tiles of the weight-streaming GEMM for an [n, k] weight and `rows` activation rows, or None
-    where cuBLAS is faster; from the L2-cold sweeps of benchmarks/skinny_linear.py on the H200.
-    Up to 16 rows (perf-notes #20, #21, #26), chosen for 1 and 16 rows alike: the narrow, long
-    projections (o_proj 1024x2048, down 1024x3072: 32 slabs of 32 rows) split their K over 4
-    programs to fill the SMs; the 6144-wide gate/up streams 64-row slabs; the rest 32-row slabs in
-    256-wide K steps. 17-32 rows (#28): only the narrow weights gain (o_proj, down, the code
-    predictor's 2048-wide heads: -0.19 ms per walk against cuBLAS). 33-64 rows (#60): every shape,
-    in 64-row tiles, the sweep's best at 64 rows (each within 10 % of cuBLAS alone, 2.64 against
-    2.73 ms a walk's mix), so that the whole walk is Triton kernels and programmatic dependent
-    launch can overlap each GEMM's weight read with the kernel before it; the unsplit ones in 4
-    stages (#112: Triton 3.6's sweep, -0.01 ms a b64 walk), but the 6144-wide gate/up, which
-    walks faster on cuBLAS (#113). 65-128 rows (#125): the same shapes with 128 rows a
-    program in 128-wide K steps (3 stages), -0.02 ms at b64 (its code predictor's first pass) and
-    b128. Above 128 rows cuBLAS."""
-    if rows <= SKINNY_MAX_ROWS:
+def gemm_tiles(n: int, k: int, rows: int = STREAMING_SMALL_ROWS) -> GemmTiles | None:
+    """Tiles of the streaming GEMM for an [n, k] weight and `rows` activation rows, or None where
+    cuBLAS is faster (the L2-cold sweeps of benchmarks/skinny_linear.py). Up to 16 rows, the narrow,
+    long projections (o 1024x2048, down 1024x3072) split their K over 4 programs to fill the SMs, the
+    6144-wide gate/up streams 64-row slabs and the rest 32-row slabs in 256-wide K steps. 17-32 rows:
+    only the narrow weights (o, down, the code predictor's 2048-wide heads). 33-64 rows: every shape
+    but the 6144-wide gate/up (cuBLAS, or the slab SwiGLU GEMM), in 64-row tiles, the unsplit ones in
+    4 stages, so that a batch-64 decode step is Triton kernels that programmatic dependent launch can
+    overlap. 65-128 rows: the same shapes with 128 rows a program in 128-wide K steps and 3 stages
+    (what fits a program's shared memory). Above 128 rows cuBLAS."""
+    if rows <= STREAMING_SMALL_ROWS:
         if n <= 1024 and k >= 2048:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4)
-        return SkinnyTiles(block_n=64 if n >= 6144 else 32, block_k=256)
+            return GemmTiles(block_n=32, block_k=256, split_k=4)
+        return GemmTiles(block_n=64 if n >= 6144 else 32, block_k=256)
     if rows <= 32:
         if n <= 1024 and k >= 3072:
-            return SkinnyTiles(block_n=32, block_k=256, split_k=4, block_m=32)
+            return GemmTiles(block_n=32, block_k=256, split_k=4, block_m=32)
         if n <= 2048:
-            return SkinnyTiles(block_n=16, block_k=512, block_m=32)
+            return GemmTiles(block_n=16, block_k=512, block_m=32)
         return None
     if rows > 128:
         return None
-    # 33-128 rows: the same shapes in one program's 64 or 128 rows (#60, #125); at 128 rows x's tile
-    # takes 128-wide K steps in 3 stages, so that a program's stages fit its shared memory.
+    # 33-128 rows: the same shapes in one program's 64 or 128 rows; at 128 rows x's tile takes
+    # 128-wide K steps in 3 stages, so that a program's stages fit its shared memory.
     block_m = 64 if rows <= 64 else 128
     block_k = 256 if block_m == 64 else 128
     if n <= 1024 and k >= 2048:
-        return SkinnyTiles(block_n=32, block_k=block_k, split_k=4, block_m=block_m)
-    if n >= 6144:  # gate/up: cuBLAS (#113: 6.5 us a call alone against 7.1 for 64-row slabs in 96
-        return None  # programs, fewer than the SMs; -0.02 ms a b64 walk even without the PDL overlap)
-    return SkinnyTiles(block_n=16 if n <= 2048 else 32, block_k=block_k, stages=4 if block_m == 64 else 3,
+        return GemmTiles(block_n=32, block_k=block_k, split_k=4, block_m=block_m)
+    if n >= 6144:  # gate/up: cuBLAS (64-row slabs would be 96 programs, fewer than the SMs)
+        return None
+    return GemmTiles(block_n=16 if n <= 2048 else 32, block_k=block_k, stages=4 if block_m == 64 else 3,
                        block_m=block_m)  # fmt: skip
 
 
-def swiglu_tiles(n: int, k: int, rows: int) -> SkinnyTiles | None:
+def swiglu_gemm_tiles(n: int, k: int, rows: int) -> GemmTiles | None:
     """Tiles of the SwiGLU GEMM for a [gate; up] weight of n rows, or None where it does not apply
     (cuBLAS shapes, split-K, more than 16 rows): a program streams a gate slab and its up slab, as
     many weight rows as the plain GEMM's tile for the same weight. Above 16 rows the gate/up GEMM
-    and silu_mul stay two kernels: with 64-row tiles the fused one took only 0.02 ms off the
-    batch-64 walks back to back and made one walk alone 0.15 ms longer (perf-notes #75)."""
-    tiles = skinny_tiles(n, k, rows)
-    if tiles is None or tiles.split_k > 1 or rows > SKINNY_MAX_ROWS:
+    and silu_mul stay two kernels, which is no slower there."""
+    tiles = gemm_tiles(n, k, rows)
+    if tiles is None or tiles.split_k > 1 or rows > STREAMING_SMALL_ROWS:
         return None
     return gate_up_slabs(tiles)
 
 
-def gate_up_slabs(tiles: SkinnyTiles) -> SkinnyTiles:
+def gate_up_slabs(tiles: GemmTiles) -> GemmTiles:
     """The SwiGLU kernel's tiles for the plain GEMM's `tiles` on the same [gate; up] weight: half the
     slab rows, since a program streams a gate slab and its up slab (as many weight rows in all)."""
     return dataclasses.replace(tiles, block_n=max(16, tiles.block_n // 2))
@@ -184,7 +180,7 @@ def gate_up_slabs(tiles: SkinnyTiles) -> SkinnyTiles:
 _split_k_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_k_workspace(device: torch.device, n: int, tiles: GemmTiles) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 partials and per-slab tickets for split-K, one pair per (device, N, tiles), kept for
     the process: a CUDA graph captures their addresses, and the counters reset themselves. Calls on
     one stream (the decode walk) run one after another, so one pair per shape is enough."""
@@ -196,10 +192,10 @@ def _split_k_workspace(device: torch.device, n: int, tiles: SkinnyTiles) -> tupl
     return _split_k_buffers[key]
 
 
-def skinny_linear(
-    x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles, out: torch.Tensor | None = None, swiglu: bool = False
+def streaming_gemm(
+    x: torch.Tensor, weight: torch.Tensor, tiles: GemmTiles, out: torch.Tensor | None = None, swiglu: bool = False
 ) -> torch.Tensor:
-    """The weight-streaming kernel with the given tiles (the sweep calls this directly). swiglu:
+    """x @ weight^T by the streaming GEMM with the given tiles (the sweep calls this directly). swiglu:
     `weight` is [gate; up] and the result silu(x @ gate^T) * (x @ up^T), without split-K."""
     n = weight.shape[0] // 2 if swiglu else weight.shape[0]
     if swiglu and tiles.split_k > 1:
@@ -213,11 +209,11 @@ def skinny_linear(
     return out
 
 
-def skinny_linear_partials(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyTiles) -> torch.Tensor:
+def streaming_gemm_partials(x: torch.Tensor, weight: torch.Tensor, tiles: GemmTiles) -> torch.Tensor:
     """The split-K kernel's fp32 partials, [split_k, block_m, n] (rows past x's are stale), for
     the next kernel to add in split order; the programs take no ticket. They live in the shape's
     workspace, so they must be read before the next GEMM of the same shape and tiles runs (the
-    next kernel on the same stream: `triton_ops.linear_rms_norm`)."""
+    next kernel on the same stream: the norm of `linear_rms_norm`)."""
     if tiles.split_k < 2:
         raise ValueError("partials need a split K (split_k >= 2)")
     n = weight.shape[0]
@@ -226,33 +222,27 @@ def skinny_linear_partials(x: torch.Tensor, weight: torch.Tensor, tiles: SkinnyT
     return parts.view(tiles.split_k, tiles.block_m, n)
 
 
-def _launch(x, weight, n: int, tiles: SkinnyTiles, out, parts, counters, swiglu: bool, reduce: bool) -> None:
+def _launch(x, weight, n: int, tiles: GemmTiles, out, parts, counters, swiglu: bool, reduce: bool) -> None:
     """One launch of the kernel: out [m, n] (or, without `reduce`, only the partials)."""
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
     if m > tiles.block_m:
-        raise ValueError(f"these tiles hold at most {tiles.block_m} rows (SkinnyTiles.block_m), got {m}")
+        raise ValueError(f"these tiles hold at most {tiles.block_m} rows (GemmTiles.block_m), got {m}")
     grid = (triton.cdiv(n, tiles.block_n), tiles.split_k)
-    _skinny_linear_kernel[grid](
+    _streaming_gemm_kernel[grid](
         x, weight, out, parts, counters, m, n, x.stride(0), k, **tiles.constexprs(k, swiglu, reduce),
         num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
 
 
-def linear_tiles(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> SkinnyTiles | None:
-    """The weight-streaming kernel's tiles for x @ weight^T, or None where cuBLAS runs it: bf16/fp16
-    rows where `skinny_tiles` has tiles for the shape and row count (fp32 goes to cuBLAS, whose
-    exact path tensor cores would round to TF32). `force`: the kernel whatever the dtype (tests),
-    with the 16-row tiles up to 16 rows."""
+def streaming_tiles(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> GemmTiles | None:
+    """The streaming GEMM's tiles for x @ weight^T, or None where cuBLAS runs it: bf16/fp16 rows where
+    `gemm_tiles` has tiles for the shape and row count (fp32 goes to cuBLAS, whose exact path tensor
+    cores would round to TF32). `force`: the kernel whatever the dtype (tests), with the 16-row tiles
+    up to 16 rows."""
     m, k = x.shape
-    tiles = skinny_tiles(weight.shape[0], k, m)
+    tiles = gemm_tiles(weight.shape[0], k, m)
     if force:
-        return tiles or skinny_tiles(weight.shape[0], k)
+        return tiles or gemm_tiles(weight.shape[0], k)
     return tiles if x.dtype in (torch.bfloat16, torch.float16) else None
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> torch.Tensor:
-    """x @ weight^T: the weight-streaming kernel where `linear_tiles` has tiles, else cuBLAS."""
-    tiles = linear_tiles(x, weight, force)
-    return torch.nn.functional.linear(x, weight) if tiles is None else skinny_linear(x, weight, tiles)

@@ -1,13 +1,12 @@
-"""The decode GEMM whose weights arrive before it may start (kernels/cuda/slab_gemv.cu), for one
-or two activation rows: batch 1's talker and code-predictor steps and its code predictor's first
-pass.
+"""The slab GEMM (linear/cuda/slab_gemm.cu): the decode GEMM whose weights arrive before it may
+start, for one or two activation rows (batch 1's talker and code-predictor steps and its code
+predictor's first pass).
 
 Every CTA copies its slab of weight rows into shared memory with the copy engine before it waits
 for the kernel before it (programmatic dependent launch), so a GEMM's weight read overlaps the
 kernel before instead of following its wait, and the RMSNorm before qkv and gate/up is done by
-those GEMMs' CTAs on their input rows (no norm kernel between two GEMMs). perf-notes #94 measured
-the chain of a layer's four GEMMs at one row: 14.5 µs a layer with the norms folded in, against
-19.6 for the Triton layer kernels with theirs.
+those GEMMs' CTAs on their input rows (no norm kernel between two GEMMs): a layer's chain of four
+GEMMs is about a quarter shorter than the Triton layer kernels' at one row.
 
 Compiled at first use by NVRTC (`torch.cuda._compile_kernel`), one instance per shape; launched
 through the driver's cuLaunchKernelEx so that PDL can be asked for (PyTorch's launcher cannot).
@@ -24,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from .launch.nvrtc import compile_source, launch, runs_on
-from .launch.pdl import pdl_on
+from ..launch.nvrtc import compile_source, launch, runs_on
+from ..launch.pdl import pdl_on
 
-SOURCE = Path(__file__).with_name("cuda") / "slab_gemv.cu"
-CTAS = 128  # CTAs a GEMM: at most one a SM on an H200 (132), so the next kernel's sit beside them
+SOURCE = Path(__file__).with_name("cuda") / "slab_gemm.cu"
+CTAS = 128  # CTAs a GEMM: at most one an SM (132 on an H100 or H200), so the next kernel's sit beside them
 THREADS = 256
 MAX_ROWS = 2
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
@@ -38,7 +37,7 @@ SMEM_LIMIT = 112 * 1024
 
 @dataclass(frozen=True)
 class AttentionShape:
-    """The attention an o projection's slab GEMM takes in (kernels/cuda/slab_attention.cuh): rows
+    """The attention an o projection's slab GEMM takes in (linear/cuda/slab_attention.cuh): rows
     whose whole context is one cache page of `page_size` tokens, either one decode row or up to
     MAX_ROWS consecutive tokens of one stream (the code predictor's first pass)."""
 
@@ -154,10 +153,10 @@ def slab_supported(device: torch.device) -> bool:
 
 def _kernel(defines: tuple[tuple[str, int], ...], smem: int):
     """The compiled instance for these constants, allowed `smem` bytes of dynamic shared memory."""
-    return compile_source(SOURCE, "slab_gemv_kernel", defines, smem)
+    return compile_source(SOURCE, "slab_gemm_kernel", defines, smem)
 
 
-class _Attention(ctypes.Structure):  # slab_gemv.cu's struct Attention
+class _Attention(ctypes.Structure):  # slab_gemm.cu's struct Attention
     _POINTERS = ("q_norm", "k_norm", "cos", "sin", "position", "slot", "context", "page", "k_cache", "v_cache")
     _fields_ = [(name, ctypes.c_void_p) for name in _POINTERS] + [("scale", ctypes.c_float)]
 
@@ -199,7 +198,7 @@ def _run(plan: SlabPlan, x, weight, y, res, nw, res_out, eps: float, attention: 
 
 @dataclass
 class DecodeAttention:
-    """The attention of rows in one cache page as slab_attention_linear takes it in: torch_ops'
+    """The attention of rows in one cache page as slab_attention_linear takes it in: the reference
     qk_norm_rope_store (QK-norm weights, RoPE tables [positions, head_dim], the cache of one layer
     [pages, page_size, kv heads, head_dim]) and paged_attention (each row's position, flat cache
     slot and context length, the page table [rows, 1] whose first entry is the page; int64, read by
@@ -232,7 +231,7 @@ def slab_attention_linear(qkv: torch.Tensor, weight: torch.Tensor, plan: SlabPla
                           eps: float = 1e-6) -> torch.Tensor:  # fmt: skip
     """o = attention(qkv) @ weight^T for one decode row, or plan.m consecutive tokens of one stream
     in one page, the attention (QK-norm, RoPE, the new keys and values written to the cache,
-    attention over the page) done inside the GEMM (plan.attention; perf-notes #97)."""
+    attention over the page) done inside the GEMM (plan.attention)."""
     a = plan.attention
     width = (a.heads + 2 * a.kv_heads) * a.head_dim if a is not None else 0
     if a is None or qkv.shape != (plan.m, width) or weight.shape != (plan.n, plan.k):
