@@ -38,7 +38,8 @@ import torch
 import triton
 from graph_timing import replay_ms
 
-from cadence.kernels import cuda_attention, torch_ops, triton_ops
+from cadence.kernels import torch_ops, triton_ops
+from cadence.kernels.attention import cuda_decode_attention as cuda_attention
 from cadence.models.qwen3_tts.fused_stack import FusedLayer
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16

@@ -1,4 +1,4 @@
-"""The talker's decode attention as a CUDA kernel (kernels/cuda/decode_attention.cu: the cached
+"""The talker's decode attention as a CUDA kernel (kernels/attention/cuda/decode_attention.cu: the cached
 pages streamed by the copy engine, the first before the PDL wait) against its PyTorch definition
 (torch_ops.qk_norm_rope_attention): its source on the CPU through tests/cuda_emulation, and on a
 Hopper GPU ("gpu" marker) alone and inside a captured graph behind a Triton kernel under PDL. The
@@ -15,7 +15,7 @@ from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import decode_rows
 
 from cadence.kernels import torch_ops
-from cadence.kernels.cuda_attention import SOURCE, AttentionPlan, attention_plan
+from cadence.kernels.attention.cuda_decode_attention import SOURCE, AttentionPlan, attention_plan
 
 TALKER = (16, 8, 128, 16)  # query heads, kv heads, head dim, page size
 # bf16 outputs of values near 1: a few units in the last place of the definition's
@@ -110,7 +110,7 @@ gpu = pytest.mark.gpu
 
 
 def _cuda():
-    from cadence.kernels.cuda_attention import attention_supported, cuda_qk_norm_rope_attention
+    from cadence.kernels.attention.cuda_decode_attention import attention_supported, cuda_qk_norm_rope_attention
 
     if not torch.cuda.is_available() or not attention_supported(torch.device("cuda")):
         pytest.skip("needs a Hopper GPU with NVRTC")
@@ -176,7 +176,8 @@ def test_the_first_pass_on_the_gpu():
     trigger-first PDL behind the Triton kernel that writes its qkv rows; the definition's outputs and
     caches, for the first pass's contexts (2) and longer ones."""
     _cuda()
-    from cadence.kernels import cuda_attention, triton_ops
+    from cadence.kernels import triton_ops
+    from cadence.kernels.attention import cuda_decode_attention as cuda_attention
     from cadence.kernels.launch.pdl import pdl_settings
 
     contexts = [2] * 60 + [3, 16, 17, 32]

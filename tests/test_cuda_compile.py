@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cadence.kernels import cuda_attention, cuda_sampler
+from cadence.kernels import cuda_sampler
+from cadence.kernels.attention import cuda_decode_attention as cuda_attention
 from cadence.kernels.launch.nvrtc import CUDA_COMMON, kernel_text
 from cadence.kernels.linear import cuda_slab_gemm
 from cadence.kernels.linear.cuda_slab_gemm import AttentionShape

@@ -85,9 +85,10 @@ def streaming_gemm_choices() -> dict:
 
 
 def attention_choices() -> dict:
+    from cadence.kernels.attention.dispatch import FUSED_ATTENTION_MAX_ROWS
+    from cadence.kernels.attention.triton_paged_attention import attention_splits, attention_tiles
     from cadence.kernels.launch.pdl import trigger_first_for
-    from cadence.kernels.triton_attention import attention_splits, attention_tiles
-    from cadence.kernels.triton_ops import FUSED_ATTENTION_MAX_ROWS, PARTS_NORM_WARPS
+    from cadence.kernels.triton_ops import PARTS_NORM_WARPS
 
     return {
         "splits": {f"{kv} kv heads": runs([attention_splits(rows, kv) for rows in ROWS]) for kv in (2, 8)},
@@ -102,7 +103,7 @@ def attention_choices() -> dict:
 
 
 def cuda_attention_choices() -> dict:
-    from cadence.kernels import cuda_attention as ca
+    from cadence.kernels.attention import cuda_decode_attention as ca
 
     bf16 = torch.bfloat16
     plans = {}

@@ -10,7 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cuda_attention
+from .attention.dispatch import FUSED_ATTENTION_MAX_ROWS, qk_norm_rope_attention
+from .attention.triton_paged_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention
+from .attention.triton_qk_norm_rope import qk_norm_rope_store
 from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .kv_prefetch import KvPrefetch
 from .launch.pdl import pdl_launch, pdl_settings, pdl_trigger_first, trigger_first_for, use_pdl
@@ -26,14 +28,6 @@ from .linear.triton_streaming_gemm import (
     streaming_tiles,
     swiglu_gemm_tiles,
 )
-from .triton_attention import (
-    AttentionTiles,
-    attention_splits,
-    attention_tiles,
-    norm_rope_heads,
-    paged_attention,
-)
-from .triton_attention import qk_norm_rope_attention as fused_qk_norm_rope_attention
 from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
 from .triton_kv_prefetch import prefetch_args, prefetch_kv_pages
 
@@ -174,80 +168,6 @@ def linear_rms_norm_linear(
     down projection, the norm after it and the next layer's qkv."""
     h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
     return linear(h, next_weight), total
-
-
-# -- QK-norm + RoPE + KV write ---------------------------------------------------------------------
-
-
-@triton.jit
-def _qk_norm_rope_store_kernel(
-    qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr, slot_ptr, q_out_ptr, eps,
-    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, USE_PDL: tl.constexpr,
-):  # fmt: skip
-    pdl_entry(USE_PDL)
-    n = tl.program_id(0)
-    h = tl.program_id(1)  # 0..HQ+2*HKV-1: q heads, then k heads, then v heads
-    d = tl.arange(0, D)
-    row = qkv_ptr + n * (HQ + 2 * HKV) * D
-    slot = tl.load(slot_ptr + n).to(tl.int64)
-    if h >= HQ + HKV:  # values: stored as they are
-        tl.store(vc_ptr + (slot * HKV + (h - HQ - HKV)) * D + d, tl.load(row + h * D + d))
-    else:
-        # The arithmetic of the fused decode attention's own QK-norm and RoPE (norm_rope_heads),
-        # so that both paths round alike: one head here.
-        pos = tl.load(pos_ptr + n).to(tl.int64)
-        one = tl.arange(0, 1)
-        if h < HQ:
-            y = norm_rope_heads(row, h + one, one < 1, qn_ptr, cos_ptr, sin_ptr, pos, eps, D)  # [1, D]
-            tl.store(q_out_ptr + (n * HQ + h) * D + d[None, :], y)
-        else:
-            y = norm_rope_heads(row, h + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, eps, D)
-            tl.store(kc_ptr + (slot * HKV + (h - HQ)) * D + d[None, :], y)
-
-
-def qk_norm_rope_store(
-    qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, num_heads, num_kv_heads
-) -> torch.Tensor:
-    n = qkv.shape[0]
-    d = q_norm.shape[0]
-    q = torch.empty(n, num_heads, d, dtype=qkv.dtype, device=qkv.device)
-    _qk_norm_rope_store_kernel[(n, num_heads + 2 * num_kv_heads)](
-        qkv, q_norm, k_norm, cos, sin, positions, k_cache, v_cache, slot_index, q, eps,
-        HQ=num_heads, HKV=num_kv_heads, D=d, **pdl_launch(qkv),
-    )  # fmt: skip
-    return q
-
-
-# Decode batches up to this many rows take the QK-norm, RoPE and cache write inside the attention
-# kernel (#58); larger ones run qk_norm_rope_store then paged_attention. Measured on the H200
-# (perf-notes #64): the fused kernel gains at 8 rows (walk 4.08 -> 3.70 ms with #59-#60) and is
-# even at 64, but at 256 rows the walk was 0.15 ms slower with it (11.05 -> 11.21 ms), where every
-# program's long context loop is bandwidth-bound and the fused prologue only adds to it.
-FUSED_ATTENTION_MAX_ROWS = 64
-
-
-def qk_norm_rope_attention(
-    qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
-    num_heads: int, num_kv_heads: int, splits: int | None = None, tiles: AttentionTiles | None = None,
-    max_context: int | None = None, new_tokens: int = 1,
-) -> torch.Tensor:  # fmt: skip
-    """Decode attention with the rows' QK-norm, RoPE and cache write (torch_ops has the definition,
-    and says what new_tokens > 1 means): the CUDA kernel where cuda_attention.decode_plan takes the
-    call (by default the code predictor's short contexts at 64 rows, on Hopper), else one fused
-    Triton kernel up to FUSED_ATTENTION_MAX_ROWS rows of one new token each, and the two kernels
-    above (whose cache write precedes every row's attention)."""
-    norm_rope = (q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index)
-    plan = cuda_attention.decode_plan(qkv, k_cache, block_table, num_heads, num_kv_heads, max_context, new_tokens)
-    if plan is not None:
-        return cuda_attention.cuda_qk_norm_rope_attention(
-            qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, plan
-        )
-    if qkv.shape[0] <= FUSED_ATTENTION_MAX_ROWS and new_tokens == 1:
-        return fused_qk_norm_rope_attention(
-            qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, splits, tiles, max_context
-        )
-    q = qk_norm_rope_store(qkv, *norm_rope, num_heads, num_kv_heads)
-    return paged_attention(q, k_cache, v_cache, block_table, context_lens, scale, splits, tiles, max_context)
 
 
 # -- SwiGLU ----------------------------------------------------------------------------------------

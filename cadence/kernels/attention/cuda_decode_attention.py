@@ -1,19 +1,16 @@
-"""Decode attention for many rows as a CUDA kernel (kernels/cuda/decode_attention.cu):
-what triton_attention.qk_norm_rope_attention does for decode rows (QK-norm, RoPE, the new key and
-value to the cache, attention over the row's pages; torch_ops has the definition), with the cached
-keys and values streamed into shared memory by the copy engine, the first pages before the
-kernel's PDL wait (perf-notes #104).
+"""Decode attention for many rows as a CUDA kernel (attention/cuda/decode_attention.cu): what the
+fused Triton decode attention does (QK-norm, RoPE, the new key and value to the cache, attention over
+the row's pages; attention/reference.py has the definition), with the cached keys and values
+streamed into shared memory by the copy engine, the first pages before the kernel's PDL wait.
 
 One CTA takes a row and `heads_per_cta` of its kv heads, a warp each, with no split of the context,
-and one more warp whose only job is the copies (#106): at 64 rows and 8 kv heads, 4 heads a CTA is
-128 CTAs, one a SM. By default it runs the code predictor's decode steps at 64 rows (contexts of
-one or two pages: the b64 walk 4.32 -> 4.25 ms); over the talker's long contexts it is still a
-little slower than the Triton kernel (1.18 against 1.10 ms for 28 layers alone; the walk 4.35
-against 4.23), so those stay there.
+and one more warp whose only job is the copies: at 64 rows and 8 kv heads, 4 heads a CTA is 128
+CTAs, one an SM. It runs the code predictor's decode steps at 64 rows (contexts of one or two pages,
+whose copies start before the wait); over the talker's long contexts it is a little slower than the
+Triton kernel, so those stay there. It also takes several new tokens a sequence as consecutive rows
+(`new_tokens`: the code predictor's first pass, two a stream).
 Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads
-of 128; the Triton kernel runs everything else. It also takes several new tokens a sequence as
-consecutive rows (`new_tokens`: the code predictor's first pass, two a stream; #137, b64 -0.03 ms
-with it, #140).
+of 128; the Triton kernel runs everything else.
 """
 
 from __future__ import annotations
@@ -26,21 +23,18 @@ from pathlib import Path
 
 import torch
 
-from .launch.nvrtc import compile_source, launch, runs_on
-from .launch.pdl import pdl_on, trigger_first_now
+from ..launch.nvrtc import compile_source, launch, runs_on
+from ..launch.pdl import pdl_on, trigger_first_now
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
 # Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
 # Triton kernel splits their contexts instead).
 MIN_ROWS = 64
-MAX_ROWS = 64  # measured up to the 64-row bucket
+MAX_ROWS = 64  # and at most this many (the 64-row bucket)
 STAGES = 4  # pages in flight a CTA
 # Only decode calls whose contexts are known to be short (<= 32 tokens: the code predictor's one or
-# two pages, whose copies start before the wait) take the kernel. perf-notes #104, the b64 walk: the
-# Triton kernel everywhere 4.32 ms, this one on the short contexts 4.25; #106 (the copying warp):
-# 4.23, and 4.35 with the talker's long contexts on it too (over 500-token contexts the kernel
-# streams at 3.1 TB/s, the Triton one 3.3). The code predictor's first pass (two new tokens a
-# stream) runs on it as well (#137; b64 -0.03 ms, #140).
+# two pages, whose copies start before the wait) take the kernel: over the talker's long contexts
+# the Triton kernel streams the cache a little faster.
 SHORT_CONTEXT = 32
 CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
@@ -50,7 +44,7 @@ MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared m
 class AttentionPlan:
     """One compiled instance and its launch: the heads, page size, kv heads a CTA (a warp each),
     pages in flight a CTA, and new tokens a sequence (that many consecutive rows; the code
-    predictor's first pass: 2, perf-notes #137)."""
+    predictor's first pass: 2)."""
 
     heads: int
     kv_heads: int
@@ -133,7 +127,7 @@ def cuda_qk_norm_rope_attention(
     qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
     num_heads: int, num_kv_heads: int, plan: AttentionPlan | None = None, new_tokens: int = 1,
 ) -> torch.Tensor:  # fmt: skip
-    """triton_attention.qk_norm_rope_attention by the CUDA kernel: row n of qkv [N, (Hq+2Hkv)*D] is
+    """The fused decode attention by the CUDA kernel: row n of qkv [N, (Hq+2Hkv)*D] is
     its stream's new token at positions[n] = context_lens[n] - 1, written to cache slot
     slot_index[n]; with new_tokens (or plan.new_tokens) > 1, every that many consecutive rows are one
     stream's new tokens at consecutive positions, each attending to the ones before it. Returns

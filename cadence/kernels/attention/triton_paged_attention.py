@@ -1,7 +1,7 @@
 """Paged decode attention (Triton): blocks of context tokens gathered through the page table,
 tensor-core dots, the context split over programs and merged when a batch is small. In decode, where
 each query row is its own sequence's one new token, the kernel also takes the rows' QK-norm, RoPE
-and cache write (`qk_norm_rope_attention`): one kernel a layer fewer."""
+and cache write (`fused_qk_norm_rope_attention`): one kernel a layer fewer."""
 
 from __future__ import annotations
 
@@ -11,33 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch.pdl import pdl_launch, trigger_first_for
-from .launch.triton_pdl import pdl_entry, pdl_trigger, pdl_wait, prefetch_l2
-
-
-@triton.jit
-def norm_rope_heads(src_ptr, heads, hmask, w_ptr, cos_ptr, sin_ptr, pos, eps, D: tl.constexpr):
-    """QK-norm then RoPE of the heads `heads` [NH] of one qkv row at position `pos`, rounded as
-    qk_norm_rope_store rounds: [NH, D] in the row's dtype."""
-    half: tl.constexpr = D // 2
-    d = tl.arange(0, D)
-    m = hmask[:, None]
-    x = tl.load(src_ptr + heads[:, None] * D + d[None, :], mask=m, other=0.0, cache_modifier=".cg")
-    dtype = x.dtype
-    x32 = x.to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=1) / D + eps)
-    w = tl.load(w_ptr + d).to(tl.float32)
-    normed = (w[None, :] * (x32 * inv[:, None]).to(dtype).to(tl.float32)).to(dtype)
-    pd = tl.where(d < half, d + half, d - half)
-    xp = tl.load(src_ptr + heads[:, None] * D + pd[None, :], mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
-    wp = tl.load(w_ptr + pd).to(tl.float32)
-    partner = (wp[None, :] * (xp * inv[:, None]).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
-    rotated = tl.where(d[None, :] < half, -partner, partner)
-    c = tl.load(cos_ptr + pos * D + d).to(tl.float32)
-    s = tl.load(sin_ptr + pos * D + d).to(tl.float32)
-    a = (normed.to(tl.float32) * c[None, :]).to(dtype).to(tl.float32)
-    b = (rotated.to(dtype).to(tl.float32) * s[None, :]).to(dtype).to(tl.float32)
-    return (a + b).to(dtype)
+from ..launch.pdl import pdl_launch, trigger_first_for
+from ..launch.triton_pdl import pdl_entry, pdl_trigger, pdl_wait, prefetch_l2
+from .triton_qk_norm_rope import norm_rope_heads
 
 
 @triton.jit
@@ -67,9 +43,8 @@ def _split_range(ctx, split, FUSED: tl.constexpr, PS: tl.constexpr, SPLITS: tl.c
 
 @triton.jit
 def _context_len(ctx_ptr, n):
-    """Row n's context length as int32 whatever the tensor's dtype (the engine's are int64): with
-    64-bit bounds and token indices the pipelined block loop ran 41 -> 55 us a layer at 64 rows of
-    514 tokens, the plain one 50 (perf-notes #83, #84)."""
+    """Row n's context length as int32 whatever the tensor's dtype (the engine's are int64): 64-bit
+    bounds and token indices make the block loop markedly slower."""
     return tl.load(ctx_ptr + n).to(tl.int32)
 
 
@@ -142,8 +117,8 @@ def _paged_attention_kernel(
     rather than one page's. STAGES > 0 runs the loop as a `tl.range`, whose K and V go to shared
     memory by `cp.async`; Triton 3.6 makes the page-id load one more async copy, so each iteration
     waits for all copies in flight (`async_wait num = 0`) and the loads overlap only other programs'
-    work, not the previous block's dots. Loading the page ids outside the pipeliner so that 3-4
-    stages keep blocks in flight measured no faster (perf-notes #88). PREFETCH pulls the first
+    work, not the previous block's dots (loading the page ids outside the pipeliner so that 3-4
+    stages keep blocks in flight is no faster). PREFETCH pulls the first
     block into L2 before the PDL wait. The G query heads sharing the kv head are padded to the 16
     rows a tensor-core dot needs (free: the kernel is bound by reading K and V). With one split the
     result is final and stored directly; otherwise the partial (max, sum, acc) go to the merge.
@@ -226,8 +201,8 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, D: tl.constexpr, SPLITS: 
 
 def attention_splits(rows: int, kv_heads: int) -> int:
     """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice (the
-    sweep of benchmarks/paged_attention.py, perf-notes #23: batch 8 best at 4 splits, 1 at 16). Not
-    more at 64 rows: two splits there took the walk 4.54 -> 4.77 ms (perf-notes #86)."""
+    sweep of benchmarks/paged_attention.py: batch 8 is best at 4 splits, batch 1 at 16); none from 32
+    rows on (two splits at 64 rows are slower)."""
     splits = 1
     while splits < 16 and rows * kv_heads * splits < 256:
         splits *= 2
@@ -248,11 +223,7 @@ class AttentionTiles:
 
 
 # Decode batches of this many rows or more run the talker's long contexts as 64-token blocks with the
-# loop pipelined 2 deep. Above 64 rows (no PDL there) that took the b256 walk 10.59 -> 9.81 ms
-# (perf-notes #72; the spills #72 gave as the reason came from compiling without the JIT's pointer
-# hints: with them, neither loop spills, #88). At 8-64 rows it gained nothing
-# until the kernel narrowed the engine's int64 context lengths (#84): since, b64 4.89 -> 4.52 ms,
-# b8 3.32 -> 3.28 (#85; 128-token pipelined blocks, 8 warps, 3 stages: no better).
+# loop pipelined 2 deep (128-token blocks, 8 warps or 3 stages are no better).
 PIPELINED_FROM_ROWS = 8
 
 
@@ -263,14 +234,12 @@ def _short_context(max_context: int | None) -> bool:
 
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
     """The tiles for a decode batch of `rows` query rows, from the sweep of
-    benchmarks/paged_attention.py on the H200 (perf-notes #23) and of the walks: from
-    PIPELINED_FROM_ROWS up, 64-token blocks in a loop pipelined 2 deep (perf-notes #72, #85); below,
-    where the context is split 4-16 ways and each split is short, 64-token blocks in a plain loop.
-    Contexts known to be short (the code predictor's <= 17 tokens: `max_context`) take 32-token
-    blocks: a longer block only adds masked work and registers (with 128-token ones there the
-    batch-256 walk took 12.57 ms, with 32-token ones 11.20: perf-notes #24, #25). In graphs whose
-    kernels wait first, each program pulls its first block into L2 before the PDL wait (under trigger
-    first, kernels launched far ahead would prefetch while the running ones stream)."""
+    benchmarks/paged_attention.py and of decode steps: from PIPELINED_FROM_ROWS up, 64-token blocks
+    in a loop pipelined 2 deep; below, where the context is split 4-16 ways and each split is short,
+    64-token blocks in a plain loop. Contexts known to be short (the code predictor's <= 17 tokens:
+    `max_context`) take 32-token blocks: a longer block only adds masked work and registers. In
+    graphs whose kernels wait first, each program pulls its first block into L2 before the PDL wait
+    (under trigger first, kernels launched far ahead would prefetch while the running ones stream)."""
     if _short_context(max_context):
         tiles = AttentionTiles(block_tokens=32)
     elif rows >= PIPELINED_FROM_ROWS:
@@ -291,7 +260,7 @@ def paged_attention(
     )
 
 
-def qk_norm_rope_attention(
+def fused_qk_norm_rope_attention(
     qkv, q_norm, k_norm, eps, cos, sin, positions, k_cache, v_cache, slot_index, block_table, context_lens, scale,
     num_heads: int, num_kv_heads: int, splits: int | None = None, tiles: AttentionTiles | None = None,
     max_context: int | None = None,

@@ -1,8 +1,8 @@
-// Decode attention for many rows (kernels/cuda_attention.py, perf-notes #104; by default the code
-// predictor's steps at 64 rows, whose one or two pages a row arrive before the wait): each
+// Decode attention for many rows (attention/cuda_decode_attention.py; the code predictor's steps at
+// 64 rows, whose one or two pages a row arrive before the wait): each
 // row is its stream's new token, and one CTA takes a row and HC of its kv heads (a warp a kv head
 // and its G query heads, and one more warp that copies the pages). What the Triton kernel
-// (triton_attention.qk_norm_rope_attention) does, with the cached keys and values streamed by the
+// (triton_paged_attention.fused_qk_norm_rope_attention) does, with the cached keys and values streamed by the
 // copy engine:
 // - Before the PDL wait, the first STAGES pages of the row's cached tokens are on their way into
 //   shared memory (cp.async.bulk, a token's HC heads of keys, then of values, a copy each). The
@@ -14,11 +14,10 @@
 //   and for this kernel to start before that one ends every kernel between would have to hold its
 //   CTAs on the SMs at once beside this one's ~139 KB a CTA: a few can, 30 cannot.
 // - After it: the row's q, k and v from qkv, QK-norm and RoPE (head_rope.cuh), the new key and value
-//   to the cache slot; then the pages in turn as they land. The copies are the last warp's whole job
-//   (#106): it reissues a stage STAGES pages ahead as soon as every head's warp has arrived on the
-//   stage's "empty" mbarrier, so no head's warp waits on a CTA barrier or on the copy engine's
-//   queue between two pages. (With warp 0 issuing them after a CTA barrier, the copies' and the
-//   arithmetic's times added up, #105: 1.08 + 0.67 = 1.76 ms for the talker's b64 layers; now 1.18.)
+//   to the cache slot; then the pages in turn as they land. The copies are the last warp's whole job:
+//   it reissues a stage STAGES pages ahead as soon as every head's warp has arrived on the stage's
+//   "empty" mbarrier, so no head's warp waits on a CTA barrier or on the copy engine's queue between
+//   two pages, and the copies' time overlaps the arithmetic's instead of adding to it.
 // - Per page and warp, scores S^T (16 tokens x the G heads) = K . Q^T and the weighted values
 //   O^T += V^T . P^T on the tensor cores (m16n8k16, bf16 in, fp32 sums; the G <= 8 heads are B's 8
 //   columns), online softmax in fp32 with the probabilities rounded to bf16 for the second product
@@ -28,7 +27,7 @@
 // Token rows in shared memory are padded by 16 bytes, so the fragments' 32-bit loads (8 tokens at
 // one offset) fall in different banks.
 //
-// NEW > 1 (the code predictor's first pass, perf-notes #137): every NEW consecutive rows are one
+// NEW > 1 (the code predictor's first pass): every NEW consecutive rows are one
 // sequence's NEW new tokens at consecutive positions, the last at its context - 1; a CTA takes the
 // sequence, each warp its kv head's G query heads of all NEW rows (NEW x G columns of B), and a row
 // attends over the cached pages and the sequence's new tokens up to its own, from registers.
@@ -61,7 +60,7 @@ static_assert(PS == 16 && G >= 1 && NQ <= 8 && HQ % HKV == 0 && HKV % HC == 0, "
 struct Tail {
   u64 full[STAGES];   // a stage's page has landed (the copying warp's expected bytes)
   u64 empty[STAGES];  // every head's warp is done with the stage (HC arrivals)
-  int page[MAX_PAGES];  // the row's page table, read once (a global load a page cost ~1 us each, #104)
+  int page[MAX_PAGES];  // the row's page table, read once (not a global load a page)
   u16 q[HEAD_WARPS][NQ][HD];
   float o[HEAD_WARPS][NQ][HD];
   float m[HEAD_WARPS][NQ], l[HEAD_WARPS][NQ];
@@ -114,8 +113,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     return;  // no trigger here: the heads' warps let the next kernel in once they have waited
   }
   // Before the wait, what no kernel of the chain writes (the row's position and slot, the RoPE tables,
-  // the norm weights: see above), so that after it only qkv's loads are on the chain (#122: the
-  // position's load and then the tables' were two round trips after it).
+  // the norm weights: see above), so that after it only qkv's loads are on the chain (not the
+  // position's load and then the tables', two round trips).
   const int kvh = head0 + warp;  // its kv head
   float cs[NEW][4], sn[NEW][4];
   size_t cell[NEW];
