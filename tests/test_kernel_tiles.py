@@ -88,7 +88,7 @@ def attention_choices() -> dict:
     from cadence.kernels.attention.dispatch import FUSED_ATTENTION_MAX_ROWS
     from cadence.kernels.attention.triton_paged_attention import attention_splits, attention_tiles
     from cadence.kernels.launch.pdl import trigger_first_for
-    from cadence.kernels.triton_ops import PARTS_NORM_WARPS
+    from cadence.kernels.norm.triton_rms_norm import PARTS_NORM_WARPS
 
     return {
         "splits": {f"{kv} kv heads": runs([attention_splits(rows, kv) for rows in ROWS]) for kv in (2, 8)},
@@ -158,7 +158,7 @@ def sampler_choices() -> dict:
 
 
 def kv_prefetch_choices() -> dict:
-    from cadence.kernels.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
+    from cadence.kernels.norm.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
 
     cache = torch.empty(1, PAGE_SIZE, 8, 128, dtype=torch.bfloat16)  # a layer's keys: 16-token pages, 8 heads of 128
     plan = KvPrefetchPlan(CODE_PREDICTOR_MEGABYTES)

@@ -1,4 +1,4 @@
-"""Cached keys and values pulled into L2 ahead of a decode layer's attention (kernels/kv_prefetch.py,
+"""Cached keys and values pulled into L2 ahead of a decode layer's attention (kernels/norm/kv_prefetch.py,
 perf-notes #135): the budget, which norm of a stack prefetches which layer (CPU, the PyTorch ops),
 which pages a norm program picks (the Triton helper, under the interpreter too), and on a GPU that a
 stack with the prefetch on computes the same bits as without it (a hint only)."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cadence.kernels import torch_ops, triton_available
-from cadence.kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
+from cadence.kernels.norm.kv_prefetch import KvPrefetch, KvPrefetchPlan
 from cadence.models.qwen3_tts.config import DecoderStackConfig
 from cadence.models.qwen3_tts.fused_stack import FusedStack
 from cadence.models.qwen3_tts.layers import Qwen3Stack
@@ -111,7 +111,7 @@ if triton_available():  # CI's torch has no Triton
     import triton
     import triton.language as tl
 
-    from cadence.kernels.triton_kv_prefetch import kv_prefetch_pages
+    from cadence.kernels.norm.triton_kv_prefetch import kv_prefetch_pages
 
     @triton.jit
     def _pages_kernel(bt_ptr, ctx_ptr, page_ptr, tokens_ptr, bt_stride, num_pages, TOKENS: tl.constexpr,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from .attention.reference import paged_attention, qk_norm_rope_store, rope
-from .kv_prefetch import KvPrefetch
 from .linear.reference import linear, silu_mul
+from .norm.kv_prefetch import KvPrefetch
 from .norm.reference import rms_norm
 from .sampling.reference import RowParams, mask_control_tokens, repetition_penalty, sample
 

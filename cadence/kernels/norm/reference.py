@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kv_prefetch import KvPrefetch
+from .kv_prefetch import KvPrefetch
 
 
 def rms_norm(

@@ -32,8 +32,8 @@ import torch
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
 from ...engine.transfer import to_device
-from ...kernels.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
 from ...kernels.linear.cuda_slab_gemm import slab_linear, slab_plan
+from ...kernels.norm.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
 from ...kernels.sampling.reference import RowParams
 from .fused_stack import FusedStack
 from .model import prefill_tracks

@@ -24,7 +24,6 @@ from types import ModuleType
 
 import torch
 
-from ...kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
 from ...kernels.linear.cuda_slab_gemm import (
     AttentionShape,
     DecodeAttention,
@@ -33,6 +32,7 @@ from ...kernels.linear.cuda_slab_gemm import (
     slab_linear,
     slab_supported,
 )
+from ...kernels.norm.kv_prefetch import KvPrefetch, KvPrefetchPlan
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..launch.triton_pdl import bulk_prefetch_l2
 from .kv_prefetch import KvPrefetch
-from .launch.triton_pdl import bulk_prefetch_l2
 
 
 @triton.jit
