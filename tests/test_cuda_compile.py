@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cadence.kernels import cuda_sampler
 from cadence.kernels.attention import cuda_decode_attention as cuda_attention
 from cadence.kernels.launch.nvrtc import CUDA_COMMON, kernel_text
 from cadence.kernels.linear import cuda_slab_gemm
 from cadence.kernels.linear.cuda_slab_gemm import AttentionShape
 from cadence.kernels.linear.cuda_slab_swiglu_gemm import SOURCE as SLAB_SWIGLU
 from cadence.kernels.linear.cuda_slab_swiglu_gemm import slab_swiglu_plan
+from cadence.kernels.sampling import cuda_sampler
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 

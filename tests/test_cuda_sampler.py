@@ -1,4 +1,4 @@
-"""The CUDA sampler (kernels/cuda/sampler.cu, cuda_sampler.py) against its definition,
+"""The CUDA sampler (kernels/sampling/cuda/sampler.cu, cuda_sampler.py) against its definition,
 torch_ops.sample_tokens: its source run on the CPU through tests/cuda_emulation (every CUDA thread a
 fiber), the premise of its 16-bit top-k keys on every bf16 value, and on a GPU the kernel itself
 (the `gpu` marker; test_sampling_kernels.py runs its shared cases on both GPU samplers too)."""
@@ -13,7 +13,7 @@ import torch
 from cuda_driver import blob, emulate, needs_gxx
 
 from cadence.kernels import torch_ops
-from cadence.kernels.cuda_sampler import SOURCE, SamplerPlan, threads_for
+from cadence.kernels.sampling.cuda_sampler import SOURCE, SamplerPlan, threads_for
 from cadence.kernels.sampling.reference import RowParams
 
 gpu = pytest.mark.gpu
@@ -160,7 +160,7 @@ def test_kernel_logic_on_the_cpu(tmp_path, case):
 
 
 def _cuda():
-    from cadence.kernels.cuda_sampler import cuda_sample_tokens, sampler_supported
+    from cadence.kernels.sampling.cuda_sampler import cuda_sample_tokens, sampler_supported
 
     if not torch.cuda.is_available() or not sampler_supported(torch.device("cuda")):
         pytest.skip("needs a Hopper GPU with NVRTC")

@@ -144,13 +144,13 @@ def slab_swiglu_choices() -> dict:
 
 
 def sampler_choices() -> dict:
-    from cadence.kernels import cuda_sampler
+    from cadence.kernels.sampling import cuda_sampler
 
     out = {
         "cuda threads": {str(v): cuda_sampler.threads_for(v) for v in (1, 300, 2048, 2049, 3072, 4096)},
         "cuda max vocabulary": cuda_sampler.MAX_VOCAB,
     }
-    from cadence.kernels import triton_sampler
+    from cadence.kernels.sampling import triton_sampler
 
     out["triton top-k search"] = {str(2**b): list(triton_sampler.topk_search(2**b)) for b in range(4, 18)}
     out["triton warps"] = triton_sampler.SAMPLE_WARPS

@@ -23,10 +23,10 @@ def samplers(request, ops):
     (triton_ops.sample_tokens picks the CUDA one there and the Triton one elsewhere)."""
     ref = ops[1]
     if request.param == "triton":
-        from cadence.kernels import triton_sampler
+        from cadence.kernels.sampling import triton_sampler
 
         return SimpleNamespace(sample_tokens=triton_sampler.sample_tokens), ref
-    from cadence.kernels.cuda_sampler import cuda_sample_tokens, sampler_supported
+    from cadence.kernels.sampling.cuda_sampler import cuda_sample_tokens, sampler_supported
 
     if DEV != "cuda" or not sampler_supported(torch.device(DEV)):
         pytest.skip("the CUDA sampler needs a Hopper GPU and NVRTC")
@@ -80,7 +80,7 @@ def test_top_k_keeps_ties_at_the_kth_value(samplers, ways, monkeypatch):
     vocabularies served (2048 and 3072 codes) with logits on a coarse grid, so that many values tie
     at the k-th: the same tokens as the definition (which keeps every tie, as Hugging Face does), k
     from 1 to one short of the vocabulary."""
-    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.sampling.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(5)
     for v in (2048, 3072):
         logits = torch.randint(-40, 40, (6, v), device=DEV, generator=g).float() / 8  # 640 distinct values
@@ -112,7 +112,7 @@ def test_search_passes_narrow_the_key_range_to_one_key():
     """Each pass leaves at most ceil(width / ways) of the 2^32 keys: a bisection needs 32 passes,
     5 ways 14, and one pass fewer would leave an interval of more than one key. More than 5 ways
     would not fit their counts in one int64."""
-    from cadence.kernels.triton_sampler import topk_search_passes
+    from cadence.kernels.sampling.triton_sampler import topk_search_passes
 
     assert [topk_search_passes(w) for w in (2, 3, 4, 5)] == [32, 21, 16, 14]
     with pytest.raises(ValueError, match="2 to 5 ways"):
@@ -129,7 +129,7 @@ def test_the_search_width_follows_the_block(monkeypatch):
     """The Triton sampler's top-k search width: TOPK_WAYS below 2^16 keys a block, a bisection from
     there (a packed 16-bit count would overflow), read when a kernel is launched, not when a module
     is imported."""
-    from cadence.kernels import triton_sampler
+    from cadence.kernels.sampling import triton_sampler
 
     ways = triton_sampler.TOPK_WAYS
     assert triton_sampler.topk_search(2048) == (ways, triton_sampler.topk_search_passes(ways))
@@ -144,7 +144,7 @@ def test_the_search_width_follows_the_block(monkeypatch):
 def test_top_k_at_the_ends_of_the_key_range(samplers, ways, monkeypatch):
     """Logits near the float range's ends and banned (-inf) ones: the search starts from the whole
     32-bit key range, so the extremes must still count."""
-    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.sampling.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(9)
     logits = torch.randn(4, 2048, device=DEV, generator=g)
     logits[0, :60] = 3e38
@@ -286,7 +286,7 @@ def test_top_k_separates_neighbouring_floats(samplers, ways, dtype, monkeypatch)
     kernel's 16-bit keys must still tell apart), so a search that stopped short of a single key
     would keep the k-th value's neighbours: over 64 rows of near-equal logits the noise picks among
     the kept set, and a larger set shows in the tokens."""
-    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.sampling.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(10)
     n, v = 64, 2048
     bits = torch.int32 if dtype == torch.float32 else torch.int16

@@ -13,7 +13,6 @@ import triton.language as tl
 from .attention.dispatch import FUSED_ATTENTION_MAX_ROWS, qk_norm_rope_attention
 from .attention.triton_paged_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention
 from .attention.triton_qk_norm_rope import qk_norm_rope_store
-from .cuda_sampler import sample_tokens  # the CUDA kernel where it runs, else triton_sampler's
 from .launch.pdl import pdl_launch, pdl_settings, pdl_trigger_first, trigger_first_for, use_pdl
 from .launch.triton_pdl import pdl_entry
 from .linear.dispatch import linear, linear_swiglu
@@ -27,6 +26,7 @@ from .linear.triton_streaming_gemm import (
 )
 from .norm.kv_prefetch import KvPrefetch
 from .norm.triton_rms_norm import linear_rms_norm, rms_norm
+from .sampling.dispatch import sample_tokens  # the CUDA kernel where it runs, else the Triton one
 from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.

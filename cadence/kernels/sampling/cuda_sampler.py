@@ -1,10 +1,8 @@
-"""The decode step's sampler as a CUDA kernel (kernels/cuda/sampler.cu), one CTA a row: what
-`sample_tokens` does (torch_ops' definition; triton_sampler the same in Triton), with the row's
-parameters, seed, frame counter, history and Gumbel noise taken before its PDL wait and the top-k
-threshold found by a radix select, 16 bits wide on bf16 logits without a penalty (perf-notes #103).
-
-`sample_tokens` here is the one triton_ops exports: the CUDA kernel where it runs (Hopper, NVRTC,
-fp32 or bf16 logits), else the Triton kernel.
+"""The decode step's sampler as a CUDA kernel (sampling/cuda/sampler.cu), one CTA a row: what
+`sample_tokens` does (reference.py has the definition; triton_sampler.py the same in Triton), with
+the row's parameters, seed, frame counter, history and Gumbel noise taken before its PDL wait and
+the top-k threshold found by a radix select, 16 bits wide on bf16 logits without a penalty. It runs
+where it can (dispatch.py: Hopper, NVRTC, fp32 or bf16 logits of up to MAX_VOCAB columns).
 """
 
 from __future__ import annotations
@@ -16,16 +14,14 @@ from pathlib import Path
 
 import torch
 
-from .launch.nvrtc import compile_source, launch, runs_on
-from .launch.pdl import pdl_on, trigger_first_now
-from .sampling.reference import RowParams
-from .torch_ops import check_token_outputs
+from ..launch.nvrtc import compile_source, launch, runs_on
+from ..launch.pdl import pdl_on, trigger_first_now
+from .reference import RowParams, check_token_outputs
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
 THREADS = 256
-# Wider CTAs above 2048 columns: alone (perf-notes #103) code0's 3072 codes
-# took 7.77 us sampled and 3.87 greedy at 256 threads, 5.66 and 2.81 at 512; 2048 codes the same
-# either way sampled (2.96 / 2.92) and faster greedy at 256 (1.45 / 1.67).
+# Wider CTAs above 2048 columns: code0's 3072 codes sample about a quarter faster with 512 threads,
+# while 2048 codes sample as fast with 256 and take the argmax faster.
 WIDE_THREADS, WIDE_ABOVE = 512, 2048
 MAX_VOCAB = 4096  # columns a row: 16 a thread at most, every one in registers (the Triton kernel above)
 
@@ -87,7 +83,7 @@ def _words(t: torch.Tensor, what: str) -> int:
     return t.numel() * t.element_size() // 4
 
 
-def _cuda_fits(logits: torch.Tensor, params: RowParams, tables: list, embed_table, embed_out) -> bool:
+def cuda_fits(logits: torch.Tensor, params: RowParams, tables: list, embed_table, embed_out) -> bool:
     """The kernel's argument types (else the Triton kernel, which converts as it loads): `tables`
     the other per-row tensors (seed, frame, rows, penalty, ban_eos; None where not given)."""
     if not logits.is_cuda or logits.dtype not in (torch.float32, torch.bfloat16) or not logits.is_contiguous():
@@ -107,36 +103,6 @@ def _cuda_fits(logits: torch.Tensor, params: RowParams, tables: list, embed_tabl
         if row_bytes % 4 or any(s % align for s in starts):
             return False
     return True
-
-
-def sample_tokens(
-    logits: torch.Tensor,
-    params: RowParams,
-    seed: torch.Tensor,
-    frame: torch.Tensor,
-    codebook: int,
-    seen: torch.Tensor | None = None,
-    penalty: torch.Tensor | None = None,
-    ban_eos: torch.Tensor | None = None,
-    eos_id: int = -1,
-    suppress_start: int = -1,
-    out: torch.Tensor | None = None,
-    embed_table: torch.Tensor | None = None,
-    embed_out: torch.Tensor | None = None,
-    rows: torch.Tensor | None = None,
-    eos_min_frames: int = 0,
-    mark_seen: bool = False,
-) -> torch.Tensor:
-    """torch_ops.sample_tokens (its docstring has the arguments) by the CUDA kernel where it runs,
-    else by triton_sampler's."""
-    args = (logits, params, seed, frame, codebook, seen, penalty, ban_eos, eos_id, suppress_start, out, embed_table,
-            embed_out, rows, eos_min_frames, mark_seen)  # fmt: skip
-    if sampler_supported(logits.device) and _cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos],
-                                                       embed_table, embed_out):  # fmt: skip
-        return cuda_sample_tokens(*args)
-    from .triton_sampler import sample_tokens as triton_sample_tokens
-
-    return triton_sample_tokens(*args)
 
 
 def cuda_sample_tokens(
@@ -160,13 +126,13 @@ def cuda_sample_tokens(
 ) -> torch.Tensor:
     """sample_tokens by the CUDA kernel alone (`threads` a CTA: threads_for(vocab) unless a
     benchmark sweeps it); arguments it does not take (other dtypes, strides or alignments than
-    _cuda_fits allows) are a ValueError.
+    cuda_fits allows) are a ValueError.
 
     Everything but the logits (rows, the parameters, seed, frame counter, seen, penalty, ban_eos)
     is read before the kernel's PDL wait, so no kernel launched ahead of it under PDL may write
     them: the engine writes them with host copies and PyTorch kernels (which never let the next
     kernel in early) between walks, and the kernel it waits for writes only the logits."""
-    if not _cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos], embed_table, embed_out):
+    if not cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos], embed_table, embed_out):
         raise ValueError(f"the CUDA sampler takes contiguous fp32 or bf16 logits of up to {MAX_VOCAB} columns, the "
                          "tables' dtypes as SlotState holds them and 4-byte aligned embedding rows")  # fmt: skip
     n, v = logits.shape

@@ -1,8 +1,8 @@
 """The sampler kernel of the fast decode step (Triton): one program a row applies the repetition
 penalty and the EOS / suppression masks, then takes the argmax or, sampling, the Gumbel-max over
-the temperature-scaled, top-k / top-p filtered logits with counter-based noise (kernels/sampling/rng.py), and
-may write the token's embedding row for the next step. `torch_ops.sample_tokens` is its definition;
-`triton_ops` exports it as part of the ops interface.
+the temperature-scaled, top-k / top-p filtered logits with counter-based noise (rng.py), and may
+write the token's embedding row for the next step. reference.sample_tokens is its definition; it
+samples where the CUDA sampler does not (dispatch.py).
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch.pdl import pdl_launch
-from .launch.triton_pdl import pdl_entry
-from .sampling.reference import RowParams
-from .sampling.rng import U_MAX
-from .torch_ops import check_token_outputs
+from ..launch.pdl import pdl_launch
+from ..launch.triton_pdl import pdl_entry
+from .reference import RowParams, check_token_outputs
+from .rng import U_MAX
 
-_U_MAX = tl.constexpr(U_MAX)  # the noise's uniforms stay below 1 (kernels/sampling/rng.py)
+_U_MAX = tl.constexpr(U_MAX)  # the noise's uniforms stay below 1 (rng.py)
 
 
 @triton.jit
@@ -41,12 +40,10 @@ def _sortable(x):
 
 # The top-k threshold's search tests TOPK_WAYS - 1 thresholds a pass: each pass is a block
 # reduction, each threshold a compare per key. Each threshold's count is a 16-bit field of one
-# int64 sum, so at most 4 thresholds (5 ways; 2 is a bisection, 32 passes). On an H200 (perf-notes
-# #68) 4 ways (16 passes) was fastest: 11.9 -> 9.7 us a call on 2048 codes,
-# 15.4 -> 14.3 on 3072; 5 ways no faster than 2.
+# int64 sum, so at most 4 thresholds (5 ways; 2 is a bisection, 32 passes). 4 ways (16 passes) is
+# the fastest on 2048 and 3072 codes.
 TOPK_WAYS = 4
-# One program a row. In the walk
-# (perf-notes #78) 8 and 16 warps were no faster: the search's passes wait on their reductions.
+# One program a row (8 or 16 warps are no faster: the search's passes wait on their reductions).
 SAMPLE_WARPS = 4
 
 

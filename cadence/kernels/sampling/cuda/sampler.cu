@@ -1,10 +1,11 @@
-// The decode step's sampler as one CTA a row (kernels/cuda_sampler.py; torch_ops.sample_tokens is
-// its definition, triton_sampler the same arithmetic in Triton): the repetition penalty and the
-// control-token mask, then the argmax or, sampling, the Gumbel-max over the temperature-scaled,
-// top-k / top-p filtered logits with counter-based noise (kernels/sampling/rng.py); the token goes to `out`,
-// optionally into the row's code history and its embedding row into `emb` (the next step's input).
+// The decode step's sampler as one CTA a row (sampling/cuda_sampler.py; sampling/reference.py's
+// sample_tokens is its definition, triton_sampler the same arithmetic in Triton): the repetition
+// penalty and the control-token mask, then the argmax or, sampling, the Gumbel-max over the
+// temperature-scaled, top-k / top-p filtered logits with counter-based noise (sampling/rng.py); the
+// token goes to `out`, optionally into the row's code history and its embedding row into `emb` (the
+// next step's input).
 //
-// What makes it shorter than the Triton kernel (perf-notes #103):
+// What makes it shorter than the Triton kernel:
 // - Everything but the logits is read *before* the PDL wait: the row's slot, parameters, seed,
 //   frame counter and code history, and the Gumbel noise is computed from them there. The engine
 //   writes those tables with host copies and PyTorch kernels between walks, never from the kernel
