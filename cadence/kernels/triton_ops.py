@@ -7,14 +7,13 @@ the points where the eager model produces a tensor, so bf16 results track the ea
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from .attention.dispatch import FUSED_ATTENTION_MAX_ROWS, qk_norm_rope_attention
 from .attention.triton_paged_attention import AttentionTiles, attention_splits, attention_tiles, paged_attention
 from .attention.triton_qk_norm_rope import qk_norm_rope_store
+from .codec.triton_codec import rope_qk, snake_beta
+from .embedding.triton_embed_frame import embed_frame
 from .launch.pdl import pdl_launch, pdl_settings, pdl_trigger_first, trigger_first_for, use_pdl
-from .launch.triton_pdl import pdl_entry
 from .linear.dispatch import linear, linear_swiglu
 from .linear.triton_silu_mul import silu_mul
 from .linear.triton_streaming_gemm import (
@@ -27,7 +26,6 @@ from .linear.triton_streaming_gemm import (
 from .norm.kv_prefetch import KvPrefetch
 from .norm.triton_rms_norm import linear_rms_norm, rms_norm
 from .sampling.dispatch import sample_tokens  # the CUDA kernel where it runs, else the Triton one
-from .triton_codec import rope_qk, snake_beta  # the codec's kernels, in the ops interface
 
 # The ops module's interface (kernels.load_ops), with the launch choices the sweeps and tests use.
 __all__ = [
@@ -70,38 +68,3 @@ def linear_rms_norm_swiglu(
     layer's o projection, the norm after it and the MLP's first half."""
     h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=prefetch)
     return linear_swiglu(h, gate_up), total
-
-
-# -- a frame's embedding: 16 table rows summed, the text track added ------------------------------
-
-
-@triton.jit
-def _embed_frame_kernel(codes_ptr, off_ptr, table_ptr, plus_ptr, out_ptr, H, codes_stride, G: tl.constexpr,
-                        BLOCK: tl.constexpr, HAS_PLUS: tl.constexpr, USE_PDL: tl.constexpr):  # fmt: skip
-    pdl_entry(USE_PDL)
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < H
-    acc = tl.zeros([BLOCK], tl.float32)
-    for j in tl.static_range(G):  # in codebook order, in fp32, as the eager sum accumulates
-        idx = (tl.load(codes_ptr + row * codes_stride + j) + tl.load(off_ptr + j)).to(tl.int64)
-        acc += tl.load(table_ptr + idx * H + cols, mask=mask, other=0.0).to(tl.float32)
-    dtype = out_ptr.dtype.element_ty
-    x = acc.to(dtype)  # rounded once, then the text track added in the activation dtype
-    if HAS_PLUS:
-        x = (x.to(tl.float32) + tl.load(plus_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)).to(dtype)
-    tl.store(out_ptr + row * H + cols, x, mask=mask)
-
-
-def embed_frame(
-    codes: torch.Tensor, table: torch.Tensor, offsets: torch.Tensor, plus: torch.Tensor | None = None
-) -> torch.Tensor:
-    b, g = codes.shape
-    h = table.shape[1]
-    out = torch.empty(b, h, dtype=table.dtype, device=table.device)
-    block = 512
-    _embed_frame_kernel[(b, triton.cdiv(h, block))](
-        codes, offsets, table, out if plus is None else plus, out, h, codes.stride(0), G=g, BLOCK=block,
-        HAS_PLUS=plus is not None, **pdl_launch(table),
-    )  # fmt: skip
-    return out

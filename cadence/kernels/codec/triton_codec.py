@@ -1,5 +1,5 @@
-"""Triton kernels of the codec's decoder (the ops interface re-exports them from `triton_ops`):
-RoPE on its transformer's q and k, and SnakeBeta, its activation, with the adds around it fused."""
+"""Triton kernels of the codec's decoder (reference.py has their definitions): RoPE on its
+transformer's q and k, and SnakeBeta, its activation, with the adds around it fused."""
 
 from __future__ import annotations
 
