@@ -38,15 +38,17 @@ import torch
 import triton
 from graph_timing import replay_ms
 
-from cadence.kernels import torch_ops, triton_ops
 from cadence.kernels.attention import cuda_decode_attention as cuda_attention
+from cadence.kernels.attention.triton_paged_attention import AttentionTiles
+from cadence.kernels.ops import load_ops
 from cadence.models.qwen3_tts.fused_stack import FusedLayer
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
 HIDDEN, INTERMEDIATE, EPS = 1024, 3072, 1e-6  # the talker's
+torch_ops, triton_ops = load_ops("torch"), load_ops("triton")
 
 
-def label(tiles: triton_ops.AttentionTiles, splits: int) -> str:
+def label(tiles: AttentionTiles, splits: int) -> str:
     return f"(BT {tiles.block_tokens}, warps {tiles.warps}, stages {tiles.stages}, splits {splits})"
 
 
@@ -171,7 +173,7 @@ def sweep_batch(
         gemms_ms = timed_ms(lambda: [triton_ops.linear(x, w) for w in w_qkv]) if chain else 0.0
 
     grid = [
-        triton_ops.AttentionTiles(block_tokens, warps, stage)
+        AttentionTiles(block_tokens, warps, stage)
         for block_tokens, warps, stage in itertools.product((32, 64, 128), (4, 8), stages)
     ]  # fmt: skip
     timed = {}

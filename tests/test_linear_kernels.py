@@ -1,4 +1,4 @@
-"""The weight-streaming GEMMs (Triton) against their PyTorch definitions (torch_ops.py), on fresh
+"""The weight-streaming GEMMs (Triton) against their PyTorch definitions (linear/reference.py), on fresh
 random inputs: tiles by shape and row count, strided rows, split-K, up to 64 rows, SwiGLU in the
 epilogue, and the o and down projections with the norm after them (split-K partials added by the
 norm kernel). Where they run: kernel_checks.py.
@@ -13,36 +13,43 @@ from kernel_checks import DEV, INTERPRET, NEEDS_TRITON, tol
 pytestmark = NEEDS_TRITON
 
 
+@pytest.fixture(scope="module")
+def streaming():
+    """The Triton ops with the streaming GEMM for fp32 rows too (the interpreter runs fp32 only; on a
+    GPU fp32 GEMMs otherwise go to cuBLAS)."""
+    from cadence.kernels.gpu_ops import TritonOps
+
+    return TritonOps(streaming_fp32=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize(
     "m,n,k", [(1, 3072, 1024), (5, 1024, 3072), (16, 2048, 1000), (17, 1024, 2048), (24, 1024, 3072), (32, 2048, 1000)]
 )
-def test_streaming_gemm(ops, dtype, m, n, k):
+def test_streaming_gemm(streaming, dtype, m, n, k):
     """The weight-streaming GEMM with the tiles `linear` picks for the shape and row count (17-32
     rows: 32-row tiles, split-K for the long narrow ones)."""
-    tri, _ = ops
     g = torch.Generator(device=DEV).manual_seed(5)
     x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
     w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
     ref = torch.nn.functional.linear(x.float(), w.float())
-    out = tri.linear(x, w, force=True).float()
+    out = streaming.linear(x, w).float()
     assert out.shape == (m, n)
     assert (out - ref).abs().max() <= (1e-4 if dtype == torch.float32 else 2e-2) * ref.abs().max()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [1, 8, 24])
-def test_streaming_gemm_reads_strided_rows(ops, dtype, m):
+def test_streaming_gemm_reads_strided_rows(streaming, dtype, m):
     """Rows that are every other row of a larger tensor (the code predictor's first head reads
     the stack's output at position 1 of each stream, `h[1::2]`): each row is its own, not the
-    next row of the buffer. Until session 9 the kernel assumed contiguous rows, so in bf16 every
-    stream but the first of a 2-32-stream batch got codebook 1 from another row's state."""
-    tri, _ = ops
+    next row of the buffer (a kernel that assumed contiguous rows would give every stream but the
+    first of a 2-32-stream batch codebook 1 from another row's state)."""
     g = torch.Generator(device=DEV).manual_seed(9)
     x = torch.randn(2 * m, 1024, device=DEV, generator=g).to(dtype)[1::2]
     w = (torch.randn(2048, 1024, device=DEV, generator=g) / 32).to(dtype)
     ref = torch.nn.functional.linear(x.float(), w.float())
-    assert (tri.linear(x, w, force=True).float() - ref).abs().max() <= tol(dtype) * ref.abs().max()
+    assert (streaming.linear(x, w).float() - ref).abs().max() <= tol(dtype) * ref.abs().max()
 
 
 def test_linear_routes_by_shape_and_rows(ops):
@@ -125,7 +132,7 @@ def test_streaming_gemm_up_to_64_rows(ops, dtype, split_k, stages):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [65, 128])
-def test_128_row_tiles_compute_the_definition(ops, dtype, m):
+def test_128_row_tiles_compute_the_definition(ops, streaming, dtype, m):
     """65-128 rows (perf-notes #125: the b64 code predictor's first pass) in 128-row tiles: the
     plain and split-K products and the o / down projection with its norm (partials added by the
     norm) are the definition's."""
@@ -139,11 +146,11 @@ def test_128_row_tiles_compute_the_definition(ops, dtype, m):
         x = torch.randn(m, k, device=DEV, generator=g).to(dtype)
         w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
         expected = torch.nn.functional.linear(x.float(), w.float())
-        out = tri.linear(x, w, force=True).float()
+        out = streaming.linear(x, w).float()
         assert (out - expected).abs().max() <= tol(dtype) * 4 * expected.abs().max()
     norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
     res = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
-    normed, total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    normed, total = streaming.linear_rms_norm(x, w, norm_w, 1e-6, res)
     exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
     assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
     assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
@@ -192,7 +199,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 1024, 3072), (24, 1024, 3072), (40, 1024, 2048), (3, 96, 1024)])
-def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, monkeypatch):
+def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, streaming, dtype, m, n, k, monkeypatch):
     """A layer's o or down projection and the residual-add + RMSNorm after it: where the GEMM splits
     K (o and down up to 64 rows; not the last shape), its programs leave their fp32 partials and the
     norm kernel adds them in split order, so the GEMM takes no ticket. Against the GEMM's last
@@ -213,25 +220,25 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     partial_launches = []
     launch = triton_rms_norm.streaming_gemm_partials
     monkeypatch.setattr(triton_rms_norm, "streaming_gemm_partials", lambda *a: partial_launches.append(a) or launch(*a))
-    normed, total = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    normed, total = streaming.linear_rms_norm(x, w, norm_w, 1e-6, res)
     assert len(partial_launches) == (tiles.split_k > 1)
-    two_normed, two_total = tri.rms_norm(tri.linear(x, w, force=True), norm_w, 1e-6, res)
+    two_normed, two_total = tri.rms_norm(streaming.linear(x, w), norm_w, 1e-6, res)
     assert torch.equal(total, two_total)
     assert same_up_to_the_reduction(normed, two_normed)
     if tiles.split_k > 1:
         _, counters = _split_k_workspace(x.device, n, tiles)
         assert int(counters.abs().sum()) == 0  # the ticket path still leaves its counters at 0
-    again = tri.linear_rms_norm(x, w, norm_w, 1e-6, res, force=True)
+    again = streaming.linear_rms_norm(x, w, norm_w, 1e-6, res)
     assert torch.equal(again[0], normed) and torch.equal(again[1], total)
     # Other rows through the same workspace: the norm reads this call's partials, not the last one's.
-    other = tri.linear_rms_norm(2 * x.flip(0), w, norm_w, 1e-6, res, force=True)
-    expected = tri.rms_norm(tri.linear(2 * x.flip(0), w, force=True), norm_w, 1e-6, res)
+    other = streaming.linear_rms_norm(2 * x.flip(0), w, norm_w, 1e-6, res)
+    expected = tri.rms_norm(streaming.linear(2 * x.flip(0), w), norm_w, 1e-6, res)
     assert same_up_to_the_reduction(other[0], expected[0]) and torch.equal(other[1], expected[1])
     exp_normed, exp_total = ref.linear_rms_norm(x.float(), w.float(), norm_w.float(), 1e-6, res.float())
     assert (total.float() - exp_total).abs().max() <= tol(dtype) * 4 * exp_total.abs().max()
     assert (normed.float() - exp_normed).abs().max() <= tol(dtype) * 8 * exp_normed.abs().max()
-    no_res, no_res_total = tri.linear_rms_norm(x, w, norm_w, 1e-6, None, force=True)
-    assert torch.equal(no_res, tri.rms_norm(tri.linear(x, w, force=True), norm_w, 1e-6)[0])
+    no_res, no_res_total = streaming.linear_rms_norm(x, w, norm_w, 1e-6, None)
+    assert torch.equal(no_res, tri.rms_norm(streaming.linear(x, w), norm_w, 1e-6)[0])
     assert no_res_total.shape == (m, n)
 
 
@@ -252,21 +259,3 @@ def test_split_k_partials_need_a_split(ops):
     x = torch.zeros(1, 256, device=DEV)
     with pytest.raises(ValueError, match="split_k >= 2"):
         streaming_gemm_partials(x, torch.zeros(32, 256, device=DEV), GemmTiles(split_k=1))
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("m", [3, 40])
-def test_linear_rms_norm_swiglu_is_the_norm_after_o_then_gate_up(ops, dtype, m):
-    """The layer's o, norm and gate/up as one op: the same bits as linear_rms_norm then linear_swiglu,
-    in both ops modules."""
-    tri, ref = ops
-    g = torch.Generator(device=DEV).manual_seed(143)
-    attn = torch.randn(m, 2048, device=DEV, generator=g).to(dtype)
-    wo = (torch.randn(1024, 2048, device=DEV, generator=g) / 45).to(dtype)
-    residual = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
-    norm_w = (1 + 0.1 * torch.randn(1024, device=DEV, generator=g)).to(dtype)
-    wgu = (torch.randn(2 * 3072, 1024, device=DEV, generator=g) / 32).to(dtype)
-    for module in (tri, ref):
-        act, total = module.linear_rms_norm_swiglu(attn, wo, norm_w, 1e-6, residual, wgu)
-        h, want_total = module.linear_rms_norm(attn, wo, norm_w, 1e-6, residual)
-        assert torch.equal(total, want_total) and torch.equal(act, module.linear_swiglu(h, wgu))

@@ -14,8 +14,11 @@ import pytest
 import torch
 from cuda_driver import blob, emulate, needs_gxx
 
-from cadence.kernels import torch_ops
+from cadence.kernels.attention import reference as attention
+from cadence.kernels.linear import reference as linear
 from cadence.kernels.linear.cuda_slab_gemm import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
+from cadence.kernels.norm import reference as norm
+from cadence.kernels.ops import load_ops
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")
@@ -61,13 +64,13 @@ def test_slab_linear_names_what_its_plan_is_missing():
 
 
 def _reference(x, w, swiglu, norm_w, res):
-    """The GEMM's definition: torch_ops' norm (rounded as the kernels round), then an fp32 product
-    (SwiGLU as torch_ops defines it, from the fp32 projections rounded to bf16)."""
-    inp, total = (x, None) if norm_w is None else torch_ops.rms_norm(x, norm_w, EPS, res)
+    """The GEMM's definition: the reference norm (rounded as the kernels round), then an fp32 product
+    (SwiGLU as the reference defines it, from the fp32 projections rounded to bf16)."""
+    inp, total = (x, None) if norm_w is None else norm.rms_norm(x, norm_w, EPS, res)
     if not swiglu:
         return torch.nn.functional.linear(inp.float(), w.float()), total
     gate_up = torch.nn.functional.linear(inp.float(), w.float()).to(x.dtype)
-    return torch_ops.silu_mul(gate_up).float(), total
+    return linear.silu_mul(gate_up).float(), total
 
 
 @pytest.mark.parametrize("m", [1, 2])
@@ -127,12 +130,11 @@ def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
     and cache writes within bf16 rounding, eagerly and replayed from a CUDA graph captured with
     programmatic dependent launch (the launch the decode graphs use). decode=False: the code
     predictor's first pass (two rows of one stream, attention through the prefill kernels)."""
-    from cadence.kernels import triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
     stack = _stack()
-    plain = FusedStack(stack, triton_ops, 64)
-    slab = FusedStack(stack, triton_ops, 64, slab_max_rows=2)
+    plain = FusedStack(stack, load_ops("triton"), 64)
+    slab = FusedStack(stack, load_ops("triton"), 64, slab_max_rows=2)
     assert slab.slab_max_rows == 2 and slab._slab_plans(rows) is not None
     g = torch.Generator(device="cuda").manual_seed(rows)
     ps, ctx = 16, 40
@@ -158,7 +160,7 @@ def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
 def _check_against_layer_kernels(plain, slab, x, index: list, k0, v0, decode: bool) -> None:
     """`slab`'s hidden states and cache writes within bf16 rounding of `plain`'s (the layer
     kernels), run eagerly and replayed from a CUDA graph captured with PDL, the two the same bits."""
-    from cadence.kernels import triton_ops
+    from cadence.kernels.launch.pdl import pdl_settings
 
     def run(fused, k, v):
         return fused(x, *index, k, v, decode=decode)
@@ -170,7 +172,7 @@ def _check_against_layer_kernels(plain, slab, x, index: list, k0, v0, decode: bo
     k_graph, v_graph = k0.clone(), v0.clone()
     run(slab, k_graph.clone(), v_graph.clone())  # compiles every instance before the capture
     graph = torch.cuda.CUDAGraph()
-    with triton_ops.pdl_settings(True, False), torch.cuda.graph(graph):
+    with pdl_settings(True, False), torch.cuda.graph(graph):
         out = run(slab, k_graph, v_graph)
     graph.replay()
     torch.cuda.synchronize()
@@ -187,7 +189,7 @@ def _check_against_layer_kernels(plain, slab, x, index: list, k0, v0, decode: bo
 def test_slab_attention_matches_the_definition(rows, position):
     """The o projection with the attention inside, on the GPU at the 0.6B code predictor's shapes
     (1024 outputs, 128 CTAs), for a decode row and for the first pass's two tokens: within bf16
-    rounding of torch_ops' definition, the cache's new keys and values the definition's (the keys
+    rounding of the reference definition, the cache's new keys and values the definition's (the keys
     within a bf16 step), the rest of the cache untouched."""
     from cadence.kernels.linear.cuda_slab_gemm import AttentionShape, DecodeAttention, slab_attention_linear, slab_plan
 
@@ -216,13 +218,12 @@ def test_stack_with_attention_inside_o_matches_the_layer_kernels(decode):
     inside the o GEMMs) and two tokens of one stream at positions 0 and 1 (the slab GEMMs with the
     attention a kernel of its own): three full-size layers give the layer kernels' hidden states
     and cache writes within bf16 rounding, eagerly and under a PDL graph."""
-    from cadence.kernels import triton_ops
     from cadence.kernels.linear import cuda_slab_gemm
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
     stack = _stack()
-    plain = FusedStack(stack, triton_ops, 16, attention_splits=1)
-    inside = FusedStack(stack, triton_ops, 16, attention_splits=1, slab_max_rows=2)
+    plain = FusedStack(stack, load_ops("triton"), 16, attention_splits=1)
+    inside = FusedStack(stack, load_ops("triton"), 16, attention_splits=1, slab_max_rows=2)
     rows = 1 if decode else 2
     assert inside._slab_plans(rows, cuda_slab_gemm.AttentionShape(16, 8, 128, 16)).o_attention is not None
     g = torch.Generator(device="cuda").manual_seed(5)
@@ -295,10 +296,10 @@ def _attention_case(g: torch.Generator, device="cpu", rows=1, position=9, heads=
 
 
 def _attention_reference(qkv, w, q_norm, k_norm, cos, sin, k_cache, v_cache, index, heads=16, kv_heads=8):
-    """torch_ops' definition: QK-norm, RoPE and the cache write, paged attention, then o."""
-    q = torch_ops.qk_norm_rope_store(qkv, q_norm, k_norm, EPS, cos, sin, index["positions"], k_cache, v_cache,
+    """The reference definition: QK-norm, RoPE and the cache write, paged attention, then o."""
+    q = attention.qk_norm_rope_store(qkv, q_norm, k_norm, EPS, cos, sin, index["positions"], k_cache, v_cache,
                                      index["slots"], heads, kv_heads)  # fmt: skip
-    out = torch_ops.paged_attention(q, k_cache, v_cache, index["block_table"], index["context_lens"], 128**-0.5)
+    out = attention.paged_attention(q, k_cache, v_cache, index["block_table"], index["context_lens"], 128**-0.5)
     return torch.nn.functional.linear(out.float(), w.float())
 
 
@@ -309,7 +310,7 @@ def test_slab_attention_logic_on_the_cpu(tmp_path, rows, position):
     query and 8 kv heads of 128, 40 outputs over four CTAs: a decode row at position 9 of page 1
     (its 9 earlier tokens copied from the cache before the wait); the first pass's two tokens at
     positions 0 and 1 (nothing from the cache, the second attending over the first); two tokens at
-    5 and 6 (both). The output within bf16 rounding of torch_ops' definition; the cache holds the
+    5 and 6 (both). The output within bf16 rounding of the reference definition; the cache holds the
     definition's new keys and values (CTA 0 writes them; the keys equal here, the kernel's 1 / sqrt
     may differ from rsqrt in the last bit) and nothing else changed."""
     from cadence.kernels.linear.cuda_slab_gemm import AttentionShape, slab_plan
@@ -339,10 +340,9 @@ def test_slab_path_is_off_where_the_kernel_cannot_run(tiny_model):
     """On the CPU (and for fp32 weights, or GPUs before Hopper) a stack asked for the slab GEMM runs
     the layer kernels; the engine's setting takes 0-2 rows and says which values it allows."""
     from cadence.engine.config import EngineConfig
-    from cadence.kernels import torch_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
-    stack = FusedStack(tiny_model.talker.model, torch_ops, 64, slab_max_rows=2)
+    stack = FusedStack(tiny_model.talker.model, load_ops("torch"), 64, slab_max_rows=2)
     assert stack.slab_max_rows == 0
     assert EngineConfig(slab_max_rows=2).slab_max_rows == 2
     with pytest.raises(ValueError, match="slab_max_rows must be 0 \\(off\\), 1 or 2"):

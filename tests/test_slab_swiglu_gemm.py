@@ -17,6 +17,7 @@ from test_slab_gemm import _reference as slab_reference
 
 from cadence.kernels.linear import cuda_slab_swiglu_gemm
 from cadence.kernels.linear.cuda_slab_swiglu_gemm import SMEM_LIMIT, SlabSwigluPlan, slab_swiglu_gemm, slab_swiglu_plan
+from cadence.kernels.ops import load_ops
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")
@@ -175,7 +176,6 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     captured with PDL (test_slab_gemm's check), and the kernel did run."""
     from test_slab_gemm import _check_against_layer_kernels, _stack
 
-    from cadence.kernels import triton_ops
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
     calls = []
@@ -183,7 +183,7 @@ def test_stack_at_64_rows_with_the_slab_gemm_matches_the_triton_route(monkeypatc
     monkeypatch.setattr(
         cuda_slab_swiglu_gemm, "slab_swiglu_gemm", lambda x, w, plan: calls.append(plan) or real(x, w, plan)
     )
-    fused = FusedStack(_stack(), triton_ops, 64)
+    fused = FusedStack(_stack(), load_ops("triton"), 64)
     x, index, k0, v0 = _decode_case(64)
     off = Switched(fused, cuda_slab_swiglu_gemm, "MAX_ROWS", 0)
     _check_against_layer_kernels(off, fused, x, index, k0, v0, decode=True)

@@ -16,7 +16,8 @@ import torch
 
 from ..launch.nvrtc import compile_source, launch, runs_on
 from ..launch.pdl import pdl_on, trigger_first_now
-from .reference import RowParams, check_token_outputs
+from .reference import check_token_outputs
+from .spec import NEW_TOKENS, TokenOutputs, TokenSampling
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
 THREADS = 256
@@ -83,75 +84,63 @@ def _words(t: torch.Tensor, what: str) -> int:
     return t.numel() * t.element_size() // 4
 
 
-def cuda_fits(logits: torch.Tensor, params: RowParams, tables: list, embed_table, embed_out) -> bool:
-    """The kernel's argument types (else the Triton kernel, which converts as it loads): `tables`
-    the other per-row tensors (seed, frame, rows, penalty, ban_eos; None where not given)."""
+def cuda_fits(logits: torch.Tensor, spec: TokenSampling, outputs: TokenOutputs) -> bool:
+    """The kernel's argument types (else the Triton kernel, which converts as it loads)."""
     if not logits.is_cuda or logits.dtype not in (torch.float32, torch.bfloat16) or not logits.is_contiguous():
         return False
     if logits.dim() != 2 or logits.shape[1] > MAX_VOCAB:
         return False
+    history, eos, params = spec.history, spec.eos, spec.params
+    tables = [spec.seed, spec.frame, spec.rows, history.penalty if history else None, eos.ban if eos else None]
     dtypes = (torch.long, torch.long, torch.long, torch.float32, torch.bool)
     given = [(t, dt) for t, dt in zip(tables, dtypes, strict=True) if t is not None]
     given += [(params.do_sample, torch.bool), (params.temperature, torch.float32), (params.top_k, torch.long),
               (params.top_p, torch.float32)]  # fmt: skip
     if any(t.dtype != dt or not t.is_contiguous() for t, dt in given):
         return False
-    if embed_table is not None:  # rows copied as 16-byte or 4-byte words
-        row_bytes = embed_table.shape[1] * embed_table.element_size()
+    if (table := outputs.embed_table) is not None:  # rows copied as 16-byte or 4-byte words
+        emb = outputs.embed_out
+        row_bytes = table.shape[1] * table.element_size()
         align = 16 if row_bytes % 16 == 0 else 4
-        starts = (embed_table.data_ptr(), embed_out.data_ptr(), embed_out.stride(0) * embed_out.element_size())
+        starts = (table.data_ptr(), emb.data_ptr(), emb.stride(0) * emb.element_size())
         if row_bytes % 4 or any(s % align for s in starts):
             return False
     return True
 
 
 def cuda_sample_tokens(
-    logits: torch.Tensor,
-    params: RowParams,
-    seed: torch.Tensor,
-    frame: torch.Tensor,
-    codebook: int,
-    seen: torch.Tensor | None = None,
-    penalty: torch.Tensor | None = None,
-    ban_eos: torch.Tensor | None = None,
-    eos_id: int = -1,
-    suppress_start: int = -1,
-    out: torch.Tensor | None = None,
-    embed_table: torch.Tensor | None = None,
-    embed_out: torch.Tensor | None = None,
-    rows: torch.Tensor | None = None,
-    eos_min_frames: int = 0,
-    mark_seen: bool = False,
-    threads: int | None = None,
+    logits: torch.Tensor, spec: TokenSampling, outputs: TokenOutputs = NEW_TOKENS, threads: int | None = None
 ) -> torch.Tensor:
-    """sample_tokens by the CUDA kernel alone (`threads` a CTA: threads_for(vocab) unless a
+    """reference.sample_tokens by the CUDA kernel alone (`threads` a CTA: threads_for(vocab) unless a
     benchmark sweeps it); arguments it does not take (other dtypes, strides or alignments than
     cuda_fits allows) are a ValueError.
 
-    Everything but the logits (rows, the parameters, seed, frame counter, seen, penalty, ban_eos)
-    is read before the kernel's PDL wait, so no kernel launched ahead of it under PDL may write
-    them: the engine writes them with host copies and PyTorch kernels (which never let the next
-    kernel in early) between walks, and the kernel it waits for writes only the logits."""
-    if not cuda_fits(logits, params, [seed, frame, rows, penalty, ban_eos], embed_table, embed_out):
+    Everything but the logits (rows, the parameters, seed, frame counter, history, the EOS ban) is
+    read before the kernel's PDL wait, so no kernel launched ahead of it under PDL may write them:
+    the engine writes them with host copies and PyTorch kernels (which never let the next kernel in
+    early) between walks, and the kernel it waits for writes only the logits."""
+    if not cuda_fits(logits, spec, outputs):
         raise ValueError(f"the CUDA sampler takes contiguous fp32 or bf16 logits of up to {MAX_VOCAB} columns, the "
                          "tables' dtypes as SlotState holds them and 4-byte aligned embedding rows")  # fmt: skip
     n, v = logits.shape
-    out = check_token_outputs(n, logits.device, out, embed_table, embed_out, seen, mark_seen)
+    out = check_token_outputs(n, logits.device, outputs, spec.history)
     if n == 0:
         return out
-    trigger_first = trigger_first_now(logits)
-    words = _words(embed_table[0], "an embedding row") if embed_table is not None else 0
-    plan = SamplerPlan(v, logits.dtype == torch.bfloat16, rows is not None, seen is not None, mark_seen,
-                       ban_eos is not None, words, trigger_first, threads or threads_for(v))  # fmt: skip
-    emb_stride = embed_out.stride(0) * embed_out.element_size() // 4 if words else 0
+    rows, history, eos, params = spec.rows, spec.history, spec.eos, spec.params
+    table, emb = outputs.embed_table, outputs.embed_out
+    words = _words(table[0], "an embedding row") if table is not None else 0
+    plan = SamplerPlan(v, logits.dtype == torch.bfloat16, rows is not None, history is not None,
+                       history is not None and history.record, eos is not None, words, trigger_first_now(logits),
+                       threads or threads_for(v))  # fmt: skip
+    eos_id, suppress_start, min_frames = (eos.eos_id, eos.suppress_start, eos.min_frames) if eos else (-1, -1, 0)
     null = ctypes.c_void_p(0)
     args = [
-        logits, rows if rows is not None else null, seen if seen is not None else null,
-        penalty if penalty is not None else null, ban_eos if ban_eos is not None else null, params.do_sample,
-        params.temperature, params.top_k, params.top_p, seed, frame, out, embed_table if words else null,
-        embed_out if words else null, ctypes.c_int(eos_id), ctypes.c_int(suppress_start),
-        ctypes.c_int(eos_min_frames), ctypes.c_uint((codebook * 0x1E3779B9) & 0xFFFFFFFF),
-        ctypes.c_int(out.stride(0)), ctypes.c_int(emb_stride),
+        logits, rows if rows is not None else null, history.seen if history else null,
+        history.penalty if history else null, eos.ban if eos else null, params.do_sample, params.temperature,
+        params.top_k, params.top_p, spec.seed, spec.frame, out, table if words else null, emb if words else null,
+        ctypes.c_int(eos_id), ctypes.c_int(suppress_start), ctypes.c_int(min_frames),
+        ctypes.c_uint((spec.codebook * 0x1E3779B9) & 0xFFFFFFFF), ctypes.c_int(out.stride(0)),
+        ctypes.c_int(emb.stride(0) * emb.element_size() // 4 if words else 0),
     ]  # fmt: skip
     launch(_kernel(plan.defines), n, plan.threads, plan.smem, args, pdl_on(logits))
     return out

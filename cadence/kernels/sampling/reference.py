@@ -8,27 +8,12 @@ with counter-based noise (`rng.py`): argmax(warped logits + noise) draws from so
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from .rng import gumbel
+from .spec import NEW_TOKENS, CodeHistory, RowParams, TokenOutputs, TokenSampling
 
 NEG_INF = -float("inf")
-
-
-@dataclass
-class RowParams:
-    """Per-row sampling parameters, each a [B] tensor on the logits' device."""
-
-    do_sample: torch.Tensor  # bool
-    temperature: torch.Tensor  # float
-    top_k: torch.Tensor  # long, 0 = off
-    top_p: torch.Tensor  # float, 1.0 = off
-
-    def take(self, rows: torch.Tensor) -> RowParams:
-        """The parameters of table rows `rows` (e.g. a batch's slots)."""
-        return RowParams(self.do_sample[rows], self.temperature[rows], self.top_k[rows], self.top_p[rows])
 
 
 def repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
@@ -72,73 +57,41 @@ def sample(
     return torch.where(params.do_sample, noisy.argmax(dim=-1), greedy)
 
 
-def sample_tokens(
-    logits: torch.Tensor,
-    params: RowParams,
-    seed: torch.Tensor,
-    frame: torch.Tensor,
-    codebook: int,
-    seen: torch.Tensor | None = None,
-    penalty: torch.Tensor | None = None,
-    ban_eos: torch.Tensor | None = None,
-    eos_id: int = -1,
-    suppress_start: int = -1,
-    out: torch.Tensor | None = None,
-    embed_table: torch.Tensor | None = None,
-    embed_out: torch.Tensor | None = None,
-    rows: torch.Tensor | None = None,
-    eos_min_frames: int = 0,
-    mark_seen: bool = False,
-) -> torch.Tensor:
-    """Logits processing (repetition penalty, control-token masks when given) then greedy or
-    Gumbel-max sampling per row: the engine's sampler in one call. Logits of any float dtype are
-    processed in fp32 (the Triton kernel converts them as it loads them: no copy kernel).
-
-    `params`, `seed`, `frame` (the noise's frame counter), `seen`, `penalty` and `ban_eos` are per
-    logits row, or with `rows` [n] tables that logits row i reads at row rows[i] (a walk passes the
-    slot-indexed state and its slots: no gather kernels). EOS is banned where `ban_eos` is set or the
-    frame counter is below `eos_min_frames`; `mark_seen` records each chosen token in `seen`.
-
-    The tokens [n] go to `out` (a view, say a column of the frame) or a new tensor, which is
-    returned; with `embed_table`, `embed_out` [n, H] receives each token's row of it (the next
-    step's input embedding, gathered by the sampler instead of a lookup kernel)."""
-    out = check_token_outputs(logits.shape[0], logits.device, out, embed_table, embed_out, seen, mark_seen)
-    table_rows = rows if rows is not None else torch.arange(logits.shape[0], device=logits.device)
-    params, seed, frame = params.take(table_rows), seed[table_rows], frame[table_rows]
+def sample_tokens(logits: torch.Tensor, spec: TokenSampling, outputs: TokenOutputs = NEW_TOKENS) -> torch.Tensor:
+    """Logits processing (the repetition penalty and the control-token mask where the spec has them)
+    then greedy or Gumbel-max sampling per row: the engine's sampler in one call. Logits of any float
+    dtype are processed in fp32 (the Triton kernel converts them as it loads them: no copy kernel).
+    Returns the tokens (outputs.tokens, or a new tensor); spec.py says what each argument means."""
+    out = check_token_outputs(logits.shape[0], logits.device, outputs, spec.history)
+    rows = spec.rows if spec.rows is not None else torch.arange(logits.shape[0], device=logits.device)
+    params, seed, frame = spec.params.take(rows), spec.seed[rows], spec.frame[rows]
     logits = logits.float()
-    if seen is not None:
-        logits = repetition_penalty(logits, seen[table_rows], penalty[table_rows])
-    if ban_eos is not None:
-        ban = ban_eos[table_rows] | (frame < eos_min_frames)
-        logits = mask_control_tokens(logits, eos_id, suppress_start, ban)
-    out.copy_(sample(logits, params, seed, frame, codebook))
-    if mark_seen:
-        seen[table_rows, out] = True
-    if embed_table is not None:
-        embed_out.copy_(embed_table[out])
+    if (history := spec.history) is not None:
+        logits = repetition_penalty(logits, history.seen[rows], history.penalty[rows])
+    if (eos := spec.eos) is not None:
+        ban = eos.ban[rows] | (frame < eos.min_frames)
+        logits = mask_control_tokens(logits, eos.eos_id, eos.suppress_start, ban)
+    out.copy_(sample(logits, params, seed, frame, spec.codebook))
+    if history is not None and history.record:
+        history.seen[rows, out] = True
+    if outputs.embed_table is not None:
+        outputs.embed_out.copy_(outputs.embed_table[out])
     return out
 
 
 def check_token_outputs(
-    n: int,
-    device: torch.device,
-    out: torch.Tensor | None,
-    embed_table: torch.Tensor | None,
-    embed_out: torch.Tensor | None,
-    seen: torch.Tensor | None = None,
-    mark_seen: bool = False,
+    n: int, device: torch.device, outputs: TokenOutputs, history: CodeHistory | None = None
 ) -> torch.Tensor:
     """sample_tokens' outputs and code history checked (shapes, dtypes, unit inner stride for the
-    kernels' row addressing; `seen` given where `mark_seen` writes it); returns the tokens' tensor,
-    a new one when `out` is None."""
-    if mark_seen and seen is None:
-        raise ValueError("mark_seen records the tokens in seen: pass seen")
+    kernels' row addressing); returns the tokens' tensor, a new one when `outputs.tokens` is None."""
+    seen = history.seen if history is not None else None
+    out, embed_table, embed_out = outputs.tokens, outputs.embed_table, outputs.embed_out
     if seen is not None and (seen.dtype != torch.bool or not seen.is_contiguous()):
         raise ValueError(f"seen must be a contiguous bool tensor, got {seen.dtype} strides {list(seen.stride())}")
     if out is None:
         out = torch.empty(n, dtype=torch.long, device=device)
     elif out.shape != (n,) or out.dtype != torch.long:
-        raise ValueError(f"out must be a [{n}] long tensor, got {list(out.shape)} {out.dtype}")
+        raise ValueError(f"outputs.tokens must be a [{n}] long tensor, got {list(out.shape)} {out.dtype}")
     if (embed_table is None) != (embed_out is None):
         raise ValueError("embed_table and embed_out go together")
     if embed_table is not None:

@@ -13,8 +13,9 @@ import triton.language as tl
 
 from ..launch.pdl import pdl_launch
 from ..launch.triton_pdl import pdl_entry
-from .reference import RowParams, check_token_outputs
+from .reference import check_token_outputs
 from .rng import U_MAX
+from .spec import NEW_TOKENS, TokenOutputs, TokenSampling
 
 _U_MAX = tl.constexpr(U_MAX)  # the noise's uniforms stay below 1 (rng.py)
 
@@ -172,37 +173,24 @@ def _sample_kernel(
             tl.store(emb_ptr + row * emb_stride + hc, e, mask=hc < H)
 
 
-def sample_tokens(
-    logits: torch.Tensor,
-    params: RowParams,
-    seed: torch.Tensor,
-    frame: torch.Tensor,
-    codebook: int,
-    seen: torch.Tensor | None = None,
-    penalty: torch.Tensor | None = None,
-    ban_eos: torch.Tensor | None = None,
-    eos_id: int = -1,
-    suppress_start: int = -1,
-    out: torch.Tensor | None = None,
-    embed_table: torch.Tensor | None = None,
-    embed_out: torch.Tensor | None = None,
-    rows: torch.Tensor | None = None,
-    eos_min_frames: int = 0,
-    mark_seen: bool = False,
-) -> torch.Tensor:
+def sample_tokens(logits: torch.Tensor, spec: TokenSampling, outputs: TokenOutputs = NEW_TOKENS) -> torch.Tensor:
+    """reference.sample_tokens by the Triton kernel: one program a row, any float logits."""
     n, v = logits.shape
-    out = check_token_outputs(n, logits.device, out, embed_table, embed_out, seen, mark_seen)
+    out = check_token_outputs(n, logits.device, outputs, spec.history)
+    rows, history, eos, params = spec.rows, spec.history, spec.eos, spec.params
+    table, emb = outputs.embed_table, outputs.embed_out
     dummy = logits
-    h = embed_table.shape[1] if embed_table is not None else 0
+    h = table.shape[1] if table is not None else 0
     block = triton.next_power_of_2(v)
     ways, passes = topk_search(block)
+    eos_args = (eos.eos_id, eos.suppress_start, eos.min_frames) if eos is not None else (-1, -1, 0)
     _sample_kernel[(n,)](
-        logits, rows if rows is not None else dummy, seen if seen is not None else dummy,
-        penalty if penalty is not None else dummy, ban_eos if ban_eos is not None else dummy, params.do_sample,
-        params.temperature, params.top_k, params.top_p, seed, frame, out, embed_table if h else dummy,
-        embed_out if h else dummy, v, eos_id, suppress_start, eos_min_frames, (codebook * 0x1E3779B9) & 0xFFFFFFFF,
-        out.stride(0), embed_out.stride(0) if h else 0, h, HAS_ROWS=rows is not None, HAS_SEEN=seen is not None,
-        MARK_SEEN=mark_seen, HAS_BAN=ban_eos is not None, HAS_EMBED=h > 0, BLOCK=block,
+        logits, rows if rows is not None else dummy, history.seen if history else dummy,
+        history.penalty if history else dummy, eos.ban if eos is not None else dummy, params.do_sample,
+        params.temperature, params.top_k, params.top_p, spec.seed, spec.frame, out, table if h else dummy,
+        emb if h else dummy, v, *eos_args, (spec.codebook * 0x1E3779B9) & 0xFFFFFFFF, out.stride(0),
+        emb.stride(0) if h else 0, h, HAS_ROWS=rows is not None, HAS_SEEN=history is not None,
+        MARK_SEEN=history is not None and history.record, HAS_BAN=eos is not None, HAS_EMBED=h > 0, BLOCK=block,
         BLOCK_H=min(1024, triton.next_power_of_2(max(h, 1))), TOPK_WAYS=ways, TOPK_PASSES=passes,
         num_warps=SAMPLE_WARPS, **pdl_launch(logits),
     )  # fmt: skip

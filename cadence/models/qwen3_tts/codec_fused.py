@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...kernels import ops_for
+from ...kernels.ops import ops_for
 from .codec import CodecTransformer, CodecTransformerLayer, SplitResidualVectorQuantizer
 
 # attend(layer_index, q [B,F,Hq,D], k [B,F,Hkv,D], v [B,F,Hkv,D]) -> [B,F,Hq,D]
