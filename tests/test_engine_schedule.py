@@ -109,3 +109,17 @@ def test_streams_admitted_together_share_one_codec_call():
     # 40-token prompts: 51 admitted in the first step (the 2048-token prefill budget), 29 in the next
     codec, _, codec_steps = run(80, 40, 1)
     assert codec.calls == [(51, 1), (29, 1)] and codec_steps == 2
+
+
+def test_a_streams_first_audio_leaves_in_the_step_that_admits_it():
+    """The first chunk is the time to first audio: it is collected in the step that admitted the
+    stream and decoded its first frame, not a step later as later chunks are."""
+    codec = RecordingCodec()
+    config = replace(EngineConfig(max_streams=4, max_queue=4), chunk_policy=ChunkPolicy(deadline=0.0))
+    core = EngineCore(NullTalker(4), codec, config)
+    core.add_request(request(0, 12, 10))
+    assert [(c.request_id, c.frame_start, c.frame_end) for c in core.step()] == [("r0", 0, 1)]
+    core.step()
+    core.add_request(request(1, 12, 10))  # joins a running stream
+    chunks = core.step()
+    assert ("r1", 0, 1) in [(c.request_id, c.frame_start, c.frame_end) for c in chunks]
