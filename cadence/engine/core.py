@@ -437,7 +437,10 @@ class EngineCore:
                 continue
             groups.setdefault((size, stream.finish is not None), []).append(stream)
         launches = []
-        for (size, finishing), streams in groups.items():
+        # Groups holding a stream's first chunk (time to first audio) go first: queued behind larger
+        # chunks of other streams, a first chunk would wait for their decode too.
+        order = sorted(groups.items(), key=lambda item: not any(s.chunks == 0 for s in item[1]))
+        for (size, finishing), streams in order:
             try:
                 frames = self._codec_input(streams, size)
                 audio = self.codec.decode([s.slot for s in streams], frames, finishing)
