@@ -1,6 +1,7 @@
 """benchmarks/gpu.sh, the GPU side of docs/benchmarks.md, checked on the CPU: it parses, every phase
-its help documents has a body and every body is documented, a misspelt phase fails before anything
-runs, and benchmarks/ab_table.py (which tabulates the `ab` phase) compares trees as documented."""
+its help documents has a body and every body is documented, the docs name only phases that exist, a
+misspelt phase fails before anything runs, and benchmarks/ab_table.py (which tabulates the `ab`
+phase) compares trees as documented."""
 
 from __future__ import annotations
 
@@ -25,11 +26,15 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
-def documented_phases() -> list[str]:
-    """The phase names of the script's help (its header comment)."""
+def documented_phases() -> dict[str, int | None]:
+    """The phases of the script's help (its header comment) and how many arguments each takes (None:
+    all the rest)."""
     help_text = run("help")
     assert help_text.returncode == 0, help_text.stderr
-    return re.findall(r"^  ([a-z]+)(?: [A-Z]+| \[|  )", help_text.stdout, flags=re.M)
+    phases = {}
+    for name, args, rest in re.findall(r"^  ([a-z]+)((?: [A-Z]+)*)( \[[A-Z]+ \.\.\.\])?  ", help_text.stdout, re.M):
+        phases[name] = None if rest else len(args.split())
+    return phases
 
 
 def test_the_script_parses():
@@ -41,12 +46,35 @@ def test_the_script_parses():
 def test_every_documented_phase_has_a_body_and_every_body_is_documented():
     phases = documented_phases()
     assert {"decode", "codec", "load", "baselines", "sweep", "scaleout", "tiles", "ab", "help"} <= set(phases)
+    assert phases["serve"] == 1 and phases["protocol"] == 1 and phases["ab"] is None
     source = SCRIPT.read_text()
     bodies = set(re.findall(r"^phase_([a-z]+)\(\)", source, flags=re.M))
     assert bodies == set(phases) - {"help"}
     arity = re.search(r"arity_of\(\) \{.*?\n\}", source, flags=re.S).group(0)
     for phase in phases:  # the argument check knows every phase
         assert re.search(rf"[\s|]{phase}[\s|)]", arity), phase
+
+
+def test_the_docs_name_only_phases_that_exist():
+    phases = documented_phases()
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    commands = [
+        (doc.name, m.group(1).split())
+        for doc in docs
+        for m in re.finditer(r"bash benchmarks/gpu\.sh ([^`#\n]*)", doc.read_text())
+    ]
+    assert any(doc == "benchmarks.md" for doc, _ in commands), "docs/benchmarks.md gives no gpu.sh command"
+    for doc, words in commands:
+        if words[0].isupper():  # a placeholder: `bash benchmarks/gpu.sh PHASE`
+            continue
+        while words:
+            phase, words = words[0], words[1:]
+            assert phase in phases, f"{doc}: gpu.sh has no phase {phase!r}"
+            arity = phases[phase]
+            assert len(words) >= (1 if arity is None else arity), f"{doc}: gpu.sh {phase} lacks its argument"
+            words = [] if arity is None else words[arity:]
+    texts = "".join(doc.read_text() for doc in docs)
+    assert "h200.sh" not in texts and ".ref/" not in SCRIPT.read_text()
 
 
 @pytest.mark.parametrize(
