@@ -74,14 +74,14 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu.log") 2>&1
 SITE=""
-if [ -d .whl ] && ! python3 -c "import fastapi, av, zmq, msgspec, websockets" 2>/dev/null; then
+if compgen -G ".whl/*.whl" > /dev/null && ! python3 -c "import fastapi, av, zmq, msgspec, websockets" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     SITE=/tmp/site
 fi
 export PYTHONPATH=$ROOT${SITE:+:$SITE} PYTHONUNBUFFERED=1
 PORT=8123
 SIZE=${SIZE:-0.6b}
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, \
 'triton', triton.__version__)"
 
@@ -105,12 +105,12 @@ phase_decode() {
         --json "$OUT/decode.json"
 }
 phase_codec() {
-    steps --batches 1 --context 64 --prompt-lengths= --codec-streams 1,8,64 --codec-frames 1,2,8 --kv-gb 4 \
+    steps --batches 1 --context 64 --prompt-lengths= --codec-streams 1,8,64 --codec-frames 1,2,8 --kv-gb 8 \
         --json "$OUT/codec.json"
-    steps --batches 1 --context 64 --prompt-lengths= --codec-streams 1,8,64 --codec-frames 1,2,8 --kv-gb 4 \
+    steps --batches 1 --context 64 --prompt-lengths= --codec-streams 1,8,64 --codec-frames 1,2,8 --kv-gb 8 \
         --no-codec-tf32 --json "$OUT/codec_exact.json"
     for dtype in ${CODEC_DTYPES:-}; do
-        steps --batches 1 --context 64 --prompt-lengths= --codec-streams 1,8,64 --codec-frames 1,8 --kv-gb 4 \
+        steps --batches 1 --context 64 --prompt-lengths= --codec-streams 1,8,64 --codec-frames 1,8 --kv-gb 8 \
             --codec-dtype "$dtype" --json "$OUT/codec_$dtype.json"
     done
 }
@@ -221,8 +221,11 @@ phase_tiles() {
     # shellcheck disable=SC2086  # TILE_ROWS is a list
     python3 benchmarks/skinny_linear.py --rows ${TILE_ROWS:-1 16 32 64} --stages 3 4 --json "$OUT/gemm_tiles.json" \
         2>&1 | tail -40
-    python3 benchmarks/paged_attention.py --batches 1 8 64 128 256 --context 500 --fused \
-        --json "$OUT/attention_tiles.json" 2>&1 | tail -20
+    # the decode attention with its QK-norm, RoPE and cache write up to 64 rows, the plain one above
+    python3 benchmarks/paged_attention.py --batches 1 8 16 64 --context 500 --fused \
+        --json "$OUT/attention_tiles_fused.json" 2>&1 | tail -12
+    python3 benchmarks/paged_attention.py --batches 128 256 --context 500 --json "$OUT/attention_tiles.json" \
+        2>&1 | tail -8
 }
 phase_gputests() {
     timeout -s INT 500 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests 2>&1 | tail -25
