@@ -198,7 +198,7 @@ def test_kv_exhaustion_queues_then_completes_everything(tiny_model):
 def test_kv_cache_is_sized_after_the_codec_is_built(tiny_model, monkeypatch):
     # On a GPU kv_cache_fraction takes a share of the memory free at that point; the codec's graphs
     # and per-stream state must hold theirs by then, or the default sizes the KV cache into memory
-    # the codec's capture then needs (an out-of-memory error at start-up, perf-notes #62).
+    # the codec's capture then needs (an out-of-memory error at start-up).
     import cadence.engine.engine as engine_module
 
     order: list[str] = []
