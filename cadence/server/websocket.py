@@ -39,6 +39,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
 from ..models.qwen3_tts.prompt import TextTokens
+from ..sampling import SamplingOverrides
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import PcmEncoder
@@ -57,8 +58,9 @@ LOOKAHEAD = 2  # segments of a session generating or buffered at once
 MAX_SEGMENT_CHARS = 400
 
 
-class SessionConfig(msgspec.Struct, kw_only=True):
-    """session.config: the speech fields that apply to every segment (input comes later)."""
+class SessionConfig(SamplingOverrides, kw_only=True):
+    """session.config: the speech fields that apply to every segment (input comes later), the
+    sampling fields (SamplingOverrides) among them."""
 
     voice: str | VoiceRef | None = None  # custom_voice: a preset; base: a saved voice; voice_design: none
     model: str | None = None
@@ -66,16 +68,6 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     response_format: str = "pcm"
     speed: float = 1.0
     language: str | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    subtalker_temperature: float | None = None
-    subtalker_top_k: int | None = None
-    subtalker_top_p: float | None = None
-    subtalker_dosample: bool | None = None
-    max_new_tokens: int | None = None
     ignore_eos: bool = False  # every segment exactly max_new_tokens frames (benchmarking)
     input_mode: str = "sentence"  # sentence: each sentence spoken on its own; continuous: one utterance (continuous.py)
 
