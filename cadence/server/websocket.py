@@ -45,6 +45,7 @@ from .access import Outcome, record
 from .audio_encoders import PcmEncoder
 from .continuous import INLINE_DELTA_CHARS, INPUT_MODES, ContinuousInput, OpenUtterance
 from .engine_client import EngineDeadError
+from .http import check_api_key, request_key
 from .schema import SpeechBody, SpeechJob, VoiceRef, decode_json, new_request_id, validate_speech
 from .segmenter import SentenceSegmenter
 
@@ -343,10 +344,8 @@ def _api_error(e: BaseException, job: SpeechJob) -> E.APIError:
 
 
 async def speech_stream(state: ServerState, ws: WebSocket) -> None:
-    from .api import check_api_key, request_key  # the route lives in api.py; the key check is shared
-
     try:
-        check_api_key(state, request_key(ws.headers, ws.query_params))
+        check_api_key(state.settings.api_key, request_key(ws.headers, ws.query_params))
         if state.engine.dead or state.draining or not state.engine.ready:
             state.check_serving()
     except E.APIError as e:
