@@ -8,9 +8,9 @@ docs need `Authorization: Bearer <key>` (or `?api_key=`, for the docs page and t
 
 from __future__ import annotations
 
-import logging
 import platform
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from urllib.parse import quote
@@ -28,9 +28,8 @@ from .speech import respond
 from .speech_request import read_speech
 from .state import ServerState
 from .voice_routes import add_voice_routes, capabilities
+from .websocket import ROUTE as SPEECH_STREAM_ROUTE
 from .websocket import speech_stream
-
-log = logging.getLogger("cadence.server")
 
 SPEECH_ROUTE = "/v1/audio/speech"
 
@@ -48,6 +47,31 @@ def create_app(state: ServerState) -> FastAPI:
     )
     app.state.cadence = state
     app.add_middleware(LastResortMiddleware, metrics=state.metrics)
+    add_error_handlers(app, state)
+    auth = [Depends(key_check(state, query=False))]
+    add_docs_routes(app, state)
+    add_status_routes(app, state)
+    add_model_routes(app, state, auth)
+    add_voice_routes(app, state, auth)
+    if state.settings.ui:
+        add_playground(app)
+    add_speech_routes(app, state, auth)
+    return app
+
+
+def key_check(state: ServerState, query: bool) -> Callable[[Request], None]:
+    """A route dependency: 401 without the server's API key, from the Authorization header or, with
+    `query`, a `?api_key=` parameter (for what a browser opens: the docs page)."""
+
+    def require_key(request: Request) -> None:
+        given = request_key(request.headers, request.query_params) if query else request.headers.get("authorization")
+        check_api_key(state.settings.api_key, given)
+
+    return require_key
+
+
+def add_error_handlers(app: FastAPI, state: ServerState) -> None:
+    """Every error in OpenAI's shape, counted in the metrics under its route's template."""
 
     @app.exception_handler(E.APIError)
     async def api_error(request: Request, e: E.APIError) -> JSONResponse:
@@ -66,26 +90,24 @@ def create_app(state: ServerState) -> FastAPI:
         state.metrics.requests.labels(route_label(request), str(err.status)).inc()
         return err.response()
 
-    def require_key(request: Request) -> None:
-        check_api_key(state.settings.api_key, request.headers.get("authorization"))
 
-    def require_key_or_query(request: Request) -> None:
-        """Header or `?api_key=`: for what a browser opens (the docs page, the WebSocket)."""
-        check_api_key(state.settings.api_key, request_key(request.headers, request.query_params))
+def add_docs_routes(app: FastAPI, state: ServerState) -> None:
+    """GET /docs (Swagger UI) and /openapi.json, behind the API key (header or `?api_key=`)."""
+    auth = [Depends(key_check(state, query=True))]
 
-    auth = [Depends(require_key)]
-
-    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key_or_query)])
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
     async def openapi_schema() -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    @app.get("/docs", include_in_schema=False, dependencies=[Depends(require_key_or_query)])
+    @app.get("/docs", include_in_schema=False, dependencies=auth)
     async def docs(request: Request) -> Response:
         key = request.query_params.get("api_key")
         schema = "/openapi.json" + (f"?api_key={quote(key, safe='')}" if key else "")
         return get_swagger_ui_html(openapi_url=schema, title="cadence: API")
 
-    # -- status routes ----------------------------------------------------------------------------
+
+def add_status_routes(app: FastAPI, state: ServerState) -> None:
+    """GET /health, /ready, /metrics, /replicas, /version: no API key needed."""
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -127,7 +149,9 @@ def create_app(state: ServerState) -> FastAPI:
             }
         )
 
-    # -- /v1 --------------------------------------------------------------------------------------
+
+def add_model_routes(app: FastAPI, state: ServerState, auth: list) -> None:
+    """GET /v1/models and /v1/models/{id}: the served model, with what its checkpoint can do."""
 
     def model_card() -> dict:
         return {
@@ -148,9 +172,10 @@ def create_app(state: ServerState) -> FastAPI:
             raise E.not_found(f"the model '{model_id}' does not exist", "model", "model_not_found")
         return JSONResponse(model_card())
 
-    add_voice_routes(app, state, auth)
-    if state.settings.ui:
-        add_playground(app)
+
+def add_speech_routes(app: FastAPI, state: ServerState, auth: list) -> None:
+    """POST /v1/audio/speech and WS /v1/audio/speech/stream (which checks its key itself: header or
+    `?api_key=`)."""
 
     @app.post(SPEECH_ROUTE, dependencies=auth)
     async def speech(request: Request) -> Response:
@@ -164,11 +189,9 @@ def create_app(state: ServerState) -> FastAPI:
             return e.response()
         return await respond(state, job, request, arrival, SPEECH_ROUTE)
 
-    @app.websocket("/v1/audio/speech/stream")
+    @app.websocket(SPEECH_STREAM_ROUTE)
     async def speech_ws(websocket: WebSocket) -> None:
         await speech_stream(state, websocket)
-
-    return app
 
 
 # The playground's files (cadence/server/ui), by name: nothing else under /ui is served.
