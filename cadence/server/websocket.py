@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -43,10 +42,11 @@ from ..sampling import SamplingOverrides
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import PcmEncoder
-from .continuous import INLINE_DELTA_CHARS, INPUT_MODES, ContinuousInput, OpenUtterance
+from .continuous import INLINE_DELTA_CHARS, INPUT_MODES, ContinuousInput
 from .engine_client import EngineDeadError
 from .http import check_api_key, request_key
 from .schema import SpeechBody, SpeechJob, VoiceRef, decode_json, new_request_id, validate_speech
+from .segment import OpenUtterance, Segment
 from .segmenter import SentenceSegmenter
 
 if TYPE_CHECKING:
@@ -76,23 +76,6 @@ class SessionConfig(SamplingOverrides, kw_only=True):
 class ClientMessage(msgspec.Struct):
     type: str
     text: str | None = None
-
-
-@dataclass(eq=False)  # identity hash: segments live in a set
-class Segment:
-    job: SpeechJob
-    utterance: int
-    index: int
-    outcome: Outcome
-    queue: asyncio.Queue[AudioChunk | BaseException] = field(default_factory=asyncio.Queue)
-    sent: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task | None = None
-    chars: int = 0  # its text, as counted against the session's buffer
-    open: OpenUtterance | None = None  # continuous input: the utterance it speaks
-
-    @property
-    def where(self) -> dict[str, Any]:
-        return {"utterance_index": self.utterance, "sentence_index": self.index, "request_id": self.job.request_id}
 
 
 class SpeechSession(ContinuousInput):
