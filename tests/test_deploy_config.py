@@ -111,7 +111,7 @@ def test_flags_given_on_the_command_line_override_the_file(tmp_path: Path):
 def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
     from typing import get_args, get_type_hints
 
-    import cadence.server.cloning
+    import cadence.server.cli
     import cadence.server.state
     from cadence.deploy.config import EngineSection
     from cadence.engine.config import CODEC_DTYPES
@@ -120,7 +120,7 @@ def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_pa
     assert get_args(get_type_hints(EngineSection)["codec_dtype"]) == CODEC_DTYPES  # one list of names
     # the replicas' configs as build_state hands them over, without opening the engines' sockets
     monkeypatch.setattr(cadence.server.state, "ServerState", lambda settings, frontend, voices, replicas: replicas)
-    monkeypatch.setattr(cadence.server.cloning, "attach", lambda state, args, checkpoint: None)
+    monkeypatch.setattr(cadence.server.cli, "attach_cloning", lambda state, args, checkpoint: None)
     path = tmp_path / "deploy.yaml"
     path.write_text("engine:\n  codec_dtype: bfloat16\n  codec_tf32: false\n")
     args = build_parser().parse_args(["serve", str(tiny_checkpoint), "--config", str(path), "--device", "cpu"])
@@ -138,7 +138,7 @@ def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_pa
 def test_runaway_guard_and_codec_decode_reach_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
     from typing import get_args, get_type_hints
 
-    import cadence.server.cloning
+    import cadence.server.cli
     import cadence.server.state
     from cadence.deploy.config import EngineSection
     from cadence.engine.config import CODEC_DECODES, RunawayGuard
@@ -146,7 +146,7 @@ def test_runaway_guard_and_codec_decode_reach_the_engine_config(tiny_checkpoint:
 
     assert get_args(get_type_hints(EngineSection)["codec_decode"]) == CODEC_DECODES
     monkeypatch.setattr(cadence.server.state, "ServerState", lambda settings, frontend, voices, replicas: replicas)
-    monkeypatch.setattr(cadence.server.cloning, "attach", lambda state, args, checkpoint: None)
+    monkeypatch.setattr(cadence.server.cli, "attach_cloning", lambda state, args, checkpoint: None)
     path = tmp_path / "deploy.yaml"
     path.write_text("engine:\n  codec_decode: chunked\n  runaway: {min_frames: 10, silence_seconds: 0}\n")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -11,6 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -240,8 +242,6 @@ def _int_list(text: str) -> list[int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import asyncio
-
     from ..deploy.config import apply_deploy_file
     from .api import create_app
 
@@ -293,7 +293,6 @@ def build_state(args: argparse.Namespace) -> ServerState:
     from ..models.qwen3_tts.builtin import find_architecture
     from ..models.qwen3_tts.model import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
     from ..weights import resolve_checkpoint
-    from .cloning import attach as attach_cloning
     from .engine_process import EngineProcessConfig
     from .state import ServerSettings, ServerState
     from .voices import VoiceTable, parse_voice_map
@@ -374,6 +373,21 @@ def build_state(args: argparse.Namespace) -> ServerState:
     state = ServerState(settings, frontend, voices, replicas)
     attach_cloning(state, args, checkpoint)  # a Base checkpoint: voice encoders, saved voices
     return state
+
+
+def attach_cloning(state: ServerState, args: argparse.Namespace, checkpoint: Path | None) -> None:
+    """Give a Base server its voice encoders and saved voices."""
+    from .cloning import VoiceCloning, settings_from
+
+    config = state.frontend.config
+    if config.tts_model_type != "base":
+        return
+    cloning = VoiceCloning.load(config, checkpoint, settings_from(args))
+    cloning.count_tokens = lambda text: len(state.frontend.tokenizer.encode(text))
+    cloning.uploads = asyncio.Semaphore(state.settings.max_concurrent_uploads)
+    state.cloning = cloning
+    state.voices.library = cloning.library
+    log.info("voice cloning: encoders on %s, saved voices in %s", cloning.encoder.device, cloning.library.directory)
 
 
 def _warn_shared_devices(placements, engine) -> None:

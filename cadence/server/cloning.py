@@ -19,16 +19,12 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..audio_input import AudioInputError, AudioLimits, AudioTooLargeError, decode_audio
 from ..models.qwen3_tts.config import Qwen3TTSConfig
 from ..models.qwen3_tts.voice_clone import VoiceClonePrompt, VoiceEncoder
 from . import errors as E
 from .voice_library import VoiceLibrary
-
-if TYPE_CHECKING:
-    from .state import ServerState
 
 log = logging.getLogger("cadence.server")
 
@@ -74,22 +70,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--voice-encoder-device", default=d.device, help="device of the voice encoders (default cpu)")
 
 
-def attach(state: ServerState, args: argparse.Namespace, checkpoint: Path | None) -> None:
-    """Give a Base server its voice encoders and saved voices (`cadence serve`)."""
-    config = state.frontend.config
-    if config.tts_model_type != "base":
-        return
-    state.cloning = VoiceCloning.load(config, checkpoint, settings_from(args))
-    state.cloning.count_tokens = lambda text: len(state.frontend.tokenizer.encode(text))
-    state.cloning.uploads = asyncio.Semaphore(state.settings.max_concurrent_uploads)
-    state.voices.library = state.cloning.library
-    log.info(
-        "voice cloning: encoders on %s, saved voices in %s",
-        state.cloning.encoder.device,
-        state.cloning.library.directory,
-    )
-
-
 def settings_from(args: argparse.Namespace) -> CloningSettings:
     d = CloningSettings()
     return CloningSettings(
@@ -111,7 +91,7 @@ class VoiceCloning:
         self.library = library
         self.limits = limits
         self.max_ref_text_tokens = max_ref_text_tokens
-        # The checkpoint's tokenizer (attach() sets it), for the transcript's length in tokens.
+        # The checkpoint's tokenizer (`cadence serve` sets it), for the transcript's length in tokens.
         self.count_tokens: Callable[[str], int] = len
         # Requests carrying reference audio, from their first byte read to their analysis: each may
         # hold its audio in memory, so only so many at once; the rest wait unread on their socket.
