@@ -9,7 +9,6 @@ once at upload, stored with its prompt: later requests pay nothing).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import binascii
@@ -45,40 +44,6 @@ class CloningSettings:
     @property
     def limits(self) -> AudioLimits:
         return AudioLimits(self.max_audio_bytes, self.max_audio_seconds)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`cadence serve` options for Base checkpoints."""
-    d = CloningSettings()
-    g = parser.add_argument_group("voice cloning (base checkpoints; docs/api.md)")
-    g.add_argument("--voices-dir", default=d.voices_dir, help=f"where saved voices live (default {d.voices_dir})")
-    g.add_argument(
-        "--max-ref-audio-bytes", type=int, default=d.max_audio_bytes, help="largest reference audio, then 413"
-    )
-    g.add_argument(
-        "--max-ref-audio-seconds",
-        type=float,
-        default=d.max_audio_seconds,
-        help=f"longest reference audio, then 413 (default {d.max_audio_seconds:g})",
-    )
-    g.add_argument(
-        "--max-ref-text-tokens",
-        type=int,
-        default=d.max_ref_text_tokens,
-        help=f"longest reference transcript (ref_text) in tokens, then 413 (default {d.max_ref_text_tokens})",
-    )
-    g.add_argument("--voice-encoder-device", default=d.device, help="device of the voice encoders (default cpu)")
-
-
-def settings_from(args: argparse.Namespace) -> CloningSettings:
-    d = CloningSettings()
-    return CloningSettings(
-        getattr(args, "voices_dir", None) or d.voices_dir,
-        getattr(args, "max_ref_audio_bytes", None) or d.max_audio_bytes,
-        getattr(args, "max_ref_audio_seconds", None) or d.max_audio_seconds,
-        getattr(args, "voice_encoder_device", None) or d.device,
-        getattr(args, "max_ref_text_tokens", None) or d.max_ref_text_tokens,
-    )
 
 
 class VoiceCloning:
