@@ -122,8 +122,8 @@ def build_state(args: argparse.Namespace) -> ServerState:
     ServeConfigError for settings that cannot work; checkpoint errors propagate as they are."""
     from dataclasses import replace
 
+    from ..cli_options import engine_config_from_args
     from ..deploy.placement import resolve_placements
-    from ..engine.config import EngineConfig
     from ..models.qwen3_tts.builtin import find_architecture
     from ..models.qwen3_tts.model import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
     from ..weights import resolve_checkpoint
@@ -142,29 +142,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
         frontend = Qwen3TTSFrontend.from_pretrained(checkpoint, args.tokenizer_regex)
     try:
         voices = VoiceTable(frontend.config.speakers, parse_voice_map(args.voice_map))
-        engine = EngineConfig(
-            max_streams=args.max_streams,
-            max_queue=args.max_queue,
-            kv_cache_memory=args.kv_cache_memory,
-            kv_cache_fraction=args.kv_cache_fraction,
-            page_size=args.page_size,
-            prefill_token_budget=args.prefill_token_budget,
-            max_input_tokens=args.max_input_tokens,
-            max_seq_tokens=args.max_seq_tokens,
-            attention_backend=args.attention_backend,
-            enforce_eager=args.enforce_eager,
-            graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
-            chunk_policy=args.chunk_policy
-            if args.chunk_deadline is None
-            else replace(args.chunk_policy, deadline=args.chunk_deadline),
-            pipeline_codec=args.pipeline_codec,
-            codec_dtype=args.codec_dtype,
-            codec_tf32=args.codec_tf32,
-            codec_decode=args.codec_decode,
-            runaway=args.runaway if args.runaway_guard is None else replace(args.runaway, enabled=args.runaway_guard),
-            pdl_max_rows=args.pdl_max_rows,
-            slab_max_rows=args.slab_max_rows,
-        )
+        engine = engine_config_from_args(args)
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:
         raise ServeConfigError(str(e)) from None
