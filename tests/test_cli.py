@@ -312,6 +312,21 @@ def test_help(args, expected):
         assert option in r.stdout, option
 
 
+def test_synth_has_one_option_a_sampling_field():
+    """`cadence synth`'s sampling options are generated from SamplingOverrides, as the server's fields are."""
+    from cadence.cli import build_parser
+    from cadence.cli_options import sampling_from_args
+    from cadence.sampling import SamplingOverrides, sampling_fields
+
+    parser = build_parser([])
+    synth = parser._subparsers._group_actions[0].choices["synth"]
+    options = {o for action in synth._actions for o in action.option_strings}
+    assert {"--" + f.name.replace("_", "-") for f in sampling_fields()} <= options
+    assert [f.name for f in sampling_fields()] == list(SamplingOverrides.__struct_fields__)
+    args = parser.parse_args(["synth", "x", "--top-k", "5", "--no-subtalker-dosample", "--temperature", "0.5"])
+    assert sampling_from_args(args) == SamplingOverrides(top_k=5, subtalker_dosample=False, temperature=0.5)
+
+
 @pytest.mark.parametrize(
     ("option", "value", "message", "allowed"),
     [
