@@ -47,70 +47,122 @@ FEATURE_COMMANDS = {
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    import queue
-
-    import numpy as np
-    from tqdm import tqdm
-
-    from .audio import write_wav
-    from .engine.engine import Engine, SynthesisRequest, prepare_request
+    from .engine.engine import Engine
     from .errors import InvalidRequestError
 
     # The line break that ends piped text (echo, here-documents) is not meant to be spoken; kept, it
     # changes the tokens ("." + "\n" -> ".\n") from those of the same text given as an argument.
     text = args.text if args.text not in (None, "-") else sys.stdin.read().rstrip("\r\n")
+    pieces = _long_form_pieces(text, args.long_form_chars)
     model = _load_model(args)
     clone = _reference_voice(args, model) if args.ref_audio else None
     # The serving engine with one slot: the same walks, stop rules and runaway guard as the server.
     engine = Engine(model, engine_config_from_args(args, max_streams=1, max_queue=1))
     try:
-        request = prepare_request(
-            model,
-            SynthesisRequest(
-                text,
-                args.voice,
-                args.language,
-                args.instruct,
-                args.layout,
-                clone=clone,
-                x_vector_only=args.x_vector_only,
-                **sampling_from_args(args).overrides(),
-                greedy=args.greedy,
-            ),  # fmt: skip
-            engine.config.max_input_tokens,
-        )
-    except InvalidRequestError as e:
-        print(f"error: {e}", file=sys.stderr)
+        try:
+            requests = [_prepare_piece(args, model, engine, piece, i, clone) for i, piece in enumerate(pieces)]
+        except InvalidRequestError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if model.instruct_ignored(args.instruct):
+            log.warning("--instruct is ignored: the %s model does not take instructions", model.config.size_label)
+        start = time.perf_counter()
+        result = _generate_pieces(engine, requests, round(args.long_form_pause * model.sample_rate), args.quiet)
+    finally:
         engine.close()
-        return 2
-    if model.instruct_ignored(args.instruct):
-        log.warning("--instruct is ignored: the %s model does not take instructions", model.config.size_label)
-
-    start = time.perf_counter()
-    chunks: queue.Queue = queue.Queue()
-    engine.submit(request, chunks.put)
-    pcm, last = [], None
-    with tqdm(desc="generating", unit="frame", disable=args.quiet) as bar:
-        while last is None or not last.is_final:
-            last = chunks.get()
-            pcm.append(last.pcm)
-            bar.update(last.num_frames)
-    engine.close()
-    elapsed = time.perf_counter() - start
-    if last.finish_reason == "error":
-        print(f"error: synthesis failed: {last.error}", file=sys.stderr)
+    if result.error is not None:
+        print(f"error: synthesis failed: {result.error}", file=sys.stderr)
         return 1
-    audio = np.concatenate(pcm)
-    write_wav(args.output, audio, model.sample_rate)
-    seconds = audio.size / model.sample_rate
-    cause = f" ({last.runaway_cause})" if last.runaway_cause else ""
+    _write_synth_output(args, result, model.sample_rate, time.perf_counter() - start)
+    return 0
+
+
+def _long_form_pieces(text: str, max_chars: int) -> list[str]:
+    """The text as the pieces `cadence synth` speaks one after another: cut as the server cuts a
+    long input (paragraphs, then sentences) when it is longer than `max_chars` (0: never cut)."""
+    if not max_chars or len(text) <= max_chars:
+        return [text]
+    from .server.segmenter import split_long_text
+
+    return split_long_text(text, max_chars) or [text]
+
+
+def _prepare_piece(args: argparse.Namespace, model, engine, text: str, index: int, clone):
+    """Piece `index`'s engine request: the command's voice and sampling, seeded `seed + index`."""
+    from .engine.engine import SynthesisRequest, prepare_request
+    from .server.long_form import piece_seed
+
+    sampling = sampling_from_args(args)
+    overrides = {**sampling.overrides(), "seed": piece_seed(sampling.seed, index)}
+    synthesis = SynthesisRequest(
+        text,
+        args.voice,
+        args.language,
+        args.instruct,
+        args.layout,
+        clone=clone,
+        x_vector_only=args.x_vector_only,
+        **overrides,
+        greedy=args.greedy,
+    )  # fmt: skip
+    return prepare_request(model, synthesis, engine.config.max_input_tokens)
+
+
+@dataclass
+class SynthResult:
+    """What the pieces of one `cadence synth` produced."""
+
+    audio: object  # float32 samples, the pieces joined by their pauses
+    frames: int
+    pieces: int
+    finish_reasons: list[str]
+    runaway_causes: list[str]
+    error: str | None = None
+
+
+def _generate_pieces(engine, requests: list, pause_samples: int, quiet: bool) -> SynthResult:
+    """Run the requests one after another, a progress bar of frames (and pieces, if several)."""
+    import queue
+
+    import numpy as np
+    from tqdm import tqdm
+
+    pcm, reasons, causes, frames = [], [], [], 0
+    for index, request in enumerate(requests):
+        if index:
+            pcm.append(np.zeros(pause_samples, np.float32))
+        chunks: queue.Queue = queue.Queue()
+        engine.submit(request, chunks.put)
+        desc = f"piece {index + 1}/{len(requests)}" if len(requests) > 1 else "generating"
+        last = None
+        with tqdm(desc=desc, unit="frame", disable=quiet) as bar:
+            while last is None or not last.is_final:
+                last = chunks.get()
+                pcm.append(last.pcm)
+                bar.update(last.num_frames)
+        if last.finish_reason == "error":
+            return SynthResult(None, frames, len(requests), reasons, causes, error=last.error)
+        frames += last.frame_end
+        reasons.append(last.finish_reason)
+        if last.runaway_cause:
+            causes.append(last.runaway_cause)
+    return SynthResult(np.concatenate(pcm), frames, len(requests), reasons, causes)
+
+
+def _write_synth_output(args: argparse.Namespace, result: SynthResult, sample_rate: int, elapsed: float) -> None:
+    from .audio import write_wav
+
+    write_wav(args.output, result.audio, sample_rate)
+    seconds = result.audio.size / sample_rate
+    reasons = ",".join(dict.fromkeys(result.finish_reasons))  # one word when every piece ended alike
+    cause = f" ({', '.join(result.runaway_causes)})" if result.runaway_causes else ""
+    in_pieces = f" in {result.pieces} pieces" if result.pieces > 1 else ""
     print(
-        f"wrote {args.output}: {last.frame_end} frames, {seconds:.2f} s of audio at {model.sample_rate} Hz "
-        f"({audio.size} samples), finish_reason={last.finish_reason}{cause}, {elapsed:.1f} s wall "
+        f"wrote {args.output}: {result.frames} frames{in_pieces}, {seconds:.2f} s of audio at {sample_rate} Hz "
+        f"({result.audio.size} samples), finish_reason={reasons}{cause}, {elapsed:.1f} s wall "
         f"(RTF wall/audio {elapsed / max(seconds, 1e-9):.2f})",
         file=sys.stderr,
     )
-    return 0
 
 
 def _load_model(args: argparse.Namespace):
@@ -218,6 +270,15 @@ def _add_synth_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--output", "-o", default="out.wav", help="WAV file to write (default out.wav)")
     p.add_argument("--kv-cache-memory", type=float, default=1.0, help="GB of KV cache for the request (default 1)")
+    p.add_argument(
+        "--long-form-chars", type=int, default=600, metavar="N", help="a text longer than N characters is spoken "
+        "as pieces of at most N, cut at paragraphs and sentences, one after another into the one WAV file, as the "
+        "server speaks a long input (default 600; 0: never cut)"
+    )  # fmt: skip
+    p.add_argument(
+        "--long-form-pause", type=float, default=0.25, metavar="S", help="seconds of silence between the pieces "
+        "(default 0.25)"
+    )  # fmt: skip
     add_codec_decode_argument(p)
     sampling = add_sampling_arguments(p)
     sampling.add_argument(
