@@ -9,7 +9,7 @@
 //   row's context length, page table, position and slot are written before the walk's layers start
 //   (the frame graph, or constants of the code predictor's index), never by a kernel of the chain.
 //   The cached cells were written by this layer's attention at earlier steps: where kernels wait
-//   first, two or more kernels back, so complete; where they trigger first (the b64 graphs) at
+//   first, two or more kernels back, so complete; where they trigger first (the batch-64 graphs) at
 //   least ~30 kernels back (a decode step of the code predictor's 5 layers, its head and sampler),
 //   and for this kernel to start before that one ends every kernel between would have to hold its
 //   CTAs on the SMs at once beside this one's ~139 KB a CTA: a few can, 30 cannot.
@@ -82,6 +82,177 @@ __device__ __forceinline__ void fetch(int p, const u16* k_cache, const u16* v_ca
   }
 }
 
+// Every thread: the stages' mbarriers initialised and the row's page table in shared memory.
+__device__ __forceinline__ void load_page_table(const i64* table, int pages, Tail& tail) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&tail.full[s], 1), mbar_init(&tail.empty[s], HC);
+    mbar_init_fence();
+  }
+  for (int p = threadIdx.x; p < pages; p += THREADS) tail.page[p] = (int)table[p];
+  __syncthreads();
+}
+
+// The copying warp: the first STAGES pages before the wait, then each stage as soon as every head's
+// warp has emptied it.
+__device__ __forceinline__ void copy_pages(int pages, const u16* k_cache, const u16* v_cache, int head0, u16* stages,
+                                           Tail& tail, int lane) {
+  for (int p = 0; p < pages; ++p) {
+    if (p == STAGES) pdl_wait();
+    if (p >= STAGES) mbar_wait(&tail.empty[p % STAGES], (p / STAGES - 1) & 1);
+    fetch(p, k_cache, v_cache, head0, stages, tail, lane);
+  }
+}
+
+// After the wait, a head's warp: the rows' new keys and values of its kv head to the cache, and its
+// query heads QK-normed and RoPEd, in registers and in shared memory (for the fragments).
+__device__ __forceinline__ void new_tokens(const u16* qkv, int row0, int kvh, int warp, int lane, uint2 k_weights,
+                                           uint2 q_weights, const float (&cs)[NEW][4], const float (&sn)[NEW][4],
+                                           const size_t (&cell)[NEW], float eps, u16* k_cache, u16* v_cache,
+                                           Tail& tail, uint2 (&k_new)[NEW], uint2 (&v_new)[NEW], uint2 (&q)[NQ]) {
+  auto head = [&](int j, int h) {
+    return *reinterpret_cast<const uint2*>(qkv + (size_t)(row0 + j) * QKV + h * HD + 4 * lane);
+  };
+  for (int j = 0; j < NEW; ++j) {
+    k_new[j] = norm_rope(head(j, HQ + kvh), k_weights, cs[j], sn[j], lane, eps), v_new[j] = head(j, HQ + HKV + kvh);
+    *reinterpret_cast<uint2*>(k_cache + cell[j]) = k_new[j];
+    *reinterpret_cast<uint2*>(v_cache + cell[j]) = v_new[j];
+    for (int h = 0; h < G; ++h) {
+      q[j * G + h] = norm_rope(head(j, kvh * G + h), q_weights, cs[j], sn[j], lane, eps);
+      *reinterpret_cast<uint2*>(&tail.q[warp][j * G + h][4 * lane]) = q[j * G + h];
+    }
+  }
+  __syncwarp();
+}
+
+// B = Q^T for the scores' mma: lane (g, c) holds column g's k = 16j + 2c, +1 and + 8, + 9.
+__device__ __forceinline__ void query_fragments(const Tail& tail, int warp, int g, int c, u32 (&qb)[HD / 16][2]) {
+  if (g < NQ)
+    for (int j = 0; j < HD / 16; ++j) {
+      qb[j][0] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c]);
+      qb[j][1] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c + 8]);
+    }
+}
+
+// One page's scores S^T = K . Q^T: tokens g, g + 8 of heads 2c, 2c + 1 (two chains of mmas).
+__device__ __forceinline__ void page_scores(const u16* keys, const u32 (&qb)[HD / 16][2], int g, int c,
+                                            float (&sc)[4]) {
+  float odd_j[4] = {};
+  for (int j = 0; j < HD / 16; ++j) {
+    const u16* k0 = keys + g * ROW + 16 * j + 2 * c;
+    const u32 a[4] = {*reinterpret_cast<const u32*>(k0), *reinterpret_cast<const u32*>(k0 + 8 * ROW),
+                      *reinterpret_cast<const u32*>(k0 + 8), *reinterpret_cast<const u32*>(k0 + 8 * ROW + 8)};
+    mma_16816(j % 2 ? odd_j : sc, a, qb[j]);
+  }
+  for (int i = 0; i < 4; ++i) sc[i] += odd_j[i];
+}
+
+// The online softmax over one page's `valid` tokens: lane (g, c)'s heads 2c, 2c + 1 get their new
+// running max and sum, the sums so far rescaled, and `pr` the page's probabilities (S^T's layout).
+__device__ __forceinline__ void page_softmax(const float (&sc)[4], int valid, int g, float scale,
+                                             float (&run_max)[2], float (&run_sum)[2], float (&acc)[HD / 16][4],
+                                             float (&pr)[4]) {
+  const float NEG_INF = __uint_as_float(0xff800000u);
+  for (int h = 0; h < 2; ++h) {
+    const float s0 = g < valid ? sc[h] * scale : NEG_INF, s1 = g + 8 < valid ? sc[2 + h] * scale : NEG_INF;
+    float top = fmaxf(s0, s1);  // over the page's tokens: the lanes of one c
+    for (int o = 4; o < 32; o <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+    const float now = fmaxf(run_max[h], top);
+    const float alpha = expf(run_max[h] - now);
+    pr[h] = expf(s0 - now), pr[2 + h] = expf(s1 - now);
+    float sum = pr[h] + pr[2 + h];
+    for (int o = 4; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    run_sum[h] = run_sum[h] * alpha + sum;
+    run_max[h] = now;
+    for (int t = 0; t < HD / 16; ++t) acc[t][h] *= alpha, acc[t][2 + h] *= alpha;
+  }
+}
+
+// The weighted values O^T += V^T . P^T, the probabilities rounded to bf16 for the product.
+__device__ __forceinline__ void page_values(const u16* values, const float (&pr)[4], int g, int c,
+                                            float (&acc)[HD / 16][4]) {
+  // B = P^T: lane (g, c) needs head g's tokens 2c, 2c + 1 (b[0]) and 2c + 8, 2c + 9 (b[1]), which
+  // lanes (2c, g / 2) and (2c + 1, g / 2) hold at index g % 2 (and 2 + g % 2).
+  const int from = 8 * c + g / 2;
+  float x[4], y[4];
+  for (int i = 0; i < 4; ++i) x[i] = __shfl_sync(0xffffffffu, pr[i], from), y[i] = __shfl_sync(0xffffffffu, pr[i], from + 4);
+  const bool odd = g % 2;  // selects, not an index: the arrays stay in registers
+  const u32 pb[2] = {g < NQ ? pack2(odd ? x[1] : x[0], odd ? y[1] : y[0]) : 0u,
+                     g < NQ ? pack2(odd ? x[3] : x[2], odd ? y[3] : y[2]) : 0u};
+  for (int t = 0; t < HD / 16; ++t) {  // A = V^T: d = 16t + g (+ 8) at tokens 2c, 2c + 1 (+ 8)
+    const u16* v0 = values + 2 * c * ROW + 16 * t + g;
+    auto pair = [&](const u16* v) { return (u32)v[0] | (u32)v[ROW] << 16; };
+    const u32 a[4] = {pair(v0), pair(v0 + 8), pair(v0 + 8 * ROW), pair(v0 + 8 * ROW + 8)};
+    mma_16816(acc[t], a, pb);
+  }
+}
+
+// A head's warp over the cached pages as they land, each stage handed back once read. Lane (g, c)'s
+// heads are 2c and 2c + 1 (D's columns): their running max and sum; acc is O^T, tile t holding
+// d = 16t + g (+ 8) of heads 2c, 2c + 1.
+__device__ __forceinline__ void attend_pages(int pages, int cached, u16* stages, Tail& tail, int warp, int lane,
+                                             const u32 (&qb)[HD / 16][2], float scale, float (&run_max)[2],
+                                             float (&run_sum)[2], float (&acc)[HD / 16][4]) {
+  const int g = lane / 4, c = lane % 4;
+  for (int p = 0; p < pages; ++p) {
+    u16* keys = stages + (size_t)(p % STAGES) * STAGE + warp * HD;  // token t at keys + t * ROW
+    u16* values = keys + PS * ROW;
+    mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
+    const int valid = imin(cached - p * PS, PS);
+    if (valid < PS) {  // the last page: values past the context are zeros (0 x a stale NaN is NaN)
+      const uint2 zero = {0u, 0u};
+      for (int t = valid; t < PS; ++t) *reinterpret_cast<uint2*>(values + t * ROW + 4 * lane) = zero;
+      __syncwarp();
+    }
+    float sc[4] = {}, pr[4];
+    page_scores(keys, qb, g, c, sc);
+    page_softmax(sc, valid, g, scale, run_max, run_sum, acc, pr);
+    page_values(values, pr, g, c, acc);
+    __syncwarp();  // the warp is done with this stage: once every head's is, it takes page p + STAGES
+    if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
+  }
+}
+
+// The pages' sums to shared memory, 4 elements a lane again, with each head's running max and sum.
+__device__ __forceinline__ void store_sums(const float (&acc)[HD / 16][4], const float (&run_max)[2],
+                                           const float (&run_sum)[2], Tail& tail, int warp, int g, int c) {
+  for (int h = 0; h < 2; ++h) {
+    const int n = 2 * c + h;
+    if (n >= NQ) continue;
+    for (int t = 0; t < HD / 16; ++t) tail.o[warp][n][16 * t + g] = acc[t][h], tail.o[warp][n][16 * t + g + 8] = acc[t][2 + h];
+    if (g == 0) tail.m[warp][n] = run_max[h], tail.l[warp][n] = run_sum[h];
+  }
+  __syncwarp();
+}
+
+// Row j's query head h: the pages' sums, then one more softmax step for each of new tokens 0..j (as
+// the Triton kernel's _attend_one), and the output row.
+__device__ __forceinline__ void attend_new_and_store(const Tail& tail, const uint2 (&q)[NQ], const uint2 (&k_new)[NEW],
+                                                     const uint2 (&v_new)[NEW], int row0, int kvh, int warp, int lane,
+                                                     float scale, u16* out) {
+  float kf[NEW][4], vf[NEW][4];
+  for (int j = 0; j < NEW; ++j) unpack4(k_new[j], kf[j]), unpack4(v_new[j], vf[j]);
+  for (int n = 0; n < NQ; ++n) {
+    const int j = n / G, h = n % G;
+    float qf[4];
+    unpack4(q[n], qf);
+    float before = tail.m[warp][n], sum = tail.l[warp][n], acc_o[4];
+    for (int i = 0; i < 4; ++i) acc_o[i] = tail.o[warp][n][4 * lane + i];
+    for (int t = 0; t <= j; ++t) {
+      float s = qf[0] * kf[t][0] + qf[1] * kf[t][1] + qf[2] * kf[t][2] + qf[3] * kf[t][3];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      s *= scale;
+      const float now = fmaxf(before, s);
+      const float alpha = expf(before - now), p = expf(s - now), pv = round_bf16(p);
+      sum = sum * alpha + p;
+      for (int i = 0; i < 4; ++i) acc_o[i] = acc_o[i] * alpha + pv * vf[t][i];
+      before = now;
+    }
+    float o[4];
+    for (int i = 0; i < 4; ++i) o[i] = acc_o[i] / sum;
+    *reinterpret_cast<uint2*>(out + (size_t)(row0 + j) * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
     decode_attention_kernel(const u16* qkv, const u16* q_norm, const u16* k_norm, const u16* cos, const u16* sin,
                             const i64* position, const i64* slot, const i64* context, const i64* block_table,
@@ -98,18 +269,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const int pages = (cached + PS - 1) / PS;
   const i64* table = block_table + (size_t)last * table_stride;
   if (TRIGGER_FIRST) pdl_trigger();
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(&tail.full[s], 1), mbar_init(&tail.empty[s], HC);
-    mbar_init_fence();
-  }
-  for (int p = threadIdx.x; p < pages; p += THREADS) tail.page[p] = (int)table[p];
-  __syncthreads();
-  if (warp == PRODUCER) {  // the first STAGES pages before the wait, then each stage as it empties
-    for (int p = 0; p < pages; ++p) {
-      if (p == STAGES) pdl_wait();
-      if (p >= STAGES) mbar_wait(&tail.empty[p % STAGES], (p / STAGES - 1) & 1);
-      fetch(p, k_cache, v_cache, head0, stages, tail, lane);
-    }
+  load_page_table(table, pages, tail);
+  if (warp == PRODUCER) {
+    copy_pages(pages, k_cache, v_cache, head0, stages, tail, lane);
     return;  // no trigger here: the heads' warps let the next kernel in once they have waited
   }
   // Before the wait, what no kernel of the chain writes (the row's position and slot, the RoPE tables,
@@ -126,111 +288,15 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   pdl_wait();
   if (!TRIGGER_FIRST) pdl_trigger();
 
-  // The rows' new keys and values for this warp's kv head, to the cache (by the head's first warp);
-  // their queries.
-  auto head = [&](int j, int h) {
-    return *reinterpret_cast<const uint2*>(qkv + (size_t)(row0 + j) * QKV + h * HD + 4 * lane);
-  };
   uint2 k_new[NEW], v_new[NEW], q[NQ];
-  for (int j = 0; j < NEW; ++j) {
-    k_new[j] = norm_rope(head(j, HQ + kvh), k_weights, cs[j], sn[j], lane, eps), v_new[j] = head(j, HQ + HKV + kvh);
-    *reinterpret_cast<uint2*>(k_cache + cell[j]) = k_new[j];
-    *reinterpret_cast<uint2*>(v_cache + cell[j]) = v_new[j];
-    for (int h = 0; h < G; ++h) {
-      q[j * G + h] = norm_rope(head(j, kvh * G + h), q_weights, cs[j], sn[j], lane, eps);
-      *reinterpret_cast<uint2*>(&tail.q[warp][j * G + h][4 * lane]) = q[j * G + h];
-    }
-  }
-  __syncwarp();
-  u32 qb[HD / 16][2] = {};  // B = Q^T: lane (g, c) holds column g's k = 16j + 2c, +1 and + 8, + 9
-  if (g < NQ)
-    for (int j = 0; j < HD / 16; ++j) {
-      qb[j][0] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c]);
-      qb[j][1] = *reinterpret_cast<const u32*>(&tail.q[warp][g][16 * j + 2 * c + 8]);
-    }
-
-  // The pages. Lane (g, c)'s heads are 2c and 2c + 1 (D's columns): their running max and sum.
+  new_tokens(qkv, row0, kvh, warp, lane, k_weights, q_weights, cs, sn, cell, eps, k_cache, v_cache, tail, k_new, v_new,
+             q);
+  u32 qb[HD / 16][2] = {};
+  query_fragments(tail, warp, g, c, qb);
   const float NEG_INF = __uint_as_float(0xff800000u);
   float run_max[2] = {NEG_INF, NEG_INF}, run_sum[2] = {0.f, 0.f};
-  float acc[HD / 16][4] = {};  // O^T: tile t holds d = 16t + g (+ 8) of heads 2c, 2c + 1
-  for (int p = 0; p < pages; ++p) {
-    u16* keys = stages + (size_t)(p % STAGES) * STAGE + warp * HD;  // token t at keys + t * ROW
-    u16* values = keys + PS * ROW;
-    mbar_wait(&tail.full[p % STAGES], (p / STAGES) & 1);
-    const int valid = imin(cached - p * PS, PS);
-    if (valid < PS) {  // the last page: values past the context are zeros (0 x a stale NaN is NaN)
-      const uint2 zero = {0u, 0u};
-      for (int t = valid; t < PS; ++t) *reinterpret_cast<uint2*>(values + t * ROW + 4 * lane) = zero;
-      __syncwarp();
-    }
-    float sc[4] = {}, odd_j[4] = {};  // S^T: tokens g, g + 8 of heads 2c, 2c + 1 (two chains of mmas)
-    for (int j = 0; j < HD / 16; ++j) {
-      const u16* k0 = keys + g * ROW + 16 * j + 2 * c;
-      const u32 a[4] = {*reinterpret_cast<const u32*>(k0), *reinterpret_cast<const u32*>(k0 + 8 * ROW),
-                        *reinterpret_cast<const u32*>(k0 + 8), *reinterpret_cast<const u32*>(k0 + 8 * ROW + 8)};
-      mma_16816(j % 2 ? odd_j : sc, a, qb[j]);
-    }
-    for (int i = 0; i < 4; ++i) sc[i] += odd_j[i];
-    float pr[4];  // probabilities, same layout
-    for (int h = 0; h < 2; ++h) {
-      const float s0 = g < valid ? sc[h] * scale : NEG_INF, s1 = g + 8 < valid ? sc[2 + h] * scale : NEG_INF;
-      float top = fmaxf(s0, s1);  // over the page's tokens: the lanes of one c
-      for (int o = 4; o < 32; o <<= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-      const float now = fmaxf(run_max[h], top);
-      const float alpha = expf(run_max[h] - now);
-      pr[h] = expf(s0 - now), pr[2 + h] = expf(s1 - now);
-      float sum = pr[h] + pr[2 + h];
-      for (int o = 4; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      run_sum[h] = run_sum[h] * alpha + sum;
-      run_max[h] = now;
-      for (int t = 0; t < HD / 16; ++t) acc[t][h] *= alpha, acc[t][2 + h] *= alpha;
-    }
-    // B = P^T: lane (g, c) needs head g's tokens 2c, 2c + 1 (b[0]) and 2c + 8, 2c + 9 (b[1]), which
-    // lanes (2c, g / 2) and (2c + 1, g / 2) hold at index g % 2 (and 2 + g % 2).
-    const int from = 8 * c + g / 2;
-    float x[4], y[4];
-    for (int i = 0; i < 4; ++i) x[i] = __shfl_sync(0xffffffffu, pr[i], from), y[i] = __shfl_sync(0xffffffffu, pr[i], from + 4);
-    const bool odd = g % 2;  // selects, not an index: the arrays stay in registers
-    const u32 pb[2] = {g < NQ ? pack2(odd ? x[1] : x[0], odd ? y[1] : y[0]) : 0u,
-                       g < NQ ? pack2(odd ? x[3] : x[2], odd ? y[3] : y[2]) : 0u};
-    for (int t = 0; t < HD / 16; ++t) {  // A = V^T: d = 16t + g (+ 8) at tokens 2c, 2c + 1 (+ 8)
-      const u16* v0 = values + 2 * c * ROW + 16 * t + g;
-      auto pair = [&](const u16* v) { return (u32)v[0] | (u32)v[ROW] << 16; };
-      const u32 a[4] = {pair(v0), pair(v0 + 8), pair(v0 + 8 * ROW), pair(v0 + 8 * ROW + 8)};
-      mma_16816(acc[t], a, pb);
-    }
-    __syncwarp();  // the warp is done with this stage: once every head's is, it takes page p + STAGES
-    if (lane == 0) mbar_arrive(&tail.empty[p % STAGES]);
-  }
-
-  // The sums to shared memory, 4 elements a lane again; then the new token and the outputs.
-  for (int h = 0; h < 2; ++h) {
-    const int n = 2 * c + h;
-    if (n >= NQ) continue;
-    for (int t = 0; t < HD / 16; ++t) tail.o[warp][n][16 * t + g] = acc[t][h], tail.o[warp][n][16 * t + g + 8] = acc[t][2 + h];
-    if (g == 0) tail.m[warp][n] = run_max[h], tail.l[warp][n] = run_sum[h];
-  }
-  __syncwarp();
-  float kf[NEW][4], vf[NEW][4];
-  for (int j = 0; j < NEW; ++j) unpack4(k_new[j], kf[j]), unpack4(v_new[j], vf[j]);
-  for (int n = 0; n < NQ; ++n) {  // row j's query head h: the pages' sums, then new tokens 0..j
-    const int j = n / G, h = n % G;
-    float qf[4];
-    unpack4(q[n], qf);
-    float before = tail.m[warp][n], sum = tail.l[warp][n], acc_o[4];
-    for (int i = 0; i < 4; ++i) acc_o[i] = tail.o[warp][n][4 * lane + i];
-    for (int t = 0; t <= j; ++t) {  // one more softmax step a new token, as the Triton kernel's _attend_one
-      float s = qf[0] * kf[t][0] + qf[1] * kf[t][1] + qf[2] * kf[t][2] + qf[3] * kf[t][3];
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      s *= scale;
-      const float now = fmaxf(before, s);
-      const float alpha = expf(before - now), p = expf(s - now), pv = round_bf16(p);
-      sum = sum * alpha + p;
-      for (int i = 0; i < 4; ++i) acc_o[i] = acc_o[i] * alpha + pv * vf[t][i];
-      before = now;
-    }
-    float o[4];
-    for (int i = 0; i < 4; ++i) o[i] = acc_o[i] / sum;
-    *reinterpret_cast<uint2*>(out + (size_t)(row0 + j) * HQ * HD + (size_t)(kvh * G + h) * HD + 4 * lane) = pack4(o);
-  }
+  float acc[HD / 16][4] = {};
+  attend_pages(pages, cached, stages, tail, warp, lane, qb, scale, run_max, run_sum, acc);
+  store_sums(acc, run_max, run_sum, tail, warp, g, c);
+  attend_new_and_store(tail, q, k_new, v_new, row0, kvh, warp, lane, scale, out);
 }
