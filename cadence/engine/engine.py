@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidRequestError
-from ..kernels import triton_available
+from ..kernels.ops import triton_available
 from ..models.qwen3_tts.config import GenerationDefaults
 from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
