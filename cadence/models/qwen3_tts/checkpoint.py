@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +228,7 @@ def write_random_checkpoint(
         (out / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for name in COPIED_FILES:
         if src.has(name):
-            shutil.copyfile(src.files[name], out / name)
+            src.copy(name, out / name)
     (out / "cadence_random_weights.json").write_text(
         json.dumps({"preset": preset, "seed": seed, "skeleton": str(skeleton), "variant": cfg.tts_model_type}, indent=2)
         + "\n"
