@@ -19,8 +19,7 @@ import gzip
 import json
 import shutil
 from pathlib import Path
-from typing import IO
-from typing import Literal
+from typing import IO, Literal
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
