@@ -349,8 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {missing_dependency(e, f'`cadence {args.command}`')}", file=sys.stderr)
         return 1
     except Exception as e:  # user-facing errors (bad checkpoint, offline hub) as one clear line
+        from .checkpoints import CheckpointError
         from .models.qwen3_tts.config import ConfigError
-        from .weights import CheckpointError
 
         if isinstance(e, (ConfigError, CheckpointError, FileNotFoundError)):
             print(f"error: {e}", file=sys.stderr)

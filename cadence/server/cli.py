@@ -288,11 +288,11 @@ def build_state(args: argparse.Namespace) -> ServerState:
     ServeConfigError for settings that cannot work; checkpoint errors propagate as they are."""
     from dataclasses import replace
 
+    from ..checkpoints import resolve_checkpoint
     from ..deploy.placement import resolve_placements
     from ..engine.config import EngineConfig
     from ..models.qwen3_tts.builtin import find_architecture
     from ..models.qwen3_tts.model import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
-    from ..weights import resolve_checkpoint
     from .cloning import attach as attach_cloning
     from .engine_process import EngineProcessConfig
     from .state import ServerSettings, ServerState

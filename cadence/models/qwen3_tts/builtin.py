@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ...weights import CheckpointError
+from ...checkpoints import CheckpointError
 from .checkpoint import PRESETS, merge, randomize
 from .codec import SpeechTokenizer
 from .config import Qwen3TTSConfig

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from torch import nn
 from tqdm import tqdm
 
-from ...weights import CheckpointError
+from ...checkpoints import CheckpointError
 from .codec import EuclideanCodebook, LayerScale, ResidualUnit, SnakeBeta, SpeechTokenizer
 from .config import Qwen3TTSConfig
 from .layers import RMSNorm

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...checkpoints import resolve_checkpoint
 from ...engine.transfer import to_device
 from ...errors import InvalidRequestError
-from ...weights import load_weights, resolve_checkpoint, safetensors_files
+from ...weights import load_weights, safetensors_files
 from .codec import SpeechTokenizer
 from .config import Qwen3TTSConfig
 from .prompt import Prompt, TextLayout, TextTokens, build_prompt

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...weights import resolve_checkpoint
+from ...checkpoints import resolve_checkpoint
 from .tokenizer import copy_plain, find_file, open_text
 
 ARCHITECTURES = Path(__file__).resolve().parent / "architectures"

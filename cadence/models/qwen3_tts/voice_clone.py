@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ...weights import load_weights, resolve_checkpoint, safetensors_files
+from ...checkpoints import resolve_checkpoint
+from ...weights import load_weights, safetensors_files
 from .config import Qwen3TTSConfig
 from .speaker_encoder import SpeakerEncoderModel
 from .speech_encoder import SpeechTokenizerEncoder
