@@ -25,7 +25,6 @@ import torch
 
 from ..errors import InvalidRequestError
 from ..kernels import triton_available
-from ..models.qwen3_tts.config import GenerationDefaults
 from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from ..models.qwen3_tts.prompt import TextTokens
@@ -136,7 +135,7 @@ def prepare_request(model: Qwen3TTS | Qwen3TTSFrontend, req: SynthesisRequest, m
     return EngineRequest(request_id, prompt, replace(params, seed=seed), req.ignore_eos, req.text_open)
 
 
-def sampling_params(generation: GenerationDefaults, req: SynthesisRequest) -> SamplingParams:
+def sampling_params(generation: SamplingParams, req: SynthesisRequest) -> SamplingParams:
     """The request's sampling over the checkpoint's defaults, a temperature of 0 meaning greedy
     (SynthesisRequest). Raises InvalidRequestError naming the field."""
     if req.subtalker_dosample and req.subtalker_temperature == 0:

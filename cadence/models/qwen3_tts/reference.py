@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .layers import ContiguousKVCache
+from .logits import choose, mask_code0, repetition_penalty
 from .model import Qwen3TTS
 from .prompt import Prompt
-from .sampling import MIN_NEW_TOKENS, SamplingParams, choose, mask_code0, repetition_penalty
+from .sampling import MIN_NEW_TOKENS, SamplingParams
 
 
 @dataclass
