@@ -32,7 +32,7 @@ _EXPORTS = {
     "QueueFullError": "cadence.engine.request",
     "InvalidRequestError": "cadence.errors",
     "Qwen3TTS": "cadence.models.qwen3_tts.model",
-    "VoiceEncoder": "cadence.models.qwen3_tts.voice_clone",
+    "VoiceEncoder": "cadence.models.qwen3_tts.voice_encoder",
     "write_wav": "cadence.audio",
 }
 
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from .engine.request import AudioChunk, FinishReason, QueueFullError, RunawayCause
     from .errors import InvalidRequestError
     from .models.qwen3_tts.model import Qwen3TTS
-    from .models.qwen3_tts.voice_clone import VoiceEncoder
+    from .models.qwen3_tts.voice_encoder import VoiceEncoder
 
 
 def __getattr__(name: str) -> Any:

@@ -206,7 +206,7 @@ def _reference_voice(args: argparse.Namespace, model):
     from pathlib import Path
 
     from .audio_input import decode_audio
-    from .models.qwen3_tts.voice_clone import VoiceEncoder
+    from .models.qwen3_tts.voice_encoder import VoiceEncoder
 
     encoder = VoiceEncoder.from_pretrained(model.path, model.device)
     wav = decode_audio(Path(args.ref_audio).read_bytes(), encoder.sample_rate)

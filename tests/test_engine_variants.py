@@ -16,7 +16,7 @@ from cadence.engine.config import ChunkPolicy
 from cadence.engine.engine import SynthesisRequest, build_core, prepare_request
 from cadence.engine.request import FinishReason
 from cadence.models.qwen3_tts import Qwen3TTS
-from cadence.models.qwen3_tts.voice_clone import VoiceEncoder
+from cadence.models.qwen3_tts.voice_encoder import VoiceEncoder
 
 from test_engine import codes_of, config, oracle, run
 

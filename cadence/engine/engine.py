@@ -29,7 +29,7 @@ from ..models.qwen3_tts.model import Qwen3TTS, Qwen3TTSFrontend
 from ..models.qwen3_tts.partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from ..models.qwen3_tts.prompt import TextTokens
 from ..models.qwen3_tts.sampling import SamplingParams
-from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
+from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
 from .config import AUTO_DEADLINE, EngineConfig
 from .core import EngineCore
 from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, RunawayCause, Timings

@@ -27,7 +27,7 @@ from ..engine.engine import SynthesisRequest, build_core, prepare_request
 from ..engine.request import FinishReason, QueueFullError, RequestTooLargeError
 from ..models.qwen3_tts.builtin import Architecture
 from ..models.qwen3_tts.model import Qwen3TTS
-from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
+from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
 from . import protocol as P
 
 log = logging.getLogger("cadence.engine")

@@ -17,7 +17,7 @@ from ..engine.request import EngineRequest, RequestTooLargeError
 from ..errors import InvalidRequestError
 from ..models.qwen3_tts.model import Qwen3TTSFrontend
 from ..models.qwen3_tts.prompt import TextTokens
-from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
+from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE
 from .long_form import Piece, piece_seed

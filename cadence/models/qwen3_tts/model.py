@@ -1,5 +1,5 @@
 """A loaded Qwen3-TTS 12 Hz checkpoint (CustomVoice, Base or VoiceDesign): config, tokenizer, Talker
-and Codec modules. A Base checkpoint's voice encoders load separately (voice_clone.VoiceEncoder)."""
+and Codec modules. A Base checkpoint's voice encoders load separately (voice_encoder.VoiceEncoder)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .config import Qwen3TTSConfig
 from .prompt import Prompt, TextLayout, TextTokens, build_prompt
 from .talker import Qwen3TTSTalkerModel, Talker
 from .tokenizer import PretokenizerRegex, TextTokenizer
-from .voice_clone import VoiceClonePrompt
+from .voice_prompt import VoiceClonePrompt
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class Qwen3TTS:
             root = Qwen3TTSTalkerModel(config)
             codec = SpeechTokenizer(config.speech_tokenizer.decoder)
         # Base files also hold the speaker encoder, which runs where reference audio is analysed
-        # (voice_clone.VoiceEncoder), not in the talker.
+        # (voice_encoder.VoiceEncoder), not in the talker.
         load_weights(root, safetensors_files(path), dev, dt, skip_prefixes=("speaker_encoder.",))
         # The codec always runs in fp32 (the file is fp32; a bf16 SnakeBeta can produce NaN/silence).
         load_weights(

@@ -22,7 +22,7 @@ from enum import StrEnum
 from ...errors import InvalidRequestError
 from .config import Qwen3TTSConfig
 from .tokenizer import TextTokenizer
-from .voice_clone import VoiceClonePrompt
+from .voice_prompt import VoiceClonePrompt
 
 
 class TextLayout(StrEnum):
@@ -274,7 +274,7 @@ def build_prompt(
     if speaker is not None:
         codec.append(t.spk_id[speaker])
     elif clone is not None:
-        voice = dict(speaker_row=len(rows) + len(codec), speaker_embedding=tuple(clone.x_vector.float().tolist()))
+        voice = dict(speaker_row=len(rows) + len(codec), speaker_embedding=tuple(clone.x_vector.tolist()))
         codec.append(None)  # the x-vector's row
     codec.append(t.codec_pad_id)
     for j, c in enumerate(codec):
