@@ -113,7 +113,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
     from .audio import write_wav
     from .engine.config import EngineConfig, RunawayGuard
-    from .engine.engine import Engine, SynthesisRequest, prepare_request
+    from .engine.engine import Engine
     from .errors import InvalidRequestError
 
     # The line break that ends piped text (echo, here-documents) is not meant to be spoken; kept, it
@@ -131,30 +131,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     )
     engine = Engine(model, config)
     try:
-        request = prepare_request(
-            model,
-            SynthesisRequest(
-                text,
-                args.voice,
-                args.language,
-                args.instruct,
-                args.layout,
-                clone=clone,
-                x_vector_only=args.x_vector_only,
-                temperature=args.temperature,
-                top_k=args.top_k,
-                top_p=args.top_p,
-                repetition_penalty=args.repetition_penalty,
-                subtalker_temperature=args.subtalker_temperature,
-                subtalker_top_k=args.subtalker_top_k,
-                subtalker_top_p=args.subtalker_top_p,
-                subtalker_dosample=args.subtalker_dosample,
-                max_new_tokens=args.max_new_tokens,
-                seed=args.seed,
-                greedy=args.greedy,
-            ),  # fmt: skip
-            engine.config.max_input_tokens,
-        )
+        request = model.prepare(_synthesis_request(args, text, clone), engine.config.max_input_tokens)
     except InvalidRequestError as e:
         print(f"error: {e}", file=sys.stderr)
         engine.close()
@@ -189,16 +166,32 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _synthesis_request(args: argparse.Namespace, text: str, clone):
+    """The request `cadence synth`'s options describe."""
+    from .models.qwen3_tts.frontend import SynthesisRequest
+
+    return SynthesisRequest(
+        text, args.voice, args.language, args.instruct, args.layout, clone=clone, x_vector_only=args.x_vector_only,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
+        subtalker_temperature=args.subtalker_temperature, subtalker_top_k=args.subtalker_top_k,
+        subtalker_top_p=args.subtalker_top_p, subtalker_dosample=args.subtalker_dosample,
+        max_new_tokens=args.max_new_tokens, seed=args.seed, greedy=args.greedy,
+    )  # fmt: skip
+
+
 def _load_model(args: argparse.Namespace):
-    """The checkpoint's weights, or with --dummy-weights random ones of its architecture."""
-    if args.dummy_weights:
-        from .models.qwen3_tts.builtin import find_architecture
+    """The checkpoint's weights, or with --dummy-weights random ones of its architecture, loaded by
+    the model family that reads it."""
+    from .models import registry
 
-        architecture = find_architecture(args.model).shrink(args.dummy_preset)
-        return architecture.random_model(args.device, args.dtype, args.tokenizer_regex)
-    from .models.qwen3_tts import Qwen3TTS
-
-    return Qwen3TTS.from_pretrained(args.model, args.device, args.dtype, args.tokenizer_regex)
+    source = registry.model_source(
+        args.model,
+        random_preset=args.dummy_preset if args.dummy_weights else None,
+        device=args.device,
+        dtype=args.dtype,
+        tokenizer_regex=args.tokenizer_regex,
+    )
+    return registry.load_runtime(source)
 
 
 def _reference_voice(args: argparse.Namespace, model):
@@ -234,17 +227,8 @@ def register_feature(command: str, subparsers: argparse._SubParsersAction) -> No
         raise missing_dependency(e, f"`cadence {command}`") from e
 
 
-def build_parser(features: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The command line. `features`: the feature commands (FEATURE_COMMANDS) whose options are built,
-    raising MissingDependencyError for a package one lacks; the others are only listed. None: all
-    of them, those whose dependencies are missing only listed."""
-    parser = argparse.ArgumentParser(
-        prog="cadence",
-        description="Streaming text-to-speech for the Qwen3-TTS 12 Hz models.",
-    )
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_synth_command(sub: argparse._SubParsersAction) -> None:
+    """`cadence synth`: one utterance to a WAV file."""
     p = sub.add_parser(
         "synth",
         help="synthesise one utterance to a WAV file",
@@ -283,6 +267,9 @@ def build_parser(features: Collection[str] | None = None) -> argparse.ArgumentPa
     _add_sampling_args(p)
     p.set_defaults(func=cmd_synth)
 
+
+def _add_checkpoint_command(sub: argparse._SubParsersAction) -> None:
+    """`cadence checkpoint random`: random-weight checkpoints."""
     p = sub.add_parser("checkpoint", help="checkpoint tools")
     csub = p.add_subparsers(dest="checkpoint_command", required=True)
     r = csub.add_parser(
@@ -309,6 +296,20 @@ def build_parser(features: Collection[str] | None = None) -> argparse.ArgumentPa
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_checkpoint_random)
 
+
+def build_parser(features: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The command line. `features`: the feature commands (FEATURE_COMMANDS) whose options are built,
+    raising MissingDependencyError for a package one lacks; the others are only listed. None: all
+    of them, those whose dependencies are missing only listed."""
+    parser = argparse.ArgumentParser(
+        prog="cadence",
+        description="Streaming text-to-speech for the Qwen3-TTS 12 Hz models.",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_synth_command(sub)
+    _add_checkpoint_command(sub)
     for name, feature in FEATURE_COMMANDS.items():
         if features is None or name in features:
             try:

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from cadence.engine.config import EngineConfig
-from cadence.engine.engine import Engine, SynthesisRequest
+from cadence.engine.engine import Engine
 from cadence.models.qwen3_tts import skeletons
 from cadence.models.qwen3_tts.builtin import find_architecture
 from cadence.models.qwen3_tts.config import Qwen3TTSConfig
+from cadence.models.qwen3_tts.frontend import SynthesisRequest
 from cadence.models.qwen3_tts.skeletons import (
     ARCHITECTURES,
     KNOWN_CHECKPOINTS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cadence.models.qwen3_tts.model import Qwen3TTSFrontend
+from cadence.models.qwen3_tts.frontend import Qwen3TTSFrontend
 from cadence.server.errors import APIError
 from cadence.server.schema import Limits, SpeechBody, decode_json, validate_speech
 from cadence.server.voices import VoiceTable, parse_voice_map

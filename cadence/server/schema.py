@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ..engine.engine import SynthesisRequest, prepare_request
 from ..engine.request import EngineRequest, RequestTooLargeError
 from ..errors import InvalidRequestError
-from ..models.qwen3_tts.model import Qwen3TTSFrontend
+from ..models.qwen3_tts.frontend import Qwen3TTSFrontend, SynthesisRequest, prepare_request
 from ..models.qwen3_tts.prompt import TextTokens
 from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
 from . import errors as E
