@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Download the wheels that `benchmarks/h200.sh baselines` installs on the GPU machine (which reaches
+# Download the wheels that `bash benchmarks/gpu.sh baselines` installs on the GPU machine (which reaches
 # no registry) into .whl/official and .whl/faster; carry .whl with the device call.
 #   official: qwen-tts 0.1.1 with the transformers, tokenizers and huggingface-hub versions it pins
 #             (the GPU image's transformers 5.x, tokenizers 0.23 and huggingface-hub 1.x are too new)

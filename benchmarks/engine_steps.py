@@ -1,11 +1,12 @@
-"""Per-walk timings of the engine: talker_decode against batch size, talker_prefill against prompt
+"""Timings of the engine's partitions: talker_decode against batch size, talker_prefill against prompt
 length, codec_chunk against (streams, frames per chunk). Numbers, not assertions.
 
     python benchmarks/engine_steps.py --model DIR                       # CPU (tiny checkpoint)
     python benchmarks/engine_steps.py --model DIR --device cuda --batches 1,8,64,256 --context 500
 
-Each decode timing is the median over `--steps` walks after warm-up, at the given context length
-(prompt tokens already in the KV cache); a walk includes reading the frames back to the host.
+Each decode timing is the median over `--steps` decode steps after warm-up, at the given context
+length (prompt tokens already in the KV cache); a step includes reading its frames back to the host.
+"Back to back" runs steps in the engine's order, each read back after the next is launched.
 Prints a table and, with --json, writes every number. Each codec shape also reports how far its
 streamed audio (in `--codec-dtype`) is from the model's exact fp32 offline decode.
 """
@@ -209,7 +210,7 @@ def ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x]
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="checkpoint directory (e.g. a random full-size one)")
     p.add_argument("--device", default="auto")
@@ -242,7 +243,7 @@ def main() -> None:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="print the top GPU kernels of one decode walk (the largest of --batches) and of two codec "
+        help="print the top GPU kernels of one decode step (the largest of --batches) and of two codec "
         "chunks (1 x 1 and the largest --codec-streams x --codec-frames)",
     )
     p.add_argument(
@@ -250,7 +251,7 @@ def main() -> None:
         type=int,
         default=EngineConfig.pdl_max_rows,
         help="graphs of at most this many rows launch their Triton kernels with programmatic dependent launch "
-        "(Hopper; perf-notes #27; 0: off, 256: every bucket; default %(default)s, the engine's)",
+        "(Hopper; 0: off, 256: every bucket; default %(default)s, the engine's)",
     )
     p.add_argument(
         "--graph-buckets",
@@ -260,9 +261,65 @@ def main() -> None:
         "1, 2, 4, ... up to the largest batch): e.g. the --batches timed, so that an A/B's engine builds "
         "capture ~10 codec graphs, not 44 (~90 s on an H200)",
     )
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # capture times
+    return p.parse_args(argv)
 
+
+def decode_section(core, model: Qwen3TTS, args) -> list[dict]:
+    print("\ntalker_decode (talker + 15 code-predictor steps + sampling), per decode step")
+    print("(ms/step: both halves of one step; frame: until its frames are on the host)")
+    print(f"{'batch':>6} {'ctx':>5} {'ms/step':>9} {'frame':>7} {'back2back':>10} {'frames/s':>10} {'audio s/s':>10}")
+    rows = []
+    for b in args.batches:
+        r = time_decode(core, model, b, args)
+        rows.append(r)
+        print(
+            f"{b:>6} {args.context:>5} {r['step_ms']:>9.2f} {r['frame_ms']:>7.2f} {r['back_to_back_ms']:>10.2f} "
+            f"{r['frames_per_s']:>10.1f} {r['audio_s_per_s']:>10.1f}"
+        )
+    return rows
+
+
+def prefill_section(model: Qwen3TTS, args) -> list[dict]:
+    """Prefill + first frame of one request from an empty engine: an engine of its own, small cache."""
+    if not args.prompt_lengths:  # an A/B of decode steps skips it: ~10 s of an engine build
+        return []
+    print("\ntalker_prefill + first frame, batch 1")
+    prefill_core, _ = make_core(model, args, 2, kv_gb=1.0 if model.device.type == "cuda" else None)
+    rows = []
+    for n in args.prompt_lengths:
+        r = time_prefill(prefill_core, model, args, n)
+        rows.append(r)
+        print(f"  prompt {r['prompt_tokens']:>5} tokens: {r['prefill_plus_first_frame_ms']:.2f} ms")
+    return rows
+
+
+def codec_section(core, model: Qwen3TTS, args) -> list[dict]:
+    """Each (streams, frames) shape's time, and its streamed audio's distance from the offline decode:
+    against the exact fp32 decode (in float32 what TF32 costs: codec_stream.tf32_as_convs), against
+    the official package's arithmetic (PyTorch's defaults), and against the same arithmetic offline.
+    On a CPU all ~0."""
+    if not args.codec_streams:
+        return []
+    print(f"\ncodec_chunk (streaming decoder, {args.codec_dtype}), per call; max abs err against the offline decode")
+    print(f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10} {'vs exact':>9} {'vs official':>12} "
+          f"{'vs same':>8}")  # fmt: skip
+    rows = []
+    for s in args.codec_streams:
+        for f in args.codec_frames:
+            r = time_codec(core, model, s, f, args)
+            err = codec_errors(core, model, s, f)
+            r["max_abs_err_vs_fp32"] = err["exact"]
+            r["max_abs_err_vs_official"] = err["official"]
+            r["max_abs_err_vs_same_tf32"] = err["same"]
+            rows.append(r)
+            print(f"{s:>8} {f:>7} {r['chunk_ms']:>9.2f} {r['audio_s_per_s']:>10.1f} {err['exact']:>9.2e} "
+                  f"{err['official']:>12.2e} {err['same']:>8.2e}")  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # capture times
     model = Qwen3TTS.from_pretrained(args.model, args.device, args.dtype)
     dev = model.device
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
@@ -271,53 +328,16 @@ def main() -> None:
         f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} codec tf32={args.codec_tf32} "
         f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows"
     )
-    results: dict = {"device": str(dev), "dtype": str(model.dtype), "codec_dtype": args.codec_dtype,
-                     "backend": args.attention_backend, "pdl_max_rows": args.pdl_max_rows, "decode": []}  # fmt: skip
+    results: dict = {"device": str(dev), "device_name": name, "dtype": str(model.dtype),
+                     "codec_dtype": args.codec_dtype, "backend": args.attention_backend,
+                     "pdl_max_rows": args.pdl_max_rows}  # fmt: skip
     core, build_s = make_core(model, args, max(args.batches + args.codec_streams))
     results["engine_build_seconds"] = build_s
     results["kv_cache_gb"] = core.talker.kv.nbytes / 2**30
     print(f"engine build (KV cache, graphs) {build_s:.1f} s; KV cache {results['kv_cache_gb']:.2f} GB")
-    print("\ntalker_decode (talker + 15 code-predictor steps + sampling), per walk")
-    print("(ms/step: both halves of one walk; frame: until its frames are on the host)")
-    print(f"{'batch':>6} {'ctx':>5} {'ms/step':>9} {'frame':>7} {'back2back':>10} {'frames/s':>10} {'audio s/s':>10}")
-    for b in args.batches:
-        r = time_decode(core, model, b, args)
-        results["decode"].append(r)
-        print(
-            f"{b:>6} {args.context:>5} {r['step_ms']:>9.2f} {r['frame_ms']:>7.2f} {r['back_to_back_ms']:>10.2f} "
-            f"{r['frames_per_s']:>10.1f} {r['audio_s_per_s']:>10.1f}"
-        )
-
-    results["prefill"] = []
-    if args.prompt_lengths:  # an A/B of decode walks skips it: ~10 s of a walk's ~30 (its engine's build)
-        print("\ntalker_prefill + first frame, batch 1")
-        # an engine of its own, with a small cache: what is timed is one request from an empty engine
-        prefill_core, _ = make_core(model, args, 2, kv_gb=1.0 if dev.type == "cuda" else None)
-        for n in args.prompt_lengths:
-            r = time_prefill(prefill_core, model, args, n)
-            results["prefill"].append(r)
-            print(f"  prompt {r['prompt_tokens']:>5} tokens: {r['prefill_plus_first_frame_ms']:.2f} ms")
-
-    # The error columns (codec_errors): against the exact fp32 offline decode, so in float32 they show
-    # what TF32 costs (on by default for the codec's convs and linears, codec_stream.tf32_as_convs);
-    # against the official package's arithmetic (PyTorch's defaults); against the same arithmetic
-    # offline. On a CPU, all ~0.
-    if args.codec_streams:
-        what = f"codec_chunk (streaming decoder, {args.codec_dtype}), per call"
-        print(f"\n{what}; max abs err against the offline decode")
-        head = f"{'streams':>8} {'frames':>7} {'ms/chunk':>9} {'audio s/s':>10}"
-        print(f"{head} {'vs exact':>9} {'vs official':>12} {'vs same':>8}")
-    results["codec"] = []
-    for s in args.codec_streams:
-        for f in args.codec_frames:
-            r = time_codec(core, model, s, f, args)
-            err = codec_errors(core, model, s, f)
-            r["max_abs_err_vs_fp32"] = err["exact"]
-            r["max_abs_err_vs_official"] = err["official"]
-            r["max_abs_err_vs_same_tf32"] = err["same"]
-            results["codec"].append(r)
-            print(f"{s:>8} {f:>7} {r['chunk_ms']:>9.2f} {r['audio_s_per_s']:>10.1f} {err['exact']:>9.2e} "
-                  f"{err['official']:>12.2e} {err['same']:>8.2e}")  # fmt: skip
+    results["decode"] = decode_section(core, model, args)
+    results["prefill"] = prefill_section(model, args)
+    results["codec"] = codec_section(core, model, args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if args.profile:

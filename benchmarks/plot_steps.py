@@ -1,15 +1,16 @@
-"""PNG plots for docs/benchmarks.md from engine_steps.py JSON results.
+"""PNG plots of engine_steps.py results: decode step against batch, codec throughput against streams.
 
-python benchmarks/plot_steps.py engine_steps.json docs/img [CODEC_JSON [EXACT_JSON]]
+    python benchmarks/plot_steps.py OUT_DIR [--decode decode.json] [--codec codec.json [--exact codec_exact.json]]
 
-CODEC_JSON: take the codec plot from another engine_steps run (a codec-only one, say). EXACT_JSON: an
-engine_steps run of the codec in exact fp32 (--no-codec-tf32), drawn dashed.
+`bash benchmarks/gpu.sh decode codec` writes the three files. --exact: the codec in exact fp32
+(--no-codec-tf32), drawn dashed beside the TF32 codec. Writes OUT_DIR/decode_step_vs_batch.png and
+OUT_DIR/codec_throughput_vs_batch.png (each where its input is given).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -18,56 +19,68 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def codec_rows(data: dict) -> list[dict]:
-    """streams, frames, audio_s_per_s of an engine_steps result."""
-    return data["codec"]
+def gpu_of(result: dict) -> str:
+    return result.get("device_name", result.get("device", "?"))
 
 
-def main(src: str, out_dir: str, codec_src: str | None = None, exact_src: str | None = None) -> None:
-    data = json.loads(Path(src).read_text())
-    codec = codec_rows(json.loads(Path(codec_src).read_text()) if codec_src else data)
-    exact = codec_rows(json.loads(Path(exact_src).read_text())) if exact_src else []
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-
-    dec = data["decode"]
+def plot_decode(result: dict, path: Path) -> None:
+    dec = result["decode"]
+    batches = [d["batch"] for d in dec]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([d["batch"] for d in dec], [d["step_ms"] for d in dec], "o-", label="cadence fused + CUDA graph")
-    if all("back_to_back_ms" in d for d in dec):  # walks in the engine's order, each read back after the next launch
-        ax.plot([d["batch"] for d in dec], [d["back_to_back_ms"] for d in dec], "^-", label="back to back")
-    targets = {1: 2.0, 64: 4.0, 256: 12.0}
-    if all("frame_ms" in d for d in dec):  # the frame's codes on the host before the talker layers run
-        ax.plot([d["batch"] for d in dec], [d["frame_ms"] for d in dec], "s--", label="until the frame is on the host")
-    ax.plot(list(targets), list(targets.values()), "x", ms=10, mew=2, color="gray", label="issue 4 targets")
+    ax.plot(batches, [d["back_to_back_ms"] for d in dec], "^-", label="back to back (the engine's order)")
+    ax.plot(batches, [d["step_ms"] for d in dec], "o-", label="one step alone, read back")
+    ax.plot(batches, [d["frame_ms"] for d in dec], "s--", label="until the frame is on the host")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("decode batch (streams)")
     ax.set_ylabel("ms per decode step (one 80 ms frame each)")
-    ax.set_title(f"talker_decode, 0.6B bf16, {dec[0]['context']}-token contexts, H200")
+    ax.set_title(f"talker_decode, {dec[0]['context']}-token contexts, {gpu_of(result)}", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "decode_step_vs_batch.png", dpi=120)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
+
+def plot_codec(result: dict, exact: dict | None, path: Path) -> None:
+    codec, exact_rows = result["codec"], (exact or {}).get("codec", [])
     fig, ax = plt.subplots(figsize=(6, 4))
     for frames in sorted({c["frames"] for c in codec}):
         rows = [c for c in codec if c["frames"] == frames]
         line = ax.plot(
             [c["streams"] for c in rows], [c["audio_s_per_s"] for c in rows], "o-", label=f"{frames}-frame chunks"
         )
-        rows = [c for c in exact if c["frames"] == frames]
+        rows = [c for c in exact_rows if c["frames"] == frames]
         if rows:
             ax.plot([c["streams"] for c in rows], [c["audio_s_per_s"] for c in rows], "x--", color=line[0].get_color(),
                     label=f"{frames}-frame, exact fp32")  # fmt: skip
-    ax.axhline(2000, color="gray", ls="--", label="issue 5 target (64 x 8)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("streams per codec call")
     ax.set_ylabel("audio seconds decoded per wall second")
-    ax.set_title("codec_chunk (float32 codec, TF32 unless marked exact; CUDA graphs), H200", fontsize=9)
+    title = f"codec_chunk ({result.get('codec_dtype', 'float32')}, CUDA graphs), {gpu_of(result)}"
+    ax.set_title(title + ("; dashed: exact fp32" if exact_rows else ""), fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "codec_throughput_vs_batch.png", dpi=120)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--decode", type=Path, help="an engine_steps.py result with a decode section")
+    p.add_argument("--codec", type=Path, help="an engine_steps.py result with a codec section")
+    p.add_argument("--exact", type=Path, help="the same codec shapes with --no-codec-tf32")
+    args = p.parse_args(argv)
+    if not (args.decode or args.codec):
+        p.error("give --decode and/or --codec")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.decode:
+        plot_decode(json.loads(args.decode.read_text()), args.out_dir / "decode_step_vs_batch.png")
+    if args.codec:
+        exact = json.loads(args.exact.read_text()) if args.exact else None
+        plot_codec(json.loads(args.codec.read_text()), exact, args.out_dir / "codec_throughput_vs_batch.png")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main()

@@ -1,4 +1,4 @@
-"""How far bf16 is from fp32: logits error and greedy agreement, teacher-forced (issue 4).
+"""How far bf16 is from fp32: logits error and greedy agreement, teacher-forced.
 
     python benchmarks/precision.py --model DIR --device cuda --frames 32
 

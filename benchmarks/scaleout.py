@@ -1,4 +1,4 @@
-"""Scale-out benchmark (issue 8): one `cadence serve` deployment measured by several `cadence bench`
+"""Scale-out benchmark: one `cadence serve` deployment measured by several `cadence bench`
 client processes at once, their numbers merged.
 
 One Python client process tops out at a few hundred concurrent streams (its event loop lags, so its
@@ -7,7 +7,7 @@ out of the measurement. Also samples the CPU time of the API process and of each
 over every trial, to show which process is the bottleneck.
 
     python benchmarks/scaleout.py --label two-replicas --clients 2 --concurrency 256 512 \\
-        --out /tmp/scaleout -- /tmp/full06b --replicas 2 --device cuda --max-streams 256
+        --out /tmp/scaleout -- /tmp/full-0.6b --replicas 2 --device cuda --max-streams 256
 
 Everything after `--` goes to `cadence serve`. Writes OUT/LABEL/summary.json and prints one line
 per concurrency level; each client's own results stay in OUT/LABEL/c<N>/client<i>/.

@@ -7,8 +7,7 @@ so that, as in a walk, it is read from HBM rather than L2.
     python benchmarks/skinny_linear.py [--rows 1 16] [--shapes 4096x1024 ...] [--partials] [--json out.json]
 
 --partials times the split-K tiles without their ticket: the programs only store fp32 partials, for
-the next kernel to add (as the norm adds o's and down's, perf-notes #74; for qkv the attention would,
-the lever written down after #137).
+the next kernel to add (as the RMSNorm after o and down adds theirs).
 
 Prints, per (rows, N, K): cuBLAS, the tiles triton_ops.linear uses (`skinny_tiles`), and the
 fastest tiles found (BN, BK, warps, stages, split-K), in us per call and the weight-read bandwidth
@@ -41,7 +40,7 @@ SHAPES = {
 }
 
 
-# Split-K (perf-notes #21) against the unsplit tiles of #20's sweep, whose winners all used 4 warps.
+# Every tile shape, unsplit and split over K (the programs' fp32 partials added by a ticket).
 def sweep_tiles(stages: tuple[int, ...] = (3,)) -> list[triton_ops.SkinnyTiles]:
     return [
         triton_ops.SkinnyTiles(block_n, block_k, warps, stage, split)
@@ -83,7 +82,7 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument(
         "--stages", type=int, nargs="+", default=[3],
-        help="pipeline stages to sweep (3: #20's and #60's sweeps; each adds 48 tiles a shape)",
+        help="pipeline stages to sweep (default 3; each adds 48 tiles a shape)",
     )  # fmt: skip
     p.add_argument("--shapes", nargs="+", metavar="NxK", help="only these of the walk's shapes (default: all)")
     p.add_argument("--partials", action="store_true",
@@ -110,7 +109,7 @@ def main() -> None:
             x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
             w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
             # Each call of a graph reads its own copy, so the weights come from HBM as in a walk
-            # (one 8-12 MB weight read 50 times would sit in the 50 MB L2: the first sweeps did that).
+            # (one 8-12 MB weight read 50 times would sit in the 50 MB L2).
             weights = [w] + [w.clone() for _ in range(CALLS - 1)]
             out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
             ref = torch.nn.functional.linear(x, w)

@@ -15,9 +15,16 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from .cli_options import (
+    DEFAULT_MODEL,
+    add_codec_decode_argument,
+    add_device_argument,
+    add_model_arguments,
+    add_sampling_arguments,
+    engine_config_from_args,
+    sampling_from_args,
+)
 from .dependencies import MissingDependencyError, is_own_module, missing_dependency
-
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 
 log = logging.getLogger("cadence")
 
@@ -39,144 +46,123 @@ FEATURE_COMMANDS = {
 }
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--model",
-        "-m",
-        default=DEFAULT_MODEL,
-        help=f"checkpoint directory or Hugging Face id (default: {DEFAULT_MODEL})",
-    )
-    p.add_argument(
-        "--dummy-weights",
-        action="store_true",
-        help="random weights of --model's architecture, to try the command without weights (the audio is noise); "
-        "the released Qwen/Qwen3-TTS-12Hz-* names work offline",
-    )
-    p.add_argument(
-        "--dummy-preset",
-        choices=["full", "tiny"],
-        default="full",
-        help="with --dummy-weights: full size, or a tiny model that runs fast on a CPU (default full)",
-    )
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "bf16", "fp32"],
-        help="talker precision; auto = bf16 on GPU, fp32 on CPU (the codec always runs in fp32)",
-    )
-    p.add_argument(
-        "--tokenizer-regex",
-        default="qwen2",
-        choices=["qwen2", "mistral"],
-        help="pre-tokenizer regex: qwen2 (the model's training regex, default) or mistral (what the "
-        "official package applies to local checkpoint directories under transformers 4.57.3)",
-    )
-
-
-def _add_sampling_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "sampling (defaults: the checkpoint's generation_config.json; the first codebook is the talker's, "
-        "codebooks 1-15 the code predictor's, the subtalker_* settings of the official package)"
-    )
-    g.add_argument("--greedy", action="store_true", help="argmax everywhere (deterministic)")
-    g.add_argument("--seed", type=int, help="random seed for sampling")
-    g.add_argument(
-        "--temperature", type=float, help="the first codebook's; 0: greedy for every codebook, unless the "
-        "--subtalker-* options say otherwise"
-    )  # fmt: skip
-    g.add_argument("--top-k", type=int, help="the first codebook's (0: off)")
-    g.add_argument("--top-p", type=float, help="the first codebook's")
-    g.add_argument("--repetition-penalty", type=float, help="over the first codebook's earlier codes")
-    g.add_argument("--subtalker-temperature", type=float, help="codebooks 1-15 (0: greedy)")
-    g.add_argument("--subtalker-top-k", type=int, help="codebooks 1-15 (0: off)")
-    g.add_argument("--subtalker-top-p", type=float, help="codebooks 1-15")
-    g.add_argument(
-        "--subtalker-dosample", action=argparse.BooleanOptionalAction, help="sample codebooks 1-15, or argmax them"
-    )
-    g.add_argument(
-        "--max-new-tokens", type=int, help="most audio frames to generate (80 ms each; the official package's "
-        "max_new_tokens counts the end-of-speech step too, so N there gives at most N-1 frames)"
-    )  # fmt: skip
-    g.add_argument(
-        "--no-runaway-guard", dest="runaway_guard", action="store_false", help="let the generation run to its end "
-        "of speech or --max-new-tokens, as the official package does; by default it stops (finish_reason runaway) "
-        "at more frames than the text can need, a loop of repeating codes, or seconds of silence"
-    )  # fmt: skip
-
-
 def cmd_synth(args: argparse.Namespace) -> int:
-    import queue
-
-    import numpy as np
-    from tqdm import tqdm
-
-    from .audio import write_wav
-    from .engine.config import EngineConfig, RunawayGuard
     from .engine.engine import Engine
     from .errors import InvalidRequestError
 
     # The line break that ends piped text (echo, here-documents) is not meant to be spoken; kept, it
     # changes the tokens ("." + "\n" -> ".\n") from those of the same text given as an argument.
     text = args.text if args.text not in (None, "-") else sys.stdin.read().rstrip("\r\n")
+    pieces = _long_form_pieces(text, args.long_form_chars)
     model = _load_model(args)
     clone = _reference_voice(args, model) if args.ref_audio else None
     # The serving engine with one slot: the same walks, stop rules and runaway guard as the server.
-    config = EngineConfig(
-        max_streams=1,
-        max_queue=1,
-        kv_cache_memory=args.kv_cache_memory,
-        runaway=RunawayGuard(enabled=args.runaway_guard),
-        codec_decode=args.codec_decode,
-    )
-    engine = Engine(model, config)
+    engine = Engine(model, engine_config_from_args(args, max_streams=1, max_queue=1))
     try:
-        request = model.prepare(_synthesis_request(args, text, clone), engine.config.max_input_tokens)
-    except InvalidRequestError as e:
-        print(f"error: {e}", file=sys.stderr)
+        try:
+            requests = [_prepare_piece(args, model, engine, piece, i, clone) for i, piece in enumerate(pieces)]
+        except InvalidRequestError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if model.instruct_ignored(args.instruct):
+            log.warning("--instruct is ignored: the %s model does not take instructions", model.config.size_label)
+        start = time.perf_counter()
+        result = _generate_pieces(engine, requests, round(args.long_form_pause * model.sample_rate), args.quiet)
+    finally:
         engine.close()
-        return 2
-    if model.instruct_ignored(args.instruct):
-        log.warning("--instruct is ignored: the %s model does not take instructions", model.config.size_label)
-
-    start = time.perf_counter()
-    chunks: queue.Queue = queue.Queue()
-    engine.submit(request, chunks.put)
-    pcm, last = [], None
-    with tqdm(desc="generating", unit="frame", disable=args.quiet) as bar:
-        while last is None or not last.is_final:
-            last = chunks.get()
-            pcm.append(last.pcm)
-            bar.update(last.num_frames)
-    engine.close()
-    elapsed = time.perf_counter() - start
-    if last.finish_reason == "error":
-        print(f"error: synthesis failed: {last.error}", file=sys.stderr)
+    if result.error is not None:
+        print(f"error: synthesis failed: {result.error}", file=sys.stderr)
         return 1
-    audio = np.concatenate(pcm)
-    write_wav(args.output, audio, model.sample_rate)
-    seconds = audio.size / model.sample_rate
-    cause = f" ({last.runaway_cause})" if last.runaway_cause else ""
-    print(
-        f"wrote {args.output}: {last.frame_end} frames, {seconds:.2f} s of audio at {model.sample_rate} Hz "
-        f"({audio.size} samples), finish_reason={last.finish_reason}{cause}, {elapsed:.1f} s wall "
-        f"(RTF wall/audio {elapsed / max(seconds, 1e-9):.2f})",
-        file=sys.stderr,
-    )
+    _write_synth_output(args, result, model.sample_rate, time.perf_counter() - start)
     return 0
 
 
-def _synthesis_request(args: argparse.Namespace, text: str, clone):
-    """The request `cadence synth`'s options describe."""
-    from .models.qwen3_tts.frontend import SynthesisRequest
+def _long_form_pieces(text: str, max_chars: int) -> list[str]:
+    """The text as the pieces `cadence synth` speaks one after another: cut as the server cuts a
+    long input (paragraphs, then sentences) when it is longer than `max_chars` (0: never cut)."""
+    if not max_chars or len(text) <= max_chars:
+        return [text]
+    from .server.segmenter import split_long_text
 
-    return SynthesisRequest(
-        text, args.voice, args.language, args.instruct, args.layout, clone=clone, x_vector_only=args.x_vector_only,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-        subtalker_temperature=args.subtalker_temperature, subtalker_top_k=args.subtalker_top_k,
-        subtalker_top_p=args.subtalker_top_p, subtalker_dosample=args.subtalker_dosample,
-        max_new_tokens=args.max_new_tokens, seed=args.seed, greedy=args.greedy,
+    return split_long_text(text, max_chars) or [text]
+
+
+def _prepare_piece(args: argparse.Namespace, model, engine, text: str, index: int, clone):
+    """Piece `index`'s engine request: the command's voice and sampling, seeded `seed + index`."""
+    from .models.qwen3_tts.frontend import SynthesisRequest
+    from .server.long_form import piece_seed
+
+    sampling = sampling_from_args(args)
+    overrides = {**sampling.overrides(), "seed": piece_seed(sampling.seed, index)}
+    synthesis = SynthesisRequest(
+        text,
+        args.voice,
+        args.language,
+        args.instruct,
+        args.layout,
+        clone=clone,
+        x_vector_only=args.x_vector_only,
+        **overrides,
+        greedy=args.greedy,
     )  # fmt: skip
+    return model.prepare(synthesis, engine.config.max_input_tokens)
+
+
+@dataclass
+class SynthResult:
+    """What the pieces of one `cadence synth` produced."""
+
+    audio: object  # float32 samples, the pieces joined by their pauses
+    frames: int
+    pieces: int
+    finish_reasons: list[str]
+    runaway_causes: list[str]
+    error: str | None = None
+
+
+def _generate_pieces(engine, requests: list, pause_samples: int, quiet: bool) -> SynthResult:
+    """Run the requests one after another, a progress bar of frames (and pieces, if several)."""
+    import queue
+
+    import numpy as np
+    from tqdm import tqdm
+
+    pcm, reasons, causes, frames = [], [], [], 0
+    for index, request in enumerate(requests):
+        if index:
+            pcm.append(np.zeros(pause_samples, np.float32))
+        chunks: queue.Queue = queue.Queue()
+        engine.submit(request, chunks.put)
+        desc = f"piece {index + 1}/{len(requests)}" if len(requests) > 1 else "generating"
+        last = None
+        with tqdm(desc=desc, unit="frame", disable=quiet) as bar:
+            while last is None or not last.is_final:
+                last = chunks.get()
+                pcm.append(last.pcm)
+                bar.update(last.num_frames)
+        if last.finish_reason == "error":
+            return SynthResult(None, frames, len(requests), reasons, causes, error=last.error)
+        frames += last.frame_end
+        reasons.append(last.finish_reason)
+        if last.runaway_cause:
+            causes.append(last.runaway_cause)
+    return SynthResult(np.concatenate(pcm), frames, len(requests), reasons, causes)
+
+
+def _write_synth_output(args: argparse.Namespace, result: SynthResult, sample_rate: int, elapsed: float) -> None:
+    from .audio import write_wav
+
+    write_wav(args.output, result.audio, sample_rate)
+    seconds = result.audio.size / sample_rate
+    reasons = ",".join(dict.fromkeys(result.finish_reasons))  # one word when every piece ended alike
+    cause = f" ({', '.join(result.runaway_causes)})" if result.runaway_causes else ""
+    in_pieces = f" in {result.pieces} pieces" if result.pieces > 1 else ""
+    print(
+        f"wrote {args.output}: {result.frames} frames{in_pieces}, {seconds:.2f} s of audio at {sample_rate} Hz "
+        f"({result.audio.size} samples), finish_reason={reasons}{cause}, {elapsed:.1f} s wall "
+        f"(RTF wall/audio {elapsed / max(seconds, 1e-9):.2f})",
+        file=sys.stderr,
+    )
 
 
 def _load_model(args: argparse.Namespace):
@@ -227,8 +213,32 @@ def register_feature(command: str, subparsers: argparse._SubParsersAction) -> No
         raise missing_dependency(e, f"`cadence {command}`") from e
 
 
+def build_parser(features: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The command line. `features`: the feature commands (FEATURE_COMMANDS) whose options are built,
+    raising MissingDependencyError for a package one lacks; the others are only listed. None: all
+    of them, those whose dependencies are missing only listed."""
+    parser = argparse.ArgumentParser(
+        prog="cadence",
+        description="Streaming text-to-speech for the Qwen3-TTS 12 Hz models.",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_synth_command(sub)
+    _add_checkpoint_command(sub)
+    for name, feature in FEATURE_COMMANDS.items():
+        if features is None or name in features:
+            try:
+                register_feature(name, sub)
+                continue
+            except MissingDependencyError:
+                if features is not None:
+                    raise
+        sub.add_parser(name, help=feature.help, add_help=False)  # listed; `cadence NAME` builds it in full
+    return parser
+
+
 def _add_synth_command(sub: argparse._SubParsersAction) -> None:
-    """`cadence synth`: one utterance to a WAV file."""
     p = sub.add_parser(
         "synth",
         help="synthesise one utterance to a WAV file",
@@ -236,7 +246,14 @@ def _add_synth_command(sub: argparse._SubParsersAction) -> None:
         "(CustomVoice), a voice cloned from --ref-audio (Base), or one described by --instruct (VoiceDesign).",
     )
     p.add_argument("text", nargs="?", help="text to speak; '-' or nothing reads standard input")
-    _add_model_args(p)
+    p.add_argument(
+        "--model",
+        "-m",
+        default=DEFAULT_MODEL,
+        help=f"checkpoint directory or Hugging Face id (default: {DEFAULT_MODEL})",
+    )
+    add_device_argument(p)
+    add_model_arguments(p)
     p.add_argument("--voice", "-v", help="preset speaker of a CustomVoice model (ryan, vivian, ...; default ryan)")
     p.add_argument("--language", "-l", default="auto", help="auto, english, chinese, ... (default auto)")
     p.add_argument(
@@ -257,19 +274,25 @@ def _add_synth_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", "-o", default="out.wav", help="WAV file to write (default out.wav)")
     p.add_argument("--kv-cache-memory", type=float, default=1.0, help="GB of KV cache for the request (default 1)")
     p.add_argument(
-        "--codec-decode",
-        choices=["exact", "chunked"],
-        default="exact",
-        help="exact (default): the decode of the whole utterance; chunked: past 300 frames (24 s) the official "
-        "package's decode, which restarts the codec every 300 frames with 25 frames of context (bit-parity with "
-        "qwen-tts; it differs from the exact audio there)",
-    )
-    _add_sampling_args(p)
+        "--long-form-chars", type=int, default=600, metavar="N", help="a text longer than N characters is spoken "
+        "as pieces of at most N, cut at paragraphs and sentences, one after another into the one WAV file, as the "
+        "server speaks a long input (default 600; 0: never cut)"
+    )  # fmt: skip
+    p.add_argument(
+        "--long-form-pause", type=float, default=0.25, metavar="S", help="seconds of silence between the pieces "
+        "(default 0.25)"
+    )  # fmt: skip
+    add_codec_decode_argument(p)
+    sampling = add_sampling_arguments(p)
+    sampling.add_argument(
+        "--no-runaway-guard", dest="runaway_guard", action="store_false", help="let the generation run to its end "
+        "of speech or --max-new-tokens, as the official package does; by default it stops (finish_reason runaway) "
+        "at more frames than the text can need, a loop of repeating codes, or seconds of silence"
+    )  # fmt: skip
     p.set_defaults(func=cmd_synth)
 
 
 def _add_checkpoint_command(sub: argparse._SubParsersAction) -> None:
-    """`cadence checkpoint random`: random-weight checkpoints."""
     p = sub.add_parser("checkpoint", help="checkpoint tools")
     csub = p.add_subparsers(dest="checkpoint_command", required=True)
     r = csub.add_parser(
@@ -295,31 +318,6 @@ def _add_checkpoint_command(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", required=True, help="directory to write")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=cmd_checkpoint_random)
-
-
-def build_parser(features: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The command line. `features`: the feature commands (FEATURE_COMMANDS) whose options are built,
-    raising MissingDependencyError for a package one lacks; the others are only listed. None: all
-    of them, those whose dependencies are missing only listed."""
-    parser = argparse.ArgumentParser(
-        prog="cadence",
-        description="Streaming text-to-speech for the Qwen3-TTS 12 Hz models.",
-    )
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    _add_synth_command(sub)
-    _add_checkpoint_command(sub)
-    for name, feature in FEATURE_COMMANDS.items():
-        if features is None or name in features:
-            try:
-                register_feature(name, sub)
-                continue
-            except MissingDependencyError:
-                if features is not None:
-                    raise
-        sub.add_parser(name, help=feature.help, add_help=False)  # listed; `cadence NAME` builds it in full
-    return parser
 
 
 def chosen_command(argv: list[str]) -> str | None:

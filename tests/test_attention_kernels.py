@@ -63,7 +63,7 @@ def test_paged_attention(ops, dtype, splits, shape):
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_paged_attention_index_dtypes(ops, index_dtype):
     """The engine passes int64 context lengths and block tables; the kernel narrows the lengths to
-    int32 itself (perf-notes #84): int32 and int64 indices give the same bits."""
+    int32 itself (64-bit loop bounds slow its block loop): int32 and int64 indices give the same bits."""
     tri, _ = ops
     hq, hkv, d, ps, contexts = ATTENTION_SHAPES[1]
     g = torch.Generator(device=DEV).manual_seed(4)
@@ -102,7 +102,7 @@ def test_qk_norm_rope_attention(ops, dtype, splits, shape, stages):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_qk_norm_rope_attention_above_the_fused_rows(ops, dtype):
     """Above FUSED_ATTENTION_MAX_ROWS rows the decode attention is qk_norm_rope_store then
-    paged_attention (slower fused at 256 rows, perf-notes #64): bit for bit those two kernels, and
+    paged_attention (the fused kernel is slower at 256 rows): bit for bit those two kernels, and
     within rounding of the definition."""
     tri, ref = ops
     hq, hkv, d, ps, contexts = ATTENTION_SHAPES[0]
@@ -149,9 +149,9 @@ def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps, stages):
 
 def test_attention_tiles_prefetch_only_where_kernels_wait_first(ops):
     """The first block's L2 prefetch before the PDL wait goes to graphs whose kernels wait first (up
-    to 32 rows); under trigger first (64 rows) it made the walk slower (perf-notes #72). The
+    to 32 rows); under trigger first (64 rows) it makes the decode step slower. The
     code predictor's short contexts keep 32-token blocks; the talker's long ones 64-token blocks, in a
-    plain loop below 8 rows (split 4-16 ways) and pipelined from 8 rows up (perf-notes #85)."""
+    plain loop below 8 rows (split 4-16 ways) and pipelined from 8 rows up."""
     tri, _ = ops
     assert [tri.attention_tiles(rows, 17).prefetch for rows in (1, 16, 32, 33, 64)] == [True] * 3 + [False] * 2
     assert [tri.attention_tiles(rows).prefetch for rows in (1, 8, 64, 256)] == [True, True, False, False]

@@ -6,17 +6,16 @@ from __future__ import annotations
 import copy
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_run import SAMPLES_PER_FRAME, cadence, read_wav, reported_frames
 from clips import encode_file, reference_audio
 from safetensors.torch import load_file
 
@@ -27,37 +26,7 @@ from cadence.models.qwen3_tts.reference import generate
 from official import Official
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLES_PER_FRAME = 1920
 SPEAKERS = "aiden, dylan, eric, ono_anna, ryan, serena, sohee, uncle_fu, vivian"
-
-
-def cadence(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python -m cadence.cli ARGS` in a fresh process, offline (nothing here may touch the hub), with
-    this process's thread count so that its float results are comparable with in-process ones."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    return subprocess.run(
-        [sys.executable, "-m", "cadence.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-    )
-
-
-def read_wav(path: Path) -> tuple[np.ndarray, int, int, int]:
-    """(int16 samples, channels, sample width in bytes, rate) with nothing but the stdlib reader."""
-    with wave.open(str(path), "rb") as f:
-        pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
-        assert len(pcm) == f.getnframes() * f.getnchannels()
-        return pcm, f.getnchannels(), f.getsampwidth(), f.getframerate()
-
-
-def reported_frames(stderr: str) -> tuple[int, str]:
-    m = re.search(r"(\d+) frames, .* finish_reason=(\w+)", stderr)
-    assert m, stderr
-    return int(m.group(1)), m.group(2)
 
 
 @pytest.fixture(scope="module")
@@ -310,6 +279,21 @@ def test_help(args, expected):
     assert r.stdout.startswith("usage: cadence")
     for option in expected:
         assert option in r.stdout, option
+
+
+def test_synth_has_one_option_a_sampling_field():
+    """`cadence synth`'s sampling options are generated from SamplingOverrides, as the server's fields are."""
+    from cadence.cli import build_parser
+    from cadence.cli_options import sampling_from_args
+    from cadence.sampling import SamplingOverrides, sampling_fields
+
+    parser = build_parser([])
+    synth = parser._subparsers._group_actions[0].choices["synth"]
+    options = {o for action in synth._actions for o in action.option_strings}
+    assert {"--" + f.name.replace("_", "-") for f in sampling_fields()} <= options
+    assert [f.name for f in sampling_fields()] == list(SamplingOverrides.__struct_fields__)
+    args = parser.parse_args(["synth", "x", "--top-k", "5", "--no-subtalker-dosample", "--temperature", "0.5"])
+    assert sampling_from_args(args) == SamplingOverrides(top_k=5, subtalker_dosample=False, temperature=0.5)
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,14 @@
-"""The Codec partition under CUDA graphs against the fp32 offline decode (issue 5), on a GPU.
+"""The Codec partition under CUDA graphs against the fp32 offline decode, on a GPU.
 
 Every (batch bucket, frames bucket) graph is exercised: streams of different lengths advance with
 schedules made of 1, 2, 4 and 8-frame chunks, several per call, and a finishing stream flushes an
 odd-sized last chunk (padded inside the graph, trimmed after). The concatenated audio of each stream
 must equal the fp32 `CodecDecoder.forward` over all its codes within 1e-4 (fp32, TF32 off), or
 within 1e-2 with TF32 on, the default (3x the official decode's own batch-to-batch variation).
-With the codec in bfloat16/float16 (EngineConfig.codec_dtype, opt-in) issue 5 asked for 1e-3,
-which neither meets: on the H200 this tiny codec measured 0.11-0.18 (bf16) and 0.013-0.015 (fp16)
-(docs/perf-notes.md #11). Their bounds here are those measurements with a margin, guarding against
-regressions (NaN, silence, a lost fp32 SnakeBeta) rather than claiming parity. The error is
+With the codec in bfloat16/float16 (EngineConfig.codec_dtype, opt-in) neither is within 1e-3: on
+an H200 this tiny codec moves 0.11-0.18 (bf16) and 0.013-0.015 (fp16). Their bounds here are those
+measurements with a margin, guarding against regressions (NaN, silence, a lost fp32 SnakeBeta)
+rather than claiming parity. The error is
 printed first (-s).
 """
 

@@ -1,4 +1,4 @@
-"""The Codec partition in bfloat16/float16 (EngineConfig.codec_dtype, issue 5), on the tiny random
+"""The Codec partition in bfloat16/float16 (EngineConfig.codec_dtype), on the tiny random
 codec (CPU).
 
 Half precision cannot match the fp32 decode within 1e-4 as the fp32 stream does: every bf16 rounding

@@ -36,7 +36,7 @@ def test_plans():
     assert attention_plan(64, 16, 8, 64, 16, torch.bfloat16) is None
     assert attention_plan(64, 16, 8, 128, 32, torch.bfloat16) is None
     assert attention_plan(64, 32, 2, 128, 16, torch.bfloat16) is None  # 16 query heads a kv head
-    pairs = attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2)  # 64 streams of 2 rows (#137)
+    pairs = attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2)  # 64 streams of 2 rows: the first pass
     assert pairs.heads_per_cta == 4 and pairs.grid(128) == 128 and plan.smem < pairs.smem <= 227 * 1024
     assert attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=5) is None  # 10 queries a kv head
 
@@ -72,7 +72,7 @@ def _check(qkv, args, caches, rest, out: torch.Tensor, k: torch.Tensor, v: torch
     "heads,contexts,per_cta,stages",
     [((16, 8), [1, 2, 16, 17, 33, 130], 4, 2),  # the talker's heads; pages reissued past 2 in flight
      ((16, 8), [5, 48, 49], 2, 3),  # two kv heads a CTA; a context ending a page exactly (48 + 1)
-     ((16, 8), [1, 2, 16, 17, 40], 4, 1),  # one stage (#136): each page after the first waits for it to empty
+     ((16, 8), [1, 2, 16, 17, 40], 4, 1),  # one stage: each page after the first waits for it to empty
      ((8, 8), [20, 64], 1, 2),  # one query head a kv head (half of D's columns unused)
      ((16, 8), [1, 2, 17, 49, 100], 4, 4)],  # four stages: none, one, odd and even pages
 )  # fmt: skip
@@ -92,7 +92,7 @@ def test_kernel_logic_on_the_cpu(tmp_path, heads, contexts, per_cta, stages):
 @needs_gxx
 @pytest.mark.parametrize("per_cta,stages", [(4, 1), (2, 2)])
 def test_two_new_tokens_a_sequence_on_the_cpu(tmp_path, per_cta, stages):
-    """NEW = 2 (the code predictor's first pass, perf-notes #137): every two consecutive rows one
+    """NEW = 2 (the code predictor's first pass): every two consecutive rows one
     sequence's two new tokens, the first attending over the cached pages and itself, the second over
     them and both new tokens; contexts of two tokens (the first pass: no cached page), three, a page
     boundary between the two new tokens (17) and after them (32, 33). Within bf16 rounding of the
@@ -171,7 +171,7 @@ def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
 
 @gpu
 def test_the_first_pass_on_the_gpu():
-    """The code predictor's first pass at b64 (perf-notes #137: 64 streams of two new tokens): the
+    """The code predictor's first pass at batch 64 (64 streams of two new tokens): the
     dispatcher takes the kernel, captured in a graph under
     trigger-first PDL behind the Triton kernel that writes its qkv rows; the definition's outputs and
     caches, for the first pass's contexts (2) and longer ones."""

@@ -39,7 +39,7 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
         "decode attention": (cuda_attention.SOURCE, attention.defines),
         "decode attention, trigger first": (
             cuda_attention.SOURCE, dataclasses.replace(attention, trigger_first=True).defines),
-        "decode attention, two new tokens a stream (the first pass, #137)": (
+        "decode attention, two new tokens a stream (the first pass)": (
             cuda_attention.SOURCE,
             cuda_attention.attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2).defines),
         "gemm64 qkv": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(4096, 1024, 64).defines),

@@ -111,7 +111,7 @@ def test_flags_given_on_the_command_line_override_the_file(tmp_path: Path):
 def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
     from typing import get_args, get_type_hints
 
-    import cadence.server.cloning
+    import cadence.server.cli
     import cadence.server.state
     from cadence.deploy.config import EngineSection
     from cadence.engine.config import CODEC_DTYPES
@@ -120,7 +120,7 @@ def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_pa
     assert get_args(get_type_hints(EngineSection)["codec_dtype"]) == CODEC_DTYPES  # one list of names
     # the replicas' configs as build_state hands them over, without opening the engines' sockets
     monkeypatch.setattr(cadence.server.state, "ServerState", lambda settings, frontend, voices, replicas: replicas)
-    monkeypatch.setattr(cadence.server.cloning, "attach", lambda state, args, checkpoint: None)
+    monkeypatch.setattr(cadence.server.cli, "attach_cloning", lambda state, args, checkpoint: None)
     path = tmp_path / "deploy.yaml"
     path.write_text("engine:\n  codec_dtype: bfloat16\n  codec_tf32: false\n")
     args = build_parser().parse_args(["serve", str(tiny_checkpoint), "--config", str(path), "--device", "cpu"])
@@ -138,7 +138,7 @@ def test_codec_precision_reaches_the_engine_config(tiny_checkpoint: Path, tmp_pa
 def test_runaway_guard_and_codec_decode_reach_the_engine_config(tiny_checkpoint: Path, tmp_path: Path, monkeypatch):
     from typing import get_args, get_type_hints
 
-    import cadence.server.cloning
+    import cadence.server.cli
     import cadence.server.state
     from cadence.deploy.config import EngineSection
     from cadence.engine.config import CODEC_DECODES, RunawayGuard
@@ -146,7 +146,7 @@ def test_runaway_guard_and_codec_decode_reach_the_engine_config(tiny_checkpoint:
 
     assert get_args(get_type_hints(EngineSection)["codec_decode"]) == CODEC_DECODES
     monkeypatch.setattr(cadence.server.state, "ServerState", lambda settings, frontend, voices, replicas: replicas)
-    monkeypatch.setattr(cadence.server.cloning, "attach", lambda state, args, checkpoint: None)
+    monkeypatch.setattr(cadence.server.cli, "attach_cloning", lambda state, args, checkpoint: None)
     path = tmp_path / "deploy.yaml"
     path.write_text("engine:\n  codec_decode: chunked\n  runaway: {min_frames: 10, silence_seconds: 0}\n")
 
@@ -163,6 +163,37 @@ def test_runaway_guard_and_codec_decode_reach_the_engine_config(tiny_checkpoint:
     assert off.runaway == RunawayGuard(enabled=False, min_frames=10, silence_seconds=0.0)
     assert off.codec_decode == "exact"
     assert DeployFile().flat()["runaway"] == RunawayGuard() and RunawayGuard().enabled
+
+
+def test_every_engine_option_reaches_the_engine_config(tmp_path: Path):
+    """engine_config_from_args takes each EngineConfig field from the option of its name; the deployment
+    file's sections and the flags that adjust them (--chunk-deadline, --no-runaway-guard) included."""
+    from cadence.cli_options import engine_config_from_args
+    from cadence.engine.config import EngineConfig, RunawayGuard
+
+    path = tmp_path / "deploy.yaml"
+    path.write_text("engine:\n  page_size: 32\n  chunk_policy: {max_chunk_frames: 4}\n  runaway: {min_frames: 9}\n")
+    flags = ["--max-streams", "3", "--max-queue", "0", "--kv-cache-memory", "0.5", "--kv-cache-fraction", "0.25"]
+    flags += ["--prefill-token-budget", "64", "--max-input-tokens", "100", "--max-seq-tokens", "900"]
+    flags += ["--attention-backend", "torch", "--enforce-eager", "--graph-buckets", "1,2", "--chunk-deadline", "0.5"]
+    flags += ["--pipeline-codec", "--codec-dtype", "float16", "--no-codec-tf32", "--codec-decode", "chunked"]
+    flags += ["--no-runaway-guard", "--pdl-max-rows", "8", "--slab-max-rows", "1"]
+    args = build_parser().parse_args(["serve", "--config", str(path), *flags])
+    apply_deploy_file(args)
+    assert engine_config_from_args(args) == EngineConfig(
+        max_streams=3, max_queue=0, kv_cache_memory=0.5, kv_cache_fraction=0.25, page_size=32,
+        prefill_token_budget=64, max_input_tokens=100, max_seq_tokens=900, attention_backend="torch",
+        enforce_eager=True, graph_buckets=(1, 2), chunk_policy=ChunkPolicy(max_chunk_frames=4, deadline=0.5),
+        pipeline_codec=True, codec_dtype="float16", codec_tf32=False, codec_decode="chunked",
+        runaway=RunawayGuard(enabled=False, min_frames=9), pdl_max_rows=8, slab_max_rows=1,
+    )  # fmt: skip
+    args = build_parser().parse_args(["serve", "--graph-buckets", ""])
+    apply_deploy_file(args)
+    assert engine_config_from_args(args) == EngineConfig()  # no file, no flags: the engine's defaults
+    synth = build_parser([]).parse_args(["synth", "Hi.", "--kv-cache-memory", "2", "--no-runaway-guard"])
+    assert engine_config_from_args(synth, max_streams=1, max_queue=1) == EngineConfig(
+        max_streams=1, max_queue=1, kv_cache_memory=2.0, runaway=RunawayGuard(enabled=False)
+    )
 
 
 def test_device_on_the_command_line_places_every_replica_of_the_file(tmp_path: Path):

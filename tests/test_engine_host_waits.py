@@ -1,7 +1,7 @@
-"""No host wait inside an engine step on a GPU (perf-notes #16), checked with PyTorch's sync debug
-mode: any synchronising copy, .item() or stream synchronisation raises. The waits the core means
-to make, on events of outputs that are due (a walk's read-back a step late, a codec walk's audio
-after the next walk is queued), are event waits and not flagged."""
+"""No host wait inside an engine step on a GPU, checked with PyTorch's sync debug mode: any
+synchronising copy, .item() or stream synchronisation raises. The waits the core means to make, on
+events of outputs that are due (a walk's read-back a step late, a codec walk's audio after the next
+walk is queued, a stream's first chunk behind its step's advance), are event waits and not flagged."""
 
 from __future__ import annotations
 

@@ -109,3 +109,38 @@ def test_streams_admitted_together_share_one_codec_call():
     # 40-token prompts: 51 admitted in the first step (the 2048-token prefill budget), 29 in the next
     codec, _, codec_steps = run(80, 40, 1)
     assert codec.calls == [(51, 1), (29, 1)] and codec_steps == 2
+
+
+def test_a_streams_first_audio_leaves_in_the_step_that_admits_it():
+    """The first chunk is the time to first audio: it is collected in the step that admitted the
+    stream and decoded its first frame, not a step later as later chunks are."""
+    codec = RecordingCodec()
+    config = replace(EngineConfig(max_streams=4, max_queue=4), chunk_policy=ChunkPolicy(deadline=0.0))
+    core = EngineCore(NullTalker(4), codec, config)
+    core.add_request(request(0, 12, 10))
+    assert [(c.request_id, c.frame_start, c.frame_end) for c in core.step()] == [("r0", 0, 1)]
+    core.step()
+    core.add_request(request(1, 12, 10))  # joins a running stream
+    chunks = core.step()
+    assert ("r1", 0, 1) in [(c.request_id, c.frame_start, c.frame_end) for c in chunks]
+
+
+def test_first_chunks_are_launched_before_the_other_streams_chunks():
+    """A new stream's first chunk is queued on the device ahead of the running streams' larger chunks
+    of the same step, so that its time to first audio does not include their decode."""
+    both = 0
+    for joins_at in range(2, 6):  # the running streams' 2-frame chunks fall due every other step
+        codec = RecordingCodec()
+        policy = ChunkPolicy(first_chunk_frames=1, growth=2.0, max_chunk_frames=2, deadline=0.0)
+        core = EngineCore(NullTalker(8), codec, replace(EngineConfig(max_streams=8, max_queue=8), chunk_policy=policy))
+        for i in range(4):
+            core.add_request(request(i, 40, 10))
+        for _ in range(joins_at):
+            core.step()
+        core.add_request(request(9, 40, 10))
+        calls = len(codec.calls)
+        assert any(c.request_id == "r9" and c.frame_start == 0 for c in core.step())
+        step_calls = codec.calls[calls:]
+        assert step_calls[0] == (1, 1)  # the first chunk first
+        both += len(step_calls) > 1
+    assert both  # in some of these steps the running streams' chunks were launched after it

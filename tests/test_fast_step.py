@@ -77,8 +77,8 @@ def test_fused_sampling_equals_eager_and_late_joiners(model, backend):
 
 def test_the_code_predictors_first_pass_asks_for_two_new_tokens_a_stream(model, monkeypatch):
     """The code predictor's first pass (positions 0 and 1 of each stream as consecutive rows) goes to
-    the decode attention as two new tokens a sequence (perf-notes #137: the CUDA kernel takes it at
-    64 streams), its 14 decode steps and the talker's rows as one; with the torch ops the definition
+    the decode attention as two new tokens a sequence (the CUDA decode attention takes it at 64
+    streams), its 14 decode steps and the talker's rows as one; with the torch ops the definition
     is the same either way, so the walk's codes are checked by the tests above."""
     from cadence.kernels import torch_ops
 

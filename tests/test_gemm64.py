@@ -43,7 +43,7 @@ def test_plans_cover_the_06b_gemms_with_k_1024():
 
 
 def test_route_takes_the_swiglu_gemm_at_33_to_64_bf16_rows_on_hopper(monkeypatch):
-    """The MLP's gate/up with SwiGLU (perf-notes #127): bf16 rows of 33-64 on a Hopper GPU; not on the
+    """The MLP's gate/up with SwiGLU (the slab SwiGLU GEMM): bf16 rows of 33-64 on a Hopper GPU; not on the
     CPU, not at other row counts or in fp32."""
     x, gate_up = torch.zeros(64, 1024, dtype=torch.bfloat16), torch.zeros(6144, 1024, dtype=torch.bfloat16)
     assert cuda_gemm64.route(x, gate_up) is None  # on the CPU

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 def test_graphs_sharing_a_pool_reuse_each_others_freed_memory():
     # Each capture's intermediates (64 MB each) are freed by its end. Captured on one stream, the
     # next graph draws the same blocks again; on a stream per capture (the allocator reuses a block
-    # only on its own stream) every graph added its peak, 92 GB for the codec's 44 (perf-notes #62).
+    # only on its own stream) every graph would add its peak: 92 GB for the codec's 44 on an H200.
     dev = torch.device("cuda", torch.cuda.current_device())
     x = torch.randn(4096, 4096, device=dev)
 

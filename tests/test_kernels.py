@@ -46,8 +46,8 @@ def test_rope_qk(ops, dtype):
 
 
 def test_only_graphs_above_32_rows_trigger_first(ops):
-    """Perf-notes #65: letting each kernel in before the one before it waits took 0.16 ms off the
-    64-row walk on an H200 and put 0.64 ms on batch 1's, so only the 33-64-row bucket does it."""
+    """Trigger-first (each kernel lets the next in before it waits) makes the 64-row decode step
+    faster on an H200 and batch 1's slower, so only the 33-64-row bucket does it."""
     tri, _ = ops
     assert [tri.trigger_first_for(rows) for rows in (1, 4, 16, 32, 33, 64)] == [False] * 4 + [True] * 2
 

@@ -1,5 +1,5 @@
 """Cached keys and values pulled into L2 ahead of a decode layer's attention (kernels/kv_prefetch.py,
-perf-notes #135): the budget, which norm of a stack prefetches which layer (CPU, the PyTorch ops),
+the KV prefetch): the budget, which norm of a stack prefetches which layer (CPU, the PyTorch ops),
 which pages a norm program picks (the Triton helper, under the interpreter too), and on a GPU that a
 stack with the prefetch on computes the same bits as without it (a hint only)."""
 
@@ -163,9 +163,10 @@ def test_a_norm_program_picks_its_rows_first_tokens_pages(tokens):
 def test_a_stack_with_the_prefetch_computes_the_same_bits(megabytes, stack_kind):
     """The prefetch is a hint: three 0.6B-shaped layers at 64 decode rows give the same hidden
     states and cache writes, bit for bit, with it as without, eagerly and replayed from a graph
-    captured with PDL, trigger first (the b64 walk's launch). As the talker runs them: contexts of
-    1-500 tokens (the budgets: 128, 512 and 16 tokens a row; the Triton attention); as the code
-    predictor does: one 16-token page a row, contexts of 1-16 (the CUDA attention's short calls)."""
+    captured with PDL, trigger first (as the decode step launches them at batch 64). As the talker
+    runs them: contexts of 1-500 tokens (the budgets: 128, 512 and 16 tokens a row; the Triton
+    attention); as the code predictor does: one 16-token page a row, contexts of 1-16 (the CUDA
+    attention's short calls)."""
     from test_slab_gemv import _stack
 
     from cadence.kernels import triton_ops

@@ -35,8 +35,8 @@ def test_skinny_linear(ops, dtype, m, n, k):
 def test_skinny_linear_reads_strided_rows(ops, dtype, m):
     """Rows that are every other row of a larger tensor (the code predictor's first head reads
     the stack's output at position 1 of each stream, `h[1::2]`): each row is its own, not the
-    next row of the buffer. Until session 9 the kernel assumed contiguous rows, so in bf16 every
-    stream but the first of a 2-32-stream batch got codebook 1 from another row's state."""
+    next row of the buffer: a kernel that assumed contiguous rows would give every stream but the
+    first of a 2-32-stream batch codebook 1 from another row's state."""
     tri, _ = ops
     g = torch.Generator(device=DEV).manual_seed(9)
     x = torch.randn(2 * m, 1024, device=DEV, generator=g).to(dtype)[1::2]
@@ -46,7 +46,7 @@ def test_skinny_linear_reads_strided_rows(ops, dtype, m):
 
 
 def test_linear_routes_by_shape_and_rows(ops):
-    """Which GEMMs go to the weight-streaming kernel (perf-notes #28, #60, #113, #125): every shape
+    """Which GEMMs go to the weight-streaming kernel: every shape
     up to 16 rows; at 17-32 rows only the narrow weights (o_proj, down, the 2048-wide heads); at
     33-64 every shape but the 6144-wide gate/up, in 64-row tiles; at 65-128 the same in 128-row
     tiles; above 128, none."""
@@ -54,7 +54,7 @@ def test_linear_routes_by_shape_and_rows(ops):
 
     for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (3072, 1024), (2048, 1024)]:
         assert skinny_tiles(n, k, 1) is not None and skinny_tiles(n, k, 16) is not None
-        if n < 6144:  # the 6144-wide gate/up: cuBLAS at 33-64 rows (#113)
+        if n < 6144:  # the 6144-wide gate/up: cuBLAS at 33-64 rows
             assert skinny_tiles(n, k, 33).block_m == 64 and skinny_tiles(n, k, 64).block_m == 64
             assert skinny_tiles(n, k, 65).block_m == 128 and skinny_tiles(n, k, 128).block_m == 128
         assert skinny_tiles(n, k, 129) is None
@@ -66,7 +66,7 @@ def test_linear_routes_by_shape_and_rows(ops):
               if skinny_tiles(n, k, 32) is not None}  # fmt: skip
     assert routed == {(1024, 2048), (1024, 3072), (2048, 1024)}
     assert all(skinny_tiles(n, k, 32).block_m == 32 for n, k in routed)
-    # 33-64 rows (#112): the unsplit tiles in 4 stages
+    # 33-64 rows: the unsplit tiles in 4 stages
     assert [skinny_tiles(n, 1024, 64).stages for n in (4096, 3072, 2048)] == [4, 4, 4]
 
 
@@ -124,7 +124,7 @@ def test_skinny_linear_up_to_64_rows(ops, dtype, split_k, stages):
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
 @pytest.mark.parametrize("m", [65, 128])
 def test_128_row_tiles_compute_the_definition(ops, dtype, m):
-    """65-128 rows (perf-notes #125: the b64 code predictor's first pass) in 128-row tiles: the
+    """65-128 rows (the code predictor's first pass at batch 64) in 128-row tiles: the
     plain and split-K products and the o / down projection with its norm (partials added by the
     norm) are the definition's."""
     from cadence.kernels import triton_ops
@@ -155,7 +155,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
     bits on a GPU, where both run the same tensor-core dots and round at the same points (under
     the interpreter numpy's matmul may order the fp32 sums differently); against the PyTorch
     definition within rounding. `linear_swiglu` takes the fused kernel for bf16 rows with tiles.
-    48 rows: the 64-row tiles, which `linear_swiglu` does not route there (perf-notes #75)."""
+    48 rows: the 64-row tiles, which `linear_swiglu` does not route there."""
     from cadence.kernels.triton_linear import gate_up_slabs
     from cadence.kernels.triton_ops import SkinnyTiles, skinny_linear, skinny_tiles, swiglu_tiles
 
@@ -163,7 +163,7 @@ def test_linear_swiglu(ops, dtype, m, inter):
     g = torch.Generator(device=DEV).manual_seed(12)
     x = torch.randn(m, 1024, device=DEV, generator=g).to(dtype)
     w = (torch.randn(2 * inter, 1024, device=DEV, generator=g) / 32).to(dtype)
-    # 48 rows: gate/up goes to cuBLAS (#113); the kernel's 64-row tiles are still what the sweep times
+    # 48 rows: gate/up goes to cuBLAS; the kernel's 64-row tiles are still what the sweep times
     tiles = skinny_tiles(2 * inter, 1024, m) or SkinnyTiles(block_n=64, block_k=256, block_m=64)
     unfused = tri.silu_mul(skinny_linear(x, w, tiles))
     fused_tiles = swiglu_tiles(2 * inter, 1024, m) or gate_up_slabs(tiles)
@@ -191,7 +191,7 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, dtype, m, n, k, 
     norm kernel adds them in split order, so the GEMM takes no ticket. Against the GEMM's last
     program adding them then the norm kernel (`linear` then `rms_norm`): the rows' sum the same
     bits, on every call; the normalised rows too under the interpreter, and within two bf16 steps on
-    a GPU, where the partials' norm reduces over 8 warps, not 4 (perf-notes #77). Within rounding of
+    a GPU, where the partials' norm reduces over 8 warps, not 4. Within rounding of
     the PyTorch definition. Without a residual: the two kernels."""
     from cadence.kernels import triton_ops
     from cadence.kernels.triton_linear import _split_k_workspace

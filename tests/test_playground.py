@@ -117,7 +117,7 @@ def test_a_base_checkpoint_saves_a_voice_from_the_page(tiny_base_checkpoint, tmp
         page.locator("#clone-consent").check()
         page.get_by_role("button", name="Save voice").click()
         expect(page.locator("#clone-status")).to_contain_text("saved", timeout=120_000)
-        assert page.locator("#voice option:checked").inner_text() == "From the page"
+        expect(page.locator("#voice option:checked")).to_have_text("From the page")
         page.locator("#max-new-tokens").fill(str(FRAMES))
         page.get_by_role("button", name="Speak").click()
         expect(page.locator("#stat-status")).to_have_text("done", timeout=120_000)

@@ -79,3 +79,41 @@ def test_voice_map_parsing(tmp_path):
     table = VoiceTable(["ryan", "serena"], {"narrator": "serena"})
     assert table.resolve("NARRATOR") == "serena" and table.resolve("nova") == "serena"
     assert "alloy" in table.aliases and "onyx" not in table.aliases  # uncle_fu is not in this checkpoint
+
+
+def test_the_sampling_fields_are_declared_once():
+    """The HTTP body and the WebSocket session extend SamplingOverrides (their JSON stays flat), and
+    SynthesisRequest takes its fields by name."""
+    import dataclasses
+
+    from cadence.models.qwen3_tts.frontend import SynthesisRequest
+    from cadence.sampling import SamplingOverrides
+    from cadence.server.websocket import SessionConfig
+
+    names = set(SamplingOverrides.__struct_fields__)
+    assert {"seed", "temperature", "top_k", "subtalker_dosample", "max_new_tokens"} <= names
+    assert issubclass(SpeechBody, SamplingOverrides) and issubclass(SessionConfig, SamplingOverrides)
+    assert names <= {f.name for f in dataclasses.fields(SynthesisRequest)}
+    body = decode_json(b'{"input": "x", "voice": "ryan", "subtalker_top_k": 7, "seed": 2}', SpeechBody)
+    assert body.overrides() == {**dict.fromkeys(names), "subtalker_top_k": 7, "seed": 2}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("seed", -1, "seed must be an integer from 0 to 9223372036854775807, got -1"),
+        ("top_k", 100_001, "top_k must be an integer from 0 to 100000, got 100001"),
+        ("subtalker_top_k", -2, "subtalker_top_k must be an integer from 0 to 100000, got -2"),
+        ("max_new_tokens", 12801, "max_new_tokens must be an integer from 1 to 12800, got 12801"),
+        ("temperature", -1, "temperature must be 0 (greedy) or in (0, 10], got -1.0"),
+    ],
+)
+def test_a_sampling_field_out_of_range_is_a_400_naming_it(frontends, field, value, message):
+    with pytest.raises(APIError) as bad:
+        job(frontends["0.6b"], **{field: value})
+    assert (bad.value.status, bad.value.param, bad.value.code, bad.value.message) == (
+        400,
+        field,
+        "invalid_value",
+        message,
+    )

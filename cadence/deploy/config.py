@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..engine.config import ChunkPolicy, EngineConfig, RunawayGuard
+from ..cli_options import ATTENTION_BACKENDS, DEFAULT_MODEL, DTYPES, DUMMY_PRESETS, TOKENIZER_REGEXES
+from ..engine.config import CODEC_DECODES, CODEC_DTYPES, EngineConfig
 from . import yaml_schema
 from .placement import ReplicaSpec, check_codec_device, check_device
-
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
-
-_ENGINE = EngineConfig()
 
 
 def _check_buckets(buckets: list[int]) -> None:
@@ -54,31 +52,63 @@ class PlacementSection:
     codec_device: str | None = field(default=None, metadata={"check": check_codec_device})
 
 
-@dataclass(frozen=True)
-class EngineSection:
-    """Capacity and scheduling of each engine (see EngineConfig)."""
+# The file's engine keys, in the order its errors list them, with the bounds the file checks:
+# EngineConfig's fields, whose types and defaults come from EngineConfig, then the engine process's
+# own settings.
+ENGINE_KEYS: dict[str, dict[str, Any]] = {
+    "max_streams": _min(1),
+    "max_queue": _min(0),
+    "kv_cache_memory": _min(0),  # GB; None: kv_cache_fraction
+    "kv_cache_fraction": _min(0),
+    "page_size": _min(1),
+    "prefill_token_budget": _min(1),
+    "max_input_tokens": _min(1),
+    "max_seq_tokens": _min(1),
+    "attention_backend": {},
+    "enforce_eager": {},
+    "graph_buckets": {"min": 1, "check": _check_buckets},
+    "chunk_policy": {},
+    "pipeline_codec": {},
+    "codec_dtype": {},
+    "codec_tf32": {},
+    "codec_decode": {},
+    "runaway": {},
+    "pdl_max_rows": _min(0),
+    "slab_max_rows": _min(0),
+}
+# Where the file reads a key as another type than EngineConfig declares: a choice as a Literal (so an
+# error lists the allowed values), a tuple as a YAML list.
+FILE_TYPES: dict[str, Any] = {
+    "attention_backend": Literal[ATTENTION_BACKENDS],
+    "codec_dtype": Literal[CODEC_DTYPES],
+    "codec_decode": Literal[CODEC_DECODES],
+    "graph_buckets": list[int] | None,
+}
+PROCESS_KEYS = [
+    ("cpu_threads", int | None, field(default=None, metadata=_min(1))),
+    ("warmup_frames", int, field(default=8, metadata=_min(0))),
+]
 
-    max_streams: int = field(default=_ENGINE.max_streams, metadata=_min(1))
-    max_queue: int = field(default=_ENGINE.max_queue, metadata=_min(0))
-    kv_cache_memory: float | None = field(default=None, metadata=_min(0))  # GB; None: kv_cache_fraction
-    kv_cache_fraction: float = field(default=_ENGINE.kv_cache_fraction, metadata=_min(0))
-    page_size: int = field(default=_ENGINE.page_size, metadata=_min(1))
-    prefill_token_budget: int = field(default=_ENGINE.prefill_token_budget, metadata=_min(1))
-    max_input_tokens: int = field(default=_ENGINE.max_input_tokens, metadata=_min(1))
-    max_seq_tokens: int = field(default=_ENGINE.max_seq_tokens, metadata=_min(1))
-    attention_backend: Literal["auto", "sdpa", "triton", "torch"] = _ENGINE.attention_backend
-    enforce_eager: bool = False
-    graph_buckets: list[int] | None = field(default=None, metadata={"min": 1, "check": _check_buckets})
-    chunk_policy: ChunkPolicy = field(default_factory=ChunkPolicy)
-    pipeline_codec: bool | None = None  # null: when the codec has a device of its own
-    codec_dtype: Literal["float32", "bfloat16", "float16"] = _ENGINE.codec_dtype  # engine.config.CODEC_DTYPES
-    codec_tf32: bool | None = None  # null: as torch.backends.cudnn.allow_tf32 (PyTorch's default: TF32)
-    codec_decode: Literal["exact", "chunked"] = _ENGINE.codec_decode  # engine.config.CODEC_DECODES
-    runaway: RunawayGuard = field(default_factory=RunawayGuard)
-    pdl_max_rows: int = field(default=_ENGINE.pdl_max_rows, metadata=_min(0))
-    slab_max_rows: int = field(default=_ENGINE.slab_max_rows, metadata=_min(0))
-    cpu_threads: int | None = field(default=None, metadata=_min(1))
-    warmup_frames: int = field(default=8, metadata=_min(0))
+
+def _engine_section() -> type:
+    """EngineSection: ENGINE_KEYS as fields typed and defaulted as EngineConfig's, then PROCESS_KEYS."""
+    declared = {f.name: f for f in dataclasses.fields(EngineConfig)}
+    types = typing.get_type_hints(EngineConfig)
+    fields: list[tuple[str, Any, Any]] = []
+    for name, metadata in ENGINE_KEYS.items():
+        source = declared[name]
+        if source.default_factory is not dataclasses.MISSING:
+            default = field(default_factory=source.default_factory, metadata=metadata)
+        else:
+            default = field(default=source.default, metadata=metadata)
+        fields.append((name, FILE_TYPES.get(name, types[name]), default))
+    section = dataclasses.make_dataclass("EngineSection", fields + PROCESS_KEYS, frozen=True)
+    section.__module__ = __name__
+    section.__doc__ = "Capacity and scheduling of each engine (see EngineConfig), and its process's settings."
+    return section
+
+
+EngineSection = _engine_section()
 
 
 @dataclass(frozen=True)
@@ -104,10 +134,10 @@ class ServerSection:
 class DeployFile:
     model: str = DEFAULT_MODEL
     served_model_name: str | None = None
-    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    dtype: Literal[DTYPES] = "auto"
     dummy_weights: bool = False
-    dummy_preset: Literal["full", "tiny"] = "full"
-    tokenizer_regex: Literal["qwen2", "mistral"] = "qwen2"
+    dummy_preset: Literal[DUMMY_PRESETS] = "full"
+    tokenizer_regex: Literal[TOKENIZER_REGEXES] = "qwen2"
     voice_map: dict[str, str] | str | None = None  # {alias: preset}, or --voice-map's string
     placement: PlacementSection = field(default_factory=PlacementSection)
     engine: EngineSection = field(default_factory=EngineSection)

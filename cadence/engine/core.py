@@ -15,7 +15,8 @@ One step:
    extra frame is dropped;
 5. codec_chunk for every stream whose chunk policy is satisfied, batched by chunk size. Frames go
    to the codec from a ring on the Talker's device; a stream's first frames, which cannot be EOS,
-   go before their read-back, so first audio waits for no extra step;
+   go before their read-back, and its first chunk is collected at the end of the step that admits
+   it, so first audio waits for no extra step (later chunks are collected in the next step);
 6. finished streams: final chunk, KV pages, slot and codec state freed.
 """
 
@@ -173,6 +174,11 @@ class EngineCore:
         launches += self._launch_codec(lambda s: id(s) not in in_flight)
         self._codec_in_flight = launches
         self._advance()
+        # A stream's first chunk is its time to first audio: waited for in the step that launched
+        # it, with the talker's advance queued behind it, rather than a whole step later as the
+        # other chunks are (they overlap the next step's launches).
+        if first := [launch for launch in launches if any(s.chunks == 0 for s in launch.streams)]:
+            self._collect_codec(out, first)
         self._finish(out)
         self.stats.steps += 1
         self.stats.last_step_seconds = time.monotonic() - start
@@ -353,7 +359,10 @@ class EngineCore:
                 continue
             groups.setdefault((size, stream.finish is not None), []).append(stream)
         launches = []
-        for (size, finishing), streams in groups.items():
+        # Groups holding a stream's first chunk (time to first audio) go first: queued behind larger
+        # chunks of other streams, a first chunk would wait for their decode too.
+        order = sorted(groups.items(), key=lambda item: not any(s.chunks == 0 for s in item[1]))
+        for (size, finishing), streams in order:
             try:
                 frames = self._codec_input(streams, size)
                 audio = self.codec.decode([s.slot for s in streams], frames, finishing)
@@ -373,9 +382,14 @@ class EngineCore:
         frame_seconds = self.codec.samples_per_frame / self.codec.sample_rate
         return stream.decoded * frame_seconds - (now - stream.timings.first_chunk)
 
-    def _collect_codec(self, out: list[AudioChunk]) -> None:
-        """Audio chunks of the codec walks in flight (waits for their copies to the host)."""
-        launches, self._codec_in_flight = self._codec_in_flight, []
+    def _collect_codec(self, out: list[AudioChunk], launches: list[CodecLaunch] | None = None) -> None:
+        """Audio chunks of the codec walks in flight, or of `launches` among them (waits for their
+        copies to the host)."""
+        if launches is None:
+            launches, self._codec_in_flight = self._codec_in_flight, []
+        else:
+            taken = {id(launch) for launch in launches}
+            self._codec_in_flight = [launch for launch in self._codec_in_flight if id(launch) not in taken]
         for launch in launches:
             size, streams = launch.size, launch.streams
             try:

@@ -8,11 +8,9 @@ docs need `Authorization: Bearer <key>` (or `?api_key=`, for the docs page and t
 
 from __future__ import annotations
 
-import hmac
-import logging
 import platform
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from urllib.parse import quote
@@ -21,56 +19,19 @@ from fastapi import Depends, FastAPI, Request, WebSocket
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from . import errors as E
 from .access import Outcome, record
-from .speech import AbortStream, respond
+from .http import LastResortMiddleware, check_api_key, request_key, route_label
+from .speech import respond
 from .speech_request import read_speech
 from .state import ServerState
 from .voice_routes import add_voice_routes, capabilities
+from .websocket import ROUTE as SPEECH_STREAM_ROUTE
 from .websocket import speech_stream
 
-log = logging.getLogger("cadence.server")
-
 SPEECH_ROUTE = "/v1/audio/speech"
-DRAIN_LIMIT_BYTES = 16 << 20  # an oversized body is read (and dropped) up to this, so the client sees the 413
-
-
-class LastResortMiddleware:
-    """Ends what a route could not end itself, for that request alone. An AbortStream cuts the
-    connection of a response that did not complete (the client sees a truncated stream instead of a
-    short body that looks whole); any other exception becomes a 500 that is logged once, counted in
-    the metrics and written to the access log, rather than reaching uvicorn."""
-
-    def __init__(self, app: ASGIApp, state: ServerState):
-        self.app = app
-        self.state = state
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watched_send)
-        except AbortStream:
-            pass  # the server closes the connection of a response that did not complete
-        except Exception as e:
-            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
-            err = E.server_error(f"internal error: {type(e).__name__}")
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            record(self.state.metrics, Outcome(route), err.status, f"{type(e).__name__}: {e}")
-            if not started:
-                await err.response()(scope, receive, send)
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -85,12 +46,37 @@ def create_app(state: ServerState) -> FastAPI:
         title="cadence", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.cadence = state
-    app.add_middleware(LastResortMiddleware, state=state)
+    app.add_middleware(LastResortMiddleware, metrics=state.metrics)
+    add_error_handlers(app, state)
+    auth = [Depends(key_check(state, query=False))]
+    add_docs_routes(app, state)
+    add_status_routes(app, state)
+    add_model_routes(app, state, auth)
+    add_voice_routes(app, state, auth)
+    if state.settings.ui:
+        add_playground(app)
+    add_speech_routes(app, state, auth)
+    return app
+
+
+def key_check(state: ServerState, query: bool) -> Callable[[Request], None]:
+    """A route dependency: 401 without the server's API key, from the Authorization header or, with
+    `query`, a `?api_key=` parameter (for what a browser opens: the docs page)."""
+
+    def require_key(request: Request) -> None:
+        given = request_key(request.headers, request.query_params) if query else request.headers.get("authorization")
+        check_api_key(state.settings.api_key, given)
+
+    return require_key
+
+
+def add_error_handlers(app: FastAPI, state: ServerState) -> None:
+    """Every error in OpenAI's shape, counted in the metrics under its route's template."""
 
     @app.exception_handler(E.APIError)
     async def api_error(request: Request, e: E.APIError) -> JSONResponse:
         if request.url.path != SPEECH_ROUTE:  # the speech route counts its own
-            state.metrics.requests.labels(_route(request), str(e.status)).inc()
+            state.metrics.requests.labels(route_label(request), str(e.status)).inc()
         return e.response()
 
     @app.exception_handler(StarletteHTTPException)
@@ -101,29 +87,27 @@ def create_app(state: ServerState) -> FastAPI:
             err = E.APIError(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed")
         else:
             err = E.APIError(e.status_code, str(e.detail), code="http_error")
-        state.metrics.requests.labels(_route(request), str(err.status)).inc()
+        state.metrics.requests.labels(route_label(request), str(err.status)).inc()
         return err.response()
 
-    def require_key(request: Request) -> None:
-        check_api_key(state, request.headers.get("authorization"))
 
-    def require_key_or_query(request: Request) -> None:
-        """Header or `?api_key=`: for what a browser opens (the docs page, the WebSocket)."""
-        check_api_key(state, request_key(request.headers, request.query_params))
+def add_docs_routes(app: FastAPI, state: ServerState) -> None:
+    """GET /docs (Swagger UI) and /openapi.json, behind the API key (header or `?api_key=`)."""
+    auth = [Depends(key_check(state, query=True))]
 
-    auth = [Depends(require_key)]
-
-    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_key_or_query)])
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
     async def openapi_schema() -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    @app.get("/docs", include_in_schema=False, dependencies=[Depends(require_key_or_query)])
+    @app.get("/docs", include_in_schema=False, dependencies=auth)
     async def docs(request: Request) -> Response:
         key = request.query_params.get("api_key")
         schema = "/openapi.json" + (f"?api_key={quote(key, safe='')}" if key else "")
         return get_swagger_ui_html(openapi_url=schema, title="cadence: API")
 
-    # -- status routes ----------------------------------------------------------------------------
+
+def add_status_routes(app: FastAPI, state: ServerState) -> None:
+    """GET /health, /ready, /metrics, /replicas, /version: no API key needed."""
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -165,7 +149,9 @@ def create_app(state: ServerState) -> FastAPI:
             }
         )
 
-    # -- /v1 --------------------------------------------------------------------------------------
+
+def add_model_routes(app: FastAPI, state: ServerState, auth: list) -> None:
+    """GET /v1/models and /v1/models/{id}: the served model, with what its checkpoint can do."""
 
     def model_card() -> dict:
         return {
@@ -186,9 +172,10 @@ def create_app(state: ServerState) -> FastAPI:
             raise E.not_found(f"the model '{model_id}' does not exist", "model", "model_not_found")
         return JSONResponse(model_card())
 
-    add_voice_routes(app, state, auth)
-    if state.settings.ui:
-        add_playground(app)
+
+def add_speech_routes(app: FastAPI, state: ServerState, auth: list) -> None:
+    """POST /v1/audio/speech and WS /v1/audio/speech/stream (which checks its key itself: header or
+    `?api_key=`)."""
 
     @app.post(SPEECH_ROUTE, dependencies=auth)
     async def speech(request: Request) -> Response:
@@ -202,11 +189,9 @@ def create_app(state: ServerState) -> FastAPI:
             return e.response()
         return await respond(state, job, request, arrival, SPEECH_ROUTE)
 
-    @app.websocket("/v1/audio/speech/stream")
+    @app.websocket(SPEECH_STREAM_ROUTE)
     async def speech_ws(websocket: WebSocket) -> None:
         await speech_stream(state, websocket)
-
-    return app
 
 
 # The playground's files (cadence/server/ui), by name: nothing else under /ui is served.
@@ -237,56 +222,3 @@ def add_playground(app: FastAPI) -> None:
         if name not in PLAYGROUND_FILES:
             raise E.not_found(f"no route GET /ui/{name}")
         return serve(name)
-
-
-def _route(request: Request) -> str:
-    """The matched route's template as a metrics label: raw paths (/v1/models/<anything>) would let
-    clients create unbounded label sets."""
-    route = request.scope.get("route")
-    return getattr(route, "path", None) or "unmatched"
-
-
-def request_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
-    """The Authorization header, or a `?api_key=` query parameter (browsers cannot set headers on a
-    WebSocket or on a page they navigate to) as one."""
-    if auth := headers.get("authorization"):
-        return auth
-    key = query.get("api_key")
-    return f"Bearer {key}" if key else None
-
-
-def check_api_key(state: ServerState, authorization: str | None) -> None:
-    key = state.settings.api_key
-    if not key:
-        return
-    if not authorization:
-        raise E.unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-        raise E.unauthorized("incorrect API key")
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, or 413 past `limit` bytes; not UTF-8 is a 400 here, before JSON parsing."""
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > DRAIN_LIMIT_BYTES:
-        raise E.too_large(f"the body is {length} bytes; the limit is {limit}")
-    data = bytearray()
-    size = 0
-    try:
-        async for part in request.stream():
-            size += len(part)
-            if size <= limit:
-                data += part
-            elif size > DRAIN_LIMIT_BYTES:
-                break
-    except ClientDisconnect:
-        raise E.client_gone() from None
-    if size > limit:
-        raise E.too_large(f"the body is {size}{'+' if size > DRAIN_LIMIT_BYTES else ''} bytes; the limit is {limit}")
-    try:
-        bytes(data).decode("utf-8")
-    except UnicodeDecodeError as e:
-        message = f"the body is not valid UTF-8 ({e.reason} at byte {e.start})"
-        raise E.bad_request(message, None, "invalid_encoding") from None
-    return bytes(data)

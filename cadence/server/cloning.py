@@ -9,7 +9,6 @@ once at upload, stored with its prompt: later requests pay nothing).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import binascii
@@ -29,7 +28,6 @@ from .voice_library import VoiceLibrary
 
 if TYPE_CHECKING:
     from ..models.qwen3_tts.voice_encoder import VoiceEncoder
-    from .state import ServerState
 
 log = logging.getLogger("cadence.server")
 
@@ -52,56 +50,6 @@ class CloningSettings:
         return AudioLimits(self.max_audio_bytes, self.max_audio_seconds)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`cadence serve` options for Base checkpoints."""
-    d = CloningSettings()
-    g = parser.add_argument_group("voice cloning (base checkpoints; docs/api.md)")
-    g.add_argument("--voices-dir", default=d.voices_dir, help=f"where saved voices live (default {d.voices_dir})")
-    g.add_argument(
-        "--max-ref-audio-bytes", type=int, default=d.max_audio_bytes, help="largest reference audio, then 413"
-    )
-    g.add_argument(
-        "--max-ref-audio-seconds",
-        type=float,
-        default=d.max_audio_seconds,
-        help=f"longest reference audio, then 413 (default {d.max_audio_seconds:g})",
-    )
-    g.add_argument(
-        "--max-ref-text-tokens",
-        type=int,
-        default=d.max_ref_text_tokens,
-        help=f"longest reference transcript (ref_text) in tokens, then 413 (default {d.max_ref_text_tokens})",
-    )
-    g.add_argument("--voice-encoder-device", default=d.device, help="device of the voice encoders (default cpu)")
-
-
-def attach(state: ServerState, args: argparse.Namespace, checkpoint: Path | None) -> None:
-    """Give a Base server its voice encoders and saved voices (`cadence serve`)."""
-    config = state.frontend.config
-    if config.tts_model_type != "base":
-        return
-    state.cloning = VoiceCloning.load(config, checkpoint, settings_from(args))
-    state.cloning.count_tokens = lambda text: len(state.frontend.tokenizer.encode(text))
-    state.cloning.uploads = asyncio.Semaphore(state.settings.max_concurrent_uploads)
-    state.voices.library = state.cloning.library
-    log.info(
-        "voice cloning: encoders on %s, saved voices in %s",
-        state.cloning.encoder.device,
-        state.cloning.library.directory,
-    )
-
-
-def settings_from(args: argparse.Namespace) -> CloningSettings:
-    d = CloningSettings()
-    return CloningSettings(
-        getattr(args, "voices_dir", None) or d.voices_dir,
-        getattr(args, "max_ref_audio_bytes", None) or d.max_audio_bytes,
-        getattr(args, "max_ref_audio_seconds", None) or d.max_audio_seconds,
-        getattr(args, "voice_encoder_device", None) or d.device,
-        getattr(args, "max_ref_text_tokens", None) or d.max_ref_text_tokens,
-    )
-
-
 class VoiceCloning:
     """A Base server's cloning: the voice encoders, the saved voices, the reference-audio limits."""
 
@@ -112,7 +60,7 @@ class VoiceCloning:
         self.library = library
         self.limits = limits
         self.max_ref_text_tokens = max_ref_text_tokens
-        # The checkpoint's tokenizer (attach() sets it), for the transcript's length in tokens.
+        # The checkpoint's tokenizer (`cadence serve` sets it), for the transcript's length in tokens.
         self.count_tokens: Callable[[str], int] = len
         # Requests carrying reference audio, from their first byte read to their analysis: each may
         # hold its audio in memory, so only so many at once; the rest wait unread on their socket.

@@ -19,37 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..models.qwen3_tts.prompt import IncrementalText, MoreTextNeeded
 from . import errors as E
+from .segment import OpenUtterance
 
 if TYPE_CHECKING:
     from .state import ServerState
-    from .websocket import Segment
 
 INPUT_MODES = ("sentence", "continuous")
 INLINE_DELTA_CHARS = 2048  # larger deltas are segmented or tokenised in a worker thread
-
-
-@dataclass(eq=False)
-class OpenUtterance:
-    """The utterance whose text is still arriving."""
-
-    text: IncrementalText
-    index: int  # its utterance_index
-    received: str = ""  # the text so far
-    arrival: float = field(default_factory=time.monotonic)  # its first delta
-    last_input: float = field(default_factory=time.monotonic)
-    segment: Segment | None = None  # once its engine request exists
-    submitted: bool = False  # the engine has the request: text goes straight to it
-    held: list[tuple[list[int], bool]] = field(default_factory=list)  # (ids, done) for the engine before that
-
-    @property
-    def committed(self) -> int:
-        """Text tokens committed so far."""
-        return len(self.text.ids)
 
 
 class ContinuousInput:

@@ -17,6 +17,7 @@ from ..errors import InvalidRequestError
 from ..models.qwen3_tts.frontend import Qwen3TTSFrontend, SynthesisRequest, prepare_request
 from ..models.qwen3_tts.prompt import TextTokens
 from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
+from ..sampling import SamplingOverrides
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE
 from .long_form import Piece, piece_seed
@@ -27,8 +28,6 @@ OPENAI_VOICE_NAMES = frozenset(OPENAI_VOICES)
 
 STREAM_FORMATS = ("audio", "sse")
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # accepted so unmodified OpenAI clients work
-MAX_SEED = 2**63 - 1
-MAX_TOP_K = 100_000
 
 
 class VoiceRef(msgspec.Struct):
@@ -37,7 +36,10 @@ class VoiceRef(msgspec.Struct):
     id: str
 
 
-class SpeechBody(msgspec.Struct, kw_only=True):
+class SpeechBody(SamplingOverrides, kw_only=True):
+    """OpenAI's speech request, with cadence's extensions; the sampling fields (seed, temperature,
+    top_k, ..., max_new_tokens) are SamplingOverrides'."""
+
     input: str
     voice: str | VoiceRef | None = None  # required by custom_voice; base: a saved voice
     model: str | None = None
@@ -48,17 +50,6 @@ class SpeechBody(msgspec.Struct, kw_only=True):
     # Extensions.
     stream: bool = True  # false: answer once the whole utterance exists, with usage headers
     language: str | None = None
-    seed: int | None = None
-    temperature: float | None = None  # 0: greedy (every codebook unless subtalker_* say otherwise)
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    # The code predictor's sampling (codebooks 1-15), named as in the official package.
-    subtalker_temperature: float | None = None  # 0: greedy
-    subtalker_top_k: int | None = None
-    subtalker_top_p: float | None = None
-    subtalker_dosample: bool | None = None
-    max_new_tokens: int | None = None  # audio frames of 80 ms
     ignore_eos: bool = False  # exactly max_new_tokens frames (benchmarking)
     # Voice cloning (base checkpoints): reference audio as base64 or a data: URL (or an uploaded
     # file: multipart), its transcript, and the mode (None: in-context when the transcript is known).
@@ -78,14 +69,6 @@ class Limits:
     model_names: tuple[str, ...]  # what `model` may say (besides nothing)
     max_new_tokens: int = 12800  # the engine's max_seq_tokens: no request is longer
     piece_chars: int = 0  # a longer input is spoken as pieces of at most this many characters (0: never)
-
-    def integer_ranges(self) -> dict[str, tuple[int, int]]:
-        return {
-            "seed": (0, MAX_SEED),
-            "top_k": (0, MAX_TOP_K),
-            "subtalker_top_k": (0, MAX_TOP_K),
-            "max_new_tokens": (1, self.max_new_tokens),
-        }
 
 
 @dataclass
@@ -150,14 +133,6 @@ def decode_json(raw: bytes | str, type_: type[msgspec.Struct], what: str = "body
         raise E.bad_request(f"the {what} is nested too deeply", None, "invalid_json") from None
 
 
-def check_integers(body: msgspec.Struct, ranges: dict[str, tuple[int, int]]) -> None:
-    """Every integer field given within its documented range, else a 400 naming it."""
-    for name, (lo, hi) in ranges.items():
-        value = getattr(body, name, None)
-        if value is not None and not (lo <= value <= hi):
-            raise E.bad_request(f"{name} must be an integer from {lo} to {hi}, got {value}", name)
-
-
 def validate_speech(
     body: SpeechBody,
     frontend: Qwen3TTSFrontend,
@@ -197,7 +172,10 @@ def validate_speech(
     lo, hi = SPEED_RANGE
     if not (lo <= body.speed <= hi):
         raise E.bad_request(f"speed must be between {lo} and {hi}, got {body.speed}", "speed")
-    check_integers(body, limits.integer_ranges())
+    try:
+        body.check_ranges(limits.max_new_tokens)
+    except InvalidRequestError as e:
+        raise E.invalid(e) from None
     if body.ignore_eos and body.max_new_tokens is None:
         raise E.bad_request("ignore_eos needs max_new_tokens (the number of frames to generate)", "max_new_tokens")
     request_id = request_id or new_request_id()
@@ -235,12 +213,8 @@ def engine_requests(
     def prepared(text: str | TextTokens, seed: int | None, rid: str) -> EngineRequest:
         synthesis = SynthesisRequest(
             text, voice=preset, clone=clone, x_vector_only=body.x_vector_only_mode, language=body.language or "auto",
-            instruct=body.instructions or None, temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-            repetition_penalty=body.repetition_penalty, subtalker_temperature=body.subtalker_temperature,
-            subtalker_top_k=body.subtalker_top_k, subtalker_top_p=body.subtalker_top_p,
-            subtalker_dosample=body.subtalker_dosample, max_new_tokens=body.max_new_tokens, seed=seed,
-            ignore_eos=body.ignore_eos, request_id=rid, layout="streaming" if tokens is not None else None,
-            text_open=text_open,
+            instruct=body.instructions or None, **{**body.overrides(), "seed": seed}, ignore_eos=body.ignore_eos,
+            request_id=rid, layout="streaming" if tokens is not None else None, text_open=text_open,
         )  # fmt: skip
         return prepare_request(frontend, synthesis, limits.max_input_tokens)
 

@@ -30,6 +30,7 @@ from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import CONTENT_TYPES, make_encoder
+from .http import AbortStream
 from .long_form import PieceDone, piece_chunks
 from .schema import SpeechJob
 
@@ -39,10 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("cadence.server")
 
 T = TypeVar("T")
-
-
-class AbortStream(Exception):
-    """Raised from a response body to cut the connection (see api.LastResortMiddleware)."""
 
 
 class ClientGone(Exception):

@@ -18,6 +18,7 @@ from ..engine.process_config import EngineProcessConfig
 from ..engine.replicas import ReplicaPool
 from ..models.qwen3_tts.frontend import Qwen3TTSFrontend
 from . import errors as E
+from .http import FormLimits
 from .metrics import Metrics
 from .schema import OPENAI_MODELS, Limits
 from .voices import VoiceTable
@@ -141,6 +142,14 @@ class ServerState:
         self.exit_code = 1
         self.metrics.ready.set(0)
         self.request_exit()
+
+    def form_limits(self) -> FormLimits:
+        """What a multipart form may hold here: a reference audio file only on a Base server."""
+        if self.cloning is None:
+            kind = self.frontend.config.tts_model_type
+            reason = f"needs a base checkpoint (voice cloning); this is {kind}"
+            return FormLimits(self.settings.max_body_bytes, 0, reason)
+        return FormLimits(self.settings.max_body_bytes, self.cloning.limits.max_bytes)
 
     # -- admission --------------------------------------------------------------------------------
 

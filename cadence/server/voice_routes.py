@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from . import errors as E
-from .speech_request import read_form
+from .http import read_form
 from .voice_library import VoiceExistsError, check_name
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def add_voice_routes(app: FastAPI, state: ServerState, auth: list) -> None:
         if not request.headers.get("content-type", "").startswith(form_types):
             raise E.bad_request("send the voice as multipart/form-data (audio_sample, name, consent, ref_text)")
         async with cloning.upload_slot():
-            form, audio = await read_form(request, state, VoiceForm, "audio_sample", "audio")
+            form, audio = await read_form(request, state.form_limits(), VoiceForm, "audio_sample", "audio")
             _check_voice_form(form, audio)
             if cloning.library.get(form.name) is not None:
                 raise E.APIError(409, f"a saved voice named '{form.name}' exists", param="name", code="voice_exists")

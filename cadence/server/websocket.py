@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -40,11 +39,14 @@ from fastapi import WebSocket, WebSocketDisconnect
 from ..engine.client import EngineDeadError
 from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
 from ..models.qwen3_tts.prompt import TextTokens
+from ..sampling import SamplingOverrides
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import PcmEncoder
-from .continuous import INLINE_DELTA_CHARS, INPUT_MODES, ContinuousInput, OpenUtterance
+from .continuous import INLINE_DELTA_CHARS, INPUT_MODES, ContinuousInput
+from .http import check_api_key, request_key
 from .schema import SpeechBody, SpeechJob, VoiceRef, decode_json, new_request_id, validate_speech
+from .segment import OpenUtterance, Segment
 from .segmenter import SentenceSegmenter
 
 if TYPE_CHECKING:
@@ -57,8 +59,9 @@ LOOKAHEAD = 2  # segments of a session generating or buffered at once
 MAX_SEGMENT_CHARS = 400
 
 
-class SessionConfig(msgspec.Struct, kw_only=True):
-    """session.config: the speech fields that apply to every segment (input comes later)."""
+class SessionConfig(SamplingOverrides, kw_only=True):
+    """session.config: the speech fields that apply to every segment (input comes later), the
+    sampling fields (SamplingOverrides) among them."""
 
     voice: str | VoiceRef | None = None  # custom_voice: a preset; base: a saved voice; voice_design: none
     model: str | None = None
@@ -66,16 +69,6 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     response_format: str = "pcm"
     speed: float = 1.0
     language: str | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    subtalker_temperature: float | None = None
-    subtalker_top_k: int | None = None
-    subtalker_top_p: float | None = None
-    subtalker_dosample: bool | None = None
-    max_new_tokens: int | None = None
     ignore_eos: bool = False  # every segment exactly max_new_tokens frames (benchmarking)
     input_mode: str = "sentence"  # sentence: each sentence spoken on its own; continuous: one utterance (continuous.py)
 
@@ -83,23 +76,6 @@ class SessionConfig(msgspec.Struct, kw_only=True):
 class ClientMessage(msgspec.Struct):
     type: str
     text: str | None = None
-
-
-@dataclass(eq=False)  # identity hash: segments live in a set
-class Segment:
-    job: SpeechJob
-    utterance: int
-    index: int
-    outcome: Outcome
-    queue: asyncio.Queue[AudioChunk | BaseException] = field(default_factory=asyncio.Queue)
-    sent: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task | None = None
-    chars: int = 0  # its text, as counted against the session's buffer
-    open: OpenUtterance | None = None  # continuous input: the utterance it speaks
-
-    @property
-    def where(self) -> dict[str, Any]:
-        return {"utterance_index": self.utterance, "sentence_index": self.index, "request_id": self.job.request_id}
 
 
 class SpeechSession(ContinuousInput):
@@ -351,10 +327,8 @@ def _api_error(e: BaseException, job: SpeechJob) -> E.APIError:
 
 
 async def speech_stream(state: ServerState, ws: WebSocket) -> None:
-    from .api import check_api_key, request_key  # the route lives in api.py; the key check is shared
-
     try:
-        check_api_key(state, request_key(ws.headers, ws.query_params))
+        check_api_key(state.settings.api_key, request_key(ws.headers, ws.query_params))
         if state.engine.dead or state.draining or not state.engine.ready:
             state.check_serving()
     except E.APIError as e:

@@ -282,9 +282,9 @@ async function saveVoice(event) {
     const r = await api("/v1/audio/voices", { method: "POST", body: form });
     if (!r.ok) throw new Error(await errorText(r));
     const voice = await r.json();
-    $("clone-status").textContent = `saved ${voice.name} (${voice.seconds} s)`;
     await loadVoices();
-    $("voice").value = voice.id;
+    $("voice").value = voice.id;  // the listing holds the new voice before the page says it is saved
+    $("clone-status").textContent = `saved ${voice.name} (${voice.seconds} s)`;
   } catch (e) {
     $("clone-status").textContent = "";
     showError(e.message);
