@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ...checkpoints import resolve_checkpoint
 from ...engine.request import EngineRequest
@@ -134,8 +135,18 @@ class Qwen3TTSFrontend:
         return prepare_request(self, request, max_input_tokens)
 
 
+class PromptBuilder(Protocol):
+    """What prepare_request reads of a model: Qwen3TTSFrontend, or the loaded Qwen3TTS (its prompts
+    are its frontend's)."""
+
+    config: Qwen3TTSConfig
+    tokenizer: TextTokenizer
+
+    def prompt(self, *args, **kwargs) -> Prompt: ...
+
+
 def prepare_request(
-    model: Qwen3TTSFrontend, req: SynthesisRequest, max_input_tokens: int
+    model: PromptBuilder, req: SynthesisRequest, max_input_tokens: int
 ) -> EngineRequest[Prompt, SamplingParams]:
     """Validate and tokenise (before anything reaches the device). Raises InvalidRequestError."""
     prompt = model.prompt(

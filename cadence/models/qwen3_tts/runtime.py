@@ -20,7 +20,7 @@ from ...kernels import triton_available
 from .checkpoint import randomize
 from .codec import SpeechTokenizer
 from .config import Qwen3TTSConfig
-from .frontend import SynthesisRequest
+from .frontend import SynthesisRequest, prepare_request
 from .model import Qwen3TTSModel, pick_device, pick_dtype
 from .partitions import Qwen3TTSCodec, Qwen3TTSTalker
 from .prompt import Prompt
@@ -83,8 +83,9 @@ class Qwen3TTS(Qwen3TTSModel):
     # -- ModelRuntime -------------------------------------------------------------------------------
 
     def prepare(self, request: SynthesisRequest, max_input_tokens: int) -> EngineRequest[Prompt, SamplingParams]:
-        """Validate and tokenise a request (Qwen3TTSFrontend.prepare). Raises InvalidRequestError."""
-        return self.frontend.prepare(request, max_input_tokens)
+        """Validate and tokenise a request, as Qwen3TTSFrontend.prepare does, through this model's
+        prompt(). Raises InvalidRequestError."""
+        return prepare_request(self, request, max_input_tokens)
 
     def warmup_request(self, frames: int, max_input_tokens: int) -> EngineRequest[Prompt, SamplingParams]:
         """A fixed-length, seeded request through every walk (a Base model speaks in a stand-in voice)."""
