@@ -92,7 +92,8 @@ def run_faster(model: str, frames: int):
 def run_cadence(model: str, frames: int):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from cadence.engine.config import EngineConfig
-    from cadence.engine.engine import Engine, SynthesisRequest
+    from cadence.models.qwen3_tts.frontend import SynthesisRequest
+    from cadence.pretrained import Engine
 
     engine = Engine.from_pretrained(model, "cuda", config=EngineConfig(max_streams=8))
 

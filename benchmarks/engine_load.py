@@ -25,8 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cadence.engine.config import ChunkPolicy, EngineConfig  # noqa: E402
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
+from cadence.engine.engine import build_core  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request  # noqa: E402
 
 TTFA_TEXT = (  # 30 text tokens
     "The quick brown fox jumps over the lazy dog, then runs far away into the deep green forest "

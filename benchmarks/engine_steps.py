@@ -27,10 +27,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cadence.engine.config import CODEC_DTYPES, EngineConfig, RunawayGuard  # noqa: E402
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request  # noqa: E402
+from cadence.engine.engine import build_core  # noqa: E402
 from cadence.engine.partition import Admission  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
 from cadence.models.qwen3_tts.codec_stream import tf32_as_convs, tf32_switches  # noqa: E402
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars watch quietly".split()
 

@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it
 _EXPORTS = {
-    "Engine": "cadence.engine.engine",
-    "SynthesisRequest": "cadence.engine.engine",
+    "Engine": "cadence.pretrained",
+    "SynthesisRequest": "cadence.models.qwen3_tts.frontend",
     "Utterance": "cadence.engine.engine",
     "EngineConfig": "cadence.engine.config",
     "ChunkPolicy": "cadence.engine.config",
@@ -31,8 +31,8 @@ _EXPORTS = {
     "RunawayCause": "cadence.engine.request",
     "QueueFullError": "cadence.engine.request",
     "InvalidRequestError": "cadence.errors",
-    "Qwen3TTS": "cadence.models.qwen3_tts.model",
-    "VoiceEncoder": "cadence.models.qwen3_tts.voice_clone",
+    "Qwen3TTS": "cadence.models.qwen3_tts.runtime",
+    "VoiceEncoder": "cadence.models.qwen3_tts.voice_encoder",
     "write_wav": "cadence.audio",
 }
 
@@ -57,11 +57,13 @@ __all__ = [
 if TYPE_CHECKING:
     from .audio import write_wav
     from .engine.config import ChunkPolicy, EngineConfig, RunawayGuard
-    from .engine.engine import Engine, SynthesisRequest, Utterance
+    from .engine.engine import Utterance
     from .engine.request import AudioChunk, FinishReason, QueueFullError, RunawayCause
     from .errors import InvalidRequestError
-    from .models.qwen3_tts.model import Qwen3TTS
-    from .models.qwen3_tts.voice_clone import VoiceEncoder
+    from .models.qwen3_tts.frontend import SynthesisRequest
+    from .models.qwen3_tts.runtime import Qwen3TTS
+    from .models.qwen3_tts.voice_encoder import VoiceEncoder
+    from .pretrained import Engine
 
 
 def __getattr__(name: str) -> Any:

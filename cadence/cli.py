@@ -89,7 +89,7 @@ def _long_form_pieces(text: str, max_chars: int) -> list[str]:
 
 def _prepare_piece(args: argparse.Namespace, model, engine, text: str, index: int, clone):
     """Piece `index`'s engine request: the command's voice and sampling, seeded `seed + index`."""
-    from .engine.engine import SynthesisRequest, prepare_request
+    from .models.qwen3_tts.frontend import SynthesisRequest
     from .server.long_form import piece_seed
 
     sampling = sampling_from_args(args)
@@ -105,7 +105,7 @@ def _prepare_piece(args: argparse.Namespace, model, engine, text: str, index: in
         **overrides,
         greedy=args.greedy,
     )  # fmt: skip
-    return prepare_request(model, synthesis, engine.config.max_input_tokens)
+    return model.prepare(synthesis, engine.config.max_input_tokens)
 
 
 @dataclass
@@ -166,15 +166,18 @@ def _write_synth_output(args: argparse.Namespace, result: SynthResult, sample_ra
 
 
 def _load_model(args: argparse.Namespace):
-    """The checkpoint's weights, or with --dummy-weights random ones of its architecture."""
-    if args.dummy_weights:
-        from .models.qwen3_tts.builtin import find_architecture
+    """The checkpoint's weights, or with --dummy-weights random ones of its architecture, loaded by
+    the model family that reads it."""
+    from .models import registry
 
-        architecture = find_architecture(args.model).shrink(args.dummy_preset)
-        return architecture.random_model(args.device, args.dtype, args.tokenizer_regex)
-    from .models.qwen3_tts import Qwen3TTS
-
-    return Qwen3TTS.from_pretrained(args.model, args.device, args.dtype, args.tokenizer_regex)
+    source = registry.model_source(
+        args.model,
+        random_preset=args.dummy_preset if args.dummy_weights else None,
+        device=args.device,
+        dtype=args.dtype,
+        tokenizer_regex=args.tokenizer_regex,
+    )
+    return registry.load_runtime(source)
 
 
 def _reference_voice(args: argparse.Namespace, model):
@@ -182,7 +185,7 @@ def _reference_voice(args: argparse.Namespace, model):
     from pathlib import Path
 
     from .audio_input import decode_audio
-    from .models.qwen3_tts.voice_clone import VoiceEncoder
+    from .models.qwen3_tts.voice_encoder import VoiceEncoder
 
     encoder = VoiceEncoder.from_pretrained(model.path, model.device)
     wav = decode_audio(Path(args.ref_audio).read_bytes(), encoder.sample_rate)
@@ -345,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {missing_dependency(e, f'`cadence {args.command}`')}", file=sys.stderr)
         return 1
     except Exception as e:  # user-facing errors (bad checkpoint, offline hub) as one clear line
+        from .checkpoints import CheckpointError
         from .models.qwen3_tts.config import ConfigError
-        from .weights import CheckpointError
 
         if isinstance(e, (ConfigError, CheckpointError, FileNotFoundError)):
             print(f"error: {e}", file=sys.stderr)

@@ -38,9 +38,10 @@ def set_transformers_version(path: Path, version: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def skeleton_06b() -> Path:
-    """The released 0.6B CustomVoice's config and tokenizer files, as shipped (one directory; read only)."""
-    return shipped("Qwen3-TTS-12Hz-0.6B-CustomVoice").files["config.json"].parent
+def skeleton_06b(tmp_path_factory) -> Path:
+    """The released 0.6B CustomVoice's config and tokenizer files as a checkpoint directory (the
+    shipped files written out, the compressed tokenizer files decompressed; read only)."""
+    return shipped("Qwen3-TTS-12Hz-0.6B-CustomVoice").write(tmp_path_factory.mktemp("skeleton-0.6b"))
 
 
 @pytest.fixture(scope="session")

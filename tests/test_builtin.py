@@ -9,16 +9,18 @@ import pytest
 import torch
 
 from cadence.engine.config import EngineConfig
-from cadence.engine.engine import Engine, SynthesisRequest
+from cadence.engine.engine import Engine
 from cadence.models.qwen3_tts import skeletons
 from cadence.models.qwen3_tts.builtin import find_architecture
 from cadence.models.qwen3_tts.config import Qwen3TTSConfig
+from cadence.models.qwen3_tts.frontend import SynthesisRequest
 from cadence.models.qwen3_tts.skeletons import (
     ARCHITECTURES,
     KNOWN_CHECKPOINTS,
     as_variant,
     known_checkpoint,
     resolve_skeleton,
+    shipped_skeleton,
 )
 from cadence.models.qwen3_tts.tokenizer import TextTokenizer
 
@@ -70,7 +72,7 @@ def test_known_names_give_the_released_architecture_without_the_hub(checkpoint, 
     assert (config.speaker_encoder is not None) == (checkpoint.variant == "base")
     assert bool(config.speakers) == (checkpoint.variant == "custom_voice")
     # the real tokenizer: BPE merges, not one token per byte
-    assert arch.tokenizer_dir == str(skeleton_06b)
+    assert arch.tokenizer_dir == str(shipped_skeleton().tokenizer_dir())
     assert arch.tokenizer().encode("Hello from cadence.") == [9707, 504, 19409, 763, 13]
 
 
@@ -89,12 +91,14 @@ def test_find_architecture_reads_a_directory_and_fills_in_what_it_lacks(skeleton
     config = as_variant(json.loads((skeleton_06b / "config.json").read_text()), "voice_design")
     (config_only / "config.json").write_text(json.dumps(config))
     arch = find_architecture(config_only)
-    assert arch.tokenizer_dir == str(skeleton_06b)  # the family's tokenizer
+    assert arch.tokenizer_dir == str(shipped_skeleton().tokenizer_dir())  # the family's tokenizer
     assert arch.parse().tts_model_type == "voice_design" and arch.parse().speech_tokenizer == released.speech_tokenizer
 
 
 def test_dummy_tokenizer_is_the_real_one(skeleton_06b):
+    """The shipped, compressed tokenizer files give the ids of the plain ones."""
     arch = find_architecture("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
+    assert {p.name for p in shipped_skeleton().files.values()} >= {"vocab.json.gz", "merges.txt.gz"}
     text = "Hello, iPhone 世界! 😀"
     assert arch.tokenizer().encode(text) == TextTokenizer.from_dir(skeleton_06b).encode(text)
 

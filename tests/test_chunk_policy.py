@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_cases import NO_GUARD
 
 import cadence.engine.core as core_module
 from cadence.engine.config import ChunkPolicy, EngineConfig
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request
-
-from test_engine import NO_GUARD
+from cadence.engine.engine import build_core
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
 
 FRAME = 0.08  # seconds of audio per frame
 

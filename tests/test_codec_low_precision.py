@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from engine_cases import codes_of, config, request, run
 from test_codec_stream import Stream, fixed, growing, offline, ones, random_codes, randomly, run_engine
 
 from cadence.audio import to_int16
@@ -22,8 +23,6 @@ from cadence.engine.config import EngineConfig
 from cadence.engine.engine import build_core
 from cadence.models.qwen3_tts.codec import CodecDecoder, SnakeBeta, cast_decoder
 from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder
-
-from test_engine import codes_of, config, request, run
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # Bounds on (low precision - fp32), about twice what this codec measures: the RMS relative to the

@@ -11,17 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from engine_cases import codes_of, run
 
 from cadence.audio import to_int16
 from cadence.engine.config import EngineConfig
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request
+from cadence.engine.engine import build_core
 from cadence.models.qwen3_tts.builtin import find_architecture
 from cadence.models.qwen3_tts.checkpoint import merge
 from cadence.models.qwen3_tts.codec_stream import StreamingCodecDecoder
 from cadence.models.qwen3_tts.codec_windows import CodecWindows
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
 from cadence.models.qwen3_tts.partitions import Qwen3TTSCodec
-
-from test_engine import codes_of, run
 
 TOL = 1e-4
 SPF = 1920

@@ -10,13 +10,13 @@ import random
 
 import numpy as np
 import pytest
+from engine_cases import NO_GUARD, codes_of, config
 
 from cadence.engine.core import EngineCore
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request
+from cadence.engine.engine import build_core
 from cadence.engine.request import AudioChunk, FinishReason
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
 from cadence.models.qwen3_tts.prompt import IncrementalText, MoreTextNeeded
-
-from test_engine import NO_GUARD, codes_of, config
 
 TEXTS = [
     "Hello there, this is cadence speaking while the words are still being written.",

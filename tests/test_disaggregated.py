@@ -16,7 +16,8 @@ import torch
 
 from cadence.engine.config import ChunkPolicy, EngineConfig
 from cadence.engine.core import EngineCore
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request
+from cadence.engine.engine import build_core
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
 
 
 @dataclass

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_cases import config
 
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request
+from cadence.engine.engine import build_core
 from cadence.models.qwen3_tts import Qwen3TTS
-
-from test_engine import config
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
 
 pytestmark = pytest.mark.gpu
 

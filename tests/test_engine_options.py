@@ -9,13 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from engine_cases import codes_of, config, force_code0, request, run
 
 from cadence.engine.config import ChunkPolicy, RunawayGuard
-from cadence.engine.engine import Engine, SynthesisRequest, build_core, prepare_request
+from cadence.engine.engine import Engine, build_core
 from cadence.engine.request import FinishReason, RunawayCause
 from cadence.errors import InvalidRequestError
-
-from test_engine import codes_of, config, force_code0, request, run
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
 
 GUARD = RunawayGuard(min_frames=5, frames_per_token=3.0, loop_window=20, loop_max_period=4, silence_seconds=1.0)
 

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 from clips import reference_audio
+from engine_cases import codes_of, config, oracle, run
 
 from cadence.audio import to_int16
 from cadence.engine.config import ChunkPolicy
-from cadence.engine.engine import SynthesisRequest, build_core, prepare_request
+from cadence.engine.engine import build_core
 from cadence.engine.request import FinishReason
 from cadence.models.qwen3_tts import Qwen3TTS
-from cadence.models.qwen3_tts.voice_clone import VoiceEncoder
-
-from test_engine import codes_of, config, oracle, run
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
+from cadence.models.qwen3_tts.voice_encoder import VoiceEncoder
 
 TEXTS = ["Hello world, this is a test.", "Short.", "A somewhat longer sentence, with commas, and more words."]
 BACKENDS = ["sdpa", "torch"]

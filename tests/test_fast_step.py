@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_cases import codes_of, config, force_code0, request, run
 
 from cadence.engine.engine import build_core
 from cadence.engine.request import FinishReason
 from cadence.models.qwen3_tts import Qwen3TTS
 from cadence.models.qwen3_tts.prompt import Prompt
 from cadence.models.qwen3_tts.reference import greedy_misses
-
-from test_engine import codes_of, config, force_code0, request, run
 
 FRAMES = 64
 

@@ -16,7 +16,7 @@ import torch
 from clips import reference_audio
 
 from cadence.models.qwen3_tts import Qwen3TTS
-from cadence.models.qwen3_tts.voice_clone import VoiceEncoder
+from cadence.models.qwen3_tts.voice_encoder import VoiceEncoder
 
 from official import Official
 from parity import compare
@@ -51,8 +51,8 @@ def test_clone_prompt_matches_official(official_base, voice_encoder, references)
     for wav, text in zip(references, REF_TEXTS, strict=True):
         mine = voice_encoder.encode(wav, text)
         theirs = official_base.clone_prompt(wav, 24000, text, x_vector_only=False)
-        assert torch.equal(mine.ref_codes, theirs.ref_code)
-        err = float((mine.x_vector - theirs.ref_spk_embedding.float()).abs().max())
+        assert torch.equal(torch.from_numpy(mine.ref_codes), theirs.ref_code)
+        err = float((torch.from_numpy(mine.x_vector) - theirs.ref_spk_embedding.float()).abs().max())
         frames = mine.ref_codes.shape[0]
         print(f"\nclone prompt {wav.size / 24000:.1f} s: {frames} frames equal, x-vector err {err:.2e}")
         assert err <= 1e-4
@@ -88,7 +88,7 @@ def test_base_in_context_waveform_matches_official(official_base, base, voice_en
     )  # fmt: skip
     theirs = torch.from_numpy(theirs[0]).float()
     codes = official_base.generate(TEXTS[0:1], None, ["english"], FRAMES, True, clones=[item]).codes[0]
-    ref = voice_encoder.encode(wav, text).ref_codes
+    ref = torch.from_numpy(voice_encoder.encode(wav, text).ref_codes)
     full = base.codec.decode(torch.cat([ref, codes]))
     # The official cut, int(ref / total * samples), can land one sample short of ref * 1920.
     cut = int(ref.shape[0] / (ref.shape[0] + codes.shape[0]) * full.numel())

@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 import torch
 
-from cadence.engine.engine import SynthesisRequest, prepare_request
 from cadence.engine.request import EngineRequest
 from cadence.models.qwen3_tts import Qwen3TTS
+from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
 from cadence.models.qwen3_tts.partitions import Qwen3TTSTalker, SlotState
 from cadence.models.qwen3_tts.prompt import Prompt
 

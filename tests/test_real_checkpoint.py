@@ -25,10 +25,11 @@ import pytest
 import torch
 
 from cadence.engine.config import EngineConfig, RunawayGuard
-from cadence.engine.engine import Engine, SynthesisRequest, Utterance
+from cadence.engine.engine import Engine, Utterance
 from cadence.engine.request import FinishReason
 from cadence.engine.runaway import dbfs
-from cadence.models.qwen3_tts.model import Qwen3TTS
+from cadence.models.qwen3_tts.frontend import SynthesisRequest
+from cadence.models.qwen3_tts.runtime import Qwen3TTS
 from cadence.models.qwen3_tts.skeletons import shipped_skeleton
 
 ENV = "CADENCE_REAL_CHECKPOINTS"

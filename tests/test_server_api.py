@@ -227,7 +227,8 @@ def test_temperature_zero_over_http_is_the_greedy_engine(server, tiny_model):
     greedy=True on the same checkpoint, whatever the seed; the code predictor's own sampling
     (`subtalker_*`) reaches the engine too."""
     from cadence.engine.config import EngineConfig
-    from cadence.engine.engine import Engine, SynthesisRequest
+    from cadence.engine.engine import Engine
+    from cadence.models.qwen3_tts.frontend import SynthesisRequest
 
     text, frames = "Greedy, please.", 16
     engine = Engine(tiny_model, EngineConfig(max_streams=1, kv_cache_memory=0.02))

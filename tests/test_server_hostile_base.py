@@ -227,7 +227,7 @@ def test_a_stored_voice_with_an_overlong_transcript_is_refused(server, voices_di
     import torch
 
     from cadence.models.qwen3_tts.config import Qwen3TTSConfig
-    from cadence.models.qwen3_tts.voice_clone import VoiceClonePrompt
+    from cadence.models.qwen3_tts.voice_prompt import VoiceClonePrompt
     from cadence.server.voice_library import VoiceLibrary
 
     config = Qwen3TTSConfig.from_dir(tiny_base_checkpoint)

@@ -174,7 +174,7 @@ def test_dummy_weights_serve_without_any_checkpoint_files(tmp_path, skeleton_06b
     """The README's first command: no model argument and no network. The released 0.6B's config and
     tokenizer files ship with cadence, so the hub is never asked (any request to this unreachable
     endpoint would fail and be logged) and the tokenizer is the real one."""
-    from cadence.models.qwen3_tts.model import Qwen3TTSFrontend
+    from cadence.models.qwen3_tts.frontend import Qwen3TTSFrontend
 
     env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: nothing to find
     args = ["--dummy-weights", "--dummy-preset", "tiny", "--voice-map", "narrator=uncle_fu,alloy=aiden"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cadence.models.qwen3_tts.model import Qwen3TTSFrontend
+from cadence.models.qwen3_tts.frontend import Qwen3TTSFrontend
 from cadence.server.errors import APIError
 from cadence.server.schema import Limits, SpeechBody, decode_json, validate_speech
 from cadence.server.voices import VoiceTable, parse_voice_map
@@ -86,7 +86,7 @@ def test_the_sampling_fields_are_declared_once():
     SynthesisRequest takes its fields by name."""
     import dataclasses
 
-    from cadence.engine.engine import SynthesisRequest
+    from cadence.models.qwen3_tts.frontend import SynthesisRequest
     from cadence.sampling import SamplingOverrides
     from cadence.server.websocket import SessionConfig
 

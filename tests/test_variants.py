@@ -8,6 +8,7 @@ that would take it.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,7 +17,7 @@ from cadence.models.qwen3_tts import Qwen3TTSConfig
 from cadence.models.qwen3_tts.prompt import assistant_text, build_prompt, ref_text
 from cadence.models.qwen3_tts.skeletons import as_variant
 from cadence.models.qwen3_tts.tokenizer import TextTokenizer
-from cadence.models.qwen3_tts.voice_clone import VoiceClonePrompt
+from cadence.models.qwen3_tts.voice_prompt import VoiceClonePrompt
 
 TTS_PAD, TTS_BOS, TTS_EOS = 151671, 151672, 151673
 PAD, BOS = 2148, 2149
@@ -167,3 +168,20 @@ def test_fields_the_variant_cannot_use_are_refused(base, design, custom, tok, va
     assert e.value.param == param
     for name in names:
         assert name in str(e.value)
+
+
+def test_a_voice_prompt_is_arrays_and_saved_voices_still_load(tmp_path):
+    """The cloned voice holds float32/int64 arrays (the API process needs no torch); its file is the
+    safetensors file torch wrote before, byte for byte, and such a file loads as it was saved."""
+    from safetensors.torch import save_file
+
+    voice = clone()
+    assert voice.x_vector.dtype == np.float32 and voice.ref_codes.dtype == np.int64
+    x_vector, codes = torch.linspace(-1, 1, 1024), torch.arange(48).reshape(3, 16)
+    meta = {"format": "cadence-voice-clone-prompt", "ref_text": "Reference words."}
+    save_file({"x_vector": x_vector, "ref_codes": codes}, str(tmp_path / "torch.safetensors"), metadata=meta)
+    voice.save(tmp_path / "numpy.safetensors")
+    assert (tmp_path / "numpy.safetensors").read_bytes() == (tmp_path / "torch.safetensors").read_bytes()
+    loaded = VoiceClonePrompt.load(tmp_path / "torch.safetensors")
+    assert np.array_equal(loaded.x_vector, x_vector.numpy()) and np.array_equal(loaded.ref_codes, codes.numpy())
+    assert loaded.ref_text == "Reference words." and loaded.seconds == pytest.approx(0.24)

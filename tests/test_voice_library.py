@@ -3,10 +3,11 @@ voices of another model width are skipped, not deleted."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from cadence.models.qwen3_tts.voice_clone import VoiceClonePrompt
+from cadence.models.qwen3_tts.voice_prompt import VoiceClonePrompt
 from cadence.server.voice_library import VoiceExistsError, VoiceLibrary
 
 
@@ -23,7 +24,7 @@ def test_add_reload_get_delete(tmp_path):
     again = VoiceLibrary(tmp_path, 64)  # a restarted server
     loaded = again.get("alice")
     assert loaded is not None and loaded.id == voice.id and loaded.consent == "true"
-    assert torch.equal(loaded.prompt.ref_codes, p.ref_codes) and torch.equal(loaded.prompt.x_vector, p.x_vector)
+    assert np.array_equal(loaded.prompt.ref_codes, p.ref_codes) and np.array_equal(loaded.prompt.x_vector, p.x_vector)
     assert loaded.prompt.ref_text == "Hello."
     assert again.get(voice.id) is loaded
     assert again.delete("ALICE").id == voice.id

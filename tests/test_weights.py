@@ -15,10 +15,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from cadence.checkpoints import CheckpointError, resolve_checkpoint
 from cadence.models.qwen3_tts import Qwen3TTS, Qwen3TTSConfig
 from cadence.models.qwen3_tts.codec import SpeechTokenizer
 from cadence.models.qwen3_tts.talker import Qwen3TTSTalkerModel
-from cadence.weights import CheckpointError, load_weights, resolve_checkpoint, safetensors_files
+from cadence.weights import load_weights, safetensors_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -254,7 +255,7 @@ def test_hub_id_offline_explains_local_copy(tmp_path):
     env.pop("HF_HUB_CACHE", None)
     code = (
         "from cadence.models.qwen3_tts import Qwen3TTS\n"
-        "from cadence.weights import CheckpointError\n"
+        "from cadence.checkpoints import CheckpointError\n"
         "try:\n"
         "    Qwen3TTS.from_pretrained('Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice', 'cpu')\n"
         "except CheckpointError as e:\n"

@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import torch
-
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N"
 
 
@@ -57,7 +55,8 @@ def resolve_placements(
     cuda_count: int | None = None,
 ) -> list[Placement]:
     """`replicas`, `device` and `codec_device` as the file or command line give them; `cuda_count`:
-    GPUs visible (None: ask torch, which does not initialise CUDA in this process)."""
+    GPUs visible (None: ask torch, which does not initialise CUDA in this process, and only when a
+    replica may use CUDA: a CPU deployment's API process loads no torch)."""
     if isinstance(replicas, int):
         specs = [ReplicaSpec(device, codec_device)] * replicas
     else:
@@ -72,13 +71,19 @@ def resolve_placements(
         raise PlacementError("placement: at least one replica")
     if cuda_count is None:
         wants_cuda = any(s.device != "cpu" or (s.codec_device or "cpu") != "cpu" for s in specs)
-        cuda_count = torch.cuda.device_count() if wants_cuda else 0
+        cuda_count = visible_cuda_devices() if wants_cuda else 0
     out = []
     for i, spec in enumerate(specs):
         talker = _resolve(spec.device, i, cuda_count)
         codec = _resolve(spec.codec_device, i, cuda_count) if spec.codec_device else None
         out.append(Placement(talker, None if codec == talker else codec))
     return out
+
+
+def visible_cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def _resolve(spec: str, index: int, cuda_count: int) -> str:

@@ -20,11 +20,11 @@ class ChunkPolicy:
     ahead of real-time playback would fall below `deadline` before its next chunk is complete gets
     the frames it has now (snapped down to a frame count the codec runs as a graph). Under load,
     when a step takes about as long as a frame plays, this spends codec work on the streams about
-    to run dry instead of letting them stall while their chunk fills. On an H200 at 128 streams it
-    cut the requests with playback underruns from 87 % to 1 % at equal throughput
-    (docs/perf-notes.md #12). None: `AUTO_DEADLINE` on a GPU, off on a CPU (build_core), where a
-    1-frame codec call costs nearly what an 8-frame one does and early chunks slow every step, and
-    where a fixed chunk schedule keeps a seeded request's audio identical from run to run.
+    to run dry instead of letting them stall while their chunk fills: on an H200 at 128 streams,
+    about 1 % of requests see a playback underrun against most of them without it, at equal
+    throughput. None: `AUTO_DEADLINE` on a GPU, off on a CPU (build_core), where a 1-frame codec
+    call costs nearly what an 8-frame one does and early chunks slow every step, and where a fixed
+    chunk schedule keeps a seeded request's audio identical from run to run.
     """
 
     first_chunk_frames: int = 1
@@ -133,13 +133,12 @@ class EngineConfig:
     # The Codec partition's precision. "float32": the official decode's (within 1e-4 of it with TF32
     # off; on a GPU its convolutions, by PyTorch's default, and so its linears run in TF32, which moves
     # it 3-6e-3). "bfloat16"/"float16": its convs and linears in half precision, SnakeBeta, norms,
-    # softmax and the output conv in fp32, half the streaming state; on an H200 (before the fused
-    # codec) ~12 % faster at 64 streams x 8 frames, and ~0.08 / ~0.01 max abs from the fp32 decode
-    # (docs/benchmarks.md; benchmarks/engine_steps.py --codec-dtype measures it).
+    # softmax and the output conv in fp32, half the streaming state; ~0.08 / ~0.01 max abs from the
+    # fp32 decode (benchmarks/engine_steps.py --codec-dtype measures its speed).
     codec_dtype: str = "float32"
     # The Codec's fp32 convolutions and linears on a GPU: True TF32 tensor cores (3-6e-3 from the
     # exact fp32 decode on random full-size weights), False exact fp32 (within 1e-4 of the offline
-    # decode; on an H200 505 against 2,070 audio s/s at 64 x 8: perf-notes #32), None as
+    # decode, and about a quarter of TF32's speed at 64 streams x 8 frames), None as
     # torch.backends.cudnn.allow_tf32 says (PyTorch's default: TF32).
     codec_tf32: bool | None = None
     # "exact": every chunk equals the decode of the whole utterance, at any length (the model's own
@@ -149,17 +148,17 @@ class EngineConfig:
     codec_decode: str = "exact"
     # Talker graphs of at most this many rows (decode batch buckets, prefill token buckets) launch
     # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it
-    # does nothing): each kernel starts while the one before finishes. On an H200 it shortened the
-    # batch-1 decode walk by 14 % and batch 8 by 9 % and slowed 128 and 256 (docs/perf-notes.md
-    # #27); up to 64 rows, where the GEMMs are Triton kernels too since #60. Graphs of 33-64 rows let
-    # each kernel in before the one before it waits (#65: batch 64 -0.16 ms). 0: off.
+    # does nothing): each kernel starts while the one before finishes. It shortens small decode
+    # walks (batch 1 and 8 by about a tenth on an H200) and slows batches of 128 and more, so it is on
+    # up to 64 rows, where the GEMMs are Triton kernels too; graphs of 33-64 rows gain from each
+    # kernel starting before the one before it waits. 0: off.
     pdl_max_rows: int = 64
     # Decode graphs of at most this many rows (1 or 2; the code predictor's first pass counts two rows
     # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/linear/cuda_slab_gemm.py: each CTA's
     # weights copied into shared memory by the copy engine before it waits for the kernel before,
     # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
-    # first use by NVRTC; at one row the code predictor's attention inside its o GEMM). On an H200
-    # the batch-1 walk 2.88 -> 2.09 ms, batch 2 2.99 -> 2.44 (perf-notes #95-#97). 0: off.
+    # first use by NVRTC; at one row the code predictor's attention inside its o GEMM). It shortens
+    # the batch-1 and batch-2 walks by about a fifth on an H200. 0: off.
     slab_max_rows: int = 2
 
     def __post_init__(self):

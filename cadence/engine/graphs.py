@@ -40,8 +40,8 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
     """The one stream every graph of `device` is captured on. PyTorch's caching allocator reuses a
     freed block only for allocations on the stream it was made on, so graphs captured on streams of
     their own cannot reuse each other's freed intermediates even when they share a pool: the pool
-    grows by every graph's peak. With one stream the pool grows to the largest graph's. (The codec's
-    44 graphs took 92 GB of an H200 that way, docs/perf-notes.md #62.)"""
+    grows by every graph's peak (the codec's 44 graphs would take 92 GB of an H200). With one stream
+    the pool grows to the largest graph's."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _capture_stream(torch.device("cuda", index))
 

@@ -1,6 +1,7 @@
 """The contract between the engine and a model package.
 
-A model package declares two partitions, each a set of walks over a batch of requests:
+A model package provides a ModelRuntime (a loaded model: it builds the partitions and prepares
+requests) and declares two partitions, each a set of walks over a batch of requests:
 
 - a Talker partition (`talker_prefill`, `talker_decode`): owns the KV cache and all per-request
   decode state in slot-indexed device tensors; one decode walk turns B requests into B frames;
@@ -8,19 +9,23 @@ A model package declares two partitions, each a set of walks over a batch of req
   frames of B streams into B chunks of audio.
 
 The engine (scheduler, conductor) only sees these protocols, so another TTS model is added by
-writing one model package, without touching the engine.
+writing one model package and registering it (cadence/models/registry.py), without touching the
+engine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
 from .kv_cache import PagedKVCache
 from .request import EngineRequest
+
+if TYPE_CHECKING:
+    from .config import EngineConfig
 
 
 @dataclass
@@ -67,6 +72,7 @@ class HostAudio:
 class TalkerPartition(Protocol):
     max_slots: int
     kv: PagedKVCache
+    bytes_per_token: int  # of KV cache (the capacity log)
     # A stream's first frames that can never be EOS (the model bans it there): the core hands them to
     # the codec before their read-back, so the first audio does not wait for it.
     eos_free_frames: int
@@ -108,6 +114,7 @@ class CodecPartition(Protocol):
     samples_per_frame: int
     sample_rate: int
     device: torch.device  # where decode runs (and wants its frames): the Talker's, or one of its own
+    bytes_per_stream: int  # of decoder state (the capacity log)
 
     def reset(self, slots: list[int], requests: list[EngineRequest] | None = None) -> None:
         """Decoder state for streams starting in these slots: cold, or primed with audio the request
@@ -123,4 +130,43 @@ class CodecPartition(Protocol):
         """Start copying a decode's audio (and, if given, its input codes) to the host, without
         waiting; HostAudio.wait() then waits for that decode only (the codec may run on a CUDA
         stream or device of its own)."""
+        ...
+
+
+class ModelRuntime(Protocol):
+    """A loaded model, engine side: what `build_core` and the engine process ask of it. A model
+    package implements it (Qwen3-TTS: models/qwen3_tts/runtime.py) and registers a loader for it."""
+
+    device: torch.device  # the Talker's
+    dtype: torch.dtype  # the Talker's
+    prompt_type: type  # EngineRequest's prompt and params as the model declares them: the engine
+    params_type: type  # process decodes requests from the API process into these
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    def describe(self) -> str:
+        """The model as people say it ("0.6B"), for logs and /v1/models."""
+        ...
+
+    def prepare(self, request: Any, max_input_tokens: int) -> EngineRequest:
+        """Validate and tokenise the model's own request type. Raises InvalidRequestError."""
+        ...
+
+    def warmup_request(self, frames: int, max_input_tokens: int) -> EngineRequest:
+        """A request of exactly `frames` frames through every walk (the engine process's warm-up)."""
+        ...
+
+    def move_codec(self, device: torch.device) -> None:
+        """Put the codec on a device of its own (disaggregated), before build_codec."""
+        ...
+
+    def build_codec(
+        self, config: EngineConfig, device: torch.device, use_graphs: bool, own_stream: bool
+    ) -> CodecPartition:
+        """The Codec partition on `device`, sized by `config` (max_streams, graph buckets, dtype)."""
+        ...
+
+    def build_talker(self, config: EngineConfig, kv_bytes: int, backend: str) -> TalkerPartition:
+        """The Talker partition with a KV cache of `kv_bytes`; `backend` is config.attention_backend."""
         ...

@@ -1,14 +1,18 @@
-"""What flows through the engine: requests in, audio chunks out."""
+"""What flows through the engine: requests in, audio chunks out.
+
+A request's prompt and sampling parameters are the model's own types: the engine reads only what
+`PromptLike` and `ParamsLike` declare, and the model's partitions read the rest. No torch here:
+the API process builds requests and reads chunks.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
-
-from ..models.qwen3_tts.prompt import Prompt
-from ..models.qwen3_tts.sampling import SamplingParams
 
 
 class RunawayCause(StrEnum):
@@ -27,13 +31,45 @@ class FinishReason(StrEnum):
     ERROR = "error"  # this request failed; others are unaffected
 
 
+class PromptLike(Protocol):
+    """What the engine core reads of a model's prompt."""
+
+    @property
+    def num_text_tokens(self) -> int:
+        """Text tokens of the request (the runaway guard's frame budget follows them)."""
+        ...
+
+    @property
+    def trailing_text(self) -> Sequence[int]:
+        """Ids the decode walks read one per frame (text that arrives later extends them)."""
+        ...
+
+    def __len__(self) -> int:
+        """Prompt tokens: the prefill's length in the KV cache."""
+        ...
+
+
+class ParamsLike(Protocol):
+    """What the engine core reads of a model's sampling parameters."""
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The most frames the request may generate."""
+        ...
+
+
+PromptT = TypeVar("PromptT", bound=PromptLike)
+ParamsT = TypeVar("ParamsT", bound=ParamsLike)
+
+
 @dataclass(frozen=True)
-class EngineRequest:
-    """A validated, tokenised request as the engine core receives it."""
+class EngineRequest(Generic[PromptT, ParamsT]):
+    """A validated, tokenised request as the engine core receives it: the model's prompt and
+    sampling parameters (a model's frontend makes it; the wire format is these fields)."""
 
     request_id: str
-    prompt: Prompt
-    params: SamplingParams  # seed always set: unseeded requests get a random one at submission
+    prompt: PromptT
+    params: ParamsT  # seeded models: the seed always set (an unseeded request gets a random one)
     ignore_eos: bool = False
     # The text is still arriving: the prompt's trailing text is what has arrived so far, and the
     # rest comes through EngineCore.append_text. A stream that has used up its text waits.
@@ -57,14 +93,14 @@ class AudioChunk:
 
     request_id: str
     pcm: np.ndarray
-    frame_start: int  # first frame in this chunk (80 ms frames)
+    frame_start: int  # first frame in this chunk
     frame_end: int  # one past the last
     is_final: bool = False
     finish_reason: FinishReason | None = None
     error: str | None = None
     timings: Timings | None = None
     prompt_tokens: int = 0
-    codes: np.ndarray | None = None  # [frames, 16] when EngineConfig.return_codes
+    codes: np.ndarray | None = None  # [frames, codes a frame] when EngineConfig.return_codes
     runaway_cause: RunawayCause | None = None  # with finish_reason RUNAWAY: the check that stopped it
 
     @property

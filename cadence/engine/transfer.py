@@ -2,7 +2,7 @@
 
 `torch.tensor(values, device="cuda")` copies from pageable memory, and PyTorch then waits for the
 whole stream: in an engine step that is the decode walk just launched, so the host would sit idle
-for a walk (~5-20 ms) instead of preparing the next work (perf-notes #16). From pinned memory with
+for a walk (~5-20 ms) instead of preparing the next work. From pinned memory with
 non_blocking=True the copy is queued like a kernel and the host goes on; PyTorch's caching host
 allocator keeps the pinned block until the copy has run.
 """

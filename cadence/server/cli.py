@@ -20,6 +20,8 @@ import uvicorn
 from ..cli_options import DEFAULT_MODEL
 
 if TYPE_CHECKING:
+    from ..deploy.placement import Placement
+    from ..engine.process_config import EngineProcessConfig, ModelSource
     from .state import ServerState
 
 log = logging.getLogger("cadence.server")
@@ -120,26 +122,18 @@ class ServeConfigError(Exception):
 def build_state(args: argparse.Namespace) -> ServerState:
     """Everything the API process holds, from resolved options (apply_deploy_file first). Raises
     ServeConfigError for settings that cannot work; checkpoint errors propagate as they are."""
-    from dataclasses import replace
-
     from ..cli_options import engine_config_from_args
     from ..deploy.placement import resolve_placements
-    from ..models.qwen3_tts.builtin import find_architecture
-    from ..models.qwen3_tts.model import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
-    from ..weights import resolve_checkpoint
-    from .engine_process import EngineProcessConfig
+    from ..engine.process_config import EngineProcessConfig
+    from ..models import registry
     from .state import ServerSettings, ServerState
     from .voices import VoiceTable, parse_voice_map
 
-    # The API process needs only config and tokenizer; the weights load in the engine process.
-    if args.dummy_weights:
-        architecture = find_architecture(args.model).shrink(args.dummy_preset)
-        frontend = architecture.frontend(args.tokenizer_regex)
-        checkpoint = None
-    else:
-        architecture = None
-        checkpoint = resolve_checkpoint(args.model, CHECKPOINT_PATTERNS)  # downloads once, with a progress bar
-        frontend = Qwen3TTSFrontend.from_pretrained(checkpoint, args.tokenizer_regex)
+    # The API process needs only config and tokenizer (the model family's frontend); the weights load
+    # in the engine process.
+    source = _model_source(args)
+    family = registry.family(source.family)
+    frontend = family.load_frontend(source)
     try:
         voices = VoiceTable(frontend.config.speakers, parse_voice_map(args.voice_map))
         engine = engine_config_from_args(args)
@@ -165,24 +159,15 @@ def build_state(args: argparse.Namespace) -> ServerState:
     )
     process = EngineProcessConfig(
         model_name=name,
-        checkpoint=str(checkpoint) if checkpoint else None,
-        architecture=architecture,
-        device=placements[0].device,
-        dtype=args.dtype,
-        tokenizer_regex=args.tokenizer_regex,
+        model=source,
+        loader=family.load_runtime,
         engine=engine,
-        input_address="",  # the engine client binds its own sockets
-        output_address="",
         warmup_frames=args.warmup_frames,
         cpu_threads=args.cpu_threads,
         log_level=logging.getLogger().level,
     )
-    several = len(placements) > 1
-    replicas = [
-        replace(process, device=p.device, codec_device=p.codec_device, replica=i if several else None)
-        for i, p in enumerate(placements)
-    ]
-    state = ServerState(settings, frontend, voices, replicas)
+    state = ServerState(settings, frontend, voices, _replica_configs(process, placements))
+    checkpoint = Path(source.checkpoint) if source.checkpoint else None
     attach_cloning(state, args, checkpoint)  # a Base checkpoint: voice encoders, saved voices
     return state
 
@@ -201,6 +186,33 @@ def attach_cloning(state: ServerState, args: argparse.Namespace, checkpoint: Pat
     state.cloning = cloning
     state.voices.library = cloning.library
     log.info("voice cloning: encoders on %s, saved voices in %s", cloning.encoder.device, cloning.library.directory)
+
+
+def _model_source(args: argparse.Namespace) -> ModelSource:
+    """The checkpoint (a hub id's files download once, with a progress bar), or with --dummy-weights
+    the architecture to draw random weights for, as its model family locates it."""
+    from ..models import registry
+
+    random_preset = args.dummy_preset if args.dummy_weights else None
+    return registry.model_source(
+        args.model, random_preset=random_preset, dtype=args.dtype, tokenizer_regex=args.tokenizer_regex
+    )
+
+
+def _replica_configs(process: EngineProcessConfig, placements: list[Placement]) -> list[EngineProcessConfig]:
+    """One engine process a replica: the same model and engine config on the replica's devices."""
+    from dataclasses import replace
+
+    several = len(placements) > 1
+    return [
+        replace(
+            process,
+            model=replace(process.model, device=p.device),
+            codec_device=p.codec_device,
+            replica=i if several else None,
+        )
+        for i, p in enumerate(placements)
+    ]
 
 
 def _warn_shared_devices(placements, engine) -> None:

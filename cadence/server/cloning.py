@@ -18,12 +18,16 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..audio_input import AudioInputError, AudioLimits, AudioTooLargeError, decode_audio
 from ..models.qwen3_tts.config import Qwen3TTSConfig
-from ..models.qwen3_tts.voice_clone import VoiceClonePrompt, VoiceEncoder
+from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
 from . import errors as E
 from .voice_library import VoiceLibrary
+
+if TYPE_CHECKING:
+    from ..models.qwen3_tts.voice_encoder import VoiceEncoder
 
 log = logging.getLogger("cadence.server")
 
@@ -68,6 +72,8 @@ class VoiceCloning:
         cls, config: Qwen3TTSConfig, checkpoint: Path | None, settings: CloningSettings, seed: int = 0
     ) -> VoiceCloning:
         """From the checkpoint's files, or random weights of its architecture (--dummy-weights)."""
+        from ..models.qwen3_tts.voice_encoder import VoiceEncoder  # torch: only a Base server loads it
+
         if checkpoint is not None:
             encoder = VoiceEncoder.from_pretrained(checkpoint, settings.device)
         else:

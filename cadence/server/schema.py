@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ..engine.engine import SynthesisRequest, prepare_request
 from ..engine.request import EngineRequest, RequestTooLargeError
 from ..errors import InvalidRequestError
-from ..models.qwen3_tts.model import Qwen3TTSFrontend
+from ..models.qwen3_tts.frontend import Qwen3TTSFrontend, SynthesisRequest, prepare_request
 from ..models.qwen3_tts.prompt import TextTokens
-from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
+from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
 from ..sampling import SamplingOverrides
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from ..engine.client import EngineDeadError
 from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
 from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import CONTENT_TYPES, make_encoder
-from .engine_client import EngineDeadError
 from .http import AbortStream
 from .long_form import PieceDone, piece_chunks
 from .schema import SpeechJob

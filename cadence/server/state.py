@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..engine import protocol as P
+from ..engine.client import EngineStartError
 from ..engine.config import EngineConfig
-from ..models.qwen3_tts.model import Qwen3TTSFrontend
+from ..engine.process_config import EngineProcessConfig
+from ..engine.replicas import ReplicaPool
+from ..models.qwen3_tts.frontend import Qwen3TTSFrontend
 from . import errors as E
-from . import protocol as P
-from .engine_client import EngineStartError
-from .engine_process import EngineProcessConfig
 from .http import FormLimits
 from .metrics import Metrics
-from .replicas import ReplicaPool
 from .schema import OPENAI_MODELS, Limits
 from .voices import VoiceTable
 

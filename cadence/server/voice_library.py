@@ -36,7 +36,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
+from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
 
 log = logging.getLogger("cadence.server")
 
@@ -113,10 +113,10 @@ class VoiceLibrary:
         except (OSError, ValueError, KeyError) as e:
             log.warning("skipping saved voice %s: %s", folder.name, e)
             return None
-        if prompt.x_vector.numel() != self.hidden_size:
+        if prompt.x_vector.size != self.hidden_size:
             log.warning(
                 "skipping saved voice %s (%s): made with a %d-wide model, this one is %d wide",
-                info.get("id"), info.get("name"), prompt.x_vector.numel(), self.hidden_size,
+                info.get("id"), info.get("name"), prompt.x_vector.size, self.hidden_size,
             )  # fmt: skip
             return None
         return SavedVoice(info["id"], info["name"], int(info["created_at"]), info.get("consent", ""), prompt)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from fastapi import WebSocket, WebSocketDisconnect
 
+from ..engine.client import EngineDeadError
 from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
 from ..models.qwen3_tts.prompt import TextTokens
 from ..sampling import SamplingOverrides
@@ -43,7 +44,6 @@ from . import errors as E
 from .access import Outcome, record
 from .audio_encoders import PcmEncoder
 from .continuous import INLINE_DELTA_CHARS, INPUT_MODES, ContinuousInput
-from .engine_client import EngineDeadError
 from .http import check_api_key, request_key
 from .schema import SpeechBody, SpeechJob, VoiceRef, decode_json, new_request_id, validate_speech
 from .segment import OpenUtterance, Segment

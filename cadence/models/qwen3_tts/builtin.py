@@ -14,19 +14,19 @@ import copy
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ...weights import CheckpointError
-from .checkpoint import PRESETS, merge, randomize
-from .codec import SpeechTokenizer
+from ...checkpoints import CheckpointError
 from .config import Qwen3TTSConfig
-from .model import Qwen3TTS, Qwen3TTSFrontend, pick_device, pick_dtype
+from .frontend import Qwen3TTSFrontend
+from .presets import PRESETS, merge
 from .skeletons import Skeleton, resolve_skeleton, shipped_skeleton
-from .talker import Qwen3TTSTalkerModel
 from .tokenizer import PretokenizerRegex, TextTokenizer
+
+if TYPE_CHECKING:
+    import torch
+
+    from .runtime import Qwen3TTS
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,10 @@ class Architecture:
     generation: dict[str, Any]
     source: str
     tokenizer_dir: str  # vocab.json + merges.txt + tokenizer_config.json
-    preset: str = "full"  # checkpoint.PRESETS: how `shrink` shrank it
+    preset: str = "full"  # presets.PRESETS: how `shrink` shrank it
 
     def shrink(self, preset: str) -> Architecture:
-        """The same model shrunk by one of checkpoint.PRESETS ("full" keeps it)."""
+        """The same model shrunk by one of presets.PRESETS ("full" keeps it)."""
         if preset not in PRESETS:
             raise ValueError(f"unknown preset '{preset}'; allowed: {', '.join(PRESETS)}")
         overrides = PRESETS[preset](self.config)
@@ -71,7 +71,6 @@ class Architecture:
     def frontend(self, regex: PretokenizerRegex = "qwen2") -> Qwen3TTSFrontend:
         return Qwen3TTSFrontend(self.parse(), self.tokenizer(regex))
 
-    @torch.no_grad()
     def random_model(
         self,
         device: str | torch.device | None = "auto",
@@ -80,27 +79,9 @@ class Architecture:
         seed: int = 0,
     ) -> Qwen3TTS:
         """Random weights of this architecture, drawn in memory (the same for the same seed)."""
-        config = self.parse()
-        dev = pick_device(device)
-        dt = pick_dtype(dtype, dev)
-        # Built on the meta device, then given uninitialised storage that randomize() overwrites in
-        # full: skips a default initialisation that would be thrown away (seconds at full size).
-        with torch.device("meta"):
-            root = Qwen3TTSTalkerModel(config)
-            codec = SpeechTokenizer(config.speech_tokenizer.decoder)
-        gen = torch.Generator().manual_seed(seed)
-        root = root.to_empty(device=dev)
-        randomize(root, gen)
-        root = root.to(dt).eval().requires_grad_(False)
-        codec = codec.to_empty(device=dev)
-        randomize(codec, gen)
-        codec = codec.float().eval().requires_grad_(False)
-        log.warning(
-            "RANDOM WEIGHTS (%s, %s talker on %s): the audio is noise of the right length and format, "
-            "for benchmarking and trying the API. Pass a real checkpoint without --dummy-weights for speech.",
-            self.source, dt, dev,
-        )  # fmt: skip
-        return Qwen3TTS(config, self.tokenizer(regex), root.talker, codec, dev, dt, Path(self.source))
+        from .runtime import Qwen3TTS  # torch: only where the model runs
+
+        return Qwen3TTS.random(self.parse(), self.tokenizer(regex), device, dtype, seed, self.source, self.describe())
 
 
 def skeleton_architecture(skeleton: Skeleton) -> Architecture:

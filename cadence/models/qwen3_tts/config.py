@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .sampling import SamplingParams
+
 # tts_model_type -> what a request gives to choose the voice.
 SUPPORTED_MODEL_TYPES = ("custom_voice", "base", "voice_design")
 SUPPORTED_TOKENIZER_TYPES = ("qwen3_tts_tokenizer_12hz",)
@@ -357,27 +359,6 @@ class SpeakerEncoderConfig:
 
 
 @dataclass(frozen=True)
-class GenerationDefaults:
-    """generation_config.json; the official wrapper's hard defaults fill what the file leaves out."""
-
-    do_sample: bool = True
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-    repetition_penalty: float = 1.05
-    subtalker_dosample: bool = True
-    subtalker_temperature: float = 0.9
-    subtalker_top_k: int = 50
-    subtalker_top_p: float = 1.0
-    max_new_tokens: int = 2048
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GenerationDefaults:
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data and data[k] is not None}
-        return cls(**known)
-
-
-@dataclass(frozen=True)
 class Qwen3TTSConfig:
     """Everything cadence reads from a checkpoint directory."""
 
@@ -391,7 +372,7 @@ class Qwen3TTSConfig:
     tts_pad_token_id: int
     talker: TalkerConfig
     speech_tokenizer: SpeechTokenizerConfig
-    generation: GenerationDefaults
+    generation: SamplingParams  # generation_config.json
     speaker_encoder: SpeakerEncoderConfig | None = None  # Base only
 
     @property
@@ -462,7 +443,7 @@ class Qwen3TTSConfig:
             speech_tokenizer=SpeechTokenizerConfig.from_fields(
                 _Fields(speech_tokenizer, "speech_tokenizer/config.json")
             ),
-            generation=GenerationDefaults.from_dict(generation or {}),
+            generation=SamplingParams.from_dict(generation or {}),
             speaker_encoder=_speaker_encoder(f, model_type),
         )
 

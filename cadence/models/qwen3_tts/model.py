@@ -1,5 +1,7 @@
 """A loaded Qwen3-TTS 12 Hz checkpoint (CustomVoice, Base or VoiceDesign): config, tokenizer, Talker
-and Codec modules. A Base checkpoint's voice encoders load separately (voice_clone.VoiceEncoder)."""
+and Codec modules, and the prompt embeddings the walks start from. A Base checkpoint's voice
+encoders load separately (voice_encoder.VoiceEncoder); what the engine runs is `runtime.Qwen3TTS`,
+this model with its partitions."""
 
 from __future__ import annotations
 
@@ -11,19 +13,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...checkpoints import resolve_checkpoint
 from ...engine.transfer import to_device
-from ...errors import InvalidRequestError
-from ...weights import load_weights, resolve_checkpoint, safetensors_files
+from ...weights import load_weights, safetensors_files
 from .codec import SpeechTokenizer
 from .config import Qwen3TTSConfig
-from .prompt import Prompt, TextLayout, TextTokens, build_prompt
+from .frontend import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
+from .prompt import Prompt
 from .talker import Qwen3TTSTalkerModel, Talker
 from .tokenizer import PretokenizerRegex, TextTokenizer
-from .voice_clone import VoiceClonePrompt
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_PATTERNS = ("*.json", "*.txt", "*.safetensors", "speech_tokenizer/*")
 
 
 def pick_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -44,76 +44,6 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
     return table[dtype]
 
 
-@dataclass
-class Qwen3TTSFrontend:
-    """What validating and tokenising requests needs: config and tokenizer, no weights. The API
-    server process holds only this; the engine process holds the whole model."""
-
-    config: Qwen3TTSConfig
-    tokenizer: TextTokenizer
-
-    @classmethod
-    def from_pretrained(
-        cls, model: str | os.PathLike, tokenizer_regex: PretokenizerRegex = "qwen2"
-    ) -> Qwen3TTSFrontend:
-        path = resolve_checkpoint(model, CHECKPOINT_PATTERNS)
-        return cls(Qwen3TTSConfig.from_dir(path), TextTokenizer.from_dir(path, tokenizer_regex))
-
-    def prompt(
-        self,
-        text: str | TextTokens,
-        voice: str | None = None,
-        language: str | None = "auto",
-        instruct: str | None = None,
-        layout: TextLayout | str | None = None,
-        clone: VoiceClonePrompt | None = None,
-        x_vector_only: bool | None = None,
-        text_open: bool = False,
-    ) -> Prompt:
-        """Validate a request and lay out its prefill. Raises InvalidRequestError naming the field
-        (MoreTextNeeded: text still arriving is too short yet for the prefill).
-
-        voice: a preset (custom_voice; None takes `default_voice`); clone: a cloned voice (base);
-        layout None: the variant's official default, or streaming for text still arriving."""
-        if text_open and layout is None:
-            layout = TextLayout.STREAMING
-        if layout is not None:
-            try:
-                layout = TextLayout(layout)
-            except ValueError:
-                raise InvalidRequestError(
-                    f"unknown text layout '{layout}'", "layout", [m.value for m in TextLayout]
-                ) from None
-        if voice is None:
-            voice = self.default_voice
-        return build_prompt(
-            self.config, self.tokenizer, text, voice, language, instruct, layout, clone, x_vector_only, text_open
-        )
-
-    @property
-    def default_voice(self) -> str | None:
-        """The preset a CustomVoice request without a voice gets (ryan where the checkpoint has him);
-        None for the variants without presets."""
-        speakers = self.config.speakers
-        if self.config.tts_model_type != "custom_voice" or not speakers:
-            return None
-        return "ryan" if "ryan" in speakers else speakers[0]
-
-    def end_of_text(self) -> list[int]:
-        """What follows the last text token in the trailing text (text that arrived in pieces ends
-        with it: EngineCore.append_text)."""
-        return [self.config.tts_eos_token_id]
-
-    def instruct_ignored(self, instruct: str | None) -> bool:
-        """True when `instruct` was given but this model drops it (0.6B CustomVoice, as the official
-        wrapper; Base refuses it instead)."""
-        return bool(instruct) and self.config.tts_model_type == "custom_voice" and not self.config.supports_instruct
-
-    @property
-    def sample_rate(self) -> int:
-        return self.config.sample_rate
-
-
 def prefill_tracks(prompts: list[Prompt], rows: int | None = None) -> np.ndarray:
     """[4, rows] int64 on the host: the prompts' text ids and codec ids (0 where a track is absent),
     then 1 where the text / codec track is absent; rows past the prompts (padding up to `rows`) have
@@ -131,7 +61,7 @@ def prefill_tracks(prompts: list[Prompt], rows: int | None = None) -> np.ndarray
 
 
 @dataclass
-class Qwen3TTS:
+class Qwen3TTSModel:
     config: Qwen3TTSConfig
     tokenizer: TextTokenizer
     talker: Talker
@@ -147,7 +77,7 @@ class Qwen3TTS:
         device: str | torch.device | None = "auto",
         dtype: str | torch.dtype | None = "auto",
         tokenizer_regex: PretokenizerRegex = "qwen2",
-    ) -> Qwen3TTS:
+    ) -> Qwen3TTSModel:
         path = resolve_checkpoint(model, CHECKPOINT_PATTERNS)
         config = Qwen3TTSConfig.from_dir(path)
         dev = pick_device(device)
@@ -157,7 +87,7 @@ class Qwen3TTS:
             root = Qwen3TTSTalkerModel(config)
             codec = SpeechTokenizer(config.speech_tokenizer.decoder)
         # Base files also hold the speaker encoder, which runs where reference audio is analysed
-        # (voice_clone.VoiceEncoder), not in the talker.
+        # (voice_encoder.VoiceEncoder), not in the talker.
         load_weights(root, safetensors_files(path), dev, dt, skip_prefixes=("speaker_encoder.",))
         # The codec always runs in fp32 (the file is fp32; a bf16 SnakeBeta can produce NaN/silence).
         load_weights(

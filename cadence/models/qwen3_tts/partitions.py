@@ -15,7 +15,6 @@ import time
 import numpy as np
 import torch
 
-from ...engine.attention import PagedAttention
 from ...engine.graphs import capture, capture_progress
 from ...engine.kv_cache import PagedKVCache
 from ...engine.partition import Admission, DecodeOutput, HostAudio
@@ -25,7 +24,8 @@ from ...kernels.sampling.reference import RowParams, mask_control_tokens, repeti
 from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
 from .codec_windows import CodecWindows
-from .model import Qwen3TTS
+from .model import Qwen3TTSModel
+from .paged_attention import PagedAttention
 from .sampling import MIN_NEW_TOKENS
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class SlotState:
     walks read like any tensor, and an admission writes all the fields of a pack in one indexed copy.
     """
 
-    def __init__(self, model: Qwen3TTS, slots: int, max_trailing: int, max_pages: int):
+    def __init__(self, model: Qwen3TTSModel, slots: int, max_trailing: int, max_pages: int):
         cfg, dev = model.config.talker, model.device
         self.pad_text = model.config.tts_pad_token_id
         self.hidden = torch.zeros(slots, cfg.hidden_size, dtype=model.dtype, device=dev)
@@ -138,7 +138,7 @@ class Qwen3TTSTalker:
 
     def __init__(
         self,
-        model: Qwen3TTS,
+        model: Qwen3TTSModel,
         max_slots: int,
         kv_bytes: int,
         page_size: int,
@@ -300,7 +300,7 @@ class Qwen3TTSCodec:
 
     def __init__(
         self,
-        model: Qwen3TTS,
+        model: Qwen3TTSModel,
         max_slots: int,
         use_graphs: bool = False,
         max_batch: int = 64,

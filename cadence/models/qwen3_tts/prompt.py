@@ -22,7 +22,7 @@ from enum import StrEnum
 from ...errors import InvalidRequestError
 from .config import Qwen3TTSConfig
 from .tokenizer import TextTokenizer
-from .voice_clone import VoiceClonePrompt
+from .voice_prompt import VoiceClonePrompt
 
 
 class TextLayout(StrEnum):
@@ -266,20 +266,7 @@ def build_prompt(
     for i in role:
         rows.add(i, None)
 
-    if lang_id is None:
-        codec: list[int | None] = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
-    else:
-        codec = [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
-    voice: dict = {}
-    if speaker is not None:
-        codec.append(t.spk_id[speaker])
-    elif clone is not None:
-        voice = dict(speaker_row=len(rows) + len(codec), speaker_embedding=tuple(clone.x_vector.float().tolist()))
-        codec.append(None)  # the x-vector's row
-    codec.append(t.codec_pad_id)
-    for j, c in enumerate(codec):
-        rows.add(cfg.tts_bos_token_id if j == len(codec) - 1 else cfg.tts_pad_token_id, c)
-
+    voice = _codec_prefix(cfg, rows, lang_id, speaker, clone)
     end = () if text_open else (cfg.tts_eos_token_id,)
     trailing: tuple[int, ...] = ()
     if in_context:
@@ -298,6 +285,29 @@ def build_prompt(
         rows.add(ids[0], t.codec_bos_id)
         trailing = (*ids[1:], *end)
     return Prompt(tuple(rows.text), tuple(rows.codec), trailing, len(ids), **voice)
+
+
+def _codec_prefix(
+    cfg: Qwen3TTSConfig, rows: _Rows, lang_id: int | None, speaker: str | None, clone: VoiceClonePrompt | None
+) -> dict:
+    """The think prefix (with the language, if one is set), the voice's row (a preset's id, or a
+    cloned voice's x-vector) and codec pad, against tts_pad and finally tts_bos on the text track.
+    Returns the Prompt fields of a cloned voice's row."""
+    t = cfg.talker
+    if lang_id is None:
+        codec: list[int | None] = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
+    else:
+        codec = [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
+    voice: dict = {}
+    if speaker is not None:
+        codec.append(t.spk_id[speaker])
+    elif clone is not None:
+        voice = dict(speaker_row=len(rows) + len(codec), speaker_embedding=tuple(clone.x_vector.tolist()))
+        codec.append(None)  # the x-vector's row
+    codec.append(t.codec_pad_id)
+    for j, c in enumerate(codec):
+        rows.add(cfg.tts_bos_token_id if j == len(codec) - 1 else cfg.tts_pad_token_id, c)
+    return voice
 
 
 def _in_context_rows(

@@ -1,24 +1,24 @@
-"""Sampling parameters and the official logits processing (transformers 4.57.3 order).
+"""Sampling parameters: the checkpoint's defaults (generation_config.json), a request's overrides.
 
-code0 (talker): repetition penalty over the generated code0s -> EOS banned for the first
-`min_new_tokens` frames -> control tokens [vocab-1024, vocab) except EOS suppressed -> (sampling:)
-temperature -> top-k -> top-p. Codes 1..15 (code predictor): temperature -> top-k -> top-p only.
+Plain values, no torch: the API process validates them; the logits processing that applies them
+is `logits.py` (the reference) and the engine's batched sampler.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-
-import torch
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from ...errors import InvalidRequestError
-from .config import GenerationDefaults
 
 MIN_NEW_TOKENS = 2  # the official generate() always bans EOS for the first two frames
 
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """A request's sampling, resolved; as a checkpoint's defaults (Qwen3TTSConfig.generation), what
+    generation_config.json says, the official wrapper's hard defaults filling what it leaves out."""
+
     do_sample: bool = True
     temperature: float = 0.9
     top_k: int = 50
@@ -33,9 +33,15 @@ class SamplingParams:
     seed: int | None = None
 
     @classmethod
-    def from_defaults(cls, defaults: GenerationDefaults, **overrides) -> SamplingParams:
-        """Checkpoint generation_config.json values, then the caller's non-None overrides."""
-        base = {f.name: getattr(defaults, f.name) for f in fields(defaults)}
+    def from_dict(cls, data: dict[str, Any]) -> SamplingParams:
+        """generation_config.json's sampling keys (a seed there is not a default: each request has its own)."""
+        known = {f.name for f in fields(cls)} - {"seed"}
+        return cls(**{k: v for k, v in data.items() if k in known and v is not None})
+
+    @classmethod
+    def from_defaults(cls, defaults: SamplingParams, **overrides) -> SamplingParams:
+        """The checkpoint's defaults, then the caller's non-None overrides."""
+        base = asdict(defaults)
         base.update({k: v for k, v in overrides.items() if v is not None})
         params = cls(**base)
         params.validate()
@@ -63,54 +69,3 @@ class SamplingParams:
             )
         if self.max_new_tokens < 1:
             raise InvalidRequestError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}", "max_new_tokens")
-
-
-def repetition_penalty(logits: torch.Tensor, history: torch.Tensor, penalty: float) -> torch.Tensor:
-    """HF RepetitionPenaltyLogitsProcessor: every id seen in `history` [B,T] is penalised once."""
-    if penalty == 1.0 or history.shape[1] == 0:
-        return logits
-    score = torch.gather(logits, 1, history)
-    score = torch.where(score < 0, score * penalty, score / penalty)
-    return logits.scatter(1, history, score)
-
-
-def mask_code0(logits: torch.Tensor, eos_id: int, suppress: tuple[int, int], ban_eos: bool) -> torch.Tensor:
-    """Suppress control tokens except EOS, and EOS itself while `ban_eos`."""
-    logits = logits.clone()
-    start, end = suppress
-    keep_eos = logits[:, eos_id].clone()
-    logits[:, start:end] = -float("inf")
-    logits[:, eos_id] = -float("inf") if ban_eos else keep_eos
-    return logits
-
-
-def warp(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """Temperature, then top-k (ties at the k-th value kept, as HF), then top-p."""
-    logits = logits / temperature
-    if top_k > 0:
-        k = min(top_k, logits.shape[-1])
-        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, -float("inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=False, dim=-1)
-        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        remove_sorted = cumulative <= (1 - top_p)
-        remove_sorted[..., -1:] = False  # keep at least one
-        remove = remove_sorted.scatter(-1, order, remove_sorted)
-        logits = logits.masked_fill(remove, -float("inf"))
-    return logits
-
-
-def choose(
-    logits: torch.Tensor,
-    do_sample: bool,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    generator: torch.Generator | None,
-) -> torch.Tensor:
-    """Greedy argmax or a multinomial draw from the warped distribution. logits [B,V] fp32 -> [B]."""
-    if not do_sample:
-        return logits.argmax(dim=-1)
-    probs = warp(logits, temperature, top_k, top_p).softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]

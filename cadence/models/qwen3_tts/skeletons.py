@@ -11,8 +11,9 @@ and real tokenizer offline, without asking the Hugging Face hub:
 
 (the owner may be left out; any case). The family shares one text tokenizer and one speech
 tokenizer, kept once; the Base and VoiceDesign configs are their CustomVoice sibling's turned into
-that variant (`as_variant`), as released. Any other name is a local directory or a hub id whose
-small files are fetched.
+that variant (`as_variant`), as released. The two large tokenizer files ship gzip-compressed
+(`vocab.json.gz`, `merges.txt.gz`); they are read through gzip and written out decompressed. Any
+other name is a local directory or a hub id whose small files are fetched.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...weights import resolve_checkpoint
+from ...checkpoints import resolve_checkpoint
+from .tokenizer import copy_plain, find_file, open_text
 
 ARCHITECTURES = Path(__file__).resolve().parent / "architectures"
 _SIZE_DIRS = {"0.6B": "Qwen3-TTS-12Hz-0.6B-CustomVoice", "1.7B": "Qwen3-TTS-12Hz-1.7B-CustomVoice"}
@@ -38,6 +39,8 @@ SHARED_FILES = (
     "speech_tokenizer/preprocessor_config.json",
 )
 SIZE_FILES = ("config.json", "generation_config.json")
+# Shipped gzip-compressed (name + ".gz"): together 4.4 MB plain, 1.8 MB compressed.
+COMPRESSED_FILES = ("vocab.json", "merges.txt")
 # What a skeleton is read from: a hub download fetches only these.
 SMALL_FILES = ("*.json", "*.txt", "speech_tokenizer/*.json")
 VARIANTS = ("custom_voice", "base", "voice_design")
@@ -77,10 +80,15 @@ class KnownCheckpoint:
         return f"{HUB_OWNER}/{self.name}"
 
     def files(self) -> dict[str, Path]:
-        """Relative name -> shipped file (config.json is the CustomVoice sibling's: see `Skeleton.config`)."""
+        """Relative name -> shipped file (config.json is the CustomVoice sibling's: see `Skeleton.config`;
+        the COMPRESSED_FILES are their .gz copies)."""
         shared = ARCHITECTURES / _SIZE_DIRS["0.6B"]
         own = ARCHITECTURES / _SIZE_DIRS[self.size]
-        return {name: shared / name for name in SHARED_FILES} | {name: own / name for name in SIZE_FILES}
+
+        def stored(name: str) -> str:
+            return f"{name}.gz" if name in COMPRESSED_FILES else name
+
+        return {name: shared / stored(name) for name in SHARED_FILES} | {name: own / name for name in SIZE_FILES}
 
 
 KNOWN_CHECKPOINTS = (
@@ -116,7 +124,7 @@ class Skeleton:
         return name in self.files
 
     def read(self, name: str) -> dict[str, Any]:
-        with open(self.files[name], encoding="utf-8") as f:
+        with open_text(self.files[name]) as f:
             return json.load(f)
 
     def config(self, variant: str | None = None) -> dict[str, Any]:
@@ -131,13 +139,18 @@ class Skeleton:
         dirs = {self.files[n].parent for n in names if n in self.files}
         return dirs.pop() if len(dirs) == 1 and all(n in self.files for n in names) else None
 
+    def copy(self, name: str, target: Path) -> None:
+        """Write the file `name` to `target`, decompressed if it is stored compressed."""
+        copy_plain(self.files[name], target)
+
     def write(self, out: str | Path, variant: str | None = None) -> Path:
-        """The files as a checkpoint directory without weights (config.json as `variant`)."""
+        """The files as a checkpoint directory without weights (config.json as `variant`), every one
+        of them plain, as a released checkpoint has them."""
         out = Path(out)
         (out / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
-        for name, path in self.files.items():
+        for name in self.files:
             if name != "config.json":
-                shutil.copyfile(path, out / name)
+                self.copy(name, out / name)
         text = json.dumps(self.config(variant), indent=2, ensure_ascii=False) + "\n"
         (out / "config.json").write_text(text, encoding="utf-8")
         return out
@@ -153,7 +166,8 @@ def shipped_skeleton(checkpoint: KnownCheckpoint = DEFAULT_CHECKPOINT) -> Skelet
 
 def directory_skeleton(path: Path) -> Skeleton:
     names = [*SIZE_FILES, *SHARED_FILES, "preprocessor_config.json", "speech_tokenizer/configuration.json"]
-    return Skeleton({n: path / n for n in names if (path / n).is_file()}, str(path))
+    found = {n: find_file(path, n) for n in names}
+    return Skeleton({n: f for n, f in found.items() if f is not None}, str(path))
 
 
 def resolve_skeleton(model: str | os.PathLike) -> Skeleton:

@@ -1,5 +1,8 @@
 """Text tokenizer: Qwen2 byte-level BPE built from a checkpoint's vocab.json + merges.txt.
 
+Either file may be stored gzip-compressed (`vocab.json.gz`, `merges.txt.gz`: the copies cadence
+ships in `architectures/`); the ids are the same.
+
 Built with the `tokenizers` library the way transformers' Qwen2 fast tokenizer is (NFC normaliser,
 regex split, byte-level, no BOS), plus the added tokens of tokenizer_config.json.
 
@@ -12,9 +15,11 @@ from a local directory.
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
@@ -46,12 +51,12 @@ class TextTokenizer:
         if regex not in PRETOKENIZER_PATTERNS:
             raise ValueError(f"unknown pretokenizer regex '{regex}'; allowed: {sorted(PRETOKENIZER_PATTERNS)}")
         path = Path(path)
-        missing = [name for name in TOKENIZER_FILES if not (path / name).exists()]
+        missing = [name for name in TOKENIZER_FILES if find_file(path, name) is None]
         if missing:
             raise FileNotFoundError(f"tokenizer files missing from {path}: {missing}")
-        with open(path / "vocab.json", encoding="utf-8") as f:
+        with open_text(find_file(path, "vocab.json")) as f:
             vocab = json.load(f)
-        merges = _read_merges(path / "merges.txt")
+        merges = _read_merges(find_file(path, "merges.txt"))
         tok = Tokenizer(
             BPE(
                 vocab=vocab,
@@ -72,7 +77,7 @@ class TextTokenizer:
             ]
         )
         tok.decoder = decoders.ByteLevel()
-        with open(path / "tokenizer_config.json", encoding="utf-8") as f:
+        with open_text(find_file(path, "tokenizer_config.json")) as f:
             added = json.load(f).get("added_tokens_decoder", {})
         for token_id in sorted(added, key=int):
             spec = added[token_id]
@@ -119,9 +124,33 @@ class TextTokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
 
+def find_file(directory: Path, name: str) -> Path | None:
+    """`directory/name`, or its gzip-compressed copy `name.gz`; None when neither exists."""
+    for candidate in (directory / name, directory / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def open_text(path: Path) -> IO[str]:
+    """A UTF-8 text file, decompressed on the fly when its name ends in .gz."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def copy_plain(source: Path, target: Path) -> None:
+    """Copy a file, decompressing it when its name ends in .gz (`target` names the plain file)."""
+    if source.suffix != ".gz":
+        shutil.copyfile(source, target)
+        return
+    with gzip.open(source, "rb") as src, open(target, "wb") as out:
+        shutil.copyfileobj(src, out)
+
+
 def _read_merges(path: Path) -> list[tuple[str, str]]:
     merges = []
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         for i, line in enumerate(f):
             line = line.strip()
             if not line or (i == 0 and line.startswith("#version")):

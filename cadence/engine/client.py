@@ -4,6 +4,9 @@
 that cancels its request when closed early. The engine process is watched through its sentinel:
 when it dies every open stream fails with EngineDeadError at once (nothing waits forever) and
 `on_death` is called, so the server can answer 503 and exit non-zero.
+
+No torch: the spawned process's target is `_engine_main`, which imports the engine process's
+module (process.py: torch, the core) in the child only.
 """
 
 from __future__ import annotations
@@ -22,11 +25,18 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from ..engine.request import AudioChunk, EngineRequest, EngineStats, QueueFullError, RequestTooLargeError
 from . import protocol as P
-from .engine_process import EngineProcessConfig, run_engine_process
+from .process_config import EngineProcessConfig
+from .request import AudioChunk, EngineRequest, EngineStats, QueueFullError, RequestTooLargeError
 
 log = logging.getLogger("cadence.server")
+
+
+def _engine_main(config: EngineProcessConfig) -> None:
+    """The engine process's entry point: the spawned child imports process.py, the parent never does."""
+    from .process import run
+
+    run(config)
 
 
 class EngineDeadError(RuntimeError):
@@ -77,7 +87,7 @@ class EngineClient:
         # spawn, not fork: the engine initialises CUDA, which a forked child of a process holding
         # threads and sockets must not inherit.
         self._process = multiprocessing.get_context("spawn").Process(
-            target=run_engine_process, args=(config,), name="cadence-engine", daemon=True
+            target=_engine_main, args=(config,), name="cadence-engine", daemon=True
         )
         self._process.start()
         loop.add_reader(self._process.sentinel, self._on_exit)

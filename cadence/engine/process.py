@@ -16,19 +16,18 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 
+import msgspec
 import torch
 import zmq
 
-from ..engine.config import EngineConfig
-from ..engine.core import EngineCore
-from ..engine.engine import SynthesisRequest, build_core, prepare_request
-from ..engine.request import FinishReason, QueueFullError, RequestTooLargeError
-from ..models.qwen3_tts.builtin import Architecture
-from ..models.qwen3_tts.model import Qwen3TTS
-from ..models.qwen3_tts.voice_clone import VoiceClonePrompt
 from . import protocol as P
+from .config import EngineConfig
+from .core import EngineCore
+from .engine import build_core
+from .partition import ModelRuntime
+from .process_config import EngineProcessConfig
+from .request import FinishReason, QueueFullError, RequestTooLargeError
 
 log = logging.getLogger("cadence.engine")
 
@@ -36,29 +35,8 @@ IDLE_POLL_S = 0.1  # longest the idle loop blocks on its inbox
 HEARTBEAT_S = 1.0  # idle stats messages (also how often the parent is checked)
 
 
-@dataclass
-class EngineProcessConfig:
-    """Everything the engine process needs; picklable (it crosses a spawn)."""
-
-    model_name: str  # as served and logged
-    checkpoint: str | None  # a local checkpoint directory (real weights) ...
-    architecture: Architecture | None  # ... or the architecture to draw random weights for
-    device: str
-    dtype: str
-    tokenizer_regex: str
-    engine: EngineConfig
-    input_address: str
-    output_address: str
-    warmup_frames: int = 8
-    log_level: int = logging.INFO
-    seed: int = 0  # of the random weights
-    cpu_threads: int | None = None  # torch threads when the model runs on the CPU (None: cores - 1)
-    replica: int | None = None  # its index among data-parallel replicas (None: the only engine)
-    codec_device: str | None = None  # the Codec partition's own device (disaggregated); None: `device`
-
-
-def run_engine_process(cfg: EngineProcessConfig) -> None:
-    """The process entry point (multiprocessing target)."""
+def run(cfg: EngineProcessConfig) -> None:
+    """The process entry point (client.py's spawn target calls it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     who = "%(name)s" if cfg.replica is None else f"%(name)s[replica {cfg.replica}]"
@@ -82,8 +60,9 @@ def run_engine_process(cfg: EngineProcessConfig) -> None:
         code = 1
     else:
         outbox.send(P.encode(P.Ready(info)))
+        decoder = P.input_decoder(model.prompt_type, model.params_type)
         try:
-            EngineLoop(core, inbox, outbox, os.getppid()).run()
+            EngineLoop(core, inbox, outbox, os.getppid(), decoder).run()
         except Exception:
             log.exception("engine loop failed; exiting")
             code = 1
@@ -93,13 +72,11 @@ def run_engine_process(cfg: EngineProcessConfig) -> None:
     sys.exit(code)
 
 
-def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
-    """Weights (or random weights), the core sized by the engine config, and a warm-up synthesis."""
+def load(cfg: EngineProcessConfig) -> tuple[ModelRuntime, EngineCore, P.EngineInfo]:
+    """Weights (or random weights, as the model family's loader reads cfg.model), the core sized by
+    the engine config, and a warm-up synthesis."""
     start = time.monotonic()
-    if cfg.architecture is not None:
-        model = cfg.architecture.random_model(cfg.device, cfg.dtype, cfg.tokenizer_regex, cfg.seed)
-    else:
-        model = Qwen3TTS.from_pretrained(cfg.checkpoint, cfg.device, cfg.dtype, cfg.tokenizer_regex)
+    model = cfg.loader(cfg.model)
     if model.device.type == "cpu":
         # Leave a core to the API process (HTTP, audio encoding): OpenMP threads that compete for
         # every core spin against it, and a step can take ten times as long.
@@ -116,11 +93,11 @@ def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
     warmup_s = warm_up(model, core, cfg.engine, cfg.warmup_frames)
     info = P.EngineInfo(
         model=cfg.model_name,
-        model_size=cfg.architecture.describe() if cfg.architecture is not None else model.config.size_label,
+        model_size=model.describe(),
         device=str(model.device),
         codec_device=str(core.codec.device) if core.codec.device != model.device else None,
         dtype=str(model.dtype).removeprefix("torch."),
-        random_weights=cfg.architecture is not None,
+        random_weights=cfg.model.random_weights,
         max_streams=cfg.engine.max_streams,
         max_queue=cfg.engine.max_queue,
         kv_pages_total=kv.num_pages,
@@ -132,18 +109,14 @@ def load(cfg: EngineProcessConfig) -> tuple[Qwen3TTS, EngineCore, P.EngineInfo]:
     return model, core, info
 
 
-def warm_up(model: Qwen3TTS, core: EngineCore, config: EngineConfig, frames: int) -> float:
+def warm_up(model: ModelRuntime, core: EngineCore, config: EngineConfig, frames: int) -> float:
     """One short synthesis through every walk (prefill, decode, growing codec chunks), so the first
-    real request does not pay for lazy initialisation; /ready turns 200 only after it."""
+    real request does not pay for lazy initialisation; /ready turns 200 only after it. The model
+    makes the request (seeded: every start samples the same warm-up)."""
     start = time.monotonic()
     if frames <= 0:
         return 0.0
-    clone = VoiceClonePrompt.stand_in(model.config) if model.config.tts_model_type == "base" else None
-    # seeded: every start samples the same warm-up
-    req = SynthesisRequest(
-        "Warm-up.", clone=clone, max_new_tokens=frames, ignore_eos=True, seed=0, request_id="cadence-warmup"
-    )
-    core.add_request(prepare_request(model, req, config.max_input_tokens))
+    core.add_request(model.warmup_request(frames, config.max_input_tokens))
     finished = None
     while core.has_work():
         for chunk in core.step():
@@ -158,8 +131,11 @@ def warm_up(model: Qwen3TTS, core: EngineCore, config: EngineConfig, frames: int
 
 
 class EngineLoop:
-    def __init__(self, core: EngineCore, inbox: zmq.Socket, outbox: zmq.Socket, parent_pid: int):
+    def __init__(
+        self, core: EngineCore, inbox: zmq.Socket, outbox: zmq.Socket, parent_pid: int, decoder: msgspec.msgpack.Decoder
+    ):
         self.core = core
+        self.decoder = decoder  # P.input_decoder for the model's request types
         self.inbox = inbox
         self.outbox = outbox
         self.parent_pid = parent_pid
@@ -193,7 +169,7 @@ class EngineLoop:
                 data = self.inbox.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            msg = P.input_decoder.decode(data)
+            msg = self.decoder.decode(data)
             if isinstance(msg, P.Submit):
                 self._add(msg.request)
             elif isinstance(msg, P.Cancel):

@@ -6,21 +6,27 @@ every engine step (its chunks and the core's stats; also a heartbeat while idle)
 request the core refused.
 
 Requests travel as the engine's own EngineRequest dataclass (validated and tokenised in the API
-process); audio travels as raw int16 bytes.
+process), its prompt and params the model's types: the engine process decodes them with
+`input_decoder(runtime.prompt_type, runtime.params_type)`. Audio travels as raw int16 bytes. No
+torch: the API process speaks it too.
 """
 
 from __future__ import annotations
 
+from typing import Any, Generic, TypeVar
+
 import msgspec
 import numpy as np
 
-from ..engine.request import AudioChunk, EngineRequest, EngineStats, FinishReason, RunawayCause, Timings
+from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, RunawayCause, Timings
+
+R = TypeVar("R")
 
 # -- API -> engine ---------------------------------------------------------------------------------
 
 
-class Submit(msgspec.Struct, tag="submit"):
-    request: EngineRequest
+class Submit(msgspec.Struct, Generic[R], tag="submit"):
+    request: R  # an EngineRequest
 
 
 class Cancel(msgspec.Struct, tag="cancel"):
@@ -127,5 +133,11 @@ class Rejected(msgspec.Struct, tag="rejected"):
 EngineOutput = Ready | Failed | StepOutput | Rejected
 
 encode = msgspec.msgpack.Encoder().encode
-input_decoder = msgspec.msgpack.Decoder(EngineInput)
 output_decoder = msgspec.msgpack.Decoder(EngineOutput)
+
+
+def input_decoder(prompt_type: Any, params_type: Any) -> msgspec.msgpack.Decoder:
+    """The engine process's decoder of EngineInput, requests typed with the model's prompt and
+    sampling-parameter types (msgspec checks every field while decoding)."""
+    request = EngineRequest[prompt_type, params_type]  # type: ignore[valid-type]
+    return msgspec.msgpack.Decoder(Submit[request] | Cancel | AppendText | Shutdown)  # type: ignore[valid-type]

@@ -1,76 +1,26 @@
-"""Voice cloning (Base checkpoints): reference audio -> the data a prompt needs to speak in that voice.
+"""Voice cloning (Base checkpoints): reference audio -> the VoiceClonePrompt a request speaks with.
 
-A cloned voice is two things computed once from the reference audio (24 kHz):
-- the x-vector (speaker encoder): the row of the prompt a preset speaker's id would take;
-- the reference as codec frames (speech-tokenizer encoder): with its transcript, the in-context
-  mode puts transcript and frames in the prompt and the model continues the reference.
-
-`VoiceClonePrompt` holds them (and the transcript); `VoiceEncoder` computes it. The official
-wrapper calls these modes x-vector only (`x_vector_only_mode=True`) and ICL.
+`VoiceEncoder` runs the checkpoint's speaker encoder (the x-vector) and speech-tokenizer encoder
+(the reference as codec frames). Small next to the talker, it runs where reference audio arrives:
+the API process of a Base server, on the CPU by default, so the engine only ever sees prompts.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
-from ...weights import load_weights, resolve_checkpoint, safetensors_files
+from ...checkpoints import resolve_checkpoint
+from ...weights import load_weights, safetensors_files
 from .config import Qwen3TTSConfig
 from .speaker_encoder import SpeakerEncoderModel
 from .speech_encoder import SpeechTokenizerEncoder
+from .voice_prompt import VoiceClonePrompt
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class VoiceClonePrompt:
-    """A cloned voice: its x-vector, its reference audio as codes, and the reference's transcript."""
-
-    x_vector: torch.Tensor  # [talker hidden] float32
-    ref_codes: torch.Tensor  # [frames, 16] long
-    ref_text: str | None = None  # None: only the x-vector mode is possible
-
-    def in_context(self, x_vector_only: bool | None) -> bool:
-        """Whether a request uses the in-context mode. None picks it when the transcript is known;
-        asking for it without one is an error (the model would continue audio it cannot align)."""
-        if x_vector_only is None:
-            return bool(self.ref_text)
-        if not x_vector_only and not self.ref_text:
-            raise ValueError("the in-context clone mode needs the reference audio's transcript (ref_text)")
-        return not x_vector_only
-
-    @classmethod
-    def stand_in(cls, config: Qwen3TTSConfig) -> VoiceClonePrompt:
-        """A zero x-vector and no reference: a voice for warm-ups, not for listening."""
-        groups = config.talker.num_code_groups
-        return cls(torch.zeros(config.talker.hidden_size), torch.zeros(0, groups, dtype=torch.long))
-
-    @property
-    def seconds(self) -> float:
-        return self.ref_codes.shape[0] * 0.08
-
-    def save(self, path: str | Path) -> None:
-        """One safetensors file; the transcript travels in its metadata."""
-        meta = {"format": "cadence-voice-clone-prompt"}
-        if self.ref_text is not None:
-            meta["ref_text"] = self.ref_text
-        tensors = {"x_vector": self.x_vector.float().contiguous(), "ref_codes": self.ref_codes.long().contiguous()}
-        save_file(tensors, str(path), metadata=meta)
-
-    @classmethod
-    def load(cls, path: str | Path) -> VoiceClonePrompt:
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-        tensors = load_file(str(path))
-        return cls(tensors["x_vector"], tensors["ref_codes"], meta.get("ref_text"))
 
 
 class VoiceEncoder:
@@ -127,8 +77,8 @@ class VoiceEncoder:
     def encode(self, wav: np.ndarray | torch.Tensor, ref_text: str | None = None) -> VoiceClonePrompt:
         """Mono float samples at `sample_rate` -> the voice's prompt data (what a saved voice stores)."""
         wav = torch.as_tensor(np.asarray(wav, dtype=np.float32))
-        codes = self.codec_encoder.encode(wav)
-        x_vector = self.speaker.embed(wav)
+        codes = self.codec_encoder.encode(wav).cpu().numpy()
+        x_vector = self.speaker.embed(wav).float().cpu().numpy()
         return VoiceClonePrompt(x_vector, codes, ref_text.strip() if ref_text and ref_text.strip() else None)
 
 

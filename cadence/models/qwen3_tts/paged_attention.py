@@ -1,4 +1,5 @@
-"""Attention over the paged KV cache, for one forward of a batch of requests (eager backend).
+"""Attention over the engine's paged KV cache, for one forward of a batch of requests: the eager
+walk's attention (the `sdpa` backend), Qwen3's attention over pages gathered per step.
 
 Each forward writes its new keys/values into the requests' pages, then every query attends over
 its own request's context gathered through the page table. Rows are independent: a request's
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..models.qwen3_tts.layers import attention
-from .kv_cache import PagedKVCache
+from ...engine.kv_cache import PagedKVCache
+from .layers import attention
 
 
 class PagedAttention:

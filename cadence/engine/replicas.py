@@ -23,17 +23,32 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any, Protocol
 
-from ..engine.request import AudioChunk, EngineRequest, EngineStats
 from . import protocol as P
-from .engine_client import EngineClient, EngineDeadError, EngineStartError
-from .engine_process import EngineProcessConfig
-from .metrics import Metrics
+from .client import EngineClient, EngineDeadError, EngineStartError
+from .process_config import EngineProcessConfig
+from .request import AudioChunk, EngineRequest, EngineStats
 
 log = logging.getLogger("cadence.server")
 
 MAX_START_FAILURES = 5  # consecutive failed restarts before a replica is given up
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)  # wait before the 2nd..5th consecutive restart attempt
+
+
+class _Labelled(Protocol):
+    def labels(self, *values: str) -> Any: ...
+
+
+class ReplicaMetrics(Protocol):
+    """What the pool reports (the server's prometheus Metrics): per-replica gauges and counters by
+    the replica's index, and the engines' summed step statistics."""
+
+    replica_up: _Labelled
+    replica_requests: _Labelled
+    replica_restarts: _Labelled
+
+    def on_step(self, msg: P.StepOutput) -> None: ...
 
 
 class ReplicaState(StrEnum):
@@ -86,7 +101,7 @@ class ReplicaPool:
     def __init__(
         self,
         configs: list[EngineProcessConfig],
-        metrics: Metrics,
+        metrics: ReplicaMetrics,
         on_fatal: Callable[[str], None],
     ):
         """`on_fatal(reason)`: the server cannot serve any more (the only replica died, or every
