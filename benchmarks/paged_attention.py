@@ -33,7 +33,7 @@ from graph_timing import replay_ms
 
 from cadence.kernels.attention import cuda_decode_attention as cuda_attention
 from cadence.kernels.attention.triton_paged_attention import AttentionTiles
-from cadence.kernels.ops import load_ops
+from cadence.kernels.backends import load_ops
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
 torch_ops, triton_ops = load_ops("torch"), load_ops("triton")

@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 
-from cadence.kernels.ops import triton_available
+from cadence.kernels.backends import triton_available
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 NEEDS_TRITON = pytest.mark.skipif(

@@ -15,7 +15,7 @@ from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import decode_rows
 
 from cadence.kernels.attention.cuda_decode_attention import SOURCE, AttentionPlan, attention_plan
-from cadence.kernels.ops import load_ops
+from cadence.kernels.backends import load_ops
 
 TALKER = (16, 8, 128, 16)  # query heads, kv heads, head dim, page size
 # bf16 outputs of values near 1: a few units in the last place of the definition's

@@ -10,10 +10,11 @@ import os
 import pytest
 import torch
 
+from cadence.kernels.backends import load_ops, triton_available
 from cadence.kernels.linear import reference as linear
 from cadence.kernels.norm import reference as norm
 from cadence.kernels.norm.kv_prefetch import KvPrefetch, KvPrefetchPlan
-from cadence.kernels.ops import TorchOps, load_ops, triton_available
+from cadence.kernels.ops import TorchOps
 from cadence.models.qwen3_tts.config import DecoderStackConfig
 from cadence.models.qwen3_tts.fused_stack import FusedStack
 from cadence.models.qwen3_tts.layers import Qwen3Stack

@@ -149,10 +149,6 @@ def test_the_engine_imports_no_model_package():
     assert _edges("cadence.engine", "cadence.models") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the kernels still import engine.sampler and engine.rng, which move under kernels/sampling",
-)
 def test_the_kernels_import_nothing_of_the_engine():
     assert _edges("cadence.kernels", "cadence.engine") == []
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from kernel_checks import DEV, INTERPRET, NEEDS_TRITON
 
-from cadence.kernels.ops import triton_available
+from cadence.kernels.backends import triton_available
 from cadence.kernels.sampling import CodeHistory, EosRule, RowParams, TokenOutputs, TokenSampling, reference
 
 NEEDS_BF16 = pytest.mark.skipif(INTERPRET, reason="bf16 logits: on a GPU (the interpreter runs fp32)")

@@ -15,10 +15,10 @@ import torch
 from cuda_driver import blob, emulate, needs_gxx
 
 from cadence.kernels.attention import reference as attention
+from cadence.kernels.backends import load_ops
 from cadence.kernels.linear import reference as linear
 from cadence.kernels.linear.cuda_slab_gemm import MAX_ROWS, SMEM_LIMIT, LayerPlans, slab_plan
 from cadence.kernels.norm import reference as norm
-from cadence.kernels.ops import load_ops
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")

@@ -15,9 +15,9 @@ from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import Switched, assert_pdl_graph_replays_eager
 from test_slab_gemm import _reference as slab_reference
 
+from cadence.kernels.backends import load_ops
 from cadence.kernels.linear import cuda_slab_swiglu_gemm
 from cadence.kernels.linear.cuda_slab_swiglu_gemm import SMEM_LIMIT, SlabSwigluPlan, slab_swiglu_gemm, slab_swiglu_plan
-from cadence.kernels.ops import load_ops
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a GPU of compute capability >= 9")

@@ -2,7 +2,7 @@
 backends: `TorchOps` (the PyTorch definitions: the CPU path, and what the kernels are checked
 against) and `TritonOps` (the Triton and CUDA kernels on a GPU).
 
-`load_ops(backend)` returns one. The primitives (linear, silu_mul, rms_norm, qk_norm_rope_store,
+`backends.load_ops(backend)` returns one. The primitives (linear, silu_mul, rms_norm, qk_norm_rope_store,
 paged_attention, sample_tokens, embed_frame, rope_qk, snake_beta) are each backend's own; the
 composites (linear_rms_norm, linear_swiglu, qk_norm_rope_attention) are written once here over the
 primitives, and a backend overrides one only where it has a fused kernel for it. Each op computes
@@ -13,7 +13,6 @@ dtype where the eager code rounds).
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -30,17 +29,6 @@ from .sampling.spec import NEW_TOKENS, TokenOutputs, TokenSampling
 if TYPE_CHECKING:
     from .attention.triton_paged_attention import AttentionTiles
     from .norm.kv_prefetch import KvPrefetch
-
-BACKENDS = ("triton", "torch")
-
-
-@functools.cache
-def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 class Ops:
@@ -155,28 +143,3 @@ class TorchOps(Ops):
 
     def snake_beta(self, x, log_alpha, log_beta, bias=None, residual=None, out=None, sum_out=None):
         return codec_ref.snake_beta(x, log_alpha, log_beta, bias, residual, out, sum_out)
-
-
-def load_ops(backend: str) -> Ops:
-    """The ops of `backend` ("triton" or "torch")."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown kernel backend '{backend}'; allowed: {', '.join(BACKENDS)}")
-    if backend == "triton" and not triton_available():
-        raise RuntimeError("the triton kernel backend needs the triton package (it ships with CUDA builds of torch)")
-    return _default_ops(backend)
-
-
-@functools.cache
-def _default_ops(backend: str) -> Ops:
-    if backend == "torch":
-        return TorchOps()
-    from .gpu_ops import TritonOps
-
-    return TritonOps()
-
-
-def ops_for(x: torch.Tensor) -> Ops:
-    """The ops for `x`'s device: the Triton kernels for CUDA tensors where Triton is installed, the
-    PyTorch definitions elsewhere. For callers that run on either (the codec's SnakeBeta: one fused
-    kernel on a GPU instead of five passes, or seven with the adds folded in)."""
-    return load_ops("triton" if x.is_cuda and triton_available() else "torch")

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...engine.transfer import to_device
-from ...kernels.ops import ops_for
+from ...kernels.backends import ops_for
 from .codec import (
     CausalConv1d,
     CausalTransConv1d,

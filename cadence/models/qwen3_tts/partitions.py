@@ -177,7 +177,7 @@ class Qwen3TTSTalker:
         self._suppress_start = cfg.suppressed_code0_range[0]
         self.fast = None
         if attention_backend != "sdpa":
-            from ...kernels.ops import load_ops
+            from ...kernels.backends import load_ops
             from .fast_step import DEFAULT_BUCKETS, FastDecoder
 
             use_graphs = model.device.type == "cuda" and not enforce_eager
