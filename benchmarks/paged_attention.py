@@ -1,4 +1,4 @@
-"""Tile sweep of the paged decode attention (`triton_ops.paged_attention`) on the talker's shapes
+"""Tile sweep of the paged decode attention (`TritonOps.paged_attention`) on the talker's shapes
 (16 query / 8 kv heads x 128, 16-token pages, bf16) at decode batch sizes: tokens per iteration,
 warps and the block loop's pipelining depth (`AttentionTiles`), and context splits. With --fused it
 times the decode kernel the decode step runs up to 64 rows (`qk_norm_rope_attention`: the rows'
@@ -13,7 +13,7 @@ and checked against the PyTorch definition.
 
 --contiguous gives each row consecutive pages (as a fresh engine does) instead of scattered ones.
 The sweep is of the Triton kernel; --cuda (with --fused) also times the CUDA decode kernel
-(kernels/cuda/decode_attention.cu) with those pages in flight a CTA.
+(kernels/attention/cuda/decode_attention.cu) with those pages in flight a CTA.
 
 Prints, per batch: the shipped choice (`attention_tiles` and `attention_splits`) and the fastest
 found, in ms per step and the KV-read bandwidth they reach. GPU only.
@@ -31,12 +31,15 @@ import torch
 import triton
 from graph_timing import replay_ms
 
-from cadence.kernels import cuda_attention, torch_ops, triton_ops
+from cadence.kernels.attention import cuda_decode_attention as cuda_attention
+from cadence.kernels.attention.triton_paged_attention import AttentionTiles
+from cadence.kernels.ops import load_ops
 
 LAYERS, HQ, HKV, D, PAGE = 28, 16, 8, 128, 16
+torch_ops, triton_ops = load_ops("torch"), load_ops("triton")
 
 
-def label(tiles: triton_ops.AttentionTiles, splits: int) -> str:
+def label(tiles: AttentionTiles, splits: int) -> str:
     return f"(BT {tiles.block_tokens}, warps {tiles.warps}, stages {tiles.stages}, splits {splits})"
 
 
@@ -84,7 +87,7 @@ class DecodeBatch:
         )
 
     def attend(self, ops, layer: int, fused: bool, splits: int | None = None, tiles=None) -> torch.Tensor:
-        """One layer's attention by `ops` (a kernels module, or a CUDA AttentionPlan)."""
+        """One layer's attention by `ops` (an Ops backend, or a CUDA AttentionPlan)."""
         k, v = self.caches[layer]
         common = (self.slots, self.table, self.lengths, D**-0.5, HQ, HKV)
         if isinstance(ops, cuda_attention.AttentionPlan):
@@ -104,7 +107,7 @@ def sweep_triton(batch: DecodeBatch, fused: bool, stages: list[int], splits_list
     without max_context the dispatcher leaves every call to the Triton kernel."""
     ref = batch.attend(torch_ops, 0, fused).float()
     grid = [
-        triton_ops.AttentionTiles(block_tokens, warps, stage)
+        AttentionTiles(block_tokens, warps, stage)
         for block_tokens, warps, stage in itertools.product((32, 64, 128), (4, 8), stages)
     ]  # fmt: skip
     timed = {}

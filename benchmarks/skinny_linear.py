@@ -1,4 +1,4 @@
-"""Tile sweep of the weight-streaming GEMM (`triton_ops.skinny_linear`) on the 0.6B model's decode
+"""Tile sweep of the weight-streaming GEMM (`triton_streaming_gemm.streaming_gemm`) on the 0.6B model's decode
 shapes, against cuBLAS: weight rows per program, K step, warps, stages and split-K. Each
 configuration is timed as 50 calls inside one CUDA graph (a decode walk replays its GEMMs from a
 graph too), so launch cost counts as it does in the engine, each call on its own copy of the weight
@@ -9,7 +9,7 @@ so that, as in a walk, it is read from HBM rather than L2.
 --partials times the split-K tiles without their ticket: the programs only store fp32 partials, for
 the next kernel to add (as the RMSNorm after o and down adds theirs).
 
-Prints, per (rows, N, K): cuBLAS, the tiles triton_ops.linear uses (`skinny_tiles`), and the
+Prints, per (rows, N, K): cuBLAS, the tiles TritonOps.linear uses (`gemm_tiles`), and the
 fastest tiles found (BN, BK, warps, stages, split-K), in us per call and the weight-read bandwidth
 they reach; then what one decode walk's GEMM mix would cost with each. GPU only.
 """
@@ -26,7 +26,7 @@ import torch
 import triton
 from graph_timing import replay_ms
 
-from cadence.kernels import triton_ops
+from cadence.kernels.linear import triton_streaming_gemm as triton_ops
 
 # (N, K) of the decode walk's projections and how often one batch-1 walk runs each: the talker's 28
 # layers and codec head, the code predictor's 15 steps x 5 layers and its 15 heads.
@@ -41,9 +41,9 @@ SHAPES = {
 
 
 # Every tile shape, unsplit and split over K (the programs' fp32 partials added by a ticket).
-def sweep_tiles(stages: tuple[int, ...] = (3,)) -> list[triton_ops.SkinnyTiles]:
+def sweep_tiles(stages: tuple[int, ...] = (3,)) -> list[triton_ops.GemmTiles]:
     return [
-        triton_ops.SkinnyTiles(block_n, block_k, warps, stage, split)
+        triton_ops.GemmTiles(block_n, block_k, warps, stage, split)
         for block_n, block_k, warps, stage, split in itertools.product(
             (16, 32, 64), (256, 512), (4, 8), stages, (1, 2, 4, 8)
         )
@@ -58,16 +58,16 @@ def time_graph(fn, calls: int = CALLS) -> float:
     return replay_ms(lambda: [fn(i) for i in range(calls)]) * 1e3 / calls
 
 
-def skinny(x: torch.Tensor, weights: list[torch.Tensor], out: torch.Tensor, tiles: triton_ops.SkinnyTiles,
+def skinny(x: torch.Tensor, weights: list[torch.Tensor], out: torch.Tensor, tiles: triton_ops.GemmTiles,
            partials: bool = False):  # fmt: skip
     """Call i of a timed graph: the GEMM into `out`, or with `partials` (split-K tiles) only their
     fp32 partials, summed into `out` afterwards by the caller's check, not in the timed calls."""
     if partials and tiles.split_k > 1:
-        return lambda i: triton_ops.skinny_linear_partials(x, weights[i], tiles)
-    return lambda i: triton_ops.skinny_linear(x, weights[i], tiles, out=out)
+        return lambda i: triton_ops.streaming_gemm_partials(x, weights[i], tiles)
+    return lambda i: triton_ops.streaming_gemm(x, weights[i], tiles, out=out)
 
 
-def label(t: triton_ops.SkinnyTiles | None) -> str:
+def label(t: triton_ops.GemmTiles | None) -> str:
     if t is None:
         return "cuBLAS"
     return f"({t.block_n}, {t.block_k}, {t.warps}, {t.stages}, {t.split_k})"
@@ -78,7 +78,7 @@ def main() -> None:
     p.add_argument(
         "--rows", type=int, nargs="+", default=[1, 16],
         help="activation rows (batch) to time; above 16 (up to 64) the tiles hold the next power of two "
-        "rows; 'shipped' is what triton_ops.linear runs (skinny_tiles: cuBLAS for some shapes)",
+        "rows; 'shipped' is what TritonOps.linear runs (gemm_tiles: cuBLAS for some shapes)",
     )  # fmt: skip
     p.add_argument(
         "--stages", type=int, nargs="+", default=[3],
@@ -100,7 +100,7 @@ def main() -> None:
     if max(args.rows) > 64:
         raise SystemExit("--rows: at most 64 (the kernel holds all rows of a call in one program)")
     for rows in args.rows:
-        block_m = max(triton_ops.SKINNY_MAX_ROWS, triton.next_power_of_2(rows))
+        block_m = max(triton_ops.STREAMING_SMALL_ROWS, triton.next_power_of_2(rows))
         sweep = [dataclasses.replace(t, block_m=block_m) for t in sweep_tiles(tuple(args.stages))]
         print(f"\nrows={rows}: us per call (weight GB/s)")
         print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best (BN, BK, warps, stages, split)")
@@ -123,11 +123,11 @@ def main() -> None:
                     print(f"  skipped {label(tiles)}: {type(e).__name__}")
                     continue
                 if args.partials and tiles.split_k > 1:  # the last call's partials (weight copy 49), summed
-                    got = triton_ops.skinny_linear_partials(x, weights[-1], tiles)[:, :rows].sum(0)
+                    got = triton_ops.streaming_gemm_partials(x, weights[-1], tiles)[:, :rows].sum(0)
                     assert (got - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
                     continue
                 assert (out.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max(), label(tiles)
-            shipped = triton_ops.skinny_tiles(n, k, rows)  # what triton_ops.linear uses; None: cuBLAS
+            shipped = triton_ops.gemm_tiles(n, k, rows)  # what TritonOps.linear uses; None: cuBLAS
             if shipped is not None and shipped not in timed:  # outside the swept stages
                 timed[shipped] = time_graph(skinny(x, weights, out, shipped))
             timed[None] = cublas

@@ -123,6 +123,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="module")
 def ops():
     """The Triton kernels and their PyTorch definitions, for the kernel tests (kernel_checks.py)."""
-    from cadence.kernels import load_ops
+    from cadence.kernels.ops import load_ops
 
     return load_ops("triton"), load_ops("torch")

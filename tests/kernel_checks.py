@@ -1,5 +1,6 @@
 """What the kernel tests share: where the Triton ones run, how close a kernel must come to its
-PyTorch definition (torch_ops.py), and the decode attention's inputs (the CUDA kernel's tests too).
+PyTorch definition (each operation's reference.py), and the decode attention's inputs (the CUDA
+kernel's tests too).
 
 They run on a CUDA device, or on the CPU through Triton's interpreter (TRITON_INTERPRET=1, fp32
 only), and are skipped where Triton is not installed (CI installs the CPU build of torch, which has
@@ -13,7 +14,7 @@ import os
 import pytest
 import torch
 
-from cadence.kernels import triton_available
+from cadence.kernels.ops import triton_available
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 NEEDS_TRITON = pytest.mark.skipif(
@@ -60,7 +61,7 @@ def assert_pdl_graph_replays_eager(run, trigger_first: bool, replays: int = 5) -
     order and replayed `replays` times: every replay gives the eager launches' bits (a kernel that
     leaves its workspace dirty for the next call, or reads what another program has not yet written,
     shows here)."""
-    from cadence.kernels.triton_launch import pdl_settings
+    from cadence.kernels.launch.pdl import pdl_settings
 
     want = run()
     with pdl_settings(True, trigger_first=trigger_first):

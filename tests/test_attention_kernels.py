@@ -1,4 +1,4 @@
-"""The attention kernels (Triton) against their PyTorch definitions (torch_ops.py), on fresh random
+"""The attention kernels (Triton) against their PyTorch definitions (attention/reference.py), on fresh random
 inputs: the QK-norm/RoPE/cache write, the paged decode attention with its launch choices, and the
 two as one decode kernel. Where they run: kernel_checks.py.
 """
@@ -85,7 +85,7 @@ def test_paged_attention_index_dtypes(ops, index_dtype):
 def test_qk_norm_rope_attention(ops, dtype, splits, shape, stages):
     """The decode kernel (QK-norm, RoPE, cache write and attention in one) against the two ops it
     replaces, its block loop plain or software-pipelined."""
-    from cadence.kernels.triton_ops import AttentionTiles
+    from cadence.kernels.attention.triton_paged_attention import AttentionTiles
 
     tri, ref = ops
     qkv, args, caches, rest = decode_rows(shape, dtype, seed=4)
@@ -106,7 +106,7 @@ def test_qk_norm_rope_attention_above_the_fused_rows(ops, dtype):
     within rounding of the definition."""
     tri, ref = ops
     hq, hkv, d, ps, contexts = ATTENTION_SHAPES[0]
-    rows = tri.FUSED_ATTENTION_MAX_ROWS + 3
+    rows = tri.fused_attention_max_rows + 3
     shape = (hq, hkv, d, ps, [contexts[i % len(contexts)] for i in range(rows)])
     qkv, args, caches, rest = decode_rows(shape, dtype, seed=5)
     slots, bt, ctx, scale = rest[:4]
@@ -130,7 +130,7 @@ def test_paged_attention_tiles(ops, dtype, splits, block_tokens, warps, stages):
     """Every launch choice the sweep (benchmarks/paged_attention.py) may pick computes the same
     attention: blocks of 32-128 tokens over 16-token pages, a block running past a split's end
     (masked) included, the block loop plain or software-pipelined."""
-    from cadence.kernels.triton_ops import AttentionTiles
+    from cadence.kernels.attention.triton_paged_attention import AttentionTiles
 
     tri, ref = ops
     hq, hkv, d, ps, contexts = ATTENTION_SHAPES[1]
@@ -171,7 +171,7 @@ def test_decode_attention_prefetch_and_stages_give_the_same_bits(ops, trigger_fi
     the first block pulled into L2 before the wait, and with the block loop pipelined, the same
     bits as the plain loop launched plainly (a prefetch is a hint; the pipelined loop adds the
     same blocks in the same order)."""
-    from cadence.kernels.triton_ops import AttentionTiles
+    from cadence.kernels.attention.triton_paged_attention import AttentionTiles
 
     tri, _ = ops
     # the talker's heads in bf16; at 3 rows a tiny model's (32-wide heads, 4-token pages) in fp32,

@@ -1,6 +1,6 @@
-"""The talker's decode attention as a CUDA kernel (kernels/cuda/decode_attention.cu: the cached
+"""The talker's decode attention as a CUDA kernel (kernels/attention/cuda/decode_attention.cu: the cached
 pages streamed by the copy engine, the first before the PDL wait) against its PyTorch definition
-(torch_ops.qk_norm_rope_attention): its source on the CPU through tests/cuda_emulation, and on a
+(the ops composite qk_norm_rope_attention): its source on the CPU through tests/cuda_emulation, and on a
 Hopper GPU ("gpu" marker) alone and inside a captured graph behind a Triton kernel under PDL. The
 plans (which calls it takes, their shared memory) are checked everywhere."""
 
@@ -14,8 +14,8 @@ import torch
 from cuda_driver import blob, emulate, needs_gxx
 from kernel_checks import decode_rows
 
-from cadence.kernels import torch_ops
-from cadence.kernels.cuda_attention import SOURCE, AttentionPlan, attention_plan
+from cadence.kernels.attention.cuda_decode_attention import SOURCE, AttentionPlan, attention_plan
+from cadence.kernels.ops import load_ops
 
 TALKER = (16, 8, 128, 16)  # query heads, kv heads, head dim, page size
 # bf16 outputs of values near 1: a few units in the last place of the definition's
@@ -59,7 +59,7 @@ def _check(qkv, args, caches, rest, out: torch.Tensor, k: torch.Tensor, v: torch
     """A kernel's output and the caches after it (k, v; `caches` as they were before it) within bf16
     rounding of the definition's, and no NaN in them."""
     want_caches = [c.clone() for c in caches]
-    want = torch_ops.qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
+    want = load_ops("torch").qk_norm_rope_attention(qkv, *args, *want_caches, *rest)
     assert not out.isnan().any()
     assert (out.float() - want.float()).abs().max() <= TOLERANCE
     for got, wanted in ((k, want_caches[0]), (v, want_caches[1])):
@@ -110,7 +110,7 @@ gpu = pytest.mark.gpu
 
 
 def _cuda():
-    from cadence.kernels.cuda_attention import attention_supported, cuda_qk_norm_rope_attention
+    from cadence.kernels.attention.cuda_decode_attention import attention_supported, cuda_qk_norm_rope_attention
 
     if not torch.cuda.is_available() or not attention_supported(torch.device("cuda")):
         pytest.skip("needs a Hopper GPU with NVRTC")
@@ -139,13 +139,13 @@ def test_matches_definition_on_the_gpu(rows, min_rows):
 @pytest.mark.parametrize("trigger_first", [False, True])
 def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
     """As the walk runs it: captured in a CUDA graph, launched under PDL behind the Triton kernel
-    that writes its qkv rows (a copy through triton_ops.linear with an identity weight), the pages
+    that writes its qkv rows (a copy through the Triton linear with an identity weight), the pages
     on their way before the wait; over the talker's contexts of up to 540 tokens (many pages a row).
     Replayed with new qkv rows: the definition's outputs each time."""
     attend = _cuda()
-    from cadence.kernels import triton_ops
-    from cadence.kernels.triton_launch import pdl_settings
+    from cadence.kernels.launch.pdl import pdl_settings
 
+    triton_ops = load_ops("triton")
     rows = 64
     qkv, args, caches, rest = _talker_rows(rows, seed=3)
     plan = attention_plan(rows, *TALKER[:2], 128, 16, torch.bfloat16)
@@ -164,7 +164,7 @@ def test_in_a_graph_behind_a_triton_kernel_under_pdl(trigger_first):
             c.copy_(b)
         graph.replay()
         want_caches = [b.clone() for b in base]
-        want = torch_ops.qk_norm_rope_attention(source, *args, *want_caches, *rest)
+        want = load_ops("torch").qk_norm_rope_attention(source, *args, *want_caches, *rest)
         torch.cuda.synchronize()
         assert (out.float() - want.float()).abs().max() <= TOLERANCE, replay
 
@@ -176,8 +176,10 @@ def test_the_first_pass_on_the_gpu():
     trigger-first PDL behind the Triton kernel that writes its qkv rows; the definition's outputs and
     caches, for the first pass's contexts (2) and longer ones."""
     _cuda()
-    from cadence.kernels import cuda_attention, triton_ops
-    from cadence.kernels.triton_launch import pdl_settings
+    from cadence.kernels.attention import cuda_decode_attention as cuda_attention
+    from cadence.kernels.launch.pdl import pdl_settings
+
+    triton_ops = load_ops("triton")
 
     contexts = [2] * 60 + [3, 16, 17, 32]
     qkv, args, caches, rest = decode_rows((*TALKER, contexts), torch.bfloat16, seed=5, device="cuda", new_tokens=2)

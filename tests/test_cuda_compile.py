@@ -15,9 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cadence.kernels import cuda_attention, cuda_gemm64, cuda_gemv, cuda_sampler
-from cadence.kernels.cuda_gemv import AttentionShape
-from cadence.kernels.nvrtc import kernel_text
+from cadence.kernels.attention import cuda_decode_attention as cuda_attention
+from cadence.kernels.launch.nvrtc import CUDA_COMMON, kernel_text
+from cadence.kernels.linear import cuda_slab_gemm
+from cadence.kernels.linear.cuda_slab_gemm import AttentionShape
+from cadence.kernels.linear.cuda_slab_swiglu_gemm import SOURCE as SLAB_SWIGLU
+from cadence.kernels.linear.cuda_slab_swiglu_gemm import slab_swiglu_plan
+from cadence.kernels.sampling import cuda_sampler
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 
@@ -31,9 +35,9 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
     code0 = sampler(3072, True, True, True, True, True, 512, threads=cuda_sampler.threads_for(3072))
     codes = sampler(2048, True, True, False, False, False, 512, threads=cuda_sampler.threads_for(2048))
     slabs = {
-        "qkv with its norm": cuda_gemv.slab_plan(4096, 1024, 1, norm=True, residual=True),
-        "gate/up SwiGLU": cuda_gemv.slab_plan(3072, 1024, 2, swiglu=True, norm=True, residual=True),
-        "o with the attention": cuda_gemv.slab_plan(1024, 2048, 1, attention=TALKER),
+        "qkv with its norm": cuda_slab_gemm.slab_plan(4096, 1024, 1, norm=True, residual=True),
+        "gate/up SwiGLU": cuda_slab_gemm.slab_plan(3072, 1024, 2, swiglu=True, norm=True, residual=True),
+        "o with the attention": cuda_slab_gemm.slab_plan(1024, 2048, 1, attention=TALKER),
     }
     plans = {
         "decode attention": (cuda_attention.SOURCE, attention.defines),
@@ -42,16 +46,16 @@ def _plans() -> dict[str, tuple[Path, tuple[tuple[str, int], ...]]]:
         "decode attention, two new tokens a stream (the first pass)": (
             cuda_attention.SOURCE,
             cuda_attention.attention_plan(64, 16, 8, 128, 16, torch.bfloat16, new_tokens=2).defines),
-        "gemm64 qkv": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(4096, 1024, 64).defines),
-        "gemm64 gate/up": (cuda_gemm64.SOURCE, cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True).defines),
-        "gemm64 gate/up, trigger first": (
-            cuda_gemm64.SOURCE,
-            dataclasses.replace(cuda_gemm64.gemm64_plan(3072, 1024, 64, swiglu=True), trigger_first=True).defines),
+        "slab swiglu gemm qkv": (SLAB_SWIGLU, slab_swiglu_plan(4096, 1024, 64).defines),
+        "slab swiglu gemm gate/up": (SLAB_SWIGLU, slab_swiglu_plan(3072, 1024, 64, swiglu=True).defines),
+        "slab swiglu gemm gate/up, trigger first": (
+            SLAB_SWIGLU,
+            dataclasses.replace(slab_swiglu_plan(3072, 1024, 64, swiglu=True), trigger_first=True).defines),
         "sampler code0": (cuda_sampler.SOURCE, code0.defines),
         "sampler codes": (cuda_sampler.SOURCE, codes.defines),
     }  # fmt: skip
     for name, plan in slabs.items():
-        plans[f"slab {name}"] = (cuda_gemv.SOURCE, plan.defines)
+        plans[f"slab {name}"] = (cuda_slab_gemm.SOURCE, plan.defines)
     return plans
 
 
@@ -63,8 +67,8 @@ def test_compiles_for_hopper_without_spills(tmp_path, name):
     source, defines = PLANS[name]
     unit = tmp_path / source.name
     unit.write_text(kernel_text(source, defines))
-    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(source.parent), "-o", str(tmp_path / "k.cubin"),
-           str(unit)]  # fmt: skip
+    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-I", str(source.parent), "-I", str(CUDA_COMMON), "-o",
+           str(tmp_path / "k.cubin"), str(unit)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", done.stderr)]

@@ -1,5 +1,5 @@
-"""The CUDA sampler (kernels/cuda/sampler.cu, cuda_sampler.py) against its definition,
-torch_ops.sample_tokens: its source run on the CPU through tests/cuda_emulation (every CUDA thread a
+"""The CUDA sampler (kernels/sampling/cuda/sampler.cu, cuda_sampler.py) against its definition,
+sampling/reference.py's sample_tokens: its source run on the CPU through tests/cuda_emulation (every CUDA thread a
 fiber), the premise of its 16-bit top-k keys on every bf16 value, and on a GPU the kernel itself
 (the `gpu` marker; test_sampling_kernels.py runs its shared cases on both GPU samplers too)."""
 
@@ -12,9 +12,8 @@ import pytest
 import torch
 from cuda_driver import blob, emulate, needs_gxx
 
-from cadence.engine.sampler import RowParams
-from cadence.kernels import torch_ops
-from cadence.kernels.cuda_sampler import SOURCE, SamplerPlan, threads_for
+from cadence.kernels.sampling import CodeHistory, EosRule, RowParams, TokenOutputs, TokenSampling, reference
+from cadence.kernels.sampling.cuda_sampler import SOURCE, SamplerPlan, threads_for
 
 gpu = pytest.mark.gpu
 
@@ -97,12 +96,10 @@ def _emulate(tmp_path: Path, plan: SamplerPlan, logits, t: dict, rows, table, **
 def _reference(logits, t: dict, rows, table, plan: SamplerPlan, **kw):
     seen = t["seen"].clone() if plan.seen else None
     emb = torch.zeros(logits.shape[0], table.shape[1], dtype=table.dtype)
-    tokens = torch_ops.sample_tokens(
-        logits, t["params"], t["seed"], t["frame"], kw.get("codebook", 0), seen=seen,
-        penalty=t["penalty"] if plan.seen else None, ban_eos=t["ban_eos"] if plan.ban else None,
-        eos_id=kw.get("eos_id", -1), suppress_start=kw.get("suppress_start", -1), embed_table=table, embed_out=emb,
-        rows=rows, eos_min_frames=kw.get("eos_min_frames", 0), mark_seen=plan.mark_seen,
-    )  # fmt: skip
+    history = CodeHistory(seen, t["penalty"], record=plan.mark_seen) if plan.seen else None
+    eos = EosRule(t["ban_eos"], kw["eos_id"], kw["suppress_start"], kw["eos_min_frames"]) if plan.ban else None
+    spec = TokenSampling(t["params"], t["seed"], t["frame"], kw.get("codebook", 0), rows, history, eos)
+    tokens = reference.sample_tokens(logits, spec, TokenOutputs(None, table, emb))
     return tokens, seen, emb
 
 
@@ -160,7 +157,7 @@ def test_kernel_logic_on_the_cpu(tmp_path, case):
 
 
 def _cuda():
-    from cadence.kernels.cuda_sampler import cuda_sample_tokens, sampler_supported
+    from cadence.kernels.sampling.cuda_sampler import cuda_sample_tokens, sampler_supported
 
     if not torch.cuda.is_available() or not sampler_supported(torch.device("cuda")):
         pytest.skip("needs a Hopper GPU with NVRTC")
@@ -191,12 +188,13 @@ def test_walk_shaped_calls_match_definition(rows):
             t["frame"].fill_(frame)
             logits = (torch.randn(rows, vocab, device=dev, generator=g) * 2).to(torch.bfloat16)
             got = {}
-            for name, fn in (("cuda", sample), ("ref", torch_ops.sample_tokens)):
+            for name, fn in (("cuda", sample), ("ref", reference.sample_tokens)):
                 emb = torch.zeros(rows, 2, 1024, device=dev, dtype=torch.bfloat16)
-                extra = dict(seen=seen[name], penalty=t["penalty"], ban_eos=t["ban_eos"], eos_id=2150,
-                             suppress_start=2048, eos_min_frames=2, mark_seen=True) if first else {}  # fmt: skip
-                tokens = fn(logits, t["params"], t["seed"], t["frame"], 0 if first else 3, embed_table=table,
-                            embed_out=emb[:, 1], rows=slot_list, **extra)  # fmt: skip
+                code0 = dict(history=CodeHistory(seen[name], t["penalty"], record=True),
+                             eos=EosRule(t["ban_eos"], 2150, suppress_start=2048, min_frames=2))  # fmt: skip
+                extra = code0 if first else {}
+                spec = TokenSampling(t["params"], t["seed"], t["frame"], 0 if first else 3, rows=slot_list, **extra)
+                tokens = fn(logits, spec, TokenOutputs(None, table, emb[:, 1]))
                 got[name] = tokens, emb
             assert torch.equal(got["cuda"][0], got["ref"][0]), (vocab, frame)
             assert torch.equal(got["cuda"][1], got["ref"][1]) and torch.equal(seen["cuda"], seen["ref"])

@@ -133,7 +133,7 @@ def test_noise_of_exactly_one_never_samples_a_masked_code0(tiny_model):
     """Seed 7164's uniform noise at frame 0, codebook 0, column 2222 (a control token) was exactly
     1.0 ((2^24-1) + 0.5 rounds to 2^24 in fp32): Gumbel +inf, the banned column's -inf + inf a NaN
     that won the argmax, and code 2222 reached the codec (IndexError in its codebook embedding)."""
-    from cadence.engine.rng import gumbel
+    from cadence.kernels.sampling.rng import gumbel
 
     seed, frame = torch.tensor([7164]), torch.tensor([0])
     assert torch.isfinite(gumbel(seed, frame, 0, 3072)).all()

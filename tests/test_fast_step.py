@@ -80,16 +80,16 @@ def test_the_code_predictors_first_pass_asks_for_two_new_tokens_a_stream(model, 
     the decode attention as two new tokens a sequence (the CUDA decode attention takes it at 64
     streams), its 14 decode steps and the talker's rows as one; with the torch ops the definition
     is the same either way, so the walk's codes are checked by the tests above."""
-    from cadence.kernels import torch_ops
+    from cadence.kernels.ops import TorchOps
 
     seen: list[tuple[int, int]] = []
-    define = torch_ops.qk_norm_rope_attention
+    define = TorchOps.qk_norm_rope_attention
 
-    def record(qkv, *args, new_tokens: int = 1, **kwargs):
+    def record(self, qkv, *args, new_tokens: int = 1, **kwargs):
         seen.append((qkv.shape[0], new_tokens))
-        return define(qkv, *args, new_tokens=new_tokens, **kwargs)
+        return define(self, qkv, *args, new_tokens=new_tokens, **kwargs)
 
-    monkeypatch.setattr(torch_ops, "qk_norm_rope_attention", record)
+    monkeypatch.setattr(TorchOps, "qk_norm_rope_attention", record)
     core = build_core(model, config(attention_backend="torch"))
     run(core, {0: [request(model, i, 2) for i in range(3)]})
     layers = len(model.talker.code_predictor.model.layers)
@@ -109,21 +109,24 @@ def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypa
     in after that wait, the prefill graphs of more than 32 rows before it): greedy and sampled codes,
     late joiners included, are the same bits as with plain launches. In bf16, so the weight-streaming
     GEMM (and its L2 prefetch) runs. The settings reach the captures and are restored after each."""
-    from cadence.kernels import triton_ops
+    from cadence.kernels.gpu_ops import TritonOps
+    from cadence.kernels.launch.pdl import pdl_launch
 
     model = Qwen3TTS.from_pretrained(tiny_checkpoint, "cuda", "bf16")
     reqs = [request(model, i, 24 + i, greedy=i % 2 == 0, seed=300 + i) for i in range(6)]
     arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
     plain = run(build_core(model, config(attention_backend="triton", pdl_max_rows=0)), arrivals)
-    before = triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]  # the process's, for eager launches
+    before = pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]  # the process's, for eager launches
     seen: list[tuple[bool, bool]] = []
-    settings = triton_ops.pdl_settings
-    monkeypatch.setattr(triton_ops, "pdl_settings", lambda on, first: seen.append((on, first)) or settings(on, first))
+    settings = TritonOps.pdl_settings
+    monkeypatch.setattr(
+        TritonOps, "pdl_settings", lambda ops, on, first: seen.append((on, first)) or settings(ops, on, first)
+    )
     early = run(build_core(model, config(attention_backend="triton", pdl_max_rows=4096)), arrivals)
     assert seen and all(on for on, _ in seen)  # every capture with PDL
     orders = {first for _, first in seen}
     assert orders == {True, False}  # prefill buckets above 32 rows trigger first, decode ones below do not
-    assert triton_ops.pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"] == before
+    assert pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"] == before
     for r in reqs:
         assert torch.equal(codes_of(early[r.request_id]), codes_of(plain[r.request_id])), r.request_id
 

@@ -1,4 +1,4 @@
-"""Triton kernels against their PyTorch definitions (torch_ops.py), on fresh random inputs: norms,
+"""Triton kernels against their PyTorch definitions (TorchOps), on fresh random inputs: norms,
 RoPE, programmatic dependent launch, the embedding, SnakeBeta and the code predictor's batch
 invariance (the attention kernels: test_attention_kernels.py; the weight-streaming GEMMs:
 test_linear_kernels.py; the sampler: test_sampling_kernels.py). Where they run: kernel_checks.py.
@@ -10,7 +10,7 @@ import pytest
 import torch
 from kernel_checks import DEV, DTYPES, NEEDS_TRITON, tol
 
-from cadence.engine.sampler import RowParams
+from cadence.kernels.sampling import RowParams, TokenSampling
 
 pytestmark = NEEDS_TRITON
 
@@ -78,7 +78,7 @@ def test_programmatic_dependent_launch_gives_the_same_bits(ops, trigger_first):
         for _ in range(4):
             normed, h = tri.rms_norm(h, w_norm, 1e-6, h)
             h = tri.linear(tri.silu_mul(tri.linear(normed, w_up)), w_down)
-        return h, tri.sample_tokens(h.float(), params, seed, frame, 0)
+        return h, tri.sample_tokens(h.float(), TokenSampling(params, seed, frame, 0))
 
     def captured():
         chain()  # compile, and make the split-K workspaces, outside the capture

@@ -1,4 +1,4 @@
-"""Cached keys and values pulled into L2 ahead of a decode layer's attention (kernels/kv_prefetch.py,
+"""Cached keys and values pulled into L2 ahead of a decode layer's attention (kernels/norm/kv_prefetch.py,
 the KV prefetch): the budget, which norm of a stack prefetches which layer (CPU, the PyTorch ops),
 which pages a norm program picks (the Triton helper, under the interpreter too), and on a GPU that a
 stack with the prefetch on computes the same bits as without it (a hint only)."""
@@ -6,13 +6,14 @@ stack with the prefetch on computes the same bits as without it (a hint only).""
 from __future__ import annotations
 
 import os
-import types
 
 import pytest
 import torch
 
-from cadence.kernels import torch_ops, triton_available
-from cadence.kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
+from cadence.kernels.linear import reference as linear
+from cadence.kernels.norm import reference as norm
+from cadence.kernels.norm.kv_prefetch import KvPrefetch, KvPrefetchPlan
+from cadence.kernels.ops import TorchOps, load_ops, triton_available
 from cadence.models.qwen3_tts.config import DecoderStackConfig
 from cadence.models.qwen3_tts.fused_stack import FusedStack
 from cadence.models.qwen3_tts.layers import Qwen3Stack
@@ -35,30 +36,19 @@ def _tiny_stack(layers: int = 3) -> Qwen3Stack:
     return Qwen3Stack(cfg)
 
 
-def _recording_ops(calls: list) -> types.ModuleType:
-    """torch_ops, recording each norm's prefetch (which layer's keys, or None) in call order."""
-    ops = types.ModuleType("recording_ops")
-    ops.__dict__.update({k: v for k, v in vars(torch_ops).items() if not k.startswith("__")})
+class RecordingOps(TorchOps):
+    """The PyTorch ops, recording each norm's prefetch (which layer's keys, or None) in call order."""
 
-    def rms_norm(x, weight, eps, residual=None, prefetch=None):
-        calls.append(("norm", prefetch))
-        return torch_ops.rms_norm(x, weight, eps, residual)
+    def __init__(self, calls: list):
+        self.calls = calls
 
-    def linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch=None):
-        calls.append(("linear+norm", prefetch))
-        return torch_ops.rms_norm(torch_ops.linear(x, weight), norm_weight, eps, residual)
+    def rms_norm(self, x, weight, eps, residual=None, prefetch=None):
+        self.calls.append(("norm", prefetch))
+        return norm.rms_norm(x, weight, eps, residual)
 
-    def linear_rms_norm_swiglu(x, weight, norm_weight, eps, residual, gate_up, prefetch=None):
-        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch)
-        return torch_ops.linear_swiglu(h, gate_up), total
-
-    def linear_rms_norm_linear(x, weight, norm_weight, eps, residual, next_weight, prefetch=None):
-        h, total = linear_rms_norm(x, weight, norm_weight, eps, residual, prefetch)
-        return torch_ops.linear(h, next_weight), total
-
-    ops.rms_norm, ops.linear_rms_norm, ops.linear_rms_norm_swiglu = rms_norm, linear_rms_norm, linear_rms_norm_swiglu
-    ops.linear_rms_norm_linear = linear_rms_norm_linear
-    return ops
+    def linear_rms_norm(self, x, weight, norm_weight, eps, residual, prefetch=None):
+        self.calls.append(("linear+norm", prefetch))
+        return norm.rms_norm(linear.linear(x, weight), norm_weight, eps, residual)
 
 
 def _decode_inputs(rows: int, layers: int, ctx: int = 20, ps: int = 8):
@@ -85,7 +75,7 @@ def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache():
     # 12 tokens a row: 3 rows of 256-byte tokens (keys and values, 2 heads of 16 fp32)
     plan = KvPrefetchPlan(megabytes=3 * 12 * 256 / 2**20)
     with torch.no_grad():
-        out = FusedStack(stack, _recording_ops(calls), 64, kv_prefetch=plan)(x, *index, k, v, decode=True)
+        out = FusedStack(stack, RecordingOps(calls), 64, kv_prefetch=plan)(x, *index, k, v, decode=True)
     assert [kind for kind, _ in calls] == ["norm"] + ["linear+norm"] * 2 * layers
     prefetched = [(n, p) for n, (_, p) in enumerate(calls) if p is not None]
     # call 0: the first norm; then layer i's norm after o is call 1 + 2i, after down 2 + 2i
@@ -96,13 +86,13 @@ def test_the_norm_before_a_layers_attention_prefetches_that_layers_cache():
         assert p.block_table is index[1] and p.context_lens is index[2]
     calls.clear()
     with torch.no_grad():
-        off = FusedStack(stack, _recording_ops(calls), 64)(x, *index, k, v, decode=True)
+        off = FusedStack(stack, RecordingOps(calls), 64)(x, *index, k, v, decode=True)
         assert torch.equal(out, off) and all(p is None for _, p in calls)
         calls.clear()
-        FusedStack(stack, _recording_ops(calls), 64, kv_prefetch=plan)(x, *index, k, v, decode=False)
+        FusedStack(stack, RecordingOps(calls), 64, kv_prefetch=plan)(x, *index, k, v, decode=False)
         assert all(p is None for _, p in calls)
         calls.clear()  # nor for two new tokens a sequence (the code predictor's first pass: rows are not sequences)
-        two = FusedStack(stack, _recording_ops(calls), 64, kv_prefetch=plan)
+        two = FusedStack(stack, RecordingOps(calls), 64, kv_prefetch=plan)
         two(x[:2], *(t[:2] for t in index), k, v, decode=True, new_tokens=2)
         assert calls and all(p is None for _, p in calls)
 
@@ -111,7 +101,7 @@ if triton_available():  # CI's torch has no Triton
     import triton
     import triton.language as tl
 
-    from cadence.kernels.triton_kv_prefetch import kv_prefetch_pages
+    from cadence.kernels.norm.triton_kv_prefetch import kv_prefetch_pages
 
     @triton.jit
     def _pages_kernel(bt_ptr, ctx_ptr, page_ptr, tokens_ptr, bt_stride, num_pages, TOKENS: tl.constexpr,
@@ -167,13 +157,14 @@ def test_a_stack_with_the_prefetch_computes_the_same_bits(megabytes, stack_kind)
     runs them: contexts of 1-500 tokens (the budgets: 128, 512 and 16 tokens a row; the Triton
     attention); as the code predictor does: one 16-token page a row, contexts of 1-16 (the CUDA
     attention's short calls)."""
-    from test_slab_gemv import _stack
+    from test_slab_gemm import _stack
 
-    from cadence.kernels import triton_ops
+    from cadence.kernels.launch.pdl import pdl_settings
 
     stack = _stack()
     talker = stack_kind == "talker"
     positions, splits, longest = (512, None, 500) if talker else (16, 1, 16)
+    triton_ops = load_ops("triton")
     plain = FusedStack(stack, triton_ops, positions, attention_splits=splits)
     ahead = FusedStack(stack, triton_ops, positions, attention_splits=splits, kv_prefetch=KvPrefetchPlan(megabytes))
     rows, ps = 64, 16
@@ -194,7 +185,7 @@ def test_a_stack_with_the_prefetch_computes_the_same_bits(megabytes, stack_kind)
             return fused(x, *index, k, v, decode=True), k, v
         fused(x, *index, k.clone(), v.clone(), decode=True)  # compiles every instance before the capture
         captured = torch.cuda.CUDAGraph()
-        with triton_ops.pdl_settings(True, True), torch.cuda.graph(captured):
+        with pdl_settings(True, True), torch.cuda.graph(captured):
             out = fused(x, *index, k, v, decode=True)
         captured.replay()
         torch.cuda.synchronize()

@@ -1,6 +1,6 @@
-"""The sampler kernels (`triton_ops.sample_tokens`: logits processing, top-k / top-p, Gumbel-max,
+"""The sampler kernels (TritonOps.sample_tokens: logits processing, top-k / top-p, Gumbel-max,
 and the token's embedding row for the next step; the Triton kernel, and on a Hopper GPU the CUDA
-one) against their PyTorch definition (torch_ops.py), and the outputs' checks that all share.
+one) against their PyTorch definition (sampling/reference.py), and the outputs' checks that all share.
 Where the kernel tests run: kernel_checks.py; the CUDA kernel's own tests: test_cuda_sampler.py."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 from kernel_checks import DEV, INTERPRET, NEEDS_TRITON
 
-from cadence.engine.sampler import RowParams
-from cadence.kernels import torch_ops, triton_available
+from cadence.kernels.ops import triton_available
+from cadence.kernels.sampling import CodeHistory, EosRule, RowParams, TokenOutputs, TokenSampling, reference
 
 NEEDS_BF16 = pytest.mark.skipif(INTERPRET, reason="bf16 logits: on a GPU (the interpreter runs fp32)")
 
@@ -20,13 +20,13 @@ NEEDS_BF16 = pytest.mark.skipif(INTERPRET, reason="bf16 logits: on a GPU (the in
 @pytest.fixture(params=["triton", "cuda"])
 def samplers(request, ops):
     """(a sampler kernel, the definition): triton_sampler's kernel, and cuda_sampler's where it runs
-    (triton_ops.sample_tokens picks the CUDA one there and the Triton one elsewhere)."""
+    (TritonOps.sample_tokens picks the CUDA one there and the Triton one elsewhere)."""
     ref = ops[1]
     if request.param == "triton":
-        from cadence.kernels import triton_sampler
+        from cadence.kernels.sampling import triton_sampler
 
         return SimpleNamespace(sample_tokens=triton_sampler.sample_tokens), ref
-    from cadence.kernels.cuda_sampler import cuda_sample_tokens, sampler_supported
+    from cadence.kernels.sampling.cuda_sampler import cuda_sample_tokens, sampler_supported
 
     if DEV != "cuda" or not sampler_supported(torch.device(DEV)):
         pytest.skip("the CUDA sampler needs a Hopper GPU and NVRTC")
@@ -44,8 +44,9 @@ def _assert_same_tokens(samplers, logits: torch.Tensor, params: RowParams, frame
     seed = torch.arange(logits.shape[0], device=DEV) * 31 + 5
     for frame in range(frames):
         fr = torch.full((logits.shape[0],), frame, device=DEV)
-        mine = tri.sample_tokens(logits, params, seed, fr, codebook)
-        theirs = ref.sample_tokens(logits, params, seed, fr, codebook)
+        spec = TokenSampling(params, seed, fr, codebook)
+        mine = tri.sample_tokens(logits, spec)
+        theirs = ref.sample_tokens(logits, spec)
         assert torch.equal(mine, theirs), (frame, mine, theirs)
 
 
@@ -67,9 +68,9 @@ def test_sampling_matches_definition(samplers):
     seed = torch.arange(n, device=DEV) * 7919 + 11
     for frame in range(6):
         fr = torch.full((n,), frame, device=DEV)
-        for kw in ({}, dict(seen=seen, penalty=pen, ban_eos=ban, eos_id=250, suppress_start=200)):
-            a = tri.sample_tokens(logits, params, seed, fr, 3, **kw)
-            b = ref.sample_tokens(logits, params, seed, fr, 3, **kw)
+        for kw in ({}, dict(history=CodeHistory(seen, pen), eos=EosRule(ban, eos_id=250, suppress_start=200))):
+            a = tri.sample_tokens(logits, TokenSampling(params, seed, fr, 3, **kw))
+            b = ref.sample_tokens(logits, TokenSampling(params, seed, fr, 3, **kw))
             assert torch.equal(a, b), (frame, kw.keys(), a, b)
 
 
@@ -80,7 +81,7 @@ def test_top_k_keeps_ties_at_the_kth_value(samplers, ways, monkeypatch):
     vocabularies served (2048 and 3072 codes) with logits on a coarse grid, so that many values tie
     at the k-th: the same tokens as the definition (which keeps every tie, as Hugging Face does), k
     from 1 to one short of the vocabulary."""
-    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.sampling.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(5)
     for v in (2048, 3072):
         logits = torch.randint(-40, 40, (6, v), device=DEV, generator=g).float() / 8  # 640 distinct values
@@ -102,17 +103,17 @@ def test_noise_of_exactly_one_is_clamped(samplers):
     params = RowParams(torch.ones(2, dtype=torch.bool, device=DEV), torch.ones(2, device=DEV),
                        torch.tensor([0, 3072], device=DEV), torch.ones(2, device=DEV))  # fmt: skip
     seed, frame = torch.full((2,), 7164, device=DEV), torch.zeros(2, dtype=torch.long, device=DEV)
-    mine = tri.sample_tokens(logits, params, seed, frame, 0)
-    theirs = ref.sample_tokens(logits, params, seed, frame, 0)
+    mine = tri.sample_tokens(logits, TokenSampling(params, seed, frame, 0))
+    theirs = ref.sample_tokens(logits, TokenSampling(params, seed, frame, 0))
     assert torch.equal(mine, theirs) and not (theirs == 2222).any()
 
 
-@pytest.mark.skipif(not triton_available(), reason="triton_ops needs Triton")
+@pytest.mark.skipif(not triton_available(), reason="the Triton sampler needs Triton")
 def test_search_passes_narrow_the_key_range_to_one_key():
     """Each pass leaves at most ceil(width / ways) of the 2^32 keys: a bisection needs 32 passes,
     5 ways 14, and one pass fewer would leave an interval of more than one key. More than 5 ways
     would not fit their counts in one int64."""
-    from cadence.kernels.triton_sampler import topk_search_passes
+    from cadence.kernels.sampling.triton_sampler import topk_search_passes
 
     assert [topk_search_passes(w) for w in (2, 3, 4, 5)] == [32, 21, 16, 14]
     with pytest.raises(ValueError, match="2 to 5 ways"):
@@ -124,12 +125,12 @@ def test_search_passes_narrow_the_key_range_to_one_key():
         assert width > 1
 
 
-@pytest.mark.skipif(not triton_available(), reason="triton_ops needs Triton")
+@pytest.mark.skipif(not triton_available(), reason="the Triton sampler needs Triton")
 def test_the_search_width_follows_the_block(monkeypatch):
     """The Triton sampler's top-k search width: TOPK_WAYS below 2^16 keys a block, a bisection from
     there (a packed 16-bit count would overflow), read when a kernel is launched, not when a module
     is imported."""
-    from cadence.kernels import triton_sampler
+    from cadence.kernels.sampling import triton_sampler
 
     ways = triton_sampler.TOPK_WAYS
     assert triton_sampler.topk_search(2048) == (ways, triton_sampler.topk_search_passes(ways))
@@ -144,7 +145,7 @@ def test_the_search_width_follows_the_block(monkeypatch):
 def test_top_k_at_the_ends_of_the_key_range(samplers, ways, monkeypatch):
     """Logits near the float range's ends and banned (-inf) ones: the search starts from the whole
     32-bit key range, so the extremes must still count."""
-    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.sampling.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(9)
     logits = torch.randn(4, 2048, device=DEV, generator=g)
     logits[0, :60] = 3e38
@@ -170,11 +171,12 @@ def test_tokens_and_their_embeddings_written_in_place(samplers):
     params = _sampled_rows(n, 50)
     params.do_sample[1] = False
     seed, fr = torch.arange(n, device=DEV) + 7, torch.full((n,), 3, device=DEV)
-    want = ref.sample_tokens(logits, params, seed, fr, 4)
+    spec = TokenSampling(params, seed, fr, 4)
+    want = ref.sample_tokens(logits, spec)
     for ops_ in (tri, ref):
         frame = torch.full((n, 16), -1, dtype=torch.long, device=DEV)
         pair = torch.zeros(n, 2, h, device=DEV)
-        got = ops_.sample_tokens(logits, params, seed, fr, 4, out=frame[:, 3], embed_table=table, embed_out=pair[:, 1])
+        got = ops_.sample_tokens(logits, spec, TokenOutputs(frame[:, 3], table, pair[:, 1]))
         assert got.data_ptr() == frame[:, 3].data_ptr()
         assert torch.equal(frame[:, 3], want) and (frame[:, :3] == -1).all() and (frame[:, 4:] == -1).all()
         assert torch.equal(pair[:, 1], table[want]) and not pair[:, 0].any()
@@ -201,8 +203,9 @@ def _slot_tables(slots: int, v: int, g: torch.Generator) -> dict:
 def test_rows_read_the_slot_tables_as_gathered_rows():
     """With `rows` (a walk's slots, the dummy slot repeated in padding rows) the definition samples
     each logits row with its slot's parameters, seed, frame counter, history and flags: the tokens
-    of the same call on the gathered rows with EOS banned by hand below `eos_min_frames`; and
-    `mark_seen` records each token in its slot's history, touching no other slot."""
+    of the same call on the gathered rows with EOS banned by hand below the rule's `min_frames`; and
+    a history that records marks each token in its slot's history, touching no other slot. A history
+    of another dtype than bool is refused."""
     g = torch.Generator(device=DEV).manual_seed(12)
     v, eos = 300, 250
     t = _slot_tables(9, v, g)
@@ -210,28 +213,31 @@ def test_rows_read_the_slot_tables_as_gathered_rows():
     logits = torch.randn(5, v, device=DEV, generator=g) * 3
     logits[:, eos] = 20.0  # EOS is the argmax wherever it is allowed
     seen_before = t["seen"].clone()
-    got = torch_ops.sample_tokens(
-        logits, t["params"], t["seed"], t["frame"], 0, seen=t["seen"], penalty=t["penalty"], ban_eos=t["ban_eos"],
-        eos_id=eos, suppress_start=200, rows=rows, eos_min_frames=2, mark_seen=True,
-    )  # fmt: skip
+    got = reference.sample_tokens(logits, TokenSampling(
+        t["params"], t["seed"], t["frame"], 0, rows=rows, history=CodeHistory(t["seen"], t["penalty"], record=True),
+        eos=EosRule(t["ban_eos"], eos, suppress_start=200, min_frames=2),
+    ))  # fmt: skip
     gathered = {k: (val.take(rows) if k == "params" else val[rows]) for k, val in t.items()}
     ban = gathered["ban_eos"] | (gathered["frame"] < 2)
-    want = torch_ops.sample_tokens(
-        logits, gathered["params"], gathered["seed"], gathered["frame"], 0, seen=seen_before[rows],
-        penalty=gathered["penalty"], ban_eos=ban, eos_id=eos, suppress_start=200,
-    )  # fmt: skip
+    want = reference.sample_tokens(logits, TokenSampling(
+        gathered["params"], gathered["seed"], gathered["frame"], 0,
+        history=CodeHistory(seen_before[rows], gathered["penalty"]), eos=EosRule(ban, eos, suppress_start=200),
+    ))  # fmt: skip
     assert torch.equal(got, want)
     assert ((got == eos) == ~ban).all()  # the ban (flag or frame counter) decides EOS here
     marked = seen_before.clone()
     marked[rows, got] = True
     assert torch.equal(t["seen"], marked) and not torch.equal(t["seen"], seen_before)
-    with pytest.raises(ValueError, match="pass seen"):
-        torch_ops.sample_tokens(logits, t["params"], t["seed"], t["frame"], 0, rows=rows, mark_seen=True)
+    history = CodeHistory(t["seen"].to(torch.uint8), t["penalty"], record=True)  # a history of another dtype
+    with pytest.raises(ValueError, match="seen must be a contiguous bool tensor"):
+        reference.sample_tokens(
+            logits, TokenSampling(t["params"], t["seed"], t["frame"], 0, rows=rows, history=history)
+        )
 
 
 @NEEDS_TRITON
 def test_rows_match_definition(samplers):
-    """The kernel with `rows`, the EOS ban below `eos_min_frames` and `mark_seen`: the definition's
+    """The kernel with `rows`, the EOS ban below `min_frames` and a recording history: the definition's
     tokens, embedding rows and histories over several frames (the histories carried from frame to
     frame, as a walk's code0 samplers carry them)."""
     tri, ref = samplers
@@ -248,33 +254,35 @@ def test_rows_match_definition(samplers):
         out = {}
         for name, ops_ in (("tri", tri), ("ref", ref)):
             emb = torch.zeros(4, h, device=DEV)
-            tokens = ops_.sample_tokens(
-                logits, t["params"], t["seed"], t["frame"], 0, seen=seen[name], penalty=t["penalty"],
-                ban_eos=t["ban_eos"], eos_id=eos, suppress_start=2048, embed_table=table, embed_out=emb, rows=rows,
-                eos_min_frames=2, mark_seen=True,
+            spec = TokenSampling(
+                t["params"], t["seed"], t["frame"], 0, rows=rows, history=CodeHistory(seen[name], t["penalty"], True),
+                eos=EosRule(t["ban_eos"], eos, suppress_start=2048, min_frames=2),
             )  # fmt: skip
+            tokens = ops_.sample_tokens(logits, spec, TokenOutputs(embed_table=table, embed_out=emb))
             out[name] = tokens, emb
         assert torch.equal(out["tri"][0], out["ref"][0]), (frame, out)
         assert torch.equal(out["tri"][1], out["ref"][1]) and torch.equal(seen["tri"], seen["ref"])
-        codes = tri.sample_tokens(logits, t["params"], t["seed"], t["frame"], 5, rows=rows)
-        assert torch.equal(codes, ref.sample_tokens(logits, t["params"], t["seed"], t["frame"], 5, rows=rows))
+        codes = tri.sample_tokens(logits, TokenSampling(t["params"], t["seed"], t["frame"], 5, rows=rows))
+        assert torch.equal(
+            codes, ref.sample_tokens(logits, TokenSampling(t["params"], t["seed"], t["frame"], 5, rows=rows))
+        )
 
 
 def test_token_outputs_are_checked():
     """Wrong outputs fail before any kernel runs, with what was expected."""
     logits = torch.randn(3, 64)
     params = RowParams(torch.zeros(3, dtype=torch.bool), torch.ones(3), torch.zeros(3, dtype=torch.long), torch.ones(3))
-    args = (logits, params, torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long), 1)
+    spec = TokenSampling(params, torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long), 1)
     table = torch.randn(64, 8)
-    with pytest.raises(ValueError, match=r"out must be a \[3\] long tensor"):
-        torch_ops.sample_tokens(*args, out=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"tokens must be a \[3\] long tensor"):
+        reference.sample_tokens(logits, spec, TokenOutputs(torch.zeros(3, dtype=torch.int32)))
     with pytest.raises(ValueError, match="go together"):
-        torch_ops.sample_tokens(*args, embed_table=table)
+        reference.sample_tokens(logits, spec, TokenOutputs(embed_table=table))
     with pytest.raises(ValueError, match=r"embed_out must be \[3, 8\]"):
-        torch_ops.sample_tokens(*args, embed_table=table, embed_out=torch.zeros(3, 8, dtype=torch.float64))
+        reference.sample_tokens(logits, spec, TokenOutputs(None, table, torch.zeros(3, 8, dtype=torch.float64)))
     with pytest.raises(ValueError, match="unit inner stride"):
-        torch_ops.sample_tokens(*args, embed_table=table, embed_out=torch.zeros(8, 3).t())
-    tokens = torch_ops.sample_tokens(*args)
+        reference.sample_tokens(logits, spec, TokenOutputs(None, table, torch.zeros(8, 3).t()))
+    tokens = reference.sample_tokens(logits, spec)
     assert torch.equal(tokens, logits.argmax(-1))
 
 
@@ -286,7 +294,7 @@ def test_top_k_separates_neighbouring_floats(samplers, ways, dtype, monkeypatch)
     kernel's 16-bit keys must still tell apart), so a search that stopped short of a single key
     would keep the k-th value's neighbours: over 64 rows of near-equal logits the noise picks among
     the kept set, and a larger set shows in the tokens."""
-    monkeypatch.setattr("cadence.kernels.triton_sampler.TOPK_WAYS", ways)
+    monkeypatch.setattr("cadence.kernels.sampling.triton_sampler.TOPK_WAYS", ways)
     g = torch.Generator(device=DEV).manual_seed(10)
     n, v = 64, 2048
     bits = torch.int32 if dtype == torch.float32 else torch.int16

@@ -154,7 +154,7 @@ class EngineConfig:
     # kernel starting before the one before it waits. 0: off.
     pdl_max_rows: int = 64
     # Decode graphs of at most this many rows (1 or 2; the code predictor's first pass counts two rows
-    # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/cuda_gemv.py: each CTA's
+    # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/linear/cuda_slab_gemm.py: each CTA's
     # weights copied into shared memory by the copy engine before it waits for the kernel before,
     # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
     # first use by NVRTC; at one row the code predictor's attention inside its o GEMM). It shortens

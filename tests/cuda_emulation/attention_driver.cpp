@@ -1,4 +1,4 @@
-// Runs cadence/kernels/cuda/decode_attention.cu on the CPU through emulate.h, for
+// Runs cadence/kernels/attention/cuda/decode_attention.cu on the CPU through emulate.h, for
 // tests/test_cuda_attention.py (which builds it: g++ -std=c++20 -DCADENCE_EMULATE -DACT_BF16=1, the
 // kernel's macros and KERNEL_SOURCE as -D flags). Usage: attention_driver ARGS_FILE OUT_FILE
 // ARGS_FILE: qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, positions, slots, contexts,

@@ -205,7 +205,7 @@ inline void bulk_load_once(void* dst, const void* src, unsigned bytes, unsigned 
 }
 inline void consumers_sync() { emu::wait(emu::current->cta->consumers); }
 inline void smem_add(unsigned* p, unsigned v) { *p += v; }  // one OS thread: atomic as it stands
-// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 for the warp (slab_gemv.cu): every lane leaves its
+// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 for the warp (slab_gemm.cu): every lane leaves its
 // fragments, then works out its own four D entries from all of them, in k order.
 inline void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   emu::Cta* cta = emu::current->cta;
@@ -223,7 +223,7 @@ inline void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)
   }
   __syncwarp();  // every lane has read before any lane leaves its next fragments
 }
-// Programmatic dependent launch (slab_gemv.cu): one grid at a time here, nothing to wait for.
+// Programmatic dependent launch (slab_gemm.cu): one grid at a time here, nothing to wait for.
 inline void pdl_wait() {}
 inline void pdl_trigger() {}
 

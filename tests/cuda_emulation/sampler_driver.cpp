@@ -1,4 +1,4 @@
-// Runs cadence/kernels/cuda/sampler.cu on the CPU through emulate.h, for tests/test_cuda_sampler.py
+// Runs cadence/kernels/sampling/cuda/sampler.cu on the CPU through emulate.h, for tests/test_cuda_sampler.py
 // (which builds it: g++ -std=c++20 -DCADENCE_EMULATE, the kernel's macros and KERNEL_SOURCE as -D
 // flags). Usage: sampler_driver ARGS_FILE OUT_FILE
 // ARGS_FILE: logits, rows, seen, penalty, ban_eos, do_sample, temperature, top_k, top_p, seed,

@@ -1,4 +1,4 @@
-// Runs cadence/kernels/cuda/slab_gemv.cu on the CPU through emulate.h, for tests/test_slab_gemv.py
+// Runs cadence/kernels/linear/cuda/slab_gemm.cu on the CPU through emulate.h, for tests/test_slab_gemm.py
 // (which builds it: g++ -std=c++20 -DCADENCE_EMULATE -DACT_BF16=1, the kernel's macros and
 // KERNEL_SOURCE as -D flags). Usage: slab_driver ARGS_FILE OUT_FILE
 // ARGS_FILE: x, w, res, norm_w as (u64 byte count, bytes); then n, rows a CTA, grid, shared memory
@@ -7,7 +7,7 @@
 
 #include "emulate.h"
 #include "driver_io.h"
-#include KERNEL_SOURCE  // -DKERNEL_SOURCE='"path/to/slab_gemv.cu"'
+#include KERNEL_SOURCE  // -DKERNEL_SOURCE='"path/to/slab_gemm.cu"'
 
 #include <fstream>
 #include <iostream>
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
         reinterpret_cast<u16*>(k_cache.data()), reinterpret_cast<u16*>(v_cache.data()), (float)scalar<double>()};
 #endif
   emu::launch((unsigned)grid, THREADS, THREADS, (size_t)smem, [&] {
-    slab_gemv_kernel(p(x), p(w), y.data(), p(res), p(norm_w), res_out.data(), (int)n, (int)rows, (float)eps, at);
+    slab_gemm_kernel(p(x), p(w), y.data(), p(res), p(norm_w), res_out.data(), (int)n, (int)rows, (float)eps, at);
   });
   std::ofstream out(argv[2], std::ios::binary);
   out.write(reinterpret_cast<const char*>(y.data()), y.size() * 2);

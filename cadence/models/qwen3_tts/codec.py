@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...kernels import ops_for
+from ...kernels.ops import ops_for
 from .config import CodecDecoderConfig
 from .layers import RMSNorm, apply_rope, attention, rope_cos_sin
 

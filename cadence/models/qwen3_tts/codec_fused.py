@@ -7,7 +7,7 @@ pow/mean/rsqrt/mul, RoPE's cat/neg/mul/add, LayerScale muls, 15 table divisions)
 - `FusedCodecTransformer`: q/k/v and gate/up as one GEMM each; the LayerScales folded into the
   weights of o_proj and down_proj (scale * (W x) = (scale * W) x); RMSNorm with the residual add in
   one op; q and k rotated by one RoPE op (`rope_qk`); SwiGLU in one (`silu_mul`). The ops come from
-  `kernels.ops_for(x)`: Triton kernels on a GPU, their PyTorch definitions elsewhere.
+  `kernels.ops.ops_for(x)`: Triton kernels on a GPU, their PyTorch definitions elsewhere.
 - `CodebookTables`: each codebook's table (embedding_sum / usage) computed once, the tables of a
   quantizer half stacked, and each half's 1 or 15 lookups done as one gather and one sum.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...kernels import ops_for
+from ...kernels.ops import ops_for
 from .codec import CodecTransformer, CodecTransformerLayer, SplitResidualVectorQuantizer
 
 # attend(layer_index, q [B,F,Hq,D], k [B,F,Hkv,D], v [B,F,Hkv,D]) -> [B,F,Hq,D]

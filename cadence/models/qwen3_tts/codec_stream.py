@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...engine.transfer import to_device
-from ...kernels import ops_for
+from ...kernels.ops import ops_for
 from .codec import (
     CausalConv1d,
     CausalTransConv1d,
@@ -224,9 +224,9 @@ class _Carry:
     ):
         self.frames = frames  # [B] position of each stream's first new frame
         self.conv = conv  # each conv's carried inputs, gathered (copies: the pool may be written meanwhile)
-        # Writes a conv's new history to the pool at once. Kept as a view until the call's end, it
-        # held the conv's whole input window alive, and a chunk's memory peak was the sum of every
-        # window (~20 MB a stream-frame at full size; per CUDA graph, perf-notes #63).
+        # Writes a conv's new history to the pool at once: a view kept until the call's end would hold
+        # the conv's whole input window alive, and a chunk's memory peak would be the sum of every
+        # window (~20 MB a stream-frame at full size, per CUDA graph).
         self.keep_conv = keep_conv
         self.keys = keys  # [B, L, W-1, H, D]
         self.values = values

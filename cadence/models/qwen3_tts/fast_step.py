@@ -13,8 +13,8 @@ id (padding rows point at a dummy slot that owns a scratch page).
 
 The decoder layers (talker and code predictor) run as fused_stack.FusedStack.
 
-`ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere; the same code runs
-eagerly on the CPU (where the tests check it against the eager walk) and under graphs on CUDA.
+`ops` is kernels.ops' TritonOps on GPUs and TorchOps elsewhere; the same code runs eagerly on the
+CPU (where the tests check it against the eager walk) and under graphs on CUDA.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from types import ModuleType
 
 import numpy as np
 import torch
 
 from ...engine.graphs import capture, capture_progress
 from ...engine.partition import DecodeOutput
-from ...engine.sampler import RowParams
 from ...engine.transfer import to_device
-from ...kernels.cuda_gemv import slab_linear, slab_plan
-from ...kernels.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
+from ...kernels.linear.cuda_slab_gemm import slab_linear, slab_plan
+from ...kernels.norm.kv_prefetch import CODE_PREDICTOR_MEGABYTES, KvPrefetchPlan
+from ...kernels.ops import Ops
+from ...kernels.sampling import CodeHistory, EosRule, RowParams, TokenOutputs, TokenSampling
 from .fused_stack import FusedStack
 from .model import prefill_tracks
 from .prompt import Prompt
@@ -54,7 +54,7 @@ class FastDecoder:
     def __init__(
         self,
         partition,
-        ops: ModuleType,
+        ops: Ops,
         use_graphs: bool,
         buckets: tuple[int, ...] = DEFAULT_BUCKETS,
         prefill_token_budget: int = 2048,
@@ -73,7 +73,7 @@ class FastDecoder:
         self.eos = cfg.codec_eos_token_id
         self.suppress = cfg.suppressed_code0_range[0]
         self.pad_text = model.config.tts_pad_token_id
-        # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/cuda_gemv.py; Hopper, bf16;
+        # Up to slab_max_rows rows the stacks' GEMMs are the slab GEMM (kernels/linear/cuda_slab_gemm.py; Hopper, bf16;
         # the partition passes 0 but for the Triton walk).
         self.talker_stack = FusedStack(talker.model, ops, partition.max_positions, slab_max_rows=slab_max_rows)
         # The code predictor's context is one 16-token page: splitting it would only add empty programs. Its
@@ -137,11 +137,13 @@ class FastDecoder:
         frame = torch.empty(hidden.shape[0], self.groups, dtype=torch.long, device=self.dev)
         pair = torch.empty(hidden.shape[0], 2, hidden.shape[1], dtype=hidden.dtype, device=self.dev)
         pair[:, 0] = hidden  # code-predictor position 0; position 1 is code0's embedding
-        code0 = ops.sample_tokens(
-            logits, st.code0, st.seed, st.step, 0, seen=st.seen, penalty=st.rep_penalty, ban_eos=st.ignore_eos,
-            eos_min_frames=MIN_NEW_TOKENS, eos_id=self.eos, suppress_start=self.suppress, out=frame[:, 0],
-            embed_table=talker.model.codec_embedding.weight, embed_out=pair[:, 1], rows=slots, mark_seen=True,
+        spec = TokenSampling(
+            st.code0, st.seed, st.step, 0, rows=slots, history=CodeHistory(st.seen, st.rep_penalty, record=True),
+            eos=EosRule(st.ignore_eos, self.eos, self.suppress, min_frames=MIN_NEW_TOKENS),
         )  # fmt: skip
+        code0 = ops.sample_tokens(
+            logits, spec, TokenOutputs(frame[:, 0], talker.model.codec_embedding.weight, pair[:, 1])
+        )
         self._predict_into(pair, frame, st.codes, st.seed, st.step, slots)
         eos = code0 == self.eos
         self._join()
@@ -181,8 +183,8 @@ class FastDecoder:
     def _beside(self) -> Iterator[None]:
         """Work queued inside runs on a second stream forked off the current one (under capture, a
         branch of the graph beside the main chain), so that small kernels nothing near reads stay
-        off the walk's critical path (perf-notes #100: ~40 kernels a batch-1 walk); _join() waits
-        for it. Inline where there is no second stream (CPU)."""
+        off the walk's critical path (about 40 kernels of a batch-1 walk); _join() waits for it.
+        Inline where there is no second stream (CPU)."""
         if self.side is None:
             yield
             return
@@ -195,8 +197,8 @@ class FastDecoder:
             torch.cuda.current_stream(self.dev).wait_stream(self.side)
 
     def _head(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """A head's logits: the slab GEMM where the stacks run it (perf-notes #95: -0.03 ms at batch
-        1 against the layer kernels' GEMM), else ops.linear."""
+        """A head's logits: the slab GEMM where the stacks run it (faster than the layer kernels' GEMM
+        at batch 1), else ops.linear."""
         if h.shape[0] <= self.talker_stack.slab_max_rows:
             plan = slab_plan(weight.shape[0], weight.shape[1], h.shape[0])
             if plan is not None:
@@ -228,13 +230,13 @@ class FastDecoder:
         )[1::2]  # fmt: skip
         for j in range(self.groups - 1):
             logits = self._head(h, cp.lm_head[j].weight)
+            spec = TokenSampling(params, seed, step, j + 1, rows=rows)
             if j + 2 == self.groups:  # the last code: nothing reads its embedding
-                ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1], rows=rows)
+                ops.sample_tokens(logits, spec, TokenOutputs(frame[:, j + 1]))
                 break
             table = cp.model.codec_embedding[j].weight
             embedded = torch.empty(b, table.shape[1], dtype=table.dtype, device=self.dev)
-            ops.sample_tokens(logits, params, seed, step, j + 1, out=frame[:, j + 1], embed_table=table,
-                              embed_out=embedded, rows=rows)  # fmt: skip
+            ops.sample_tokens(logits, spec, TokenOutputs(frame[:, j + 1], table, embedded))
             h = self.cp_stack(
                 cp.small_to_mtp_projection(embedded), ix.step_pos[j, :b], ix.page[:b], ix.step_ctx[j, :b],
                 ix.step_slot[j, :b], self.cp_k, self.cp_v, decode=True,
@@ -347,16 +349,11 @@ class FastDecoder:
 
     def _pdl(self, rows: int) -> contextlib.AbstractContextManager:
         """Kernels launched (and so captured) with programmatic dependent launch for graphs of at most
-        `pdl_max_rows` rows: on an H200 it shortened the batch-1 walk 4.14 -> 3.55 ms and the batch-8
-        one 4.59 -> 4.18, left batch 64 as it was while its GEMMs were cuBLAS's (they take no part;
-        Triton's since #60) and slowed batch 128 / 256 (+0.2 / +0.7 ms), where kernels launched
-        early hold SM slots the running one's later waves need (perf-notes #27). Graphs of more than
-        32 rows (triton_launch.TRIGGER_FIRST_ABOVE_ROWS) let each kernel in before the one before
-        it waits (#65)."""
-        settings = getattr(self.ops, "pdl_settings", None)  # the Triton ops only
-        if settings is None:
-            return contextlib.nullcontext()
-        return settings(rows <= self.pdl_max_rows, self.ops.trigger_first_for(rows))
+        `pdl_max_rows` rows (EngineConfig.pdl_max_rows: it shortens decode steps up to 64 rows and
+        slows larger ones, where kernels launched early hold SM slots the running one's later waves
+        need); graphs above the PDL threshold (launch/pdl.py) let each kernel in before the one before
+        it waits."""
+        return self.ops.pdl_settings(rows <= self.pdl_max_rows, self.ops.trigger_first_for(rows))
 
     @torch.no_grad()
     def decode(self, slots: list[int]) -> DecodeOutput:
@@ -406,8 +403,8 @@ class FastDecoder:
             ]  # fmt: skip
         self._flip ^= 1
         host_frames, host_eos = (t[:n] for t in self._host[self._flip])
-        # On a stream of their own, so that the walk's second half starts as soon as its first ends
-        # (perf-notes #102); decode() waits for them before the next walk writes the frames again.
+        # On a stream of their own, so that the walk's second half starts as soon as its first ends;
+        # decode() waits for them before the next walk writes the frames again.
         self.copies.wait_stream(torch.cuda.current_stream(self.dev))
         with torch.cuda.stream(self.copies):
             host_frames.copy_(frames, non_blocking=True)

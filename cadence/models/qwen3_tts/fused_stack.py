@@ -4,27 +4,25 @@ over a paged KV cache, the layout the fast walk and prefill share.
 A layer runs as: one QKV GEMM, QK-norm + RoPE + KV write (inside the decode attention kernel up
 to 64 rows), paged attention, O GEMM and fused residual-add + RMSNorm, one gate/up GEMM with
 SwiGLU, down GEMM and the next norm (the next layer's input norm or the final one); each GEMM +
-norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm (o's norm and
-gate/up together are `linear_rms_norm_swiglu`; down's norm and the next qkv
-`linear_rms_norm_linear`). `ops` is `cadence.kernels.triton_ops` on GPUs and `torch_ops` elsewhere.
+norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm. `ops` is
+kernels.ops' TritonOps on GPUs and TorchOps elsewhere.
 
-With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are `cuda_gemv.slab_linear`
-instead: each CTA's weights copied into shared memory before the kernel waits for the one before,
-and the norms before qkv and gate/up done inside those GEMMs, so a layer is five kernels (four
-GEMMs and the attention) and only the stack's final norm is a kernel of its own (perf-notes #94).
-At one decode row whose context is one cache page (the code predictor's steps) the attention goes
-inside the o GEMM too (`slab_attention_linear`, #97): four kernels a layer.
+With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are the slab GEMM
+(`cuda_slab_gemm.slab_linear`) instead: each CTA's weights copied into shared memory before the
+kernel waits for the one before, and the norms before qkv and gate/up done inside those GEMMs, so a
+layer is five kernels (four GEMMs and the attention) and only the stack's final norm is a kernel of
+its own. At one decode row whose context is one cache page (the code predictor's steps) the
+attention goes inside the o GEMM too (`slab_attention_linear`): four kernels a layer.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from types import ModuleType
 
 import torch
 
-from ...kernels.cuda_gemv import (
+from ...kernels.linear.cuda_slab_gemm import (
     AttentionShape,
     DecodeAttention,
     LayerPlans,
@@ -32,7 +30,8 @@ from ...kernels.cuda_gemv import (
     slab_linear,
     slab_supported,
 )
-from ...kernels.kv_prefetch import KvPrefetch, KvPrefetchPlan
+from ...kernels.norm.kv_prefetch import KvPrefetch, KvPrefetchPlan
+from ...kernels.ops import Ops
 from .layers import Qwen3DecoderLayer, Qwen3Stack, rope_cos_sin
 
 
@@ -67,7 +66,7 @@ class FusedLayer:
 class FusedStack:
     """A Qwen3 stack (layers + final norm) run with the fused ops over a paged KV cache."""
 
-    def __init__(self, stack: Qwen3Stack, ops: ModuleType, max_positions: int, attention_splits: int | None = None,
+    def __init__(self, stack: Qwen3Stack, ops: Ops, max_positions: int, attention_splits: int | None = None,
                  slab_max_rows: int = 0, kv_prefetch: KvPrefetchPlan | None = None):  # fmt: skip
         cfg = stack.cfg
         self.kv_prefetch = kv_prefetch or KvPrefetchPlan()  # decode only: a norm's program is then its row's sequence
@@ -100,8 +99,7 @@ class FusedStack:
         one_token = decode and new_tokens == 1
         if x.shape[0] <= self.slab_max_rows:
             # The code predictor's decode steps at one row (one page of context): the attention goes
-            # inside o (perf-notes #97: -0.14 ms at batch 1); not its first pass (two tokens of one
-            # stream: +0.02 ms that way, #99).
+            # inside o; not its first pass (two tokens of one stream), which is no faster that way.
             inside_o = one_token and x.shape[0] == 1
             one_page = inside_o and self.max_positions <= k_cache.shape[2]
             shape = AttentionShape(self.heads, self.kv_heads, self.head_dim, k_cache.shape[2]) if one_page else None
@@ -115,15 +113,15 @@ class FusedStack:
         h, residual = ops.rms_norm(x, self.layers[0].ln1, self.eps, prefetch=ahead(0))
         qkv = ops.linear(h, self.layers[0].wqkv)
         for i, L in enumerate(self.layers):
-            attn = attend(i, L, qkv)
-            act, residual = ops.linear_rms_norm_swiglu(attn, L.wo, L.ln2, self.eps, residual, L.wgu)
+            h, residual = ops.linear_rms_norm(attend(i, L, qkv), L.wo, L.ln2, self.eps, residual)
+            act = ops.linear_swiglu(h, L.wgu)
             if i + 1 == len(self.layers):  # the stack's final norm
                 h, _ = ops.linear_rms_norm(act, L.wdown, self.norm, self.eps, residual)
                 break
             # The next layer's input norm, which pulls that layer's cache into L2 (kv_prefetch.py), and its qkv.
             nxt = self.layers[i + 1]
-            qkv, residual = ops.linear_rms_norm_linear(act, L.wdown, nxt.ln1, self.eps, residual, nxt.wqkv,
-                                                       prefetch=ahead(i + 1))  # fmt: skip
+            h, residual = ops.linear_rms_norm(act, L.wdown, nxt.ln1, self.eps, residual, prefetch=ahead(i + 1))
+            qkv = ops.linear(h, nxt.wqkv)
         return h
 
     def _prefetch(self, block_table, context_lens, k_cache, v_cache, tokens: int, i: int) -> KvPrefetch | None:

@@ -19,8 +19,8 @@ from ...engine.graphs import capture, capture_progress
 from ...engine.kv_cache import PagedKVCache
 from ...engine.partition import Admission, DecodeOutput, HostAudio
 from ...engine.request import EngineRequest
-from ...engine.sampler import RowParams, mask_control_tokens, repetition_penalty, sample
 from ...engine.transfer import to_device, to_device_packed
+from ...kernels.sampling.reference import RowParams, mask_control_tokens, repetition_penalty, sample
 from .codec import cast_decoder
 from .codec_stream import StreamingCodecDecoder
 from .codec_windows import CodecWindows
@@ -177,7 +177,7 @@ class Qwen3TTSTalker:
         self._suppress_start = cfg.suppressed_code0_range[0]
         self.fast = None
         if attention_backend != "sdpa":
-            from ...kernels import load_ops
+            from ...kernels.ops import load_ops
             from .fast_step import DEFAULT_BUCKETS, FastDecoder
 
             use_graphs = model.device.type == "cuda" and not enforce_eager
@@ -294,8 +294,8 @@ class Qwen3TTSCodec:
     FRAME_BUCKETS = (1, 2, 4, 8)
     # Every 8 streams from 16 up: a chunk costs about its padded batch from ~16 streams on (64 x 8
     # frames 19.8 ms, 8 x 8 3.9 ms on an H200), and groups of streams reaching a chunk together are
-    # any size (256 arrivals prefilled ~51 a step under the 2,048-token budget made groups of 51,
-    # padded to 64: perf-notes #31).
+    # any size (256 arrivals prefilled ~51 a step under the 2,048-token budget make groups of 51,
+    # which a bucket of 64 would pad by 13).
     BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 128, 256)
 
     def __init__(

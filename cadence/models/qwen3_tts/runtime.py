@@ -16,7 +16,7 @@ import torch
 
 from ...engine.config import EngineConfig
 from ...engine.request import EngineRequest
-from ...kernels import triton_available
+from ...kernels.ops import triton_available
 from .checkpoint import randomize
 from .codec import SpeechTokenizer
 from .config import Qwen3TTSConfig

@@ -21,7 +21,7 @@ class PrefillGraph:
 @dataclass
 class WalkInputs:
     """What a walk's talker layers read besides its frame, per batch row. None of it depends on the
-    frame, so frame() gathers it beside the code predictor (perf-notes #100)."""
+    frame, so frame() gathers it beside the code predictor."""
 
     text: torch.Tensor  # [B, H] the step's trailing-text embedding (tts_pad's past the text)
     step: torch.Tensor  # [B] frames generated before this one
