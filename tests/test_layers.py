@@ -153,13 +153,9 @@ def test_the_kernels_import_nothing_of_the_engine():
     assert _edges("cadence.kernels", "cadence.engine") == []
 
 
-def test_no_import_cycles_outside_the_server():
-    cycles = [c for c in strongly_connected(GRAPH) if not all(m.startswith("cadence.server.") for m in c)]
-    assert not cycles, describe(cycles)
-
-
-def test_no_import_cycles_in_the_server():
-    cycles = [c for c in strongly_connected(GRAPH) if all(m.startswith("cadence.server.") for m in c)]
+def test_no_import_cycles():
+    """No cycle among cadence's modules, counting imports inside functions and under TYPE_CHECKING."""
+    cycles = strongly_connected(GRAPH)
     assert not cycles, describe(cycles)
 
 
