@@ -53,7 +53,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
     # The line break that ends piped text (echo, here-documents) is not meant to be spoken; kept, it
     # changes the tokens ("." + "\n" -> ".\n") from those of the same text given as an argument.
     text = args.text if args.text not in (None, "-") else sys.stdin.read().rstrip("\r\n")
-    pieces = _long_form_pieces(text, args.long_form_chars)
+    from .server.segmenter import long_form_pieces
+
+    # A long text is cut as the server cuts a long input (paragraphs, then sentences).
+    pieces = long_form_pieces(text, args.long_form_chars) or [text]
     model = _load_model(args)
     clone = _reference_voice(args, model) if args.ref_audio else None
     # The serving engine with one slot: the same walks, stop rules and runaway guard as the server.
@@ -75,16 +78,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
         return 1
     _write_synth_output(args, result, model.sample_rate, time.perf_counter() - start)
     return 0
-
-
-def _long_form_pieces(text: str, max_chars: int) -> list[str]:
-    """The text as the pieces `cadence synth` speaks one after another: cut as the server cuts a
-    long input (paragraphs, then sentences) when it is longer than `max_chars` (0: never cut)."""
-    if not max_chars or len(text) <= max_chars:
-        return [text]
-    from .server.segmenter import split_long_text
-
-    return split_long_text(text, max_chars) or [text]
 
 
 def _prepare_piece(args: argparse.Namespace, model, engine, text: str, index: int, clone):
@@ -114,8 +107,7 @@ class SynthResult:
 
     audio: object  # float32 samples, the pieces joined by their pauses
     frames: int
-    pieces: int
-    finish_reasons: list[str]
+    finish_reasons: list[str]  # one a piece, in order
     runaway_causes: list[str]
     error: str | None = None
 
@@ -141,12 +133,12 @@ def _generate_pieces(engine, requests: list, pause_samples: int, quiet: bool) ->
                 pcm.append(last.pcm)
                 bar.update(last.num_frames)
         if last.finish_reason == "error":
-            return SynthResult(None, frames, len(requests), reasons, causes, error=last.error)
+            return SynthResult(None, frames, reasons, causes, error=last.error)
         frames += last.frame_end
         reasons.append(last.finish_reason)
         if last.runaway_cause:
             causes.append(last.runaway_cause)
-    return SynthResult(np.concatenate(pcm), frames, len(requests), reasons, causes)
+    return SynthResult(np.concatenate(pcm), frames, reasons, causes)
 
 
 def _write_synth_output(args: argparse.Namespace, result: SynthResult, sample_rate: int, elapsed: float) -> None:
@@ -156,7 +148,8 @@ def _write_synth_output(args: argparse.Namespace, result: SynthResult, sample_ra
     seconds = result.audio.size / sample_rate
     reasons = ",".join(dict.fromkeys(result.finish_reasons))  # one word when every piece ended alike
     cause = f" ({', '.join(result.runaway_causes)})" if result.runaway_causes else ""
-    in_pieces = f" in {result.pieces} pieces" if result.pieces > 1 else ""
+    pieces = len(result.finish_reasons)
+    in_pieces = f" in {pieces} pieces" if pieces > 1 else ""
     print(
         f"wrote {args.output}: {result.frames} frames{in_pieces}, {seconds:.2f} s of audio at {sample_rate} Hz "
         f"({result.audio.size} samples), finish_reason={reasons}{cause}, {elapsed:.1f} s wall "

@@ -21,7 +21,7 @@ from ..sampling import SamplingOverrides
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE
 from .long_form import Piece, piece_seed
-from .segmenter import split_long_text
+from .segmenter import long_form_pieces
 from .voices import OPENAI_VOICES, VoiceTable
 
 OPENAI_VOICE_NAMES = frozenset(OPENAI_VOICES)
@@ -220,9 +220,9 @@ def engine_requests(
 
     if tokens is not None:
         return prepared(tokens, body.seed, request_id), []
-    if not limits.piece_chars or len(body.input) <= limits.piece_chars:
+    texts = long_form_pieces(body.input, limits.piece_chars)
+    if texts is None:
         return prepared(body.input, body.seed, request_id), []
-    texts = split_long_text(body.input, limits.piece_chars)
     pieces = [Piece(i, t, prepared(t, piece_seed(body.seed, i), f"{request_id}-{i}")) for i, t in enumerate(texts)]
     return pieces[0].request, pieces
 

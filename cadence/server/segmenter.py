@@ -113,6 +113,14 @@ class SentenceSegmenter:
         return self.max_chars
 
 
+def long_form_pieces(text: str, max_chars: int) -> list[str] | None:
+    """The pieces a text longer than `max_chars` is spoken as (split_long_text); None for a text
+    spoken whole: one within `max_chars`, or any text when `max_chars` is 0."""
+    if not max_chars or len(text) <= max_chars:
+        return None
+    return split_long_text(text, max_chars)
+
+
 def split_long_text(text: str, max_chars: int) -> list[str]:
     """A long text as pieces of at most `max_chars` that a model speaks reliably one at a time: cut at
     paragraph breaks (blank lines), then at sentence ends (SentenceSegmenter's rules, which also cut
