@@ -57,6 +57,7 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         max_seq_tokens=max(2048, args.context + args.steps + args.warmup + 64),
         codec_dtype=args.codec_dtype,
         codec_tf32=args.codec_tf32,
+        codec_graph_stream_frames=args.codec_graph_stream_frames,
         pdl_max_rows=args.pdl_max_rows,
         graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
     )
@@ -228,6 +229,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         help="the float32 codec on TF32 tensor cores or (--no-codec-tf32) exact fp32 (EngineConfig.codec_tf32; "
         "default: PyTorch's setting, TF32)",
+    )
+    p.add_argument(
+        "--codec-graph-stream-frames",
+        type=int,
+        default=EngineConfig.codec_graph_stream_frames,
+        help="the largest codec graph in streams x frames; larger chunks run as several (0: no limit)",
     )
     p.add_argument("--batches", type=ints, default=[1, 2, 4, 8])
     p.add_argument("--context", type=int, default=64, help="prompt tokens in the KV cache during decode")

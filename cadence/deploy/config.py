@@ -72,6 +72,7 @@ ENGINE_KEYS: dict[str, dict[str, Any]] = {
     "codec_dtype": {},
     "codec_tf32": {},
     "codec_decode": {},
+    "codec_graph_stream_frames": _min(0),
     "runaway": {},
     "pdl_max_rows": _min(0),
     "slab_max_rows": _min(0),

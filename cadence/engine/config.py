@@ -146,6 +146,12 @@ class EngineConfig:
     # every 300 frames with 25 frames of context (a memory bound that adds a seam; up to ~0.4 apart on
     # the full-size codec): bit-parity with qwen-tts past 24 s (models/qwen3_tts/codec_windows.py).
     codec_decode: str = "exact"
+    # The largest codec CUDA graph, in streams x frames a chunk; larger groups of chunks run as several
+    # graphs. The codec's graphs share one memory pool that grows to the largest graph's activations
+    # (about 18 MB a stream-frame for the full-size fp32 codec), so this bounds the codec's graph
+    # memory (128: about 2 GB) and its start-up capture time; a group split in two costs a little
+    # more than one graph of both. 0: no limit (graphs up to 64 streams x 8 frames).
+    codec_graph_stream_frames: int = 128
     # Talker graphs of at most this many rows (decode batch buckets, prefill token buckets) launch
     # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it
     # does nothing): each kernel starts while the one before finishes. It shortens small decode
@@ -164,6 +170,8 @@ class EngineConfig:
     def __post_init__(self):
         if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
             raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")
+        if self.codec_graph_stream_frames < 0:
+            raise ValueError("codec_graph_stream_frames must be >= 0 (0: no limit)")
         if self.pdl_max_rows < 0:
             raise ValueError("pdl_max_rows must be >= 0 (0: off)")
         if not 0 <= self.slab_max_rows <= 2:

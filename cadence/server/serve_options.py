@@ -70,6 +70,14 @@ def add_codec_options(parser: argparse.ArgumentParser) -> None:
         "on a GPU (docs/benchmarks.md)",
     )
     g.add_argument(
+        "--codec-graph-stream-frames",
+        type=int,
+        metavar="N",
+        help="the largest codec CUDA graph in streams x frames a chunk (default 128); larger groups of chunks run "
+        "as several graphs. The codec's graph memory grows with it (about 18 MB a stream-frame for the full-size "
+        "codec: 128 is about 2 GB) and so does its start-up capture time; 0: no limit (up to 64 streams x 8 frames)",
+    )
+    g.add_argument(
         "--chunk-deadline",
         type=float,
         metavar="SECONDS",

@@ -310,6 +310,7 @@ class Qwen3TTSCodec:
         tf32: bool | None = None,
         autotune_from: int = 1,
         windowed: bool = False,
+        graph_stream_frames: int = 0,
     ):
         decoder = model.codec.decoder
         if dtype != torch.float32:
@@ -324,6 +325,10 @@ class Qwen3TTSCodec:
         self.max_batch = max_batch
         largest = min(max_batch, max_slots)
         self.batch_buckets = tuple(b for b in graph_buckets or self.BATCH_BUCKETS if b < largest) + (largest,)
+        # The graphs share one memory pool, which grows to the largest graph's activations (about
+        # 18 MB a stream-frame for the full-size fp32 codec): graphs of at most `graph_stream_frames`
+        # streams x frames (0: no limit) bound it, and larger groups run as several graphs.
+        self.graph_batch = {f: self._largest_bucket(f, graph_stream_frames) for f in self.FRAME_BUCKETS}
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         # cuDNN autotuning (torch.backends.cudnn.benchmark) for the graphs of at least this many
         # stream-frames (batch x frames); smaller ones take cuDNN's heuristic choice.
@@ -387,15 +392,19 @@ class Qwen3TTSCodec:
         """The audio on the host now (`to_host(audio).wait()`), for benchmarks and tests."""
         return self.to_host(audio).wait()
 
+    def _largest_bucket(self, frames: int, stream_frames: int) -> int:
+        """The most streams one graph of `frames` frames holds under the stream-frames limit (0:
+        none); at least the smallest batch bucket."""
+        fitting = [b for b in self.batch_buckets if not stream_frames or b * frames <= stream_frames]
+        return max(fitting, default=self.batch_buckets[0])
+
     def _decode(self, slots: list[int], frames: torch.Tensor, finishing: bool) -> torch.Tensor:
-        if len(slots) > self.max_batch:  # bounded activation memory: split large groups
-            parts = [
-                self._decode(slots[i : i + self.max_batch], frames[i : i + self.max_batch], finishing)
-                for i in range(0, len(slots), self.max_batch)
-            ]
-            return torch.cat(parts)
         n, f = frames.shape[0], frames.shape[1]
         fb = next((b for b in self.FRAME_BUCKETS if b >= f), None)
+        most = min(self.max_batch, self.graph_batch[fb]) if self.graphs and fb is not None else self.max_batch
+        if n > most:  # bounded activation memory: split large groups
+            parts = [self._decode(slots[i : i + most], frames[i : i + most], finishing) for i in range(0, n, most)]
+            return torch.cat(parts)
         if not self.graphs or fb is None or (fb != f and not finishing):
             return self.decoder.decode(slots, frames)
         if fb != f:  # pad a final chunk with copies of its last frame; the extra audio is dropped
@@ -419,7 +428,7 @@ class Qwen3TTSCodec:
         autotune = torch.backends.cudnn.benchmark
         pool = torch.cuda.graph_pool_handle()
         largest_first = sorted(self.batch_buckets, reverse=True), sorted(self.FRAME_BUCKETS, reverse=True)
-        shapes = list(itertools.product(*largest_first))
+        shapes = [(b, f) for b, f in itertools.product(*largest_first) if b <= self.graph_batch[f]]
         try:
             with capture_progress(len(shapes), "codec graphs") as bar:
                 for b, f in shapes:
@@ -438,8 +447,10 @@ class Qwen3TTSCodec:
         torch.cuda.synchronize(self.device)
         used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**20
         log.info(
-            "captured %d codec graphs (batch buckets %s x frames %s) in %.1f s, %.0f MiB of graph memory",
-            len(self.graphs), list(self.batch_buckets), list(self.FRAME_BUCKETS), time.perf_counter() - start, used,
+            "captured %d codec graphs (batch buckets %s x frames %s, at most %s streams a graph) in %.1f s, "
+            "%.0f MiB of graph memory",
+            len(self.graphs), list(self.batch_buckets), list(self.FRAME_BUCKETS), self.graph_batch,
+            time.perf_counter() - start, used,
         )  # fmt: skip
 
     @property
