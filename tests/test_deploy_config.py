@@ -55,7 +55,10 @@ voice_map: {alloy: ryan}
     ("text", "message"),
     [
         ("model: x\nengine:\n  max_stream: 8\n", "deploy.yaml:3: engine: unknown key 'max_stream'; allowed: max_str"),
-        ("engine:\n  max_streams: many\n", "deploy.yaml:2: engine.max_streams: expected an integer, got 'many'"),
+        (
+            "engine:\n  max_streams: many\n",
+            "deploy.yaml:2: engine.max_streams: expected an integer or null, got 'many'",
+        ),
         ("dtype: fp16\n", "deploy.yaml:1: dtype: 'fp16' is not allowed; allowed: auto, bf16, fp32"),
         (
             "engine:\n  attention_backend: flash\n",

@@ -13,7 +13,7 @@ import torch
 from engine_cases import TEXTS, codes_of, config, failing_wait_on_call, force_code0, oracle, request, run
 
 from cadence.audio import to_int16
-from cadence.engine.config import RunawayGuard
+from cadence.engine.config import AUTO_MAX_STREAMS, AUTO_TOKENS_PER_STREAM, RunawayGuard
 from cadence.engine.engine import Engine, build_core
 from cadence.engine.request import AudioChunk, FinishReason, QueueFullError, RequestTooLargeError, RunawayCause
 from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request
@@ -91,6 +91,23 @@ def test_kv_cache_is_sized_after_the_codec_is_built(tiny_model, monkeypatch):
     budget = kv_cache_bytes(config(), tiny_model.device)
     assert kv.nbytes == (kv.num_pages + 1) * page
     assert budget - page < kv.nbytes <= budget
+
+
+@pytest.mark.parametrize(("kv_gb", "streams"), [(0.0001, 1), (0.02, None), (1.0, AUTO_MAX_STREAMS)])
+def test_max_streams_left_to_the_engine_is_what_the_kv_cache_holds(tiny_model, kv_gb, streams):
+    """max_streams None: as many streams as the KV cache holds at AUTO_TOKENS_PER_STREAM tokens each,
+    at least one and at most AUTO_MAX_STREAMS; the engine's config (and so EngineInfo) says how many."""
+    per_stream = tiny_model.kv_bytes_per_token * AUTO_TOKENS_PER_STREAM
+    expected = streams or int(0.02 * (1 << 30)) // per_stream
+    assert 1 < int(0.02 * (1 << 30)) // per_stream < AUTO_MAX_STREAMS  # the middle case is neither bound
+    core = build_core(tiny_model, config(max_streams=None, kv_cache_memory=kv_gb))
+    assert core.config.max_streams == expected
+    assert len(core.free_slots) == expected
+    engine = Engine(tiny_model, config(max_streams=None, kv_cache_memory=kv_gb))
+    try:
+        assert engine.config.max_streams == expected
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("part", ["Qwen3TTSCodec", "Qwen3TTSTalker"])

@@ -181,7 +181,11 @@ def test_dummy_weights_serve_without_any_checkpoint_files(tmp_path, skeleton_06b
     s = Server(None, tmp_path, *args, env=env).wait_ready()
     try:
         with s.client() as c:
-            assert c.get("/version").json()["random_weights"] is True
+            version = c.get("/version").json()
+            assert version["random_weights"] is True
+            # no --max-streams: the engine sizes itself (at most 256) and says how many in the log
+            assert 1 <= version["max_streams"] <= 256
+            assert f"max_streams {version['max_streams']}: what the KV cache holds" in s.log()
             voices = {v["id"]: v["aliases"] for v in c.get("/v1/audio/voices").json()["voices"]}
             assert "narrator" in voices["uncle_fu"] and "alloy" in voices["aiden"] and "alloy" not in voices["ryan"]
             r = c.post("/v1/audio/speech", json={**ENDLESS, "voice": "narrator", "max_new_tokens": 4})

@@ -93,7 +93,7 @@ class ToyTalker:
 
     def __init__(self, max_slots: int, kv_bytes: int, page_size: int, max_positions: int):
         self.max_slots = max_slots
-        self.bytes_per_token = PagedKVCache.bytes_per_token(1, 1, 4, torch.float32)
+        self.bytes_per_token = ToyRuntime.kv_bytes_per_token
         self.kv = PagedKVCache(1, kv_bytes // (self.bytes_per_token * page_size), page_size, 1, 4, torch.float32, "cpu")
         self.max_positions = max_positions
         self.step = torch.zeros(max_slots, dtype=torch.long)
@@ -159,6 +159,8 @@ class ToyRuntime:
     sample_rate = SAMPLE_RATE
     prompt_type: ClassVar[type] = ToyPrompt
     params_type: ClassVar[type] = ToyParams
+
+    kv_bytes_per_token = PagedKVCache.bytes_per_token(1, 1, 4, torch.float32)
 
     def describe(self) -> str:
         return "toy"

@@ -207,6 +207,7 @@ def build_app(args: dict[str, Any]) -> Application:
 
 def application(args: argparse.Namespace) -> Application:
     """The Ray Serve application of parsed options (build_parser's; the deployment file is applied here)."""
+    from ..engine.config import AUTO_MAX_STREAMS
     from .config import apply_deploy_file
 
     serve = _import_serve()
@@ -214,8 +215,11 @@ def application(args: argparse.Namespace) -> Application:
     replicas = args.replicas if isinstance(args.replicas, int) else len(args.replicas)
     if replicas != 1:
         raise ValueError("a Ray replica runs one engine; Ray makes the replicas: set max_replicas, not replicas")
-    per_replica = args.max_streams + args.max_queue  # what one engine admits; Ray queues the rest
-    target = args.target_ongoing_requests or args.max_streams
+    # What one engine admits (Ray queues the rest): with max_streams left to the engine, the most it
+    # takes; an engine that sized itself smaller answers the excess with 429.
+    streams = args.max_streams or AUTO_MAX_STREAMS
+    per_replica = streams + args.max_queue
+    target = args.target_ongoing_requests or streams
     gpus = args.num_gpus if args.num_gpus is not None else 0 if args.device == "cpu" else 1
     options = {k: v for k, v in vars(args).items() if k not in (*RAY_OPTIONS, *CLI_ONLY, "func", "command")}
     deployment = serve.deployment(

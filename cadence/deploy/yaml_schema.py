@@ -4,7 +4,7 @@
 
 PyYAML composes the document into nodes that remember where they start; each node is checked
 against the type annotation of the dataclass field it fills, so an error can say
-`deploy.yaml:7: engine.max_streams: expected an integer, got 'many'` or list the allowed values of a
+`deploy.yaml:7: engine.max_streams: expected an integer or null, got 'many'` or list the allowed values of a
 `Literal`. Supported annotations: nested dataclasses, int, float, bool, str, Literal[...], list[X],
 dict[str, X], unions of those (X | None, int | list[X]). A field's `metadata` may hold
 `min` (lowest number allowed) and `check` (a callable that raises ValueError naming what is allowed).

@@ -6,6 +6,11 @@ import math
 from dataclasses import dataclass, field
 
 AUTO_DEADLINE = 0.2  # seconds: ChunkPolicy.deadline on a GPU unless set
+# max_streams left to the engine (EngineConfig.max_streams None): as many streams as the KV cache
+# holds at AUTO_TOKENS_PER_STREAM tokens each (a prompt and ~40 s of audio; pages are taken as a
+# stream grows, so longer streams still fit beside shorter ones), at most AUTO_MAX_STREAMS.
+AUTO_TOKENS_PER_STREAM = 600
+AUTO_MAX_STREAMS = 256
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,9 @@ CODEC_DECODES = ("exact", "chunked")
 
 @dataclass(frozen=True)
 class EngineConfig:
-    max_streams: int = 64  # decode slots: requests generating at once
+    # Decode slots: requests generating at once. None: as many as the KV cache holds at
+    # AUTO_TOKENS_PER_STREAM tokens a stream, at most AUTO_MAX_STREAMS (engine.auto_max_streams).
+    max_streams: int | None = None
     # KV cache size: GB, or (when None) this fraction of the device memory free once the codec (its
     # state and graphs) is built (CPU: of 1 GB).
     kv_cache_memory: float | None = None
@@ -168,7 +175,7 @@ class EngineConfig:
     slab_max_rows: int = 2
 
     def __post_init__(self):
-        if self.max_streams < 1 or self.page_size < 1 or self.max_queue < 0:
+        if (self.max_streams is not None and self.max_streams < 1) or self.page_size < 1 or self.max_queue < 0:
             raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")
         if self.codec_graph_stream_frames < 0:
             raise ValueError("codec_graph_stream_frames must be >= 0 (0: no limit)")

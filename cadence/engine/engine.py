@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import AUTO_DEADLINE, EngineConfig
+from .config import AUTO_DEADLINE, AUTO_MAX_STREAMS, AUTO_TOKENS_PER_STREAM, EngineConfig
 from .core import EngineCore
 from .partition import CodecPartition, ModelRuntime, TalkerPartition
 from .request import AudioChunk, EngineRequest, EngineStats, FinishReason, QueueFullError, RunawayCause, Timings
@@ -64,6 +64,12 @@ class Utterance:
         return self.pcm.size / self.sample_rate
 
 
+def auto_max_streams(kv_bytes: int, bytes_per_token: int) -> int:
+    """The streams a KV cache of `kv_bytes` holds at AUTO_TOKENS_PER_STREAM tokens each (1 to
+    AUTO_MAX_STREAMS)."""
+    return max(1, min(AUTO_MAX_STREAMS, kv_bytes // (bytes_per_token * AUTO_TOKENS_PER_STREAM)))
+
+
 def kv_cache_bytes(config: EngineConfig, device: torch.device) -> int:
     if config.kv_cache_memory is not None:
         return int(config.kv_cache_memory * (1 << 30))
@@ -99,6 +105,10 @@ def build_core(model: ModelRuntime, config: EngineConfig, codec_device: str | to
     if config.chunk_policy.deadline is None:  # auto (ChunkPolicy): on where codec calls are cheap graphs
         deadline = AUTO_DEADLINE if codec_on.type == "cuda" else 0.0
         config = replace(config, chunk_policy=replace(config.chunk_policy, deadline=deadline))
+    if config.max_streams is None:  # sized by the KV cache the memory free now would give
+        streams = auto_max_streams(kv_cache_bytes(config, model.device), model.kv_bytes_per_token)
+        log.info("max_streams %d: what the KV cache holds at %d tokens a stream", streams, AUTO_TOKENS_PER_STREAM)
+        config = replace(config, max_streams=streams)
     # The codec first (its per-stream state and its graphs), then the KV cache: kv_cache_fraction is a
     # share of what the codec left, so the default never sizes the cache into memory its graphs need.
     use_graphs = codec_on.type == "cuda" and not config.enforce_eager
@@ -126,6 +136,7 @@ class Engine:
         self.model = model
         self.config = config or EngineConfig()
         self.core = build_core(model, self.config)
+        self.config = self.core.config  # max_streams and the other automatic settings resolved
         self._log_capacity(self.core.talker, self.core.codec)
         self._inbox: list[EngineRequest | str | TextAppend] = []  # requests to add, ids to cancel, text
         self._inbox_lock = threading.Lock()

@@ -145,6 +145,12 @@ class ModelRuntime(Protocol):
     @property
     def sample_rate(self) -> int: ...
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """The Talker's KV cache bytes a token (every layer's keys and values): what sizes
+        max_streams when EngineConfig leaves it to the engine."""
+        ...
+
     def describe(self) -> str:
         """The model as people say it ("0.6B"), for logs and /v1/models."""
         ...

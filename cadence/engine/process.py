@@ -88,7 +88,7 @@ def load(cfg: EngineProcessConfig) -> tuple[ModelRuntime, EngineCore, P.EngineIn
     log.info(
         "loaded %s in %.1f s; KV cache %d pages x %d tokens = %d tokens; %d streams",
         cfg.model_name, time.monotonic() - start, kv.num_pages, kv.page_size, kv.num_pages * kv.page_size,
-        cfg.engine.max_streams,
+        core.config.max_streams,
     )  # fmt: skip
     warmup_s = warm_up(model, core, cfg.engine, cfg.warmup_frames)
     info = P.EngineInfo(
@@ -98,7 +98,7 @@ def load(cfg: EngineProcessConfig) -> tuple[ModelRuntime, EngineCore, P.EngineIn
         codec_device=str(core.codec.device) if core.codec.device != model.device else None,
         dtype=str(model.dtype).removeprefix("torch."),
         random_weights=cfg.model.random_weights,
-        max_streams=cfg.engine.max_streams,
+        max_streams=core.config.max_streams,
         max_queue=cfg.engine.max_queue,
         kv_pages_total=kv.num_pages,
         page_size=kv.page_size,

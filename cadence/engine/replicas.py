@@ -185,7 +185,7 @@ class ReplicaPool:
     @property
     def capacity(self) -> int:
         """Streams the serving replicas may hold, running and queued."""
-        return sum(r.config.engine.max_streams + r.config.engine.max_queue for r in self.replicas if r.serving)
+        return sum(r.client.info.max_streams + r.config.engine.max_queue for r in self.replicas if r.serving)
 
     @property
     def stats(self) -> EngineStats:

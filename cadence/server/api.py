@@ -146,6 +146,7 @@ def add_status_routes(app: FastAPI, state: ServerState) -> None:
                 "device": info.device if info else None,
                 "dtype": info.dtype if info else None,
                 "random_weights": info.random_weights if info else None,
+                "max_streams": info.max_streams if info else None,  # as the engine sized itself
             }
         )
 

@@ -116,7 +116,12 @@ def add_kernel_options(parser: argparse.ArgumentParser, defaults: dict[str, Any]
 
 def add_capacity_options(parser: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
     g = parser.add_argument_group("engine capacity")
-    g.add_argument("--max-streams", type=int, help=f"streams generating at once ({defaults['max_streams']})")
+    g.add_argument(
+        "--max-streams",
+        type=int,
+        help="streams generating at once (default: as many as the KV cache holds at 600 tokens a stream, a prompt "
+        "and ~40 s of audio, at most 256; the startup log and /v1/models say how many)",
+    )
     g.add_argument("--max-queue", type=int, help=f"requests waiting beyond that, then 429 ({defaults['max_queue']})")
     g.add_argument("--kv-cache-memory", type=float, help="KV cache size in GB (default: a fraction of free memory)")
     g.add_argument(

@@ -169,7 +169,7 @@ class ServerState:
             replicas = len(self.engine.replicas)
             per = f" in each of {replicas} replicas" if replicas > 1 else ""
             raise E.queue_full(
-                f"the server is at capacity ({self.engine_config.max_streams} streams generating, "
+                f"the server is at capacity ({self.engine.info.max_streams} streams generating, "
                 f"{self.engine_config.max_queue} queued{per}); retry later",
                 retry_after=max(1.0, step * 50),
             )

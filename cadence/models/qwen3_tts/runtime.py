@@ -15,6 +15,7 @@ from typing import ClassVar
 import torch
 
 from ...engine.config import EngineConfig
+from ...engine.kv_cache import PagedKVCache
 from ...engine.request import EngineRequest
 from ...kernels.backends import triton_available
 from .checkpoint import randomize
@@ -76,6 +77,11 @@ class Qwen3TTS(Qwen3TTSModel):
         )  # fmt: skip
         return cls(config, tokenizer, root.talker, codec, dev, dt, Path(source), description)
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        cfg = self.config.talker
+        return PagedKVCache.bytes_per_token(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, self.dtype)
+
     def describe(self) -> str:
         """Its size as people say it: "0.6B", "tiny preset of the 0.6B architecture"."""
         return self.description or self.config.size_label
@@ -108,6 +114,7 @@ class Qwen3TTS(Qwen3TTSModel):
             self, config.max_streams, use_graphs, graph_buckets=config.graph_buckets, own_stream=own_stream,
             dtype=getattr(torch, config.codec_dtype),  # a low-precision copy; self.codec stays the fp32 decode
             tf32=config.codec_tf32, windowed=config.codec_decode == "chunked",
+            graph_stream_frames=config.codec_graph_stream_frames,
         )  # fmt: skip
 
     def build_talker(self, config: EngineConfig, kv_bytes: int, backend: str) -> Qwen3TTSTalker:
