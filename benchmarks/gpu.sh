@@ -184,14 +184,14 @@ phase_serve() {
     start=$(date +%s)
     # shellcheck disable=SC2086  # SERVE_ARGS is a list of options
     taskset -c 0-$((cores - 3)) python3 -m cadence.cli serve "$ckpt" --device cuda --port $PORT \
-        --served-model-name protocol ${SERVE_ARGS:---max-streams 128} > /tmp/serve.log 2>&1 &
+        --served-model-name protocol ${SERVE_ARGS:-} > /tmp/serve.log 2>&1 &
     echo $! > /tmp/serve.pid
     until curl -sf localhost:$PORT/ready > /dev/null; do
         sleep 1
         kill -0 "$(cat /tmp/serve.pid)" 2>/dev/null || { tail -30 /tmp/serve.log; exit 1; }
     done
     echo "ready in $(($(date +%s) - start)) s"
-    grep -E "captured|graph|KV cache|loaded|warm-up" /tmp/serve.log | tail -8
+    grep -E "captured|graph|KV cache|loaded|warm-up|max_streams" /tmp/serve.log | tail -10
 }
 phase_protocol() {
     local size=$1

@@ -4,6 +4,7 @@ at each rate, and the table of time to first audible audio and playback gaps aga
     python benchmarks/served_protocol.py --size 1.7b --out runs/h100-1.7b
     python benchmarks/served_protocol.py --size 0.6b --rates 1 10 --requests 200 --seeds 0 --out runs/quick
     python benchmarks/served_protocol.py --size 1.7b --dataset seed-tts --dataset-path seedtts_testset/en ...
+    python benchmarks/served_protocol.py --merge run-a/protocol.json run-b/protocol.json --out runs/h100-1.7b
 
 It starts `cadence serve` on a full-size random checkpoint of the size (or `--checkpoint DIR`), its
 processes pinned to every CPU core but the last `--client-cores`, which the bench client takes, so the
@@ -18,7 +19,9 @@ Writes OUT/bench/<rate>/ (the bench's results.json, requests.csv and plots), OUT
 OUT/protocol.md (one column a rate: TTFA p50/p95/p99, requests with a playback gap, failures,
 delivered requests/s; then where the first audio's time goes: the p50 and p95 of each stage of its
 path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
-requests with a gap against load) and OUT/serve.log.
+requests with a gap against load) and OUT/serve.log. `--merge` writes the table and plot of several
+runs' protocol.json (rates measured in separate runs, e.g. device calls too short for all of them)
+without measuring anything: each rate's row is taken whole from the run that measured it.
 """
 
 from __future__ import annotations
@@ -47,7 +50,6 @@ from cadence.bench.workload import parse_fixed_frames  # noqa: E402
 
 SIZES = {"0.6b": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"}
 RATES = [1.0, 4.0, 10.0, 20.0, 40.0, 60.0, 80.0]
-SERVER_ARGS = ["--max-streams", "128"]
 STAGES = ("api", "to_engine", "queue", "prefill", "codec", "to_api")  # the access log's first_audio_ms
 
 
@@ -79,6 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--url", help="measure a server already running here instead of starting one (its log: --log)")
     p.add_argument("--log", help="with --url: the server's log, for the first-audio stages")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--merge", nargs="+", metavar="PROTOCOL_JSON", help="only tabulate these runs' protocol.json")
     p.add_argument("--device", default="cuda", help="the server's device (default cuda)")
     p.add_argument("--rates", type=float, nargs="+", default=RATES, help="requests/s (default 1 4 10 20 40 60 80)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one trial a seed (default 0 1 2)")
@@ -91,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fixed-frames", default="auto", help="auto, N, or none (real weights stop on their own)")
     p.add_argument("--port", type=int, default=8123)
     p.add_argument(
-        "server_args", nargs="*", default=SERVER_ARGS, help="after --: options for cadence serve (--max-streams 128)"
+        "server_args", nargs="*", default=[], help="after --: options for cadence serve (default: its defaults)"
     )
     return p.parse_args(argv)
 
@@ -240,10 +243,33 @@ def plot(rows: list[Row], path: Path) -> Path | None:
     return path
 
 
+def merge(paths: list[Path], out: Path) -> list[Row]:
+    """The rows of several runs' protocol.json as one table (OUT/protocol.json, .md, .png), by rate.
+    A rate measured by two runs is refused: their percentiles cannot be combined from summaries."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    rows: dict[float, Row] = {}
+    for path, run in zip(paths, runs, strict=True):
+        for data in run["rows"]:
+            row = Row(**{**data, "ttfa_ms": tuple(data["ttfa_ms"]),
+                         "stages_ms": {k: tuple(v) for k, v in data["stages_ms"].items()}})  # fmt: skip
+            if row.rate in rows:
+                raise SystemExit(f"{path}: rate {row.rate:g} is measured by another run too")
+            rows[row.rate] = row
+    merged = [rows[r] for r in sorted(rows)]
+    summary = {"merged": [str(p) for p in paths], "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs]}
+    (out / "protocol.json").write_text(json.dumps({**summary, "rows": [r.__dict__ for r in merged]}, indent=2) + "\n")
+    (out / "protocol.md").write_text(table(merged) + "\n")
+    plot(merged, out / "protocol.png")
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        print(table(merge([Path(p) for p in args.merge], out)))
+        return 0
     server_cores, client_cores = split_cores(args.client_cores)
     server, ready_s, checkpoint = None, None, args.checkpoint
     if args.url:

@@ -30,3 +30,32 @@ def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
     assert "| prefill |" in table and all(row["stages_ms"]["queue"][0] >= 0 for row in summary["rows"])
     assert (out / "bench" / "1" / "results.json").exists() and (out / "bench" / "2" / "results.json").exists()
     assert Path(out / "serve.log").read_text().count("warm-up synthesis") == 1
+
+
+def test_runs_of_separate_rates_merge_into_one_table(tmp_path):
+    """--merge tabulates rates measured in separate runs (device calls too short for all of them) by
+    rate, and refuses a rate two runs measured."""
+
+    def run(name: str, rates: list[float]) -> Path:
+        rows = [
+            {"rate": r, "sent": 10, "completed": 9, "failed": 1, "ttfa_ms": [10.0 * r, 11.0 * r, 12.0 * r],
+             "with_gap": 0, "requests_per_s": r, "stages_ms": {"prefill": [1.0, 2.0]}}
+            for r in rates
+        ]  # fmt: skip
+        path = tmp_path / name / "protocol.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"size": "1.7b", "seeds": [0], "rows": rows}))
+        return path
+
+    script = [sys.executable, str(REPO / "benchmarks" / "served_protocol.py")]
+    a, b = run("a", [10.0, 1.0]), run("b", [4.0])
+    done = subprocess.run([*script, "--merge", str(a), str(b), "--out", str(tmp_path / "m")], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads((tmp_path / "m" / "protocol.json").read_text())
+    assert [row["rate"] for row in merged["rows"]] == [1.0, 4.0, 10.0]
+    assert (tmp_path / "m" / "protocol.md").read_text().startswith("| requests/s | 1 | 4 | 10 |\n")
+    assert "40.0 / 44.0 / 48.0" in done.stdout
+    clash = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert clash.returncode != 0 and "rate 10 is measured by another run too" in clash.stderr
