@@ -3,6 +3,7 @@ TileTable is refused naming the file and the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import tomllib
 from pathlib import Path
@@ -14,6 +15,7 @@ from cadence.kernels.tile_table import (
     FALLBACK,
     FAMILIES,
     PROFILES,
+    GemmRule,
     GemmTiles,
     TileTableError,
     current_table,
@@ -111,3 +113,54 @@ def test_using_table_sets_the_current_table_for_a_block(tmp_path: Path):
         assert previous is before and current_table() is other
     finally:
         install_table(previous)
+
+
+def replaced(table, section: str, **values):
+    """`table` with fields of one section replaced."""
+    return dataclasses.replace(table, **{section: dataclasses.replace(getattr(table, section), **values)})
+
+
+def test_another_table_changes_the_cuda_kernels_plans():
+    """The CUDA kernels' plans and routes read the installed table, not constants of their own."""
+    import torch
+
+    from cadence.kernels.attention import cuda_decode_attention as ca
+    from cadence.kernels.launch.pdl import trigger_first_for
+    from cadence.kernels.linear import cuda_slab_gemm
+    from cadence.kernels.sampling import cuda_sampler
+
+    default = load_profile(FALLBACK)
+    with using_table(default):
+        assert cuda_slab_gemm.slab_plan(4096, 1024, 1).rows_per_cta == 32  # 128 CTAs
+        assert ca.attention_plan(64, 16, 8, 128, 16, torch.bfloat16).heads_per_cta == 4
+        assert ca.attention_plan(32, 16, 8, 128, 16, torch.bfloat16) is None  # below min_rows
+        assert (trigger_first_for(32), trigger_first_for(33), cuda_sampler.threads_for(3072)) == (False, True, 512)
+    with using_table(replaced(default, "slab_gemm", ctas=256)):
+        assert cuda_slab_gemm.slab_plan(4096, 1024, 1).rows_per_cta == 16
+    with using_table(replaced(default, "decode_attention", ctas=256, stages=2, min_rows=32)):
+        plan = ca.attention_plan(64, 16, 8, 128, 16, torch.bfloat16)
+        assert (plan.heads_per_cta, plan.stages) == (2, 2)
+        assert ca.attention_plan(32, 16, 8, 128, 16, torch.bfloat16) is not None
+    with using_table(replaced(default, "pdl", trigger_first_above_rows=0)):
+        assert trigger_first_for(1)
+    with using_table(replaced(default, "sampler", cuda_wide_above_vocab=4096)):
+        assert cuda_sampler.threads_for(3072) == 256
+
+
+def test_another_table_changes_the_triton_kernels_tiles():
+    pytest.importorskip("triton")
+    from cadence.kernels.attention.triton_paged_attention import attention_splits, attention_tiles
+    from cadence.kernels.linear.triton_streaming_gemm import gemm_tiles, swiglu_gemm_tiles
+
+    default = load_profile(FALLBACK)
+    with using_table(default):
+        assert attention_tiles(8).stages == 2 and attention_splits(1, 8) == 16
+        assert gemm_tiles(4096, 1024, 16).block_n == 32 and gemm_tiles(4096, 1024, 200) is None
+        assert swiglu_gemm_tiles(6144, 1024, 16) is not None
+    with using_table(replaced(default, "paged_attention", pipelined_from_rows=16, max_splits=4)):
+        assert attention_tiles(8).stages == 0 and attention_splits(1, 8) == 4
+    wide = GemmTiles(block_n=64, block_k=128, warps=8, stages=2, split_k=1, block_m=256)
+    rules = (GemmRule(rows=(129, 256), tiles=wide, n_min=4096), *default.streaming_gemm.rules)
+    with using_table(replaced(default, "streaming_gemm", rules=rules, swiglu_max_rows=8)):
+        assert gemm_tiles(4096, 1024, 200) == wide and gemm_tiles(2048, 1024, 200) is None
+        assert swiglu_gemm_tiles(6144, 1024, 16) is None
