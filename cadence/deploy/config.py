@@ -73,8 +73,7 @@ ENGINE_KEYS: dict[str, dict[str, Any]] = {
     "codec_tf32": {},
     "codec_decode": {},
     "runaway": {},
-    "pdl_max_rows": _min(0),
-    "slab_max_rows": _min(0),
+    "kernels": {},
 }
 # Where the file reads a key as another type than EngineConfig declares: a choice as a Literal (so an
 # error lists the allowed values), a tuple as a YAML list.

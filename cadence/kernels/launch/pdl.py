@@ -1,6 +1,6 @@
 """Programmatic dependent launch (PDL) on Hopper and newer: the setting every kernel's launch reads.
 
-Off outside `pdl_settings` (the talker's graphs ask for it per row count, EngineConfig.pdl_max_rows).
+Off outside `pdl_settings` (the talker's graphs ask for it per row count, KernelConfig.pdl_max_rows).
 With it, each kernel taking USE_PDL is launched while the one before it still runs (compute
 capability >= 9): it waits for that kernel (gdc_wait) before touching anything it may have written,
 and only then lets the next one in (gdc_launch_dependents), so at most two neighbours overlap and the

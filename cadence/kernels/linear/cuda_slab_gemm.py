@@ -10,7 +10,7 @@ GEMMs is about a quarter shorter than the Triton layer kernels' at one row.
 
 Compiled at first use by NVRTC (`torch.cuda._compile_kernel`), one instance per shape; launched
 through the driver's cuLaunchKernelEx so that PDL can be asked for (PyTorch's launcher cannot).
-Hopper and newer (bulk copies, mbarriers, griddepcontrol). EngineConfig.slab_max_rows (`cadence
+Hopper and newer (bulk copies, mbarriers, griddepcontrol). KernelConfig.slab_max_rows (`cadence
 serve --slab-max-rows`) says up to how many rows the decode graphs use it.
 """
 
