@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cadence.engine.config import CODEC_DTYPES, EngineConfig, RunawayGuard  # noqa: E402
 from cadence.engine.engine import build_core  # noqa: E402
 from cadence.engine.partition import Admission  # noqa: E402
+from cadence.kernels.config import KernelConfig  # noqa: E402
 from cadence.models.qwen3_tts import Qwen3TTS  # noqa: E402
 from cadence.models.qwen3_tts.codec_stream import tf32_as_convs, tf32_switches  # noqa: E402
 from cadence.models.qwen3_tts.frontend import SynthesisRequest, prepare_request  # noqa: E402
@@ -58,7 +59,7 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         codec_dtype=args.codec_dtype,
         codec_tf32=args.codec_tf32,
         codec_graph_stream_frames=args.codec_graph_stream_frames,
-        pdl_max_rows=args.pdl_max_rows,
+        kernels=KernelConfig(profile=args.kernel_profile, pdl_max_rows=args.pdl_max_rows),
         graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
     )
     start = time.perf_counter()
@@ -254,9 +255,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "chunks (1 x 1 and the largest --codec-streams x --codec-frames)",
     )
     p.add_argument(
+        "--kernel-profile",
+        default=KernelConfig.profile,
+        help="the kernels' tile table: auto (the GPU's family), h100, h200 or a .toml file (KernelConfig.profile; "
+        "default %(default)s)",
+    )
+    p.add_argument(
         "--pdl-max-rows",
         type=int,
-        default=EngineConfig.pdl_max_rows,
+        default=KernelConfig.pdl_max_rows,
         help="graphs of at most this many rows launch their Triton kernels with programmatic dependent launch "
         "(Hopper; 0: off, 256: every bucket; default %(default)s, the engine's)",
     )
@@ -333,11 +340,11 @@ def main(argv: list[str] | None = None) -> None:
     graphs = "off" if args.enforce_eager else "on"
     print(
         f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} codec tf32={args.codec_tf32} "
-        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows"
+        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows kernels={args.kernel_profile}"
     )
     results: dict = {"device": str(dev), "device_name": name, "dtype": str(model.dtype),
                      "codec_dtype": args.codec_dtype, "backend": args.attention_backend,
-                     "pdl_max_rows": args.pdl_max_rows}  # fmt: skip
+                     "pdl_max_rows": args.pdl_max_rows, "kernel_profile": args.kernel_profile}  # fmt: skip
     core, build_s = make_core(model, args, max(args.batches + args.codec_streams))
     results["engine_build_seconds"] = build_s
     results["kv_cache_gb"] = core.talker.kv.nbytes / 2**30

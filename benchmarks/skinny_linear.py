@@ -27,6 +27,7 @@ import triton
 from graph_timing import replay_ms
 
 from cadence.kernels.linear import triton_streaming_gemm as triton_ops
+from cadence.kernels.tile_table import current_table
 
 # (N, K) of the decode walk's projections and how often one batch-1 walk runs each: the talker's 28
 # layers and codec head, the code predictor's 15 steps x 5 layers and its 15 heads.
@@ -100,7 +101,7 @@ def main() -> None:
     if max(args.rows) > 64:
         raise SystemExit("--rows: at most 64 (the kernel holds all rows of a call in one program)")
     for rows in args.rows:
-        block_m = max(triton_ops.STREAMING_SMALL_ROWS, triton.next_power_of_2(rows))
+        block_m = max(current_table().streaming_gemm.small_rows, triton.next_power_of_2(rows))
         sweep = [dataclasses.replace(t, block_m=block_m) for t in sweep_tiles(tuple(args.stages))]
         print(f"\nrows={rows}: us per call (weight GB/s)")
         print(f"{'N':>6} {'K':>5} {'cuBLAS':>15} {'shipped':>15} {'best':>15}  best (BN, BK, warps, stages, split)")

@@ -26,6 +26,7 @@ _EXPORTS = {
     "EngineConfig": "cadence.engine.config",
     "ChunkPolicy": "cadence.engine.config",
     "RunawayGuard": "cadence.engine.config",
+    "KernelConfig": "cadence.kernels.config",
     "AudioChunk": "cadence.engine.request",
     "FinishReason": "cadence.engine.request",
     "RunawayCause": "cadence.engine.request",
@@ -43,6 +44,7 @@ __all__ = [
     "EngineConfig",
     "FinishReason",
     "InvalidRequestError",
+    "KernelConfig",
     "QueueFullError",
     "Qwen3TTS",
     "RunawayCause",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from .engine.engine import Utterance
     from .engine.request import AudioChunk, FinishReason, QueueFullError, RunawayCause
     from .errors import InvalidRequestError
+    from .kernels.config import KernelConfig
     from .models.qwen3_tts.frontend import SynthesisRequest
     from .models.qwen3_tts.runtime import Qwen3TTS
     from .models.qwen3_tts.voice_encoder import VoiceEncoder

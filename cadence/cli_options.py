@@ -23,6 +23,8 @@ DTYPES = ("auto", "bf16", "fp32")
 DUMMY_PRESETS = ("full", "tiny")
 TOKENIZER_REGEXES = ("qwen2", "mistral")
 ATTENTION_BACKENDS = ("auto", "sdpa", "triton", "torch")
+# KernelConfig's fields (EngineConfig.kernels) and the option of each
+KERNEL_FLAGS = {"profile": "kernel_profile", "pdl_max_rows": "pdl_max_rows", "slab_max_rows": "slab_max_rows"}
 
 ArgumentTarget = argparse.ArgumentParser | argparse._ArgumentGroup
 
@@ -125,8 +127,10 @@ def engine_config_from_args(args: argparse.Namespace, **fixed: Any) -> EngineCon
     """An EngineConfig from parsed options: each field from the option of its name where one is
     given (not None), `fixed` over both, EngineConfig's defaults for the rest. --chunk-deadline and
     --[no-]runaway-guard adjust the chunk policy and the runaway guard that the options (or a
-    deployment file) give; an empty --graph-buckets list means the default buckets."""
+    deployment file) give, and --kernel-profile, --pdl-max-rows and --slab-max-rows the kernel settings
+    (EngineConfig.kernels); an empty --graph-buckets list means the default buckets."""
     from .engine.config import ChunkPolicy, EngineConfig, RunawayGuard
+    from .kernels.config import KernelConfig
 
     values = {}
     for field in dataclasses.fields(EngineConfig):
@@ -139,4 +143,7 @@ def engine_config_from_args(args: argparse.Namespace, **fixed: Any) -> EngineCon
         values["chunk_policy"] = dataclasses.replace(values.get("chunk_policy", ChunkPolicy()), deadline=deadline)
     if (guard := getattr(args, "runaway_guard", None)) is not None:
         values["runaway"] = dataclasses.replace(values.get("runaway", RunawayGuard()), enabled=guard)
+    flags = {name: getattr(args, dest, None) for name, dest in KERNEL_FLAGS.items()}
+    if given := {name: value for name, value in flags.items() if value is not None}:
+        values["kernels"] = dataclasses.replace(values.get("kernels", KernelConfig()), **given)
     return EngineConfig(**{**values, **fixed})

@@ -101,7 +101,7 @@ def test_qk_norm_rope_attention(ops, dtype, splits, shape, stages):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_qk_norm_rope_attention_above_the_fused_rows(ops, dtype):
-    """Above FUSED_ATTENTION_MAX_ROWS rows the decode attention is qk_norm_rope_store then
+    """Above the tile table's fused_max_rows rows the decode attention is qk_norm_rope_store then
     paged_attention (the fused kernel is slower at 256 rows): bit for bit those two kernels, and
     within rounding of the definition."""
     tri, ref = ops

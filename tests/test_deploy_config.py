@@ -66,6 +66,10 @@ voice_map: {alloy: ryan}
         ),
         ("engine:\n  max_queue: -1\n", "deploy.yaml:2: engine.max_queue: must be >= 0, got -1"),
         (
+            "engine:\n  pdl_max_rows: 8\n",
+            "deploy.yaml:2: engine.pdl_max_rows: this key is now engine.kernels.pdl_max_rows",
+        ),
+        (
             "engine:\n  codec_dtype: fp16\n",
             "deploy.yaml:2: engine.codec_dtype: 'fp16' is not allowed; allowed: float32, bfloat16, float16",
         ),
@@ -173,6 +177,7 @@ def test_every_engine_option_reaches_the_engine_config(tmp_path: Path):
     file's sections and the flags that adjust them (--chunk-deadline, --no-runaway-guard) included."""
     from cadence.cli_options import engine_config_from_args
     from cadence.engine.config import EngineConfig, RunawayGuard
+    from cadence.kernels.config import KernelConfig
 
     path = tmp_path / "deploy.yaml"
     path.write_text("engine:\n  page_size: 32\n  chunk_policy: {max_chunk_frames: 4}\n  runaway: {min_frames: 9}\n")
@@ -180,7 +185,7 @@ def test_every_engine_option_reaches_the_engine_config(tmp_path: Path):
     flags += ["--prefill-token-budget", "64", "--max-input-tokens", "100", "--max-seq-tokens", "900"]
     flags += ["--attention-backend", "torch", "--enforce-eager", "--graph-buckets", "1,2", "--chunk-deadline", "0.5"]
     flags += ["--pipeline-codec", "--codec-dtype", "float16", "--no-codec-tf32", "--codec-decode", "chunked"]
-    flags += ["--no-runaway-guard", "--pdl-max-rows", "8", "--slab-max-rows", "1"]
+    flags += ["--no-runaway-guard", "--pdl-max-rows", "8", "--slab-max-rows", "1", "--kernel-profile", "h100"]
     args = build_parser().parse_args(["serve", "--config", str(path), *flags])
     apply_deploy_file(args)
     assert engine_config_from_args(args) == EngineConfig(
@@ -188,7 +193,8 @@ def test_every_engine_option_reaches_the_engine_config(tmp_path: Path):
         prefill_token_budget=64, max_input_tokens=100, max_seq_tokens=900, attention_backend="torch",
         enforce_eager=True, graph_buckets=(1, 2), chunk_policy=ChunkPolicy(max_chunk_frames=4, deadline=0.5),
         pipeline_codec=True, codec_dtype="float16", codec_tf32=False, codec_decode="chunked",
-        runaway=RunawayGuard(enabled=False, min_frames=9), pdl_max_rows=8, slab_max_rows=1,
+        runaway=RunawayGuard(enabled=False, min_frames=9),
+        kernels=KernelConfig(profile="h100", pdl_max_rows=8, slab_max_rows=1),
     )  # fmt: skip
     args = build_parser().parse_args(["serve", "--graph-buckets", ""])
     apply_deploy_file(args)
@@ -248,11 +254,12 @@ def test_serve_runs_from_a_file(tiny_checkpoint: Path, tmp_path: Path):
     path.write_text(
         f"model: {tiny_checkpoint}\nserved_model_name: narrator\nplacement: {{device: cpu}}\n"
         "engine:\n  max_streams: 3\n  max_queue: 9\n  chunk_policy: {first_chunk_frames: 2, max_chunk_frames: 2}\n"
-        "  runaway: {min_frames: 3, frames_per_token: 0.5}\n"
+        "  runaway: {min_frames: 3, frames_per_token: 0.5}\n  kernels: {profile: h100}\n"
     )
     s = Server(None, tmp_path, "--config", str(path), "--max-queue", "5").wait_ready()
     try:
         assert "capacity: 3 streams generating + 5 queued" in s.log()
+        assert "kernels: tile table h100 (kernel profile h100)" in s.log()  # the engine process installed it
         body = {"model": "narrator", "input": "Hi.", "voice": "ryan", "response_format": "pcm", "max_new_tokens": 6}
         with s.client() as c:
             r = c.post("/v1/audio/speech", json={**body, "ignore_eos": True})

@@ -14,6 +14,7 @@ from engine_cases import codes_of, config, force_code0, request, run
 
 from cadence.engine.engine import build_core
 from cadence.engine.request import FinishReason
+from cadence.kernels.config import KernelConfig
 from cadence.models.qwen3_tts import Qwen3TTS
 from cadence.models.qwen3_tts.prompt import Prompt
 from cadence.models.qwen3_tts.reference import greedy_misses
@@ -104,7 +105,7 @@ def test_the_code_predictors_first_pass_asks_for_two_new_tokens_a_stream(model, 
     reason="programmatic dependent launch needs a GPU of compute capability >= 9",
 )
 def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypatch):
-    """The fused walk under CUDA graphs with its kernels launched early (EngineConfig.pdl_max_rows:
+    """The fused walk under CUDA graphs with its kernels launched early (KernelConfig.pdl_max_rows:
     every graph, each kernel waiting for the one before; the decode graphs letting the next kernel
     in after that wait, the prefill graphs of more than 32 rows before it): greedy and sampled codes,
     late joiners included, are the same bits as with plain launches. In bf16, so the weight-streaming
@@ -115,14 +116,16 @@ def test_programmatic_dependent_launch_changes_no_code(tiny_checkpoint, monkeypa
     model = Qwen3TTS.from_pretrained(tiny_checkpoint, "cuda", "bf16")
     reqs = [request(model, i, 24 + i, greedy=i % 2 == 0, seed=300 + i) for i in range(6)]
     arrivals = {0: reqs[:3], 2: reqs[3:5], 5: reqs[5:]}
-    plain = run(build_core(model, config(attention_backend="triton", pdl_max_rows=0)), arrivals)
+    plain = run(build_core(model, config(attention_backend="triton", kernels=KernelConfig(pdl_max_rows=0))), arrivals)
     before = pdl_launch(torch.zeros(1, device="cuda"))["USE_PDL"]  # the process's, for eager launches
     seen: list[tuple[bool, bool]] = []
     settings = TritonOps.pdl_settings
     monkeypatch.setattr(
         TritonOps, "pdl_settings", lambda ops, on, first: seen.append((on, first)) or settings(ops, on, first)
     )
-    early = run(build_core(model, config(attention_backend="triton", pdl_max_rows=4096)), arrivals)
+    early = run(
+        build_core(model, config(attention_backend="triton", kernels=KernelConfig(pdl_max_rows=4096))), arrivals
+    )
     assert seen and all(on for on, _ in seen)  # every capture with PDL
     orders = {first for _, first in seen}
     assert orders == {True, False}  # prefill buckets above 32 rows trigger first, decode ones below do not

@@ -4,10 +4,11 @@ tiles the weight-streaming GEMM takes (or cuBLAS), the SwiGLU GEMM's, the paged 
 splits, the CUDA decode attention's, slab GEMMs' and slab SwiGLU GEMM's plans (their compile-time
 constants, grid and shared memory), the sampler's threads and the launch order's row thresholds.
 
-A change of tile tables or dispatch rules that moves any of these fails here; speed is measured on a
-GPU, so the snapshot is what keeps a refactor from changing it unseen. A deliberate change of launch
-choices (a new measured table) rewrites the snapshot with `python tests/test_kernel_tiles.py --write`
-and says why in its commit.
+The launches are those of the tile table the kernels read (kernels/tile_table.py): the default one
+and each GPU family's (kernels/profiles/). A change of tile tables or dispatch rules that moves any
+of these fails here; speed is measured on a GPU, so the snapshot is what keeps a refactor from
+changing it unseen. A deliberate change of launch choices (a new measured table) rewrites the
+snapshot with `python tests/test_kernel_tiles.py --write` and says why in its commit.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from cadence.kernels.tile_table import FAMILIES, current_table, load_profile, using_table
 
 GOLDEN = Path(__file__).parent / "golden" / "kernel_tiles.json"
 ROWS = range(1, 257)
@@ -85,7 +88,6 @@ def streaming_gemm_choices() -> dict:
 
 
 def attention_choices() -> dict:
-    from cadence.kernels.attention.dispatch import FUSED_ATTENTION_MAX_ROWS
     from cadence.kernels.attention.triton_paged_attention import attention_splits, attention_tiles
     from cadence.kernels.launch.pdl import trigger_first_for
     from cadence.kernels.norm.triton_rms_norm import PARTS_NORM_WARPS
@@ -96,7 +98,7 @@ def attention_choices() -> dict:
             f"max context {context}": runs([plain(attention_tiles(rows, context)) for rows in ROWS])
             for context in (None, 16, 32, 33, 12800)
         },
-        "fused max rows": FUSED_ATTENTION_MAX_ROWS,
+        "fused max rows": current_table().paged_attention.fused_max_rows,
         "trigger first": runs([trigger_first_for(rows) for rows in ROWS]),
         "norm warps over split-K partials": PARTS_NORM_WARPS,
     }
@@ -112,7 +114,8 @@ def cuda_attention_choices() -> dict:
             kw = {"new_tokens": new_tokens} | ({} if min_rows is None else {"min_rows": min_rows})
             key = f"new tokens {new_tokens}" + ("" if min_rows is None else f", min rows {min_rows}")
             plans[key] = runs([_plan(ca.attention_plan(r, 16, 8, 128, PAGE_SIZE, bf16, **kw)) for r in ROWS])
-    decode = {"min rows": ca.MIN_ROWS, "max rows": ca.MAX_ROWS, "short context": ca.SHORT_CONTEXT,
+    table = current_table().decode_attention
+    decode = {"min rows": table.min_rows, "max rows": table.max_rows, "short context": table.short_context,
               "max pages": ca.MAX_PAGES}  # fmt: skip
     return {"plans": plans, "decode calls": decode}
 
@@ -139,7 +142,8 @@ def slab_swiglu_choices() -> dict:
     plans = {f"{name} swiglu": runs([_plan(cuda_gemm64.slab_swiglu_plan(n // 2, k, r, True, SMS)) for r in ROWS])
              for name, (n, k) in gemm_shapes("gate_up").items()}  # fmt: skip
     plans["4096x1024"] = runs([_plan(cuda_gemm64.slab_swiglu_plan(4096, 1024, r, ctas=SMS)) for r in ROWS])  # qkv
-    routed = {"min rows": cuda_gemm64.MIN_ROWS, "max rows": cuda_gemm64.MAX_ROWS}
+    table = current_table().slab_swiglu_gemm
+    routed = {"min rows": table.min_rows, "max rows": table.max_rows}
     return {"plans": plans, "routed rows": routed}
 
 
@@ -153,7 +157,7 @@ def sampler_choices() -> dict:
     from cadence.kernels.sampling import triton_sampler
 
     out["triton top-k search"] = {str(2**b): list(triton_sampler.topk_search(2**b)) for b in range(4, 18)}
-    out["triton warps"] = triton_sampler.SAMPLE_WARPS
+    out["triton warps"] = current_table().sampler.triton_warps
     return out
 
 
@@ -204,11 +208,16 @@ def dump(value, depth: int = 0) -> str:
 
 
 @pytest.mark.parametrize("section", list(SECTIONS))
-def test_launch_choices_match_the_snapshot(section):
+@pytest.mark.parametrize("profile", [None, *FAMILIES])
+def test_launch_choices_match_the_snapshot(section, profile):
+    """The launches of the table the kernels read until one is installed (None), and of each GPU
+    family's table installed (their values are the same today)."""
     if section in NEEDS_TRITON:
         pytest.importorskip("triton")
     want = json.loads(GOLDEN.read_text())[section]
-    diff = first_difference(plain(SECTIONS[section]()), want, section)
+    table = current_table() if profile is None else load_profile(profile)
+    with using_table(table):
+        diff = first_difference(plain(SECTIONS[section]()), want, section)
     assert diff is None, diff
 
 

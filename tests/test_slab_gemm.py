@@ -340,10 +340,11 @@ def test_slab_path_is_off_where_the_kernel_cannot_run(tiny_model):
     """On the CPU (and for fp32 weights, or GPUs before Hopper) a stack asked for the slab GEMM runs
     the layer kernels; the engine's setting takes 0-2 rows and says which values it allows."""
     from cadence.engine.config import EngineConfig
+    from cadence.kernels.config import KernelConfig
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
     stack = FusedStack(tiny_model.talker.model, load_ops("torch"), 64, slab_max_rows=2)
     assert stack.slab_max_rows == 0
-    assert EngineConfig(slab_max_rows=2).slab_max_rows == 2
+    assert EngineConfig(kernels=KernelConfig(slab_max_rows=2)).kernels.slab_max_rows == 2
     with pytest.raises(ValueError, match="slab_max_rows must be 0 \\(off\\), 1 or 2"):
-        EngineConfig(slab_max_rows=3)
+        KernelConfig(slab_max_rows=3)

@@ -74,8 +74,7 @@ ENGINE_KEYS: dict[str, dict[str, Any]] = {
     "codec_decode": {},
     "codec_graph_stream_frames": _min(0),
     "runaway": {},
-    "pdl_max_rows": _min(0),
-    "slab_max_rows": _min(0),
+    "kernels": {},
 }
 # Where the file reads a key as another type than EngineConfig declares: a choice as a Literal (so an
 # error lists the allowed values), a tuple as a YAML list.
@@ -85,6 +84,8 @@ FILE_TYPES: dict[str, Any] = {
     "codec_decode": Literal[CODEC_DECODES],
     "graph_buckets": list[int] | None,
 }
+# Keys the engine section had and where they live now.
+MOVED_ENGINE_KEYS = {"pdl_max_rows": "kernels.pdl_max_rows", "slab_max_rows": "kernels.slab_max_rows"}
 PROCESS_KEYS = [
     ("cpu_threads", int | None, field(default=None, metadata=_min(1))),
     ("warmup_frames", int, field(default=8, metadata=_min(0))),
@@ -106,6 +107,7 @@ def _engine_section() -> type:
     section = dataclasses.make_dataclass("EngineSection", fields + PROCESS_KEYS, frozen=True)
     section.__module__ = __name__
     section.__doc__ = "Capacity and scheduling of each engine (see EngineConfig), and its process's settings."
+    section.moved_keys = MOVED_ENGINE_KEYS  # a file still using one is told where it went
     return section
 
 

@@ -107,6 +107,8 @@ class _Walker:
         kwargs = {}
         for name, (key_node, value_node) in pairs.items():
             sub = f"{key}.{name}" if key else name
+            if name in getattr(cls, "moved_keys", {}):
+                raise self.error(key_node, sub, f"this key is now {key}.{cls.moved_keys[name]}")
             if name not in fields:
                 raise self.error(key_node, key or "(top level)", f"unknown key '{name}'; allowed: {', '.join(fields)}")
             value = self.value(value_node, hints[name], sub)

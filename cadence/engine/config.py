@@ -1,9 +1,11 @@
-"""Engine configuration: capacity, scheduling, chunking and safety limits."""
+"""Engine configuration: capacity, scheduling, chunking, safety limits and the kernels' settings."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from ..kernels.config import KernelConfig
 
 AUTO_DEADLINE = 0.2  # seconds: ChunkPolicy.deadline on a GPU unless set
 # max_streams left to the engine (EngineConfig.max_streams None): as many streams as the KV cache
@@ -159,30 +161,15 @@ class EngineConfig:
     # memory (128: about 2 GB) and its start-up capture time; a group split in two costs a little
     # more than one graph of both. 0: no limit (graphs up to 64 streams x 8 frames).
     codec_graph_stream_frames: int = 128
-    # Talker graphs of at most this many rows (decode batch buckets, prefill token buckets) launch
-    # their Triton kernels with programmatic dependent launch (compute capability >= 9; elsewhere it
-    # does nothing): each kernel starts while the one before finishes. It shortens small decode
-    # walks (batch 1 and 8 by about a tenth on an H200) and slows batches of 128 and more, so it is on
-    # up to 64 rows, where the GEMMs are Triton kernels too; graphs of 33-64 rows gain from each
-    # kernel starting before the one before it waits. 0: off.
-    pdl_max_rows: int = 64
-    # Decode graphs of at most this many rows (1 or 2; the code predictor's first pass counts two rows
-    # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/linear/cuda_slab_gemm.py: each CTA's
-    # weights copied into shared memory by the copy engine before it waits for the kernel before,
-    # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
-    # first use by NVRTC; at one row the code predictor's attention inside its o GEMM). It shortens
-    # the batch-1 and batch-2 walks by about a fifth on an H200. 0: off.
-    slab_max_rows: int = 2
+    # The kernels' tile table (its GPU family or file) and the decode graphs' launch paths: PDL up
+    # to pdl_max_rows rows, the slab GEMM up to slab_max_rows (cadence/kernels/config.py).
+    kernels: KernelConfig = field(default_factory=KernelConfig)
 
     def __post_init__(self):
         if (self.max_streams is not None and self.max_streams < 1) or self.page_size < 1 or self.max_queue < 0:
             raise ValueError("max_streams and page_size must be >= 1, max_queue >= 0")
         if self.codec_graph_stream_frames < 0:
             raise ValueError("codec_graph_stream_frames must be >= 0 (0: no limit)")
-        if self.pdl_max_rows < 0:
-            raise ValueError("pdl_max_rows must be >= 0 (0: off)")
-        if not 0 <= self.slab_max_rows <= 2:
-            raise ValueError(f"slab_max_rows must be 0 (off), 1 or 2, got {self.slab_max_rows}")
         if self.codec_decode not in CODEC_DECODES:
             raise ValueError(f"unknown codec decode '{self.codec_decode}'; allowed: {', '.join(CODEC_DECODES)}")
         if self.codec_dtype not in CODEC_DTYPES:

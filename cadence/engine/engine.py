@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..kernels.config import KernelConfig
+from ..kernels.tile_table import install_table
 from .config import AUTO_DEADLINE, AUTO_MAX_STREAMS, AUTO_TOKENS_PER_STREAM, EngineConfig
 from .core import EngineCore
 from .partition import CodecPartition, ModelRuntime, TalkerPartition
@@ -90,10 +92,19 @@ def _out_of_memory_explained(what: str, remedies: str) -> Iterator[None]:
         raise torch.OutOfMemoryError(f"out of device memory building {what}; {remedies}. ({e})") from e
 
 
+def install_kernel_table(kernels: KernelConfig, device: torch.device) -> None:
+    """The tile table `kernels` names for `device`'s GPU, installed for the process's kernels, with
+    one log line that says which and why (a GPU without a table of its own gets the fallback's)."""
+    table, choice = kernels.table_for(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
+    install_table(table)
+    log.log(logging.WARNING if choice.unmeasured else logging.INFO, "kernels: %s", choice.why)
+
+
 def build_core(model: ModelRuntime, config: EngineConfig, codec_device: str | torch.device | None = None) -> EngineCore:
     """The model's partitions, sized by `config`, under one engine core. `codec_device`: the Codec
     partition on a device of its own (disaggregated; frames cross device to device each step);
     None: with the Talker."""
+    install_kernel_table(config.kernels, model.device)  # before any kernel is launched or captured
     codec_on = torch.device(codec_device) if codec_device is not None else model.device
     if codec_on != model.device:
         model.move_codec(codec_on)  # the weights move once

@@ -20,6 +20,7 @@ from .norm import triton_rms_norm
 from .ops import Ops
 from .sampling import dispatch as sampling_dispatch
 from .sampling.spec import NEW_TOKENS
+from .tile_table import current_table
 
 
 class TritonOps(Ops):
@@ -93,7 +94,7 @@ class TritonOps(Ops):
     def pdl_launch(self, x: torch.Tensor) -> dict:
         return pdl_launch(x)
 
-    def gemm_tiles(self, n: int, k: int, rows: int = 16) -> GemmTiles | None:
+    def gemm_tiles(self, n: int, k: int, rows: int | None = None) -> GemmTiles | None:
         return gemm_tiles(n, k, rows)
 
     def attention_tiles(self, rows: int, max_context: int | None = None) -> AttentionTiles:
@@ -104,4 +105,4 @@ class TritonOps(Ops):
 
     @property
     def fused_attention_max_rows(self) -> int:
-        return attention_dispatch.FUSED_ATTENTION_MAX_ROWS
+        return current_table().paged_attention.fused_max_rows

@@ -137,6 +137,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
     try:
         voices = VoiceTable(frontend.config.speakers, parse_voice_map(args.voice_map))
         engine = engine_config_from_args(args)
+        engine.kernels.check_file()
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
     except (ValueError, OSError) as e:
         raise ServeConfigError(str(e)) from None

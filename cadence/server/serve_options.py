@@ -17,6 +17,7 @@ from ..cli_options import (
     add_model_arguments,
 )
 from ..engine.config import CODEC_DTYPES
+from ..kernels.tile_table import FALLBACK, FAMILIES
 from .cloning import CloningSettings
 
 
@@ -96,12 +97,22 @@ def add_kernel_options(parser: argparse.ArgumentParser, defaults: dict[str, Any]
         metavar="N,N,...",
         help="batch sizes captured as CUDA graphs (default 1,2,4,...,256 below --max-streams, and --max-streams)",
     )
+    kernels = defaults["kernels"]
+    g.add_argument(
+        "--kernel-profile",
+        metavar="|".join(("auto", *FAMILIES, "PATH")),
+        help="the tile table the GPU kernels choose their launches from (tiles, CTAs, stages, row ranges): "
+        f"auto picks the table of the engine's GPU family from its name ({', '.join(f.upper() for f in FAMILIES)}; "
+        f"any other GPU gets the {FALLBACK} table, and the log says so), {' or '.join(FAMILIES)} names a family's, "
+        "PATH a .toml table file of your own, in the format of cadence/kernels/profiles/*.toml "
+        f"(docs/architecture.md, Where the kernels live; default {kernels.profile})",
+    )
     g.add_argument(
         "--pdl-max-rows",
         type=int,
         metavar="N",
         help="talker CUDA graphs of at most N rows launch their Triton kernels with programmatic dependent "
-        f"launch on Hopper and newer GPUs; 0: off (default {defaults['pdl_max_rows']}: it makes small batches "
+        f"launch on Hopper and newer GPUs; 0: off (default {kernels.pdl_max_rows}: it makes small batches "
         "faster and batches of 128 and more slower)",
     )
     g.add_argument(
@@ -110,7 +121,7 @@ def add_kernel_options(parser: argparse.ArgumentParser, defaults: dict[str, Any]
         choices=[0, 1, 2],
         help="decode batches of at most N rows (1 or 2) run the talker's and code predictor's matrix products "
         "as CUDA kernels that load their weights while the kernel before them finishes (Hopper and newer, bf16): "
-        f"the fastest path for one or two streams; 0: off (default {defaults['slab_max_rows']})",
+        f"the fastest path for one or two streams; 0: off (default {kernels.slab_max_rows})",
     )
 
 

@@ -10,7 +10,8 @@ whose copies start before the wait); over the talker's long contexts it is a lit
 Triton kernel, so those stay there. It also takes several new tokens a sequence as consecutive rows
 (`new_tokens`: the code predictor's first pass, two a stream).
 Hopper and newer (bulk copies, mbarriers, griddepcontrol), bf16 caches of 16-token pages and heads
-of 128; the Triton kernel runs everything else.
+of 128; the Triton kernel runs everything else. Which decode calls take it (rows, short contexts),
+its pages in flight and its CTAs are the tile table's decode_attention section (tile_table.py).
 """
 
 from __future__ import annotations
@@ -25,18 +26,9 @@ import torch
 
 from ..launch.nvrtc import compile_source, launch, runs_on
 from ..launch.pdl import pdl_on, trigger_first_now
+from ..tile_table import current_table
 
 SOURCE = Path(__file__).with_name("cuda") / "decode_attention.cu"
-# Decode batches of this many rows or more take the kernel (fewer rows leave SMs without a CTA: the
-# Triton kernel splits their contexts instead).
-MIN_ROWS = 64
-MAX_ROWS = 64  # and at most this many (the 64-row bucket)
-STAGES = 4  # pages in flight a CTA
-# Only decode calls whose contexts are known to be short (<= 32 tokens: the code predictor's one or
-# two pages, whose copies start before the wait) take the kernel: over the talker's long contexts
-# the Triton kernel streams the cache a little faster.
-SHORT_CONTEXT = 32
-CTAS = 128  # at least this many CTAs where the heads allow: one an SM
 MAX_PAGES = 1024  # the longest page table (16 K tokens of 16), held in shared memory as int32
 
 
@@ -51,7 +43,7 @@ class AttentionPlan:
     head_dim: int
     page_size: int
     heads_per_cta: int
-    stages: int = STAGES
+    stages: int
     trigger_first: bool = False
     new_tokens: int = 1
 
@@ -80,29 +72,34 @@ class AttentionPlan:
 
 
 def attention_plan(rows: int, heads: int, kv_heads: int, head_dim: int, page_size: int, dtype: torch.dtype,
-                   min_rows: int = MIN_ROWS, new_tokens: int = 1) -> AttentionPlan | None:  # fmt: skip
-    """The kernel's plan for a decode call of `rows` sequences (each `new_tokens` rows), or None
-    where it does not apply: fewer than `min_rows` sequences, another cache dtype, page size or head
-    dim than the kernel's fragments take, or more than 8 queries a kv head (query heads a kv head
-    times new tokens)."""
-    if rows < min_rows or dtype != torch.bfloat16 or head_dim != 128 or page_size != 16:
+                   min_rows: int | None = None, new_tokens: int = 1) -> AttentionPlan | None:  # fmt: skip
+    """The kernel's plan for a decode call of `rows` sequences (each `new_tokens` rows), with the tile
+    table's decode_attention stages and as many kv heads a CTA as keep its `ctas` CTAs busy, or None
+    where it does not apply: fewer than `min_rows` sequences (None: the table's min_rows), another
+    cache dtype, page size or head dim than the kernel's fragments take, or more than 8 queries a kv
+    head (query heads a kv head times new tokens)."""
+    table = current_table().decode_attention
+    if rows < (table.min_rows if min_rows is None else min_rows):
+        return None
+    if dtype != torch.bfloat16 or head_dim != 128 or page_size != 16:
         return None
     if heads % kv_heads or new_tokens < 1 or new_tokens * heads // kv_heads > 8:
         return None
-    per_cta = 1  # as many kv heads a CTA as keep CTAS CTAs busy, at most 4 (4 heads' warps)
-    while per_cta < 4 and kv_heads % (2 * per_cta) == 0 and rows * kv_heads // (2 * per_cta) >= CTAS:
+    per_cta = 1  # as many kv heads a CTA as keep table.ctas CTAs busy, at most 4 (4 heads' warps)
+    while per_cta < 4 and kv_heads % (2 * per_cta) == 0 and rows * kv_heads // (2 * per_cta) >= table.ctas:
         per_cta *= 2
-    return AttentionPlan(heads, kv_heads, head_dim, page_size, per_cta, new_tokens=new_tokens)
+    return AttentionPlan(heads, kv_heads, head_dim, page_size, per_cta, table.stages, new_tokens=new_tokens)
 
 
 def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor, heads: int, kv_heads: int,
                 max_context: int | None, new_tokens: int = 1) -> AttentionPlan | None:  # fmt: skip
-    """The plan for a decode call where the kernel takes it: MIN_ROWS to MAX_ROWS sequences (of
-    `new_tokens` rows each) whose contexts are known to be at most SHORT_CONTEXT tokens, page tables
-    of up to MAX_PAGES, on a GPU where it runs; else None."""
+    """The plan for a decode call where the kernel takes it: the tile table's decode_attention
+    min_rows to max_rows sequences (of `new_tokens` rows each) whose contexts are known to be at most
+    its short_context tokens, page tables of up to MAX_PAGES, on a GPU where it runs; else None."""
     rows, sequences = qkv.shape[0], qkv.shape[0] // new_tokens
-    short = max_context is not None and max_context <= SHORT_CONTEXT
-    if not short or sequences > MAX_ROWS or block_table.shape[1] > MAX_PAGES:
+    table = current_table().decode_attention
+    short = max_context is not None and max_context <= table.short_context
+    if not short or sequences > table.max_rows or block_table.shape[1] > MAX_PAGES:
         return None
     if new_tokens > 1 and rows % new_tokens:
         return None
@@ -116,7 +113,7 @@ def decode_plan(qkv: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Ten
 @functools.cache
 def attention_supported(device: torch.device) -> bool:
     """Whether the kernel runs on `device` (nvrtc.runs_on)."""
-    return runs_on(device, "the CUDA decode attention", lambda: _kernel(AttentionPlan(16, 8, 128, 16, 4)))
+    return runs_on(device, "the CUDA decode attention", lambda: _kernel(AttentionPlan(16, 8, 128, 16, 4, 4)))
 
 
 def _kernel(plan: AttentionPlan):

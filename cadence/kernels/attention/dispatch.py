@@ -1,19 +1,18 @@
 """Which kernel runs a decode attention with its rows' QK-norm, RoPE and cache write on a GPU: the
 CUDA kernel where its plan takes the call (the code predictor's short contexts at 64 rows, on
-Hopper), else one fused Triton kernel up to FUSED_ATTENTION_MAX_ROWS rows of one new token each,
-else qk_norm_rope_store then paged_attention (whose cache write precedes every row's attention)."""
+Hopper), else one fused Triton kernel up to the tile table's paged_attention.fused_max_rows rows of
+one new token each (above, every program's long context loop is bandwidth-bound and the fused
+prologue only adds to it), else qk_norm_rope_store then paged_attention (whose cache write precedes
+every row's attention)."""
 
 from __future__ import annotations
 
 import torch
 
+from ..tile_table import current_table
 from . import cuda_decode_attention
 from .triton_paged_attention import AttentionTiles, fused_qk_norm_rope_attention, paged_attention
 from .triton_qk_norm_rope import qk_norm_rope_store
-
-# Above this many rows the fused kernel is slower: every program's long context loop is
-# bandwidth-bound there and the fused prologue only adds to it.
-FUSED_ATTENTION_MAX_ROWS = 64
 
 
 def qk_norm_rope_attention(
@@ -31,7 +30,7 @@ def qk_norm_rope_attention(
         return cuda_decode_attention.cuda_qk_norm_rope_attention(
             qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, plan
         )
-    if qkv.shape[0] <= FUSED_ATTENTION_MAX_ROWS and new_tokens == 1:
+    if qkv.shape[0] <= current_table().paged_attention.fused_max_rows and new_tokens == 1:
         return fused_qk_norm_rope_attention(
             qkv, *norm_rope, block_table, context_lens, scale, num_heads, num_kv_heads, splits, tiles, max_context
         )

@@ -13,6 +13,7 @@ import triton.language as tl
 
 from ..launch.pdl import pdl_launch, trigger_first_for
 from ..launch.triton_pdl import pdl_entry, pdl_trigger, pdl_wait, prefetch_l2
+from ..tile_table import current_table
 from .triton_qk_norm_rope import norm_rope_heads
 
 
@@ -200,11 +201,13 @@ def _merge_splits_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, D: tl.constexpr, SPLITS: 
 
 
 def attention_splits(rows: int, kv_heads: int) -> int:
-    """Splits per (row, kv head) so that a decode batch fills the GPU's 132 SMs about twice (the
-    sweep of benchmarks/paged_attention.py: batch 8 is best at 4 splits, batch 1 at 16); none from 32
-    rows on (two splits at 64 rows are slower)."""
+    """Splits per (row, kv head): doubled, up to the tile table's paged_attention.max_splits, while
+    rows x kv heads x splits stays below its split_programs, so that a decode batch fills the GPU's
+    SMs about twice (the sweep of benchmarks/paged_attention.py: on 132 SMs batch 8 is best at 4
+    splits, batch 1 at 16; none from 32 rows on, where two splits at 64 rows are slower)."""
+    table = current_table().paged_attention
     splits = 1
-    while splits < 16 and rows * kv_heads * splits < 256:
+    while splits < table.max_splits and rows * kv_heads * splits < table.split_programs:
         splits *= 2
     return splits
 
@@ -222,30 +225,22 @@ class AttentionTiles:
     prefetch: bool = False
 
 
-# Decode batches of this many rows or more run the talker's long contexts as 64-token blocks with the
-# loop pipelined 2 deep (128-token blocks, 8 warps or 3 stages are no better).
-PIPELINED_FROM_ROWS = 8
-
-
-def _short_context(max_context: int | None) -> bool:
-    """Calls whose contexts are known to be short (the code predictor's <= 17 tokens)."""
-    return max_context is not None and max_context <= 32
-
-
 def attention_tiles(rows: int, max_context: int | None = None) -> AttentionTiles:
-    """The tiles for a decode batch of `rows` query rows, from the sweep of
-    benchmarks/paged_attention.py and of decode steps: from PIPELINED_FROM_ROWS up, 64-token blocks
-    in a loop pipelined 2 deep; below, where the context is split 4-16 ways and each split is short,
-    64-token blocks in a plain loop. Contexts known to be short (the code predictor's <= 17 tokens:
-    `max_context`) take 32-token blocks: a longer block only adds masked work and registers. In
-    graphs whose kernels wait first, each program pulls its first block into L2 before the PDL wait
-    (under trigger first, kernels launched far ahead would prefetch while the running ones stream)."""
-    if _short_context(max_context):
-        tiles = AttentionTiles(block_tokens=32)
-    elif rows >= PIPELINED_FROM_ROWS:
-        tiles = AttentionTiles(block_tokens=64, stages=2)
+    """The tiles for a decode batch of `rows` query rows, from the tile table's paged_attention section
+    (the sweep of benchmarks/paged_attention.py and of decode steps): from pipelined_from_rows rows
+    up, block_tokens-token blocks in a loop pipelined pipelined_stages deep; below, where the context
+    is split 4-16 ways and each split is short, the same blocks in a plain loop. Contexts known to be
+    at most short_context tokens (the code predictor's <= 17: `max_context`) take short_block_tokens
+    blocks: a longer block only adds masked work and registers. In graphs whose kernels wait first,
+    each program pulls its first block into L2 before the PDL wait (under trigger first, kernels
+    launched far ahead would prefetch while the running ones stream)."""
+    table = current_table().paged_attention
+    if max_context is not None and max_context <= table.short_context:
+        tiles = AttentionTiles(block_tokens=table.short_block_tokens, warps=table.warps)
+    elif rows >= table.pipelined_from_rows:
+        tiles = AttentionTiles(block_tokens=table.block_tokens, warps=table.warps, stages=table.pipelined_stages)
     else:
-        tiles = AttentionTiles(block_tokens=64)
+        tiles = AttentionTiles(block_tokens=table.block_tokens, warps=table.warps)
     return tiles if trigger_first_for(rows) else replace(tiles, prefetch=True)
 
 

@@ -1,6 +1,6 @@
 """Programmatic dependent launch (PDL) on Hopper and newer: the setting every kernel's launch reads.
 
-Off outside `pdl_settings` (the talker's graphs ask for it per row count, EngineConfig.pdl_max_rows).
+Off outside `pdl_settings` (the talker's graphs ask for it per row count, KernelConfig.pdl_max_rows).
 With it, each kernel taking USE_PDL is launched while the one before it still runs (compute
 capability >= 9): it waits for that kernel (gdc_wait) before touching anything it may have written,
 and only then lets the next one in (gdc_launch_dependents), so at most two neighbours overlap and the
@@ -26,6 +26,8 @@ import functools
 from collections.abc import Iterator
 
 import torch
+
+from ..tile_table import current_table
 
 _pdl_enabled = False
 _pdl_trigger_first = False
@@ -84,10 +86,7 @@ def trigger_first_now(x: torch.Tensor) -> bool:
     return pdl_launch(x).get("USE_PDL") == PDL_TRIGGER_FIRST
 
 
-# Graphs of more rows than this launch trigger first: the 33-64-row bucket, whose GEMMs stream 64-row tiles.
-TRIGGER_FIRST_ABOVE_ROWS = 32
-
-
 def trigger_first_for(rows: int) -> bool:
-    """Whether a talker graph of `rows` rows launches its kernels trigger first."""
-    return rows > TRIGGER_FIRST_ABOVE_ROWS
+    """Whether a talker graph of `rows` rows launches its kernels trigger first: above the tile
+    table's pdl.trigger_first_above_rows (the 33-64-row bucket, whose GEMMs stream 64-row tiles)."""
+    return rows > current_table().pdl.trigger_first_above_rows

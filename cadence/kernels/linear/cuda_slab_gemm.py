@@ -10,7 +10,7 @@ GEMMs is about a quarter shorter than the Triton layer kernels' at one row.
 
 Compiled at first use by NVRTC (`torch.cuda._compile_kernel`), one instance per shape; launched
 through the driver's cuLaunchKernelEx so that PDL can be asked for (PyTorch's launcher cannot).
-Hopper and newer (bulk copies, mbarriers, griddepcontrol). EngineConfig.slab_max_rows (`cadence
+Hopper and newer (bulk copies, mbarriers, griddepcontrol). KernelConfig.slab_max_rows (`cadence
 serve --slab-max-rows`) says up to how many rows the decode graphs use it.
 """
 
@@ -25,11 +25,11 @@ import torch
 
 from ..launch.nvrtc import compile_source, launch, runs_on
 from ..launch.pdl import pdl_on
+from ..tile_table import current_table
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm.cu"
-CTAS = 128  # CTAs a GEMM: at most one an SM (132 on an H100 or H200), so the next kernel's sit beside them
 THREADS = 256
-MAX_ROWS = 2
+MAX_ROWS = 2  # the kernel's input rows at most (slab_gemm.cu's M)
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
 # copies its slab while this one runs).
 SMEM_LIMIT = 112 * 1024
@@ -99,14 +99,16 @@ class SlabPlan:
 
 def slab_plan(n: int, k: int, m: int, swiglu: bool = False, norm: bool = False, residual: bool = False,
               attention: AttentionShape | None = None):  # fmt: skip
-    """The kernel's plan for this GEMM, or None where it does not apply: more than MAX_ROWS rows, K
-    not a multiple of 256, a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up), or an
-    attention the kernel cannot take in (another head layout)."""
+    """The kernel's plan for this GEMM over the tile table's slab_gemm.ctas CTAs (at most one an SM,
+    so that the next kernel's sit beside them), or None where it does not apply: more than MAX_ROWS
+    rows, K not a multiple of 256, a CTA's slab too large for two CTAs an SM (the 1.7B's gate/up), or
+    an attention the kernel cannot take in (another head layout)."""
     if not 1 <= m <= MAX_ROWS or k % 256 or k > 16 * THREADS:
         return None
     if attention is not None and (norm or swiglu or not attention.fits(k, m)):
         return None
-    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // CTAS), attention=attention)
+    ctas = current_table().slab_gemm.ctas
+    plan = SlabPlan(n, k, m, swiglu, norm, residual and norm, rows_per_cta=-(-n // ctas), attention=attention)
     return plan if plan.smem <= SMEM_LIMIT else None
 
 
@@ -147,7 +149,7 @@ class LayerPlans:
 def slab_supported(device: torch.device) -> bool:
     """Whether the kernel can run on `device` (nvrtc.runs_on: a small instance is built to find
     out; where it cannot be, the layer kernels run)."""
-    probe = slab_plan(CTAS, 256, 1)
+    probe = slab_plan(current_table().slab_gemm.ctas, 256, 1)
     return runs_on(device, "the slab GEMM", lambda: _kernel(probe.defines, probe.smem))
 
 

@@ -7,7 +7,8 @@ gate/up is routed here: for qkv and the heads the Triton tiles are faster, and o
 and 3072: every CTA would read 256-384 KB of input from L2) keep the split-K Triton kernel, whose
 partials the norm after them adds.
 
-`slab_swiglu_route` says which calls take it: the SwiGLU GEMM, bf16 on Hopper, 33-64 rows.
+`slab_swiglu_route` says which calls take it: the SwiGLU GEMM, bf16 on Hopper, the rows of the tile
+table's slab_swiglu_gemm section (33-64 in the families' tables).
 Compiled at first use by NVRTC, one instance per shape and row count (launch/nvrtc.py).
 """
 
@@ -23,9 +24,10 @@ import torch
 
 from ..launch.nvrtc import compile_source, launch, runs_on
 from ..launch.pdl import pdl_on, trigger_first_now
+from ..tile_table import current_table
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_swiglu_gemm.cu"
-MIN_ROWS, MAX_ROWS = 33, 64  # the rows the route sends here (below, the Triton 16- and 32-row tiles)
+MAX_ROWS = 64  # the kernel's input rows at most (slab_swiglu_gemm.cu's M); the tile table says which the route sends
 MAX_K = 1024  # every CTA reads all of x from L2: 128 KB at 64 rows and K = 1024
 # A CTA's shared memory at most: the kernels around it (the norm before, attention or down after)
 # must still fit an SM beside it, or its slab copy cannot start before their end.
@@ -116,18 +118,24 @@ def slab_swiglu_supported(device: torch.device) -> bool:
 
 def slab_swiglu_route(x: torch.Tensor, gate_up: torch.Tensor) -> SlabSwigluPlan | None:
     """The plan for the SwiGLU GEMM of x and gate_up ([gate; up]) where it runs here, else None (the
-    Triton or cuBLAS route): bf16 rows, MIN_ROWS-MAX_ROWS of them, a Hopper GPU."""
+    Triton or cuBLAS route): bf16 rows, as many as the tile table's slab_swiglu_gemm min_rows to
+    max_rows, a Hopper GPU."""
     m, k = x.shape
-    if not MIN_ROWS <= m <= MAX_ROWS or x.dtype != torch.bfloat16 or gate_up.dtype != torch.bfloat16:
+    routed = current_table().slab_swiglu_gemm
+    if not routed.min_rows <= m <= routed.max_rows or x.dtype != torch.bfloat16 or gate_up.dtype != torch.bfloat16:
         return None
     if x.device.type != "cuda" or not slab_swiglu_supported(x.device):
         return None
     return slab_swiglu_plan(gate_up.shape[0] // 2, k, m, True, ctas_for(x.device))
 
 
-@functools.cache
 def ctas_for(device: torch.device) -> int:
-    """CTAs a GEMM on `device`: its SMs, one CTA each (two an SM, or 128 on 132 SMs, are no faster)."""
+    """CTAs a GEMM on `device`: the tile table's slab_swiglu_gemm.ctas_per_sm on each of its SMs."""
+    return _sms(device) * current_table().slab_swiglu_gemm.ctas_per_sm
+
+
+@functools.cache
+def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 

@@ -1,12 +1,11 @@
 """The streaming GEMM (Triton): the weight-streaming GEMM for decode batches of up to 128 rows, with
 split-K, and the same GEMM with SwiGLU in its epilogue for the MLP's concatenated gate/up projection.
 Decode is a weight-streaming problem: each program reads one slab of the weight once, with wide
-loads; cuBLAS takes the shapes and row counts the tile rules leave to it (linear/dispatch.py)."""
+loads; cuBLAS takes the shapes and row counts the tile table's rules leave to it (linear/dispatch.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -14,6 +13,7 @@ import triton.language as tl
 
 from ..launch.pdl import pdl_launch
 from ..launch.triton_pdl import pdl_trigger, pdl_wait, prefetch_l2
+from ..tile_table import GemmTiles, current_table
 
 
 @triton.jit
@@ -100,73 +100,29 @@ def prefetch_weight_slab(w_ptr, rn, N, K: tl.constexpr, k_start, K_SPAN: tl.cons
             prefetch_l2(w_ptr + (N + rows[:, None]) * K + kk[None, :])
 
 
-STREAMING_SMALL_ROWS = 16  # rows of the smallest tiles; the SwiGLU epilogue runs up to this many
+def _constexprs(tiles: GemmTiles, k: int, swiglu: bool, reduce: bool) -> dict[str, object]:
+    """The kernel's compile-time arguments `tiles` set for a K-wide weight."""
+    return dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, SPLIT_K=tiles.split_k,
+                K_PER_SPLIT=tiles.k_per_split(k), SWIGLU=swiglu, REDUCE=reduce)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class GemmTiles:
-    """Launch choices of the streaming GEMM: weight rows per program, K per loop step, warps,
-    pipeline stages, how many programs share one slab's K (split-K), the activation rows one
-    program holds (the most rows a call may have)."""
-
-    block_n: int = 32
-    block_k: int = 256
-    warps: int = 4
-    stages: int = 3
-    split_k: int = 1
-    block_m: int = STREAMING_SMALL_ROWS
-
-    def k_per_split(self, k: int) -> int:
-        """K one program of a split covers: its share of the K steps, whole steps."""
-        return triton.cdiv(triton.cdiv(k, self.block_k), self.split_k) * self.block_k
-
-    def constexprs(self, k: int, swiglu: bool, reduce: bool) -> dict[str, object]:
-        """The kernel's compile-time arguments these tiles set for a K-wide weight."""
-        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k, SPLIT_K=self.split_k,
-                    K_PER_SPLIT=self.k_per_split(k), SWIGLU=swiglu, REDUCE=reduce)  # fmt: skip
-
-
-def gemm_tiles(n: int, k: int, rows: int = STREAMING_SMALL_ROWS) -> GemmTiles | None:
-    """Tiles of the streaming GEMM for an [n, k] weight and `rows` activation rows, or None where
-    cuBLAS is faster (the L2-cold sweeps of benchmarks/skinny_linear.py). Up to 16 rows, the narrow,
-    long projections (o 1024x2048, down 1024x3072) split their K over 4 programs to fill the SMs, the
-    6144-wide gate/up streams 64-row slabs and the rest 32-row slabs in 256-wide K steps. 17-32 rows:
-    only the narrow weights (o, down, the code predictor's 2048-wide heads). 33-64 rows: every shape
-    but the 6144-wide gate/up (cuBLAS, or the slab SwiGLU GEMM), in 64-row tiles, the unsplit ones in
-    4 stages, so that a batch-64 decode step is Triton kernels that programmatic dependent launch can
-    overlap. 65-128 rows: the same shapes with 128 rows a program in 128-wide K steps and 3 stages
-    (what fits a program's shared memory). Above 128 rows cuBLAS."""
-    if rows <= STREAMING_SMALL_ROWS:
-        if n <= 1024 and k >= 2048:
-            return GemmTiles(block_n=32, block_k=256, split_k=4)
-        return GemmTiles(block_n=64 if n >= 6144 else 32, block_k=256)
-    if rows <= 32:
-        if n <= 1024 and k >= 3072:
-            return GemmTiles(block_n=32, block_k=256, split_k=4, block_m=32)
-        if n <= 2048:
-            return GemmTiles(block_n=16, block_k=512, block_m=32)
-        return None
-    if rows > 128:
-        return None
-    # 33-128 rows: the same shapes in one program's 64 or 128 rows; at 128 rows x's tile takes
-    # 128-wide K steps in 3 stages, so that a program's stages fit its shared memory.
-    block_m = 64 if rows <= 64 else 128
-    block_k = 256 if block_m == 64 else 128
-    if n <= 1024 and k >= 2048:
-        return GemmTiles(block_n=32, block_k=block_k, split_k=4, block_m=block_m)
-    if n >= 6144:  # gate/up: cuBLAS (64-row slabs would be 96 programs, fewer than the SMs)
-        return None
-    return GemmTiles(block_n=16 if n <= 2048 else 32, block_k=block_k, stages=4 if block_m == 64 else 3,
-                       block_m=block_m)  # fmt: skip
+def gemm_tiles(n: int, k: int, rows: int | None = None) -> GemmTiles | None:
+    """Tiles of the streaming GEMM for an [n, k] weight and `rows` activation rows (None: the
+    table's small_rows), or None where cuBLAS is faster (the L2-cold sweeps of
+    benchmarks/skinny_linear.py): the first of the current tile table's streaming_gemm rules that
+    holds the call. The families' tables (kernels/profiles/) say which shapes and rows take which
+    tiles and why."""
+    table = current_table().streaming_gemm
+    return table.tiles(n, k, table.small_rows if rows is None else rows)
 
 
 def swiglu_gemm_tiles(n: int, k: int, rows: int) -> GemmTiles | None:
     """Tiles of the SwiGLU GEMM for a [gate; up] weight of n rows, or None where it does not apply
-    (cuBLAS shapes, split-K, more than 16 rows): a program streams a gate slab and its up slab, as
-    many weight rows as the plain GEMM's tile for the same weight. Above 16 rows the gate/up GEMM
-    and silu_mul stay two kernels, which is no slower there."""
+    (cuBLAS shapes, split-K, more rows than the table's swiglu_max_rows): a program streams a gate
+    slab and its up slab, as many weight rows as the plain GEMM's tile for the same weight. Above
+    those rows the gate/up GEMM and silu_mul stay two kernels, which is no slower there."""
     tiles = gemm_tiles(n, k, rows)
-    if tiles is None or tiles.split_k > 1 or rows > STREAMING_SMALL_ROWS:
+    if tiles is None or tiles.split_k > 1 or rows > current_table().streaming_gemm.swiglu_max_rows:
         return None
     return gate_up_slabs(tiles)
 
@@ -231,7 +187,7 @@ def _launch(x, weight, n: int, tiles: GemmTiles, out, parts, counters, swiglu: b
         raise ValueError(f"these tiles hold at most {tiles.block_m} rows (GemmTiles.block_m), got {m}")
     grid = (triton.cdiv(n, tiles.block_n), tiles.split_k)
     _streaming_gemm_kernel[grid](
-        x, weight, out, parts, counters, m, n, x.stride(0), k, **tiles.constexprs(k, swiglu, reduce),
+        x, weight, out, parts, counters, m, n, x.stride(0), k, **_constexprs(tiles, k, swiglu, reduce),
         num_warps=tiles.warps, num_stages=tiles.stages, **pdl_launch(x),
     )  # fmt: skip
 
@@ -239,8 +195,8 @@ def _launch(x, weight, n: int, tiles: GemmTiles, out, parts, counters, swiglu: b
 def streaming_tiles(x: torch.Tensor, weight: torch.Tensor, force: bool = False) -> GemmTiles | None:
     """The streaming GEMM's tiles for x @ weight^T, or None where cuBLAS runs it: bf16/fp16 rows where
     `gemm_tiles` has tiles for the shape and row count (fp32 goes to cuBLAS, whose exact path tensor
-    cores would round to TF32). `force`: the kernel whatever the dtype (tests), with the 16-row tiles
-    up to 16 rows."""
+    cores would round to TF32). `force`: the kernel whatever the dtype (tests), with the small_rows
+    tiles where the row count has none."""
     m, k = x.shape
     tiles = gemm_tiles(weight.shape[0], k, m)
     if force:

@@ -16,14 +16,12 @@ import torch
 
 from ..launch.nvrtc import compile_source, launch, runs_on
 from ..launch.pdl import pdl_on, trigger_first_now
+from ..tile_table import current_table
 from .reference import check_token_outputs
 from .spec import NEW_TOKENS, TokenOutputs, TokenSampling
 
 SOURCE = Path(__file__).with_name("cuda") / "sampler.cu"
-THREADS = 256
-# Wider CTAs above 2048 columns: code0's 3072 codes sample about a quarter faster with 512 threads,
-# while 2048 codes sample as fast with 256 and take the argmax faster.
-WIDE_THREADS, WIDE_ABOVE = 512, 2048
+THREADS = 256  # a plan's threads where none are given (a probe's); a launch takes threads_for(vocab)
 MAX_VOCAB = 4096  # columns a row: 16 a thread at most, every one in registers (the Triton kernel above)
 
 
@@ -61,8 +59,10 @@ class SamplerPlan:
 
 
 def threads_for(vocab: int) -> int:
-    """A CTA's threads for rows of `vocab` columns."""
-    return WIDE_THREADS if vocab > WIDE_ABOVE else THREADS
+    """A CTA's threads for rows of `vocab` columns: the tile table's sampler.cuda_threads, or its
+    cuda_wide_threads above cuda_wide_above_vocab columns."""
+    table = current_table().sampler
+    return table.cuda_wide_threads if vocab > table.cuda_wide_above_vocab else table.cuda_threads
 
 
 @functools.cache

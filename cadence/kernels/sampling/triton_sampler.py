@@ -13,6 +13,7 @@ import triton.language as tl
 
 from ..launch.pdl import pdl_launch
 from ..launch.triton_pdl import pdl_entry
+from ..tile_table import current_table
 from .reference import check_token_outputs
 from .rng import U_MAX
 from .spec import NEW_TOKENS, TokenOutputs, TokenSampling
@@ -44,8 +45,6 @@ def _sortable(x):
 # int64 sum, so at most 4 thresholds (5 ways; 2 is a bisection, 32 passes). 4 ways (16 passes) is
 # the fastest on 2048 and 3072 codes.
 TOPK_WAYS = 4
-# One program a row (8 or 16 warps are no faster: the search's passes wait on their reductions).
-SAMPLE_WARPS = 4
 
 
 def topk_search_passes(ways: int) -> int:
@@ -174,7 +173,8 @@ def _sample_kernel(
 
 
 def sample_tokens(logits: torch.Tensor, spec: TokenSampling, outputs: TokenOutputs = NEW_TOKENS) -> torch.Tensor:
-    """reference.sample_tokens by the Triton kernel: one program a row, any float logits."""
+    """reference.sample_tokens by the Triton kernel: one program a row (of the tile table's
+    sampler.triton_warps warps), any float logits."""
     n, v = logits.shape
     out = check_token_outputs(n, logits.device, outputs, spec.history)
     rows, history, eos, params = spec.rows, spec.history, spec.eos, spec.params
@@ -192,6 +192,6 @@ def sample_tokens(logits: torch.Tensor, spec: TokenSampling, outputs: TokenOutpu
         emb.stride(0) if h else 0, h, HAS_ROWS=rows is not None, HAS_SEEN=history is not None,
         MARK_SEEN=history is not None and history.record, HAS_BAN=eos is not None, HAS_EMBED=h > 0, BLOCK=block,
         BLOCK_H=min(1024, triton.next_power_of_2(max(h, 1))), TOPK_WAYS=ways, TOPK_PASSES=passes,
-        num_warps=SAMPLE_WARPS, **pdl_launch(logits),
+        num_warps=current_table().sampler.triton_warps, **pdl_launch(logits),
     )  # fmt: skip
     return out

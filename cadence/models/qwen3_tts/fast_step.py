@@ -349,7 +349,7 @@ class FastDecoder:
 
     def _pdl(self, rows: int) -> contextlib.AbstractContextManager:
         """Kernels launched (and so captured) with programmatic dependent launch for graphs of at most
-        `pdl_max_rows` rows (EngineConfig.pdl_max_rows: it shortens decode steps up to 64 rows and
+        `pdl_max_rows` rows (KernelConfig.pdl_max_rows: it shortens decode steps up to 64 rows and
         slows larger ones, where kernels launched early hold SM slots the running one's later waves
         need); graphs above the PDL threshold (launch/pdl.py) let each kernel in before the one before
         it waits."""

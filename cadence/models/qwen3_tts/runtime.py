@@ -124,6 +124,6 @@ class Qwen3TTS(Qwen3TTSModel):
             backend = "triton" if self.device.type == "cuda" and triton_available() else "sdpa"
         return Qwen3TTSTalker(
             self, config.max_streams, kv_bytes, config.page_size, config.max_input_tokens, config.max_seq_tokens,
-            backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget, config.pdl_max_rows,
-            config.slab_max_rows,
+            backend, config.enforce_eager, config.graph_buckets, config.prefill_token_budget,
+            config.kernels.pdl_max_rows, config.kernels.slab_max_rows,
         )  # fmt: skip
