@@ -18,6 +18,10 @@ python -m pip install -q --upgrade pip
 # configured index: on a plain PyPI machine that is the CUDA build (several GB); install the CPU
 # build first (README) where no GPU is used.
 python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
+# Triton (which the CPU build of torch lacks): the kernels' tests run their Triton kernels on a CPU
+# through its interpreter (TRITON_INTERPRET=1, set below where no GPU is), against the kernels'
+# PyTorch definitions, and the launch-choice snapshot needs its tile arithmetic.
+python -c "import triton" 2>/dev/null || python -m pip install -q "triton==3.6.0"
 # ray: tests/test_ray_serve.py runs cadence on a local Ray cluster (Ray needs no torch: the one above stays).
 python -m pip install -q -e ".[test,ray]"
 # The official implementation is the test oracle. --no-deps: it pins gradio, torchaudio, sox and
@@ -30,5 +34,7 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
         || echo "could not install chromium: tests/test_playground.py will skip"
 fi
 ruff check cadence tests benchmarks scripts
+# Without a GPU the Triton kernels' tests run in Triton's interpreter.
+python -c "import torch; assert not torch.cuda.is_available()" 2>/dev/null && export TRITON_INTERPRET=1
 if [ "$#" -eq 0 ]; then set -- -m "not slow and not gpu and not real"; fi
 python -m pytest -q "$@"

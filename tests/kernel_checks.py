@@ -3,8 +3,8 @@ PyTorch definition (each operation's reference.py), and the decode attention's i
 kernel's tests too).
 
 They run on a CUDA device, or on the CPU through Triton's interpreter (TRITON_INTERPRET=1, fp32
-only), and are skipped where Triton is not installed (CI installs the CPU build of torch, which has
-no Triton). Their `ops` fixture (the Triton kernels and the definitions) is in conftest.py."""
+only: scripts/test.sh installs Triton and sets it where no GPU is), and are skipped where Triton
+is not installed. Their `ops` fixture (the Triton kernels and the definitions) is in conftest.py."""
 
 from __future__ import annotations
 
