@@ -57,7 +57,7 @@ class Server:
         cmd += ["--device", "cpu", *args]
         self._log = self.log_path.open("w")
         env = {**os.environ, **(env or {})}
-        if cwd != REPO:  # cadence itself still comes from this checkout
+        if cwd != REPO or entry is not None:  # cadence itself still comes from this checkout
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 

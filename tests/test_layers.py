@@ -3,6 +3,8 @@ inside functions and under TYPE_CHECKING.
 
 - the engine knows models only through the partition contract: nothing under cadence/engine/
   imports cadence.models;
+- the server knows a model only through its frontend: nothing under cadence/server/ imports a model
+  package (cadence.models.qwen3_tts), only the registry and the family-agnostic interfaces;
 - kernels are below the engine: nothing under cadence/kernels/ imports cadence.engine;
 - no import cycles (an edge goes to the longest cadence module the import names; a package's
   __init__ running before its submodules is not an edge);
@@ -149,6 +151,16 @@ def test_the_engine_imports_no_model_package():
     assert _edges("cadence.engine", "cadence.models") == []
 
 
+def test_the_server_imports_no_model_package():
+    """cadence.models' own modules (registry, interfaces) are the server's only way to a model."""
+    packages = sorted({m.split(".")[2] for m in MODULES if m.count(".") >= 3 and m.startswith("cadence.models.")})
+    assert "qwen3_tts" in packages  # the test's premise
+    assert [e for p in packages for e in _edges("cadence.server", f"cadence.models.{p}")] == []
+    assert {"cadence.models.interfaces", "cadence.models.registry"} <= {
+        t for m in GRAPH if m.startswith("cadence.server.") for t in GRAPH[m]
+    }
+
+
 def test_the_kernels_import_nothing_of_the_engine():
     assert _edges("cadence.kernels", "cadence.engine") == []
 
@@ -167,6 +179,7 @@ API_PROCESS_MODULES = [
     "cadence.engine.client",
     "cadence.engine.replicas",
     "cadence.models.registry",
+    "cadence.models.interfaces",
     "cadence.models.qwen3_tts.frontend",
     "cadence.deploy.config",
 ]

@@ -1,6 +1,6 @@
 """A second model family is one package and one `register` line: the toy family (toy_tts.py) runs
-through the unchanged engine, in this process and in a real engine process, and the registry finds
-the families by name and by checkpoint."""
+through the unchanged engine, in this process and in a real engine process, a real `cadence serve`
+serves it through its frontend alone, and the registry finds the families by name and by checkpoint."""
 
 from __future__ import annotations
 
@@ -132,3 +132,52 @@ def test_the_toy_family_uses_nothing_of_qwen3_tts():
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert "cadence.models.registry" in imported
     assert not [m for m in imported if m.startswith("cadence.models.qwen3_tts")]
+
+
+def test_cadence_serve_serves_the_toy_model(tmp_path):
+    """The unchanged server, given the toy family (toy_serve.py registers it): its voices and
+    capabilities, its refusals, and its audio in the toy's closed form over HTTP and the WebSocket."""
+    from serving import REPO, Server, pcm_samples
+    from websockets.sync.client import connect
+
+    model = tmp_path / "toy-model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "toy"}))
+    entry = REPO / "tests" / "toy_serve.py"
+    server = Server(model, tmp_path, "--kv-cache-memory", "0.001", "--max-streams", "2", entry=entry).wait_ready()
+    try:
+        with server.client() as c:
+            voices = c.get("/v1/audio/voices").json()
+            assert [v["id"] for v in voices["voices"]] == [toy_tts.VOICE] and voices["languages"] == ["auto"]
+            card = c.get("/v1/models").json()["data"][0]
+            assert (card["tts_model_type"], card["voices"], card["voice_cloning"]) == ("toy", ["sine"], False)
+            assert card["sample_rate"] == toy_tts.SAMPLE_RATE
+            body = {"input": "Hello toy.", "voice": "sine", "response_format": "pcm", "stream": False}
+            r = c.post("/v1/audio/speech", json=body)
+            unknown = c.post("/v1/audio/speech", json={**body, "voice": "alloy"})
+            cloned = c.post("/v1/audio/speech", json={**body, "ref_audio": "UklGRg=="})
+        assert r.status_code == 200 and r.headers["X-Usage-Input-Tokens"] == "10", r.text
+        assert np.array_equal(pcm_samples(r.content), spoken("Hello toy."))
+        assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "voice"
+        assert cloned.status_code == 400 and cloned.json()["error"]["param"] == "ref_audio"
+        with connect(server.ws_url(), open_timeout=60) as ws:
+            ws.send(json.dumps({"type": "session.config", "voice": "sine"}))
+            assert json.loads(ws.recv(timeout=60))["type"] == "session.created"
+            ws.send(json.dumps({"type": "input.text", "text": "Zebra."}))
+            ws.send(json.dumps({"type": "session.close"}))
+            audio, events = b"", []
+            while not events or events[-1]["type"] != "session.done":
+                msg = ws.recv(timeout=120)
+                if isinstance(msg, bytes):
+                    audio += msg
+                else:
+                    events.append(json.loads(msg))
+        assert np.array_equal(pcm_samples(audio), spoken("Zebra.")), events
+    finally:
+        code = server.stop()
+    assert code == 0, server.log_path.read_text()[-3000:]
+
+
+def spoken(text: str) -> np.ndarray:
+    """The audio the toy speaks `text` with: a frame per character, at its first character's pitch."""
+    return expected_pcm(toy_tts.prepare(ToyRequest(text, len(text)), 4096), len(text))

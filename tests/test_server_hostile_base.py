@@ -235,7 +235,7 @@ def test_a_stored_voice_with_an_overlong_transcript_is_refused(server, voices_di
     prompt = VoiceClonePrompt(
         torch.zeros(hidden), torch.zeros(12, config.talker.num_code_groups, dtype=torch.long), "word " * 6000
     )
-    VoiceLibrary(voices_dir, hidden).add("verbose", prompt, "true")
+    VoiceLibrary(voices_dir, hidden, VoiceClonePrompt.load).add("verbose", prompt, "true")
     err = error(speech(server, voice="verbose"), 413, "ref_text")
     assert "tokens" in err["message"]
     assert speech(server, voice="verbose", x_vector_only_mode=True).status_code == 200  # the transcript unused

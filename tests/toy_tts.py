@@ -6,6 +6,9 @@ stream's pitch f (its first character's code point, in Hz); the frame after `fra
 EOS. The codec turns a frame into 80 samples of a sine at f Hz that continues the stream's phase:
 sample j of frame k is 0.5 sin(2 pi f (80 k + j) / 8000). `expected_pcm` is that closed form.
 Everything runs on the CPU.
+
+Its frontend is all the server needs (cadence/models/interfaces.py): one built-in voice, "sine";
+a speech request gets a frame per character of its text.
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ from cadence.engine.partition import Admission, DecodeOutput, HostAudio
 from cadence.engine.process_config import ModelSource
 from cadence.engine.request import EngineRequest
 from cadence.errors import InvalidRequestError
+from cadence.models.interfaces import ModelCapabilities, Speech, Voices
 from cadence.models.registry import ModelFamily
 
 SAMPLE_RATE = 8000
 SAMPLES_PER_FRAME = 80
 EOS = -1  # a frame's counter is never negative
+VOICE = "sine"  # the toy's one built-in voice
+CAPABILITIES = ModelCapabilities(
+    kind="toy", size="toy", size_label="toy", languages=("auto",), voices=(VOICE,), instructions=None,
+    clones_voices=False,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -181,11 +190,60 @@ class ToyRuntime:
         return ToyTalker(config.max_streams, kv_bytes, config.page_size, config.max_seq_tokens)
 
 
+class ToyText:
+    """Text in pieces: a character is a token, final as soon as it arrives."""
+
+    def __init__(self):
+        self.ids: list[int] = []
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return tuple(self.ids)
+
+    def push(self, delta: str) -> list[int]:
+        new = [ord(c) for c in delta]
+        self.ids += new
+        return new
+
+    def finish(self) -> list[int]:
+        return []
+
+
 class ToyFrontend:
+    """The toy's Frontend: it takes no reference audio, no text that is still arriving, and only
+    the language "auto"; its instructions are ignored."""
+
     sample_rate = SAMPLE_RATE
+
+    def capabilities(self) -> ModelCapabilities:
+        return CAPABILITIES
+
+    def resolve_voice(self, speech: Speech, voices: Voices) -> tuple[str, str]:
+        if speech.ref_audio or speech.clone is not None:
+            raise InvalidRequestError("the toy clones no voices", "ref_audio")
+        voice = voices.resolve(speech.voice or VOICE)
+        return voice, voice
+
+    def request(self, speech: Speech, voice: str) -> ToyRequest:
+        if speech.text_open:
+            raise InvalidRequestError("the toy speaks whole texts only", "input")
+        if (speech.language or "auto") != "auto":
+            raise InvalidRequestError(f"unknown language '{speech.language}'", "language", ["auto"])
+        text = speech.text if isinstance(speech.text, str) else "".join(map(chr, speech.text))
+        max_new_tokens = speech.sampling.get("max_new_tokens") or ToyParams.max_new_tokens
+        return ToyRequest(text, len(text), max_new_tokens, speech.ignore_eos, speech.request_id)
 
     def prepare(self, request: ToyRequest, max_input_tokens: int) -> EngineRequest[ToyPrompt, ToyParams]:
         return prepare(request, max_input_tokens)
+
+    def prompt_parts(self, prompt: ToyPrompt) -> dict[str, int]:
+        return {"input": len(prompt)}
+
+    def count_tokens(self, text: str) -> int:
+        return len(text)
+
+    def text_in_pieces(self) -> ToyText:
+        return ToyText()
 
     def end_of_text(self) -> list[int]:
         return []

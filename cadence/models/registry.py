@@ -2,9 +2,11 @@
 
 A model family is one package under cadence/models/ and one `register(...)` line in
 cadence/models/__init__.py. It says which checkpoints it loads and gives two loaders: the
-frontend (API process: config, tokenizer, request validation, no weights) and the runtime (engine
-process: weights and the engine's partitions, cadence/engine/partition.py). The engine never
-imports a model package: the engine process receives the runtime loader as a function reference.
+frontend (API process: config, tokenizer, request validation, no weights; the `Frontend` protocol of
+interfaces.py, the only way the server reaches a model) and the runtime (engine process: weights and
+the engine's partitions, cadence/engine/partition.py). A family whose models clone voices gives a
+third, for the voice encoder a cloning server runs in its API process. The engine never imports a
+model package: the engine process receives the runtime loader as a function reference.
 """
 
 from __future__ import annotations
@@ -13,28 +15,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..engine.process_config import ModelSource
-from ..engine.request import EngineRequest
+from .interfaces import Frontend, VoiceEncoder
 
 if TYPE_CHECKING:
     from ..engine.partition import ModelRuntime
-
-
-class Frontend(Protocol):
-    """A model's API-process side: what it needs to validate and tokenise requests, no weights."""
-
-    @property
-    def sample_rate(self) -> int: ...
-
-    def prepare(self, request: Any, max_input_tokens: int) -> EngineRequest:
-        """The model's request type -> the engine's request. Raises InvalidRequestError."""
-        ...
-
-    def end_of_text(self) -> list[int]:
-        """The ids that end text which arrived in pieces (EngineCore.append_text)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +34,8 @@ class ModelFamily:
     locate: Callable[[str, str | None], ModelSource]
     load_frontend: Callable[[ModelSource], Frontend]  # API process; imports no torch
     load_runtime: Callable[[ModelSource], ModelRuntime]  # engine process; a module-level function
+    # (model, device) -> its voice encoder, where capabilities().clones_voices; may import torch
+    load_voice_encoder: Callable[[ModelSource, str], VoiceEncoder] | None = None
 
 
 FAMILIES: dict[str, ModelFamily] = {}  # in registration order: the first is the default

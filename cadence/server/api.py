@@ -142,7 +142,7 @@ def add_status_routes(app: FastAPI, state: ServerState) -> None:
                 "version": __version__,
                 "python": platform.python_version(),
                 "model": state.settings.model_name,
-                "model_size": state.frontend.config.tts_model_size,
+                "model_size": state.frontend.capabilities().size,
                 "device": info.device if info else None,
                 "dtype": info.dtype if info else None,
                 "random_weights": info.random_weights if info else None,

@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -135,7 +134,7 @@ def build_state(args: argparse.Namespace) -> ServerState:
     family = registry.family(source.family)
     frontend = family.load_frontend(source)
     try:
-        voices = VoiceTable(frontend.config.speakers, parse_voice_map(args.voice_map))
+        voices = VoiceTable(frontend.capabilities().voices, parse_voice_map(args.voice_map))
         engine = engine_config_from_args(args)
         engine.kernels.check_file()
         placements = resolve_placements(args.replicas, args.device, args.codec_device)
@@ -168,21 +167,24 @@ def build_state(args: argparse.Namespace) -> ServerState:
         log_level=logging.getLogger().level,
     )
     state = ServerState(settings, frontend, voices, _replica_configs(process, placements))
-    checkpoint = Path(source.checkpoint) if source.checkpoint else None
-    attach_cloning(state, args, checkpoint)  # a Base checkpoint: voice encoders, saved voices
+    attach_cloning(state, args, source)  # a model that clones (Base): voice encoder, saved voices
     return state
 
 
-def attach_cloning(state: ServerState, args: argparse.Namespace, checkpoint: Path | None) -> None:
-    """Give a Base server its voice encoders and saved voices."""
+def attach_cloning(state: ServerState, args: argparse.Namespace, source: ModelSource) -> None:
+    """Give a server whose model clones voices its voice encoder and saved voices."""
+    from ..models import registry
     from .cloning import VoiceCloning
     from .serve_options import cloning_settings
 
-    config = state.frontend.config
-    if config.tts_model_type != "base":
+    if not state.frontend.capabilities().clones_voices:
         return
-    cloning = VoiceCloning.load(config, checkpoint, cloning_settings(args))
-    cloning.count_tokens = lambda text: len(state.frontend.tokenizer.encode(text))
+    load_encoder = registry.family(source.family).load_voice_encoder
+    if load_encoder is None:
+        raise ServeConfigError(f"the model family {source.family} clones voices but gives no voice encoder")
+    settings = cloning_settings(args)
+    cloning = VoiceCloning.create(load_encoder(source, settings.device), settings)
+    cloning.count_tokens = state.frontend.count_tokens
     cloning.uploads = asyncio.Semaphore(state.settings.max_concurrent_uploads)
     state.cloning = cloning
     state.voices.library = cloning.library

@@ -1,10 +1,11 @@
-"""Voice cloning in the API process (Base checkpoints): reference audio -> a cloned voice's prompt.
+"""Voice cloning in the API process (models that clone, such as Qwen3-TTS Base): reference audio ->
+a cloned voice.
 
-The voice encoders (speech-tokenizer encoder, speaker encoder) are small next to the talker and run
-here, on the CPU by default, in worker threads so the event loop keeps serving; the engine only
-ever receives prompts (codes and x-vector travel inside the request). A reference arrives inline
-(`ref_audio`, base64, per request: decoded and encoded every time) or as a saved voice (encoded
-once at upload, stored with its prompt: later requests pay nothing).
+The model family's voice encoder (Qwen3-TTS: speech-tokenizer encoder and speaker encoder) is small
+next to the model and runs here, on the CPU by default, in worker threads so the event loop keeps
+serving; the engine only ever receives prompts (the cloned voice travels inside the request). A
+reference arrives inline (`ref_audio`, base64, per request: decoded and encoded every time) or as a
+saved voice (encoded once at upload, stored with its prompt: later requests pay nothing).
 """
 
 from __future__ import annotations
@@ -17,17 +18,11 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..audio_input import AudioInputError, AudioLimits, AudioTooLargeError, decode_audio
-from ..models.qwen3_tts.config import Qwen3TTSConfig
-from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
+from ..models.interfaces import ClonedVoice, VoiceEncoder
 from . import errors as E
 from .voice_library import VoiceLibrary
-
-if TYPE_CHECKING:
-    from ..models.qwen3_tts.voice_encoder import VoiceEncoder
 
 log = logging.getLogger("cadence.server")
 
@@ -51,7 +46,7 @@ class CloningSettings:
 
 
 class VoiceCloning:
-    """A Base server's cloning: the voice encoders, the saved voices, the reference-audio limits."""
+    """A cloning server's cloning: the voice encoder, the saved voices, the reference-audio limits."""
 
     def __init__(
         self, encoder: VoiceEncoder, library: VoiceLibrary, limits: AudioLimits, max_ref_text_tokens: int = 512
@@ -60,7 +55,8 @@ class VoiceCloning:
         self.library = library
         self.limits = limits
         self.max_ref_text_tokens = max_ref_text_tokens
-        # The checkpoint's tokenizer (`cadence serve` sets it), for the transcript's length in tokens.
+        # The model's tokenizer (`cadence serve` sets it: Frontend.count_tokens), for the transcript's
+        # length in tokens.
         self.count_tokens: Callable[[str], int] = len
         # Requests carrying reference audio, from their first byte read to their analysis: each may
         # hold its audio in memory, so only so many at once; the rest wait unread on their socket.
@@ -68,17 +64,9 @@ class VoiceCloning:
         self._slots = asyncio.Semaphore(ENCODE_CONCURRENCY)
 
     @classmethod
-    def load(
-        cls, config: Qwen3TTSConfig, checkpoint: Path | None, settings: CloningSettings, seed: int = 0
-    ) -> VoiceCloning:
-        """From the checkpoint's files, or random weights of its architecture (--dummy-weights)."""
-        from ..models.qwen3_tts.voice_encoder import VoiceEncoder  # torch: only a Base server loads it
-
-        if checkpoint is not None:
-            encoder = VoiceEncoder.from_pretrained(checkpoint, settings.device)
-        else:
-            encoder = VoiceEncoder.random(config, seed, settings.device)
-        library = VoiceLibrary(settings.voices_dir, config.talker.hidden_size)
+    def create(cls, encoder: VoiceEncoder, settings: CloningSettings) -> VoiceCloning:
+        """With the saved voices of `settings.voices_dir` that fit the encoder's model."""
+        library = VoiceLibrary(settings.voices_dir, encoder.width, encoder.load_voice)
         return cls(encoder, library, settings.limits, settings.max_ref_text_tokens)
 
     @property
@@ -91,7 +79,7 @@ class VoiceCloning:
         async with self.uploads:
             yield
 
-    async def analyze(self, data: bytes, ref_text: str | None, param: str) -> VoiceClonePrompt:
+    async def analyze(self, data: bytes, ref_text: str | None, param: str) -> ClonedVoice:
         """Encoded audio -> the voice's prompt; a 400 or 413 naming `param` when the audio will not do,
         or `ref_text` when the transcript is too long. Decoding, encoding and tokenising run in a
         worker thread."""
@@ -113,7 +101,7 @@ class VoiceCloning:
                 "ref_text",
             )
 
-    def _analyze(self, data: bytes, ref_text: str | None) -> VoiceClonePrompt:
+    def _analyze(self, data: bytes, ref_text: str | None) -> ClonedVoice:
         if ref_text is not None and (tokens := self.count_tokens(ref_text)) > self.max_ref_text_tokens:
             raise E.too_large(f"ref_text is {tokens} tokens; the limit is {self.max_ref_text_tokens}", "ref_text")
         wav = decode_audio(data, self.encoder.sample_rate, self.limits)

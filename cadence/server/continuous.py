@@ -1,14 +1,14 @@
 """Continuous WebSocket input: one utterance spoken while its text is still being written.
 
 With `"input_mode": "continuous"` every `input.text` delta joins the utterance being spoken, instead
-of being cut into sentences that are each spoken on their own. Qwen3-TTS's streaming text layout
-feeds the text one token per audio frame, so speech can start with the first words: the text is
-tokenised as it arrives (IncrementalText commits a token once no later text can change it), the
-utterance's engine request starts with the first committed tokens and takes the rest as they come
-(the engine's append_text), and a stream that has spoken all of its text waits, holding its slot and
-pages but taking no GPU time. `input.done` ends the text and the model's end of text follows, as in
-a one-shot request: the audio is exactly that of the one-shot streaming-layout request over the
-whole text, however the text was split and however long it took to come.
+of being cut into sentences that are each spoken on their own. A model that feeds its text one token
+per audio frame (Qwen3-TTS's streaming text layout) can start speaking with the first words: the
+text is tokenised as it arrives (the frontend's TextInPieces commits a token once no later text can
+change it), the utterance's engine request starts with the first committed tokens and takes the rest
+as they come (the engine's append_text), and a stream that has spoken all of its text waits, holding
+its slot and pages but taking no GPU time. `input.done` ends the text and the model's end of text
+follows, as in a one-shot request: the audio is exactly that of the one-shot request over the whole
+text in the same layout, however the text was split and however long it took to come.
 
 A session's utterances are spoken in order (an utterance after `input.done` may start generating
 while the previous one is still being sent). An utterance whose text stops coming for the session's
@@ -21,7 +21,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from ..models.qwen3_tts.prompt import IncrementalText, MoreTextNeeded
+from ..models.interfaces import MoreTextNeeded
 from . import errors as E
 from .segment import OpenUtterance
 
@@ -44,7 +44,7 @@ class ContinuousInput:
         """A delta of the open utterance: its tokens to the engine as they are committed."""
         utt = self.open
         if utt is None:
-            utt = self.open = OpenUtterance(IncrementalText(self.state.frontend.tokenizer), self.utterance)
+            utt = self.open = OpenUtterance(self.state.frontend.text_in_pieces(), self.utterance)
         utt.received += delta
         utt.last_input = time.monotonic()
         push = utt.text.push
@@ -77,7 +77,7 @@ class ContinuousInput:
         self.queued_chars += utt.segment.chars
 
     async def _start_open(self, utt: OpenUtterance, done: bool) -> None:
-        if utt.text.role is None:
+        if not utt.text.ids:
             return  # no token committed yet
         try:
             job = self._validate(utt.received, utt.text.tokens, text_open=not done)

@@ -2,21 +2,22 @@
 
 Everything is checked here, in the API process, before anything reaches the engine: a bad value
 is a 400 naming the field and the values it may take. Unknown fields are ignored, as OpenAI does.
+The fields every model shares are checked here; the model's frontend (cadence/models/interfaces.py)
+resolves the voice and checks the rest as it builds its request.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import msgspec
 
 from ..engine.request import EngineRequest, RequestTooLargeError
 from ..errors import InvalidRequestError
-from ..models.qwen3_tts.frontend import Qwen3TTSFrontend, SynthesisRequest, prepare_request
-from ..models.qwen3_tts.prompt import TextTokens
-from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
+from ..models.interfaces import ClonedVoice, Frontend, ModelCapabilities, Speech
 from ..sampling import SamplingOverrides
 from . import errors as E
 from .audio_encoders import FORMATS, SPEED_RANGE
@@ -58,10 +59,6 @@ class SpeechBody(SamplingOverrides, kw_only=True):
     x_vector_only_mode: bool | None = None
 
 
-# The fields only some variants use, and the variant that does.
-VARIANT_FIELDS = {"ref_audio": "base", "ref_text": "base", "x_vector_only_mode": "base"}
-
-
 @dataclass(frozen=True)
 class Limits:
     max_input_chars: int
@@ -84,6 +81,7 @@ class SpeechJob:
     stream: bool
     instructions_ignored: bool
     pieces: list[Piece] = field(default_factory=list)  # long-form input: its pieces, in order (else one request)
+    prompt_parts: dict[str, int] = field(default_factory=dict)  # the first request's (Frontend.prompt_parts)
 
     @property
     def request_id(self) -> str:
@@ -100,12 +98,7 @@ class SpeechJob:
         the frame budget, or the largest part of a prompt that does not fit on its own."""
         if not e.prompt_too_long:
             return E.bad_request(f"{e}; lower max_new_tokens", "max_new_tokens")
-        prompt = self.request.prompt
-        parts = {
-            "input": prompt.num_text_tokens,
-            "ref_audio": len(prompt.ref_codes),
-            "instructions": len(prompt) - prompt.num_text_tokens - len(prompt.ref_codes),
-        }
+        parts = self.prompt_parts or {"input": self.request.prompt.num_text_tokens}
         param = max(parts, key=parts.__getitem__)
         return E.too_large(f"{e}; shorten {param}", param)
 
@@ -135,18 +128,19 @@ def decode_json(raw: bytes | str, type_: type[msgspec.Struct], what: str = "body
 
 def validate_speech(
     body: SpeechBody,
-    frontend: Qwen3TTSFrontend,
+    frontend: Frontend,
     voices: VoiceTable,
     limits: Limits,
     request_id: str | None = None,
-    clone: VoiceClonePrompt | None = None,
-    tokens: TextTokens | None = None,
+    clone: ClonedVoice | None = None,
+    tokens: Any = None,
     text_open: bool = False,
 ) -> SpeechJob:
     """Check every field; tokenise. Raises APIError (400, 404 unknown model, 413 input too long).
-    `clone`: the analysed `ref_audio` of a Base request (the route decodes and encodes it first).
-    `tokens`: `input`'s tokens, already known (text that arrives in pieces); `text_open`: more of it
-    follows (the streaming layout; MoreTextNeeded while the prompt cannot be laid out yet)."""
+    `clone`: the analysed `ref_audio` of a request to a model that clones (the route decodes and
+    encodes it first). `tokens`: `input`'s tokens, already known (text that arrives in pieces:
+    TextInPieces.tokens); `text_open`: more of it follows (MoreTextNeeded while the prompt cannot
+    be laid out yet)."""
     if body.model is not None and body.model not in limits.model_names:
         raise E.not_found(
             f"the model '{body.model}' does not exist; this server serves: {', '.join(limits.model_names)}",
@@ -178,96 +172,75 @@ def validate_speech(
         raise E.invalid(e) from None
     if body.ignore_eos and body.max_new_tokens is None:
         raise E.bad_request("ignore_eos needs max_new_tokens (the number of frames to generate)", "max_new_tokens")
-    request_id = request_id or new_request_id()
+    capabilities = frontend.capabilities()
+    speech = speech_of(body, capabilities, clone, request_id or new_request_id(), tokens, text_open)
     try:
-        voice, preset, clone = resolve_voice(body, frontend, voices, clone)
-        request, pieces = engine_requests(body, frontend, limits, preset, clone, request_id, tokens, text_open)
+        voice_name, voice = frontend.resolve_voice(speech, voices)
+        request, pieces = engine_requests(speech, frontend, voice, limits)
     except InvalidRequestError as e:
         raise (E.too_large(e.message, e.param) if e.code == "request_too_large" else E.invalid(e)) from None
     return SpeechJob(
         request,
         text,
-        voice,
+        voice_name,
         response_format,
         body.speed,
         stream_format,
         body.stream or stream_format == "sse",  # an event stream is a stream
-        frontend.instruct_ignored(body.instructions),
+        # instructions a model neither takes nor refused
+        bool(body.instructions) and capabilities.instructions is None,
         pieces,
+        frontend.prompt_parts(request.prompt),
+    )
+
+
+def speech_of(
+    body: SpeechBody,
+    capabilities: ModelCapabilities,
+    clone: ClonedVoice | None,
+    request_id: str,
+    tokens: Any = None,
+    text_open: bool = False,
+) -> Speech:
+    """The body as the model's frontend takes it (`tokens`, when given, stand for `input`)."""
+    voice = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
+    if voice and not capabilities.voices and not capabilities.clones_voices:
+        # OpenAI clients must send a voice: a model without voices accepts their names and ignores them.
+        voice = None if voice.strip().lower() in OPENAI_VOICE_NAMES else voice
+    return Speech(
+        body.input if tokens is None else tokens,
+        voice=voice,
+        clone=clone,
+        ref_audio=body.ref_audio is not None,
+        ref_text=body.ref_text,
+        x_vector_only=body.x_vector_only_mode,
+        language=body.language,
+        instructions=body.instructions,
+        sampling=body.overrides(),
+        ignore_eos=body.ignore_eos,
+        request_id=request_id,
+        text_open=text_open,
     )
 
 
 def engine_requests(
-    body: SpeechBody,
-    frontend: Qwen3TTSFrontend,
-    limits: Limits,
-    preset: str | None,
-    clone: VoiceClonePrompt | None,
-    request_id: str,
-    tokens: TextTokens | None = None,
-    text_open: bool = False,
+    speech: Speech, frontend: Frontend, voice: Any, limits: Limits
 ) -> tuple[EngineRequest, list[Piece]]:
-    """The engine request of a validated body, or, for an input longer than `limits.piece_chars`,
-    its pieces' (long_form.py) and the first piece's. Raises InvalidRequestError."""
+    """The engine request of a validated speech in a resolved voice, or, for an input longer than
+    `limits.piece_chars`, its pieces' (long_form.py) and the first piece's. Raises InvalidRequestError."""
 
-    def prepared(text: str | TextTokens, seed: int | None, rid: str) -> EngineRequest:
-        synthesis = SynthesisRequest(
-            text, voice=preset, clone=clone, x_vector_only=body.x_vector_only_mode, language=body.language or "auto",
-            instruct=body.instructions or None, **{**body.overrides(), "seed": seed}, ignore_eos=body.ignore_eos,
-            request_id=rid, layout="streaming" if tokens is not None else None, text_open=text_open,
-        )  # fmt: skip
-        return prepare_request(frontend, synthesis, limits.max_input_tokens)
+    def prepared(text: Any, seed: int | None, rid: str) -> EngineRequest:
+        piece = replace(speech, text=text, sampling={**speech.sampling, "seed": seed}, request_id=rid)
+        return frontend.prepare(frontend.request(piece, voice), limits.max_input_tokens)
 
-    if tokens is not None:
-        return prepared(tokens, body.seed, request_id), []
-    texts = long_form_pieces(body.input, limits.piece_chars)
+    seed, request_id = speech.sampling.get("seed"), speech.request_id
+    if not isinstance(speech.text, str):  # tokens of text that arrives in pieces
+        return prepared(speech.text, seed, request_id), []
+    texts = long_form_pieces(speech.text, limits.piece_chars)
     if texts is None:
-        return prepared(body.input, body.seed, request_id), []
-    pieces = [Piece(i, t, prepared(t, piece_seed(body.seed, i), f"{request_id}-{i}")) for i, t in enumerate(texts)]
+        return prepared(speech.text, seed, request_id), []
+    pieces = [Piece(i, t, prepared(t, piece_seed(seed, i), f"{request_id}-{i}")) for i, t in enumerate(texts)]
     return pieces[0].request, pieces
-
-
-def resolve_voice(
-    body: SpeechBody, frontend: Qwen3TTSFrontend, voices: VoiceTable, clone: VoiceClonePrompt | None
-) -> tuple[str, str | None, VoiceClonePrompt | None]:
-    """(name for logs, preset, cloned voice) as the checkpoint's variant takes a voice. Raises
-    InvalidRequestError naming the field and, for a field this variant cannot use, the one that can."""
-    kind = frontend.config.tts_model_type
-    name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
-    for variant_field, needs in VARIANT_FIELDS.items():
-        if kind != needs and getattr(body, variant_field) is not None:
-            raise InvalidRequestError(
-                f"{variant_field} needs a {needs} checkpoint (voice cloning); this is {kind}", variant_field
-            )
-    if kind == "custom_voice":
-        if name is None:
-            raise InvalidRequestError("missing required field 'voice'", "voice", code="missing_field")
-        preset = voices.resolve(name)
-        return preset, preset, None
-    if kind == "voice_design":
-        # OpenAI clients must send a voice; their names are accepted and ignored, anything else is
-        # a preset this checkpoint does not have.
-        if name and name.strip().lower() not in OPENAI_VOICE_NAMES:
-            raise InvalidRequestError(
-                f"a voice_design checkpoint has no voice '{name}': describe the voice in `instructions` "
-                "(preset voices need a custom_voice checkpoint, cloned ones a base checkpoint)",
-                "voice",
-            )
-        return "designed", None, None
-    if body.ref_text is not None and body.ref_audio is None and clone is None:
-        raise InvalidRequestError("ref_text goes with ref_audio; a saved voice has its own transcript", "ref_text")
-    if clone is not None:
-        if name:
-            raise InvalidRequestError("give either ref_audio or a saved voice, not both", "voice")
-        return "ref_audio", None, clone
-    if not name:
-        raise InvalidRequestError(
-            "a base checkpoint speaks in a cloned voice: send ref_audio (and ref_text), or name a saved voice "
-            "(POST /v1/audio/voices)",
-            "voice",
-        )
-    saved = voices.saved(name)
-    return saved.name, None, saved.prompt
 
 
 def new_request_id() -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.request import AudioChunk
-from ..models.qwen3_tts.prompt import IncrementalText
+from ..models.interfaces import TextInPieces
 from .access import Outcome
 from .schema import SpeechJob
 
@@ -39,7 +39,7 @@ class Segment:
 class OpenUtterance:
     """The utterance whose text is still arriving."""
 
-    text: IncrementalText
+    text: TextInPieces
     index: int  # its utterance_index
     received: str = ""  # the text so far
     arrival: float = field(default_factory=time.monotonic)  # its first delta

@@ -198,7 +198,7 @@ async def respond(state: ServerState, job: SpeechJob, request: Request, arrival:
     run = SpeechRun(state, job, request, arrival, route)
     headers = {"X-Request-Id": job.request_id, "X-Usage-Input-Tokens": str(job.input_tokens)}
     if job.instructions_ignored:
-        size = state.frontend.config.size_label
+        size = state.frontend.capabilities().size_label
         headers["Warning"] = f'299 cadence "instructions are ignored: the {size} model does not take them"'
     try:
         first = await run.next_chunk(watch_client=True)

@@ -16,7 +16,7 @@ from ..engine.client import EngineStartError
 from ..engine.config import EngineConfig
 from ..engine.process_config import EngineProcessConfig
 from ..engine.replicas import ReplicaPool
-from ..models.qwen3_tts.frontend import Qwen3TTSFrontend
+from ..models.interfaces import Frontend
 from . import errors as E
 from .http import FormLimits
 from .metrics import Metrics
@@ -54,7 +54,7 @@ class ServerState:
     def __init__(
         self,
         settings: ServerSettings,
-        frontend: Qwen3TTSFrontend,
+        frontend: Frontend,
         voices: VoiceTable,
         replicas: list[EngineProcessConfig],
         on_ready: Callable[[P.EngineInfo], None] | None = None,
@@ -146,7 +146,7 @@ class ServerState:
     def form_limits(self) -> FormLimits:
         """What a multipart form may hold here: a reference audio file only on a Base server."""
         if self.cloning is None:
-            kind = self.frontend.config.tts_model_type
+            kind = self.frontend.capabilities().kind
             reason = f"needs a base checkpoint (voice cloning); this is {kind}"
             return FormLimits(self.settings.max_body_bytes, 0, reason)
         return FormLimits(self.settings.max_body_bytes, self.cloning.limits.max_bytes)

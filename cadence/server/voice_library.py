@@ -1,17 +1,18 @@
-"""Saved voices (Base checkpoints): cloned voices kept on disk with their precomputed prompt.
+"""Saved voices (models that clone, such as Qwen3-TTS Base): cloned voices kept on disk with their
+precomputed prompt.
 
-A saved voice is what the voice encoders made of its reference audio (x-vector and codes) plus its
-transcript, so a request that names it pays no audio decoding and no encoder pass. On disk, one
-directory per voice:
+A saved voice is what the voice encoder made of its reference audio (Qwen3-TTS: x-vector and codes)
+plus its transcript, so a request that names it pays no audio decoding and no encoder pass. On disk,
+one directory per voice:
 
     <voices dir>/<id>/voice.json          id, name, created_at, transcript, consent, seconds, width
-    <voices dir>/<id>/prompt.safetensors  x_vector [hidden] float32, ref_codes [frames, 16] int64
+    <voices dir>/<id>/prompt.safetensors  the cloned voice as the model family writes it (ClonedVoice.save)
 
 The reference audio itself is not kept. A voice is written to a temporary directory and renamed
 into place, so a crash never leaves half a voice; both files are readable by the server's user only
 (0600, in a 0700 directory): a transcript and a consent record are personal data. Voices whose
-x-vector does not fit the loaded checkpoint's width (saved with another model size) are skipped
-with a warning, not deleted.
+width does not fit the loaded model's (saved with another model size) are skipped with a warning,
+not deleted.
 
 A name has one form, used when it is saved, looked up and deleted: Unicode NFKC without surrounding
 whitespace, compared case-insensitively. A name that is not already in that form is refused at
@@ -33,10 +34,11 @@ import shutil
 import time
 import unicodedata
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models.qwen3_tts.voice_prompt import VoiceClonePrompt
+from ..models.interfaces import ClonedVoice
 
 log = logging.getLogger("cadence.server")
 
@@ -56,7 +58,7 @@ class SavedVoice:
     name: str
     created_at: int
     consent: str  # what the client sent as its consent (a flag, or a consent recording's id)
-    prompt: VoiceClonePrompt
+    prompt: ClonedVoice
 
     def card(self) -> dict:
         """The API's description: OpenAI's voice object plus what cloning with it can do."""
@@ -74,10 +76,20 @@ class SavedVoice:
 
 
 class VoiceLibrary:
-    def __init__(self, directory: str | Path, hidden_size: int, max_voices: int = 1000):
+    """`width`: the loaded model's (ClonedVoice.width); `load_voice`: a file ClonedVoice.save wrote
+    -> the voice (the model's VoiceEncoder.load_voice)."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        width: int,
+        load_voice: Callable[[Path], ClonedVoice],
+        max_voices: int = 1000,
+    ):
         self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
-        self.hidden_size = hidden_size
+        self.width = width
+        self.load_voice = load_voice
         self.max_voices = max_voices
         self._voices: dict[str, SavedVoice] = {}
         self._skipped: set[str] = set()  # ids on disk that cannot be used here (warned about once)
@@ -109,14 +121,14 @@ class VoiceLibrary:
     def _read(self, folder: Path) -> SavedVoice | None:
         try:
             info = json.loads((folder / "voice.json").read_text(encoding="utf-8"))
-            prompt = VoiceClonePrompt.load(folder / "prompt.safetensors")
+            prompt = self.load_voice(folder / "prompt.safetensors")
         except (OSError, ValueError, KeyError) as e:
             log.warning("skipping saved voice %s: %s", folder.name, e)
             return None
-        if prompt.x_vector.size != self.hidden_size:
+        if prompt.width != self.width:
             log.warning(
                 "skipping saved voice %s (%s): made with a %d-wide model, this one is %d wide",
-                info.get("id"), info.get("name"), prompt.x_vector.size, self.hidden_size,
+                info.get("id"), info.get("name"), prompt.width, self.width,
             )  # fmt: skip
             return None
         return SavedVoice(info["id"], info["name"], int(info["created_at"]), info.get("consent", ""), prompt)
@@ -137,7 +149,7 @@ class VoiceLibrary:
     def names(self) -> list[str]:
         return [v.name for v in self.list()]
 
-    def add(self, name: str, prompt: VoiceClonePrompt, consent: str) -> SavedVoice:
+    def add(self, name: str, prompt: ClonedVoice, consent: str) -> SavedVoice:
         """Store a voice. Raises ValueError (bad name, library full) or VoiceExistsError."""
         check_name(name)
         if self.get(name) is not None:
@@ -151,7 +163,7 @@ class VoiceLibrary:
             prompt.save(tmp / "prompt.safetensors")
             info = {
                 "id": voice.id, "name": name, "created_at": voice.created_at, "consent": consent,
-                "ref_text": prompt.ref_text, "seconds": round(prompt.seconds, 2), "x_vector_dim": self.hidden_size,
+                "ref_text": prompt.ref_text, "seconds": round(prompt.seconds, 2), "x_vector_dim": self.width,
             }  # fmt: skip
             _write_private(tmp / "voice.json", json.dumps(info, indent=2, ensure_ascii=False) + "\n")
             (tmp / "prompt.safetensors").chmod(PRIVATE_FILE)

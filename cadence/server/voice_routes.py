@@ -36,19 +36,17 @@ class VoiceForm(msgspec.Struct, kw_only=True):
 
 def capabilities(state: ServerState) -> dict[str, Any]:
     """What this server's checkpoint can do (GET /v1/models): the task and the fields it takes."""
-    cfg = state.frontend.config
-    kind = cfg.tts_model_type
+    caps = state.frontend.capabilities()
     return {
-        "tts_model_type": kind,
-        "model_size": cfg.tts_model_size,
-        "voices": cfg.speakers if kind == "custom_voice" else [],
-        "instructions": "style" if cfg.supports_instruct and kind == "custom_voice" else
-        ("voice description" if kind == "voice_design" else None),
-        "voice_cloning": kind == "base",
-        "saved_voices": kind == "base",
-        "languages": cfg.languages,
-        "sample_rate": cfg.sample_rate,
-    }  # fmt: skip
+        "tts_model_type": caps.kind,
+        "model_size": caps.size,
+        "voices": list(caps.voices),
+        "instructions": caps.instructions,
+        "voice_cloning": caps.clones_voices,
+        "saved_voices": caps.clones_voices,
+        "languages": list(caps.languages),
+        "sample_rate": state.frontend.sample_rate,
+    }
 
 
 def add_voice_routes(app: FastAPI, state: ServerState, auth: list) -> None:
@@ -68,7 +66,7 @@ def add_voice_routes(app: FastAPI, state: ServerState, auth: list) -> None:
         return JSONResponse(
             {
                 "voices": page,
-                "languages": state.frontend.config.languages,
+                "languages": list(state.frontend.capabilities().languages),
                 "has_more": start + n < len(voices),
                 "last_id": page[-1]["id"] if page else None,
             }
@@ -144,6 +142,6 @@ def _list_limit(text: str | None) -> int:
 
 def _require_cloning(state: ServerState):
     if state.cloning is None:
-        kind = state.frontend.config.tts_model_type
+        kind = state.frontend.capabilities().kind
         raise E.bad_request(f"saved voices need a base checkpoint (voice cloning); this server runs {kind}", "voice")
     return state.cloning

@@ -9,11 +9,13 @@ overrides or adds entries. Names are case-insensitive.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidRequestError
-from .voice_library import SavedVoice, VoiceLibrary
+from ..models.interfaces import ClonedVoice
+from .voice_library import VoiceLibrary
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,10 @@ def parse_voice_map(spec: str | None) -> dict[str, str]:
 
 
 class VoiceTable:
-    """Resolves a request's voice: a preset of the checkpoint, an alias of one, or (Base) a saved voice."""
+    """Resolves a request's voice: a preset of the checkpoint, an alias of one, or (a model that
+    clones) a saved voice. The model's frontend asks it (interfaces.Voices)."""
 
-    def __init__(self, speakers: list[str], overrides: dict[str, str] | None = None):
+    def __init__(self, speakers: Iterable[str], overrides: dict[str, str] | None = None):
         self.library: VoiceLibrary | None = None  # a Base server's saved voices (set by `cadence serve`)
         self.speakers = sorted(s.lower() for s in speakers)
         bad = {k: v for k, v in (overrides or {}).items() if v not in self.speakers}
@@ -99,14 +102,15 @@ class VoiceTable:
             return self.aliases[name]
         raise InvalidRequestError(f"unknown voice '{voice}'", "voice", [*self.speakers, *sorted(self.aliases)])
 
-    def saved(self, voice: str) -> SavedVoice:
-        """A saved voice by id or name; InvalidRequestError listing the saved names otherwise."""
+    def saved(self, voice: str) -> tuple[str, ClonedVoice]:
+        """A saved voice by id or name: (its name, the voice); InvalidRequestError listing the saved
+        names otherwise."""
         found = self.library.get(voice) if self.library is not None else None
         if found is None:
             names = self.library.names() if self.library is not None else []
             hint = "" if names else " (none saved yet: POST /v1/audio/voices, or send ref_audio)"
             raise InvalidRequestError(f"unknown voice '{voice}'{hint}", "voice", names)
-        return found
+        return found.name, found.prompt
 
     def describe(self) -> list[dict]:
         """GET /v1/audio/voices entries: every preset, with what is known of it and its aliases; on a

@@ -38,7 +38,6 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from ..engine.client import EngineDeadError
 from ..engine.request import AudioChunk, QueueFullError, RequestTooLargeError
-from ..models.qwen3_tts.prompt import TextTokens
 from ..sampling import SamplingOverrides
 from . import errors as E
 from .access import Outcome, record
@@ -139,7 +138,7 @@ class SpeechSession(ContinuousInput):
         (one delta of a session at a time)."""
         return [(sentence, self._validate(sentence)) for sentence in self.segmenter.push(text)]
 
-    def _validate(self, text: str, tokens: TextTokens | None = None, text_open: bool = False) -> SpeechJob | E.APIError:
+    def _validate(self, text: str, tokens: Any = None, text_open: bool = False) -> SpeechJob | E.APIError:
         body = SpeechBody(input=text, **_fields(self.config))
         try:
             state = self.state

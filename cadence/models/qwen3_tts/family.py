@@ -1,5 +1,6 @@
 """Qwen3-TTS as a registered model family (cadence/models/registry.py). No torch: the runtime loader
-imports the model only when the engine process calls it."""
+imports the model only when the engine process calls it, the voice encoder's only when a Base
+server calls it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .frontend import CHECKPOINT_PATTERNS, Qwen3TTSFrontend
 
 if TYPE_CHECKING:
     from .runtime import Qwen3TTS
+    from .voice_encoder import VoiceEncoder
 
 NAME = "qwen3_tts"
 
@@ -46,4 +48,13 @@ def load_runtime(source: ModelSource) -> Qwen3TTS:
     return Qwen3TTS.from_pretrained(source.checkpoint, source.device, source.dtype, source.tokenizer_regex)
 
 
-QWEN3_TTS = ModelFamily(NAME, accepts, locate, load_frontend, load_runtime)
+def load_voice_encoder(source: ModelSource, device: str) -> VoiceEncoder:
+    """A Base checkpoint's voice encoders, or random ones of its architecture (--dummy-weights)."""
+    from .voice_encoder import VoiceEncoder  # torch: only a Base server loads it
+
+    if source.random is not None:
+        return VoiceEncoder.random(source.random.parse(), source.seed, device)
+    return VoiceEncoder.from_pretrained(source.checkpoint, device)
+
+
+QWEN3_TTS = ModelFamily(NAME, accepts, locate, load_frontend, load_runtime, load_voice_encoder)

@@ -2,7 +2,8 @@
 
 `Qwen3TTSFrontend` validates a `SynthesisRequest` and turns it into the engine's request (the
 prompt's ids and the resolved sampling); the engine process, which holds the weights, only ever
-receives such requests.
+receives such requests. It is the family's `Frontend` (cadence/models/interfaces.py): the server
+hands it a `Speech` and gets a `SynthesisRequest` back (serving.py resolves the voice).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Protocol
 from ...checkpoints import resolve_checkpoint
 from ...engine.request import EngineRequest
 from ...errors import InvalidRequestError
+from ..interfaces import ModelCapabilities, Speech, Voices
+from . import serving
 from .config import Qwen3TTSConfig
-from .prompt import Prompt, TextLayout, TextTokens, build_prompt
+from .prompt import IncrementalText, Prompt, TextLayout, TextTokens, build_prompt
 from .sampling import SamplingParams
 from .tokenizer import PretokenizerRegex, TextTokenizer
 from .voice_prompt import VoiceClonePrompt
@@ -133,6 +136,37 @@ class Qwen3TTSFrontend:
     def prepare(self, request: SynthesisRequest, max_input_tokens: int) -> EngineRequest[Prompt, SamplingParams]:
         """Validate and tokenise a request for the engine (prepare_request)."""
         return prepare_request(self, request, max_input_tokens)
+
+    def capabilities(self) -> ModelCapabilities:
+        return serving.capabilities(self.config)
+
+    def resolve_voice(self, speech: Speech, voices: Voices) -> tuple[str, serving.QwenVoice]:
+        return serving.resolve_voice(self.config, speech, voices)
+
+    def request(self, speech: Speech, voice: serving.QwenVoice) -> SynthesisRequest:
+        """Text given as tokens (it arrived in pieces) takes the streaming layout, whether or not
+        more follows: its audio is that of the one-shot streaming request over the whole text."""
+        preset, clone = voice
+        return SynthesisRequest(
+            speech.text, voice=preset, clone=clone, x_vector_only=speech.x_vector_only,
+            language=speech.language or "auto", instruct=speech.instructions or None, **speech.sampling,
+            ignore_eos=speech.ignore_eos, request_id=speech.request_id,
+            layout=None if isinstance(speech.text, str) else "streaming", text_open=speech.text_open,
+        )  # fmt: skip
+
+    def prompt_parts(self, prompt: Prompt) -> dict[str, int]:
+        """The text, a clone's reference frames, and the rest (instructions, the fixed rows)."""
+        return {
+            "input": prompt.num_text_tokens,
+            "ref_audio": len(prompt.ref_codes),
+            "instructions": len(prompt) - prompt.num_text_tokens - len(prompt.ref_codes),
+        }
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
+
+    def text_in_pieces(self) -> IncrementalText:
+        return IncrementalText(self.tokenizer)
 
 
 class PromptBuilder(Protocol):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ...errors import InvalidRequestError
+from ..interfaces import MoreTextNeeded
 from .config import Qwen3TTSConfig
 from .tokenizer import TextTokenizer
 from .voice_prompt import VoiceClonePrompt
@@ -130,11 +131,6 @@ class _Rows:
 
     def __len__(self) -> int:
         return len(self.text)
-
-
-class MoreTextNeeded(ValueError):
-    """An open prompt (text still arriving) cannot be laid out yet: its prefill needs more text
-    tokens than have arrived (the in-context clone puts the first text beside the reference frames)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -42,6 +43,11 @@ class VoiceEncoder:
     @property
     def device(self) -> torch.device:
         return next(self.speaker.parameters()).device
+
+    @property
+    def width(self) -> int:
+        """The x-vectors' size (VoiceClonePrompt.width)."""
+        return self.config.talker.hidden_size
 
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike, device: str | torch.device = "cpu") -> VoiceEncoder:
@@ -80,6 +86,10 @@ class VoiceEncoder:
         codes = self.codec_encoder.encode(wav).cpu().numpy()
         x_vector = self.speaker.embed(wav).float().cpu().numpy()
         return VoiceClonePrompt(x_vector, codes, ref_text.strip() if ref_text and ref_text.strip() else None)
+
+    def load_voice(self, path: str | Path) -> VoiceClonePrompt:
+        """A voice VoiceClonePrompt.save wrote (a saved voice)."""
+        return VoiceClonePrompt.load(path)
 
 
 def _check_can_clone(config: Qwen3TTSConfig) -> None:

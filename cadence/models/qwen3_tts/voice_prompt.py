@@ -55,6 +55,11 @@ class VoiceClonePrompt:
     def seconds(self) -> float:
         return self.ref_codes.shape[0] * 0.08
 
+    @property
+    def width(self) -> int:
+        """The x-vector's size: the talker's hidden size of the model it was made for."""
+        return self.x_vector.size
+
     def save(self, path: str | Path) -> None:
         """One safetensors file; the transcript travels in its metadata."""
         meta = {"format": FILE_FORMAT}
