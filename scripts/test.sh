@@ -18,12 +18,15 @@ python -m pip install -q --upgrade pip
 # configured index: on a plain PyPI machine that is the CUDA build (several GB); install the CPU
 # build first (README) where no GPU is used.
 python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
-# Triton (which the CPU build of torch lacks): the kernels' tests run their Triton kernels on a CPU
-# through its interpreter (TRITON_INTERPRET=1, set below where no GPU is), against the kernels'
-# PyTorch definitions, and the launch-choice snapshot needs its tile arithmetic.
-python -c "import triton" 2>/dev/null || python -m pip install -q "triton==3.6.0"
 # ray: tests/test_ray_serve.py runs cadence on a local Ray cluster (Ray needs no torch: the one above stays).
 python -m pip install -q -e ".[test,ray]"
+# Triton, which the CPU build of torch lacks (a CUDA build brings its own): the kernels' tests run
+# their Triton kernels on a CPU through its interpreter (TRITON_INTERPRET=1, set below where no GPU
+# is), against the kernels' PyTorch definitions, and the launch-choice snapshot needs its tile
+# arithmetic. Triton 3.6's interpreter turns one-element arrays into ints, which NumPy 2.4 refuses.
+if python -c "import sys, torch; sys.exit(torch.version.cuda is not None)"; then
+    python -m pip install -q "triton==3.6.0" "numpy>=1.26,<2.4"
+fi
 # The official implementation is the test oracle. --no-deps: it pins gradio, torchaudio, sox and
 # onnxruntime, which its 12 Hz path never uses (tests/official.py stubs them).
 python -m pip install -q --no-deps "qwen-tts==0.1.1"
