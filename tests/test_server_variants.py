@@ -7,6 +7,7 @@ cannot use. (Base: tests/test_server_voices.py; the 0.6B CustomVoice: tests/test
 from __future__ import annotations
 
 import base64
+import json
 
 import httpx
 import pytest
@@ -63,6 +64,24 @@ def test_17b_through_the_openai_client(custom_17b):
         response_format="pcm", extra_body={"max_new_tokens": FRAMES, "ignore_eos": True, "seed": 3},
     )  # fmt: skip
     assert audio.read() == speech(custom_17b, voice="ryan", instructions="Whisper, slowly and warmly.").content
+
+
+def banner_example(server: Server) -> dict:
+    """The request the start-up banner suggests (its `try: curl ... -d '{...}'` line)."""
+    line = next(line for line in server.log().splitlines() if "try: curl" in line)
+    return json.loads(line.split(" -d '", 1)[1].split("' -o ", 1)[0])
+
+
+@pytest.mark.parametrize("variant", ["custom_17b", "design"])
+def test_the_banners_example_request_works(variant, request):
+    """The curl line `cadence serve` prints is a request the served variant takes: a preset voice
+    for CustomVoice, a voice description for VoiceDesign."""
+    server = request.getfixturevalue(variant)
+    example = banner_example(server)
+    assert ("voice" in example) == (variant == "custom_17b") and ("instructions" in example) == (variant == "design")
+    with server.client() as c:
+        r = c.post("/v1/audio/speech", json=example)
+    assert r.status_code == 200 and r.content[:4] == b"RIFF", r.text
 
 
 def test_custom_voice_refuses_cloning_fields(custom_17b):

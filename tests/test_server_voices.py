@@ -97,6 +97,9 @@ def test_models_lists_what_a_base_checkpoint_does(server):
     assert card["voice_cloning"] and card["saved_voices"]
     assert card["voices"] == [] and card["instructions"] is None
     assert "english" in card["languages"] and card["sample_rate"] == 24000
+    # a model that speaks only cloned voices has no request to suggest without reference audio
+    log = server.log()
+    assert "try: save a voice from reference audio" in log and "try: curl" not in log
 
 
 def test_saved_voice_is_listed_stored_and_precomputed(server, saved, voices_dir, tiny_base_checkpoint):

@@ -21,6 +21,7 @@ from ..cli_options import DEFAULT_MODEL
 if TYPE_CHECKING:
     from ..deploy.placement import Placement
     from ..engine.process_config import EngineProcessConfig, ModelSource
+    from ..models.interfaces import ModelCapabilities
     from .state import ServerState
 
 log = logging.getLogger("cadence.server")
@@ -225,6 +226,22 @@ def _warn_shared_devices(placements, engine) -> None:
         log.warning("several replicas share a GPU: set kv_cache_memory (GB per replica) so that their KV caches fit")
 
 
+def example_request(caps: ModelCapabilities, model: str, random_weights: bool) -> dict | None:
+    """A speech request the served model takes as it is, for the start-up banner: a built-in voice,
+    or a voice description; None for a model that speaks only cloned voices (reference audio)."""
+    # a whole file: a streamed WAV's header cannot know its length (see docs/api.md)
+    example: dict = {"model": model, "input": "Hello from cadence.", "response_format": "wav", "stream": False}
+    if caps.voices:
+        example["voice"] = "ryan" if "ryan" in caps.voices else caps.voices[0]
+    elif caps.instructions == "voice description":
+        example["instructions"] = "A warm, calm narrator's voice."
+    else:
+        return None
+    if random_weights:
+        example["max_new_tokens"] = 50  # random weights seldom stop on their own: 4 s of audio
+    return example
+
+
 def _banner(args: argparse.Namespace, state: ServerState, info) -> None:
     settings = state.settings
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
@@ -234,11 +251,7 @@ def _banner(args: argparse.Namespace, state: ServerState, info) -> None:
     per_stream = min(info.kv_tokens / max(1, info.max_streams), args.max_seq_tokens) * 0.08
     streams = f"{info.max_streams} stream{'s' if info.max_streams != 1 else ''}"
     weights = "RANDOM weights: the audio is noise" if info.random_weights else "checkpoint weights"
-    # a whole file: a streamed WAV's header cannot know its length (see docs/api.md)
-    example = {"model": info.model, "input": "Hello from cadence.", "voice": "ryan", "response_format": "wav"}
-    example["stream"] = False
-    if info.random_weights:
-        example["max_new_tokens"] = 50  # random weights seldom stop on their own: 4 s of audio
+    example = example_request(state.frontend.capabilities(), info.model, info.random_weights)
     where = info.device if not info.codec_device else f"{info.device} (codec on {info.codec_device})"
     lines = [
         f"cadence is serving {info.model} ({info.model_size}, {weights}) on {where} in {info.dtype}",
@@ -253,10 +266,11 @@ def _banner(args: argparse.Namespace, state: ServerState, info) -> None:
         lines.insert(2, f"  {len(state.engine.replicas)} replicas on {devices}; capacity and KV cache per replica:")
     if settings.ui:
         lines.append(f"  playground: open {url}/ in a browser")
-    lines += [
-        f"  try: curl {url}/v1/audio/speech{auth} -H 'Content-Type: application/json' -d '{json.dumps(example)}' "
-        "-o hello.wav",
-    ]
+    if example is None:
+        lines.append("  try: save a voice from reference audio (docs/api.md: Voice cloning and saved voices)")
+    else:
+        body, json_type = json.dumps(example), "-H 'Content-Type: application/json'"
+        lines.append(f"  try: curl {url}/v1/audio/speech{auth} {json_type} -d '{body}' -o hello.wav")
     print("\n".join(lines), flush=True)
 
 
