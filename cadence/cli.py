@@ -231,6 +231,17 @@ def build_parser(features: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
+def _kernel_profile(value: str) -> str:
+    """--kernel-profile checked as it is parsed: a bad one is a usage error, not a traceback."""
+    from .kernels.config import KernelConfig
+
+    try:
+        KernelConfig(profile=value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def _add_synth_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "synth",
@@ -274,6 +285,10 @@ def _add_synth_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--long-form-pause", type=float, default=0.25, metavar="S", help="seconds of silence between the pieces "
         "(default 0.25)"
+    )  # fmt: skip
+    p.add_argument(
+        "--kernel-profile", type=_kernel_profile, metavar="auto|h100|h200|PATH", help="the tile table the GPU "
+        "kernels choose their launches from (default auto: the table of the GPU's family; see cadence serve --help)"
     )  # fmt: skip
     add_codec_decode_argument(p)
     sampling = add_sampling_arguments(p)

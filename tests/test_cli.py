@@ -198,6 +198,18 @@ def test_synth_runaway_guard_and_its_switch(cli_checkpoint, tmp_path):
     assert reported_frames(r.stderr) == (90, "length")
 
 
+def test_synth_kernel_profile(cli_checkpoint, tmp_path):
+    """--kernel-profile names the kernels' tile table; one that is not a family or a .toml path is a
+    usage error before anything loads."""
+    out = tmp_path / "x.wav"
+    args = ("synth", "Hi.", "--model", str(cli_checkpoint), "-o", str(out), "--greedy", "--max-new-tokens", "3")
+    r = cadence(*args, "--kernel-profile", "h100")
+    assert r.returncode == 0, r.stderr
+    assert "tile table h100" in r.stderr and out.exists()
+    r = cadence(*args, "--kernel-profile", "a100")
+    assert r.returncode == 2 and "argument --kernel-profile: unknown kernel profile 'a100'" in r.stderr
+
+
 def test_synth_with_dummy_weights_offline(tmp_path):
     """`cadence synth --dummy-weights`: the released 0.6B architecture and tokenizer, shipped with
     cadence, with random weights; nothing is asked of the hub (HF_HUB_OFFLINE)."""
