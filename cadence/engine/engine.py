@@ -145,8 +145,7 @@ class Engine:
 
     def __init__(self, model: ModelRuntime, config: EngineConfig | None = None):
         self.model = model
-        self.config = config or EngineConfig()
-        self.core = build_core(model, self.config)
+        self.core = build_core(model, config or EngineConfig())
         self.config = self.core.config  # max_streams and the other automatic settings resolved
         self._log_capacity(self.core.talker, self.core.codec)
         self._inbox: list[EngineRequest | str | TextAppend] = []  # requests to add, ids to cancel, text

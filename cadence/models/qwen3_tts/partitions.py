@@ -401,7 +401,7 @@ class Qwen3TTSCodec:
     def _decode(self, slots: list[int], frames: torch.Tensor, finishing: bool) -> torch.Tensor:
         n, f = frames.shape[0], frames.shape[1]
         fb = next((b for b in self.FRAME_BUCKETS if b >= f), None)
-        most = min(self.max_batch, self.graph_batch[fb]) if self.graphs and fb is not None else self.max_batch
+        most = self.graph_batch[fb] if self.graphs and fb is not None else self.max_batch  # both <= max_batch
         if n > most:  # bounded activation memory: split large groups
             parts = [self._decode(slots[i : i + most], frames[i : i + most], finishing) for i in range(0, n, most)]
             return torch.cat(parts)
