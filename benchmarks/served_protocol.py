@@ -19,9 +19,12 @@ Writes OUT/bench/<rate>/ (the bench's results.json, requests.csv and plots), OUT
 OUT/protocol.md (one column a rate: TTFA p50/p95/p99, requests with a playback gap, failures,
 delivered requests/s; then where the first audio's time goes: the p50 and p95 of each stage of its
 path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
-requests with a gap against load) and OUT/serve.log. `--merge` writes the table and plot of several
-runs' protocol.json (rates measured in separate runs, e.g. device calls too short for all of them)
-without measuring anything: each rate's row is taken whole from the run that measured it.
+requests with a gap against load) and OUT/serve.log. protocol.json keeps every completed request's
+TTFA and first-audio stages, so `--merge` can write the table and plot of several runs without
+measuring anything: rates measured in separate runs (device calls too short for all of them) side
+by side, and a rate measured by several runs with different seeds pooled over all their requests,
+so the full protocol can be gathered a few rates or seeds a call. A rate two runs measured with the
+same seed is refused.
 """
 
 from __future__ import annotations
@@ -34,44 +37,24 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from protocol_table import Row, merge, table, write  # noqa: E402
 
 from cadence.bench.aggregate import Aggregate  # noqa: E402
 from cadence.bench.client import ServerConfig  # noqa: E402
-from cadence.bench.load import LoadConfig  # noqa: E402
-from cadence.bench.metrics import summarize  # noqa: E402
+from cadence.bench.load import LoadConfig, Trial  # noqa: E402
+from cadence.bench.metrics import request_metrics  # noqa: E402
 from cadence.bench.run import BenchConfig, WorkloadSpec, run_bench  # noqa: E402
 from cadence.bench.workload import parse_fixed_frames  # noqa: E402
 
 SIZES = {"0.6b": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "1.7b": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"}
 RATES = [1.0, 4.0, 10.0, 20.0, 40.0, 60.0, 80.0]
-STAGES = ("api", "to_engine", "queue", "prefill", "codec", "to_api")  # the access log's first_audio_ms
-
-
-@dataclass(frozen=True)
-class Row:
-    """One rate of the protocol's table."""
-
-    rate: float
-    sent: int
-    completed: int
-    failed: int
-    ttfa_ms: tuple[float | None, float | None, float | None]  # p50, p95, p99
-    with_gap: int  # completed requests whose playback stalled at least once
-    requests_per_s: float | None
-    stages_ms: dict[str, tuple[float, float]]  # the server's first-audio path: stage -> (p50, p95)
-
-    @classmethod
-    def of(cls, a: Aggregate, stages_ms: dict[str, tuple[float, float]]) -> Row:
-        ms = [None if v is None else round(v * 1000, 1) for v in (a.ttfa_s.p50, a.ttfa_s.p95, a.ttfa_s.p99)]
-        return cls(
-            a.load, a.sent, a.completed, a.failed, tuple(ms), a.requests_with_underruns, a.requests_per_s, stages_ms
-        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -166,16 +149,29 @@ def run_protocol(args: argparse.Namespace, url: str, out: Path, log: Path) -> li
         start = time.time()
         result = run_bench(config)
         stages = first_audio_stages(log, start, time.time())
-        rows += [Row.of(a, stages) for a in result.points() if a.mode == "open"]
+        rows += [row_of(a, result.trials, stages) for a in result.points() if a.mode == "open"]
     return rows
+
+
+def row_of(a: Aggregate, trials: list[Trial], stages: dict[str, list[float]]) -> Row:
+    """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
+    kept for pooling with other runs."""
+    ttfa = [
+        m.ttfa_s * 1000
+        for t in trials
+        if t.point.mode == a.mode and t.point.value == a.load
+        for r in t.measured
+        if r.ok and (m := request_metrics(r.exchange.timeline)).ttfa_s is not None
+    ]
+    return Row.measured(a.load, a.seeds, (a.sent, a.completed, a.requests_with_underruns), a.window_s, ttfa, stages)
 
 
 ACCESS_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cadence\.access: (\{.*\})$")
 
 
-def first_audio_stages(log: Path, start: float, end: float) -> dict[str, tuple[float, float]]:
-    """p50 and p95 (ms) of each first-audio stage over the access-log lines written in [start, end]
-    (warm-up requests included: the log cannot tell them apart)."""
+def first_audio_stages(log: Path, start: float, end: float) -> dict[str, list[float]]:
+    """Each first-audio stage (ms) of the access-log lines written in [start, end] (warm-up requests
+    included: the log cannot tell them apart)."""
     from datetime import datetime
 
     values: dict[str, list[float]] = {}
@@ -187,80 +183,8 @@ def first_audio_stages(log: Path, start: float, end: float) -> dict[str, tuple[f
         entry = json.loads(m.group(2))
         if start <= when <= end and entry.get("status") == 200:
             for stage, ms in entry.get("first_audio_ms", {}).items():
-                values.setdefault(stage, []).append(ms / 1000)
-    out = {}
-    for stage, seconds in values.items():
-        s = summarize(seconds)
-        out[stage] = (round(s.p50 * 1000, 2), round(s.p95 * 1000, 2))
-    return out
-
-
-def table(rows: list[Row]) -> str:
-    def ms(v: float | None) -> str:
-        return "–" if v is None else f"{v:.1f}"
-
-    lines = [
-        "| requests/s | " + " | ".join(f"{r.rate:g}" for r in rows) + " |",
-        "|---|" + "---:|" * len(rows),
-        "| p50 / p95 / p99 TTFA (ms) | " + " | ".join(" / ".join(ms(v) for v in r.ttfa_ms) for r in rows) + " |",
-        "| requests with a playback gap | " + " | ".join(f"{r.with_gap} / {r.completed}" for r in rows) + " |",
-        "| failed / sent | " + " | ".join(f"{r.failed} / {r.sent}" for r in rows) + " |",
-        "| delivered requests/s | "
-        + " | ".join("–" if r.requests_per_s is None else f"{r.requests_per_s:.2f}" for r in rows)
-        + " |",
-    ]
-    stages = [s for s in STAGES if any(s in r.stages_ms for r in rows)]
-    if stages:
-        lines += ["", "Where the first audio's time goes in the server, p50 / p95 (ms):", ""]
-        lines += ["| stage | " + " | ".join(f"{r.rate:g}/s" for r in rows) + " |", "|---|" + "---:|" * len(rows)]
-        for stage in stages:
-            cells = [" / ".join(f"{v:.1f}" for v in r.stages_ms[stage]) if stage in r.stages_ms else "–" for r in rows]
-            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def plot(rows: list[Row], path: Path) -> Path | None:
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    x = [r.rate for r in rows]
-    for i, name in enumerate(("p50", "p95", "p99")):
-        left.plot(x, [float("nan") if r.ttfa_ms[i] is None else r.ttfa_ms[i] for r in rows], marker="o", label=name)
-    left.set(xlabel="offered load (requests/s)", ylabel="TTFA (ms)", title="Time to first audible audio")
-    left.legend()
-    right.plot(x, [100 * r.with_gap / max(1, r.completed) for r in rows], marker="o", color="tab:red")
-    right.set(xlabel="offered load (requests/s)", ylabel="% of requests", title="Requests with a playback gap")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def merge(paths: list[Path], out: Path) -> list[Row]:
-    """The rows of several runs' protocol.json as one table (OUT/protocol.json, .md, .png), by rate.
-    A rate measured by two runs is refused: their percentiles cannot be combined from summaries."""
-    runs = [json.loads(p.read_text()) for p in paths]
-    rows: dict[float, Row] = {}
-    for path, run in zip(paths, runs, strict=True):
-        for data in run["rows"]:
-            row = Row(**{**data, "ttfa_ms": tuple(data["ttfa_ms"]),
-                         "stages_ms": {k: tuple(v) for k, v in data["stages_ms"].items()}})  # fmt: skip
-            if row.rate in rows:
-                raise SystemExit(f"{path}: rate {row.rate:g} is measured by another run too")
-            rows[row.rate] = row
-    merged = [rows[r] for r in sorted(rows)]
-    summary = {"merged": [str(p) for p in paths], "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs]}
-    (out / "protocol.json").write_text(json.dumps({**summary, "rows": [r.__dict__ for r in merged]}, indent=2) + "\n")
-    (out / "protocol.md").write_text(table(merged) + "\n")
-    plot(merged, out / "protocol.png")
-    return merged
+                values.setdefault(stage, []).append(float(ms))
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.merge:
-        print(table(merge([Path(p) for p in args.merge], out)))
+        try:
+            print(table(merge([Path(p) for p in args.merge], out)))
+        except ValueError as e:
+            raise SystemExit(f"served_protocol.py --merge: {e}") from None
         return 0
     server_cores, client_cores = split_cores(args.client_cores)
     server, ready_s, checkpoint = None, None, args.checkpoint
@@ -300,11 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "ready_s": ready_s,
         "requests_per_trial": args.requests,
         "seeds": args.seeds,
-        "rows": [r.__dict__ for r in rows],
     }
-    (out / "protocol.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "protocol.md").write_text(table(rows) + "\n")
-    plot(rows, out / "protocol.png")
+    write(out, summary, rows)
     print(table(rows))
     return 0
 

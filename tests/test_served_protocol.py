@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from serving import REPO, free_port
 
 
@@ -25,6 +26,8 @@ def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
         assert row["sent"] == row["completed"] + row["failed"] and row["completed"] > 0
         p50, p95, p99 = row["ttfa_ms"]
         assert 0 < p50 <= p95 <= p99
+        assert row["seeds"] == [0] and 0 < len(row["ttfa_samples_ms"]) <= row["completed"]  # kept for --merge
+        assert min(row["ttfa_samples_ms"]) <= p50 <= max(row["ttfa_samples_ms"])
     table = (out / "protocol.md").read_text()
     assert table.startswith("| requests/s | 1 | 2 |") and "playback gap" in table
     assert "| prefill |" in table and all(row["stages_ms"]["queue"][0] >= 0 for row in summary["rows"])
@@ -58,4 +61,44 @@ def test_runs_of_separate_rates_merge_into_one_table(tmp_path):
     assert "40.0 / 44.0 / 48.0" in done.stdout
     clash = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
                            text=True, timeout=120)  # fmt: skip
-    assert clash.returncode != 0 and "rate 10 is measured by another run too" in clash.stderr
+    assert (
+        clash.returncode != 0
+        and "rate 1 is measured by more than one run, not all with per-request samples" in clash.stderr
+    )
+
+
+def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
+    """--merge pools a rate that runs measured with different seeds (the full protocol gathered over
+    several device calls): the percentiles are those of all the requests together, counts and
+    measuring windows add up; the same seed twice is refused."""
+    rng = np.random.default_rng(7)
+    samples = {0: rng.gamma(4.0, 4.0, 300).round(2).tolist(), 1: rng.gamma(6.0, 4.0, 200).round(2).tolist()}
+
+    def run(name: str, seed: int) -> Path:
+        ttfa = samples[seed]
+        row = {"rate": 20.0, "sent": len(ttfa) + 1, "completed": len(ttfa), "failed": 1, "with_gap": seed,
+               "ttfa_ms": [0.0, 0.0, 0.0], "requests_per_s": 0.0, "seeds": [seed], "window_s": 10.0 + seed,
+               "ttfa_samples_ms": ttfa, "stages_ms": {}, "stage_samples_ms": {"codec": ttfa[:50]}}  # fmt: skip
+        path = tmp_path / name / "protocol.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"size": "1.7b", "seeds": [seed], "rows": [row]}))
+        return path
+
+    script = [sys.executable, str(REPO / "benchmarks" / "served_protocol.py")]
+    a, b = run("a", 0), run("b", 1)
+    done = subprocess.run([*script, "--merge", str(a), str(b), "--out", str(tmp_path / "m")], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "m" / "protocol.json").read_text())["rows"]
+    everything = samples[0] + samples[1]
+    assert row["ttfa_ms"] == [round(float(v), 1) for v in np.percentile(everything, [50, 95, 99])]
+    assert row["ttfa_ms"] != [round(float(v), 1) for v in np.percentile(samples[0], [50, 95, 99])]
+    assert (row["sent"], row["completed"], row["failed"], row["with_gap"]) == (502, 500, 2, 1)
+    assert row["seeds"] == [0, 1] and row["window_s"] == 21.0 and row["requests_per_s"] == 500 / 21.0
+    assert row["stages_ms"]["codec"] == [
+        round(float(v), 1) for v in np.percentile(everything[:50] + samples[1][:50], [50, 95])
+    ]
+    assert "| seeds | 0 1 |" in (tmp_path / "m" / "protocol.md").read_text()
+    again = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert again.returncode != 0 and "rate 20 is measured by two runs with the same seed" in again.stderr

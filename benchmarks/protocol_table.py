@@ -1,0 +1,165 @@
+"""The served protocol's results as data: one `Row` a rate, built from a bench run or read back from
+protocol.json, pooled across runs, and written as the table and plot.
+
+A row keeps its requests' samples (each completed request's time to first audible audio, each
+first-audio stage from the server's access log), so that runs of the same rate with other seeds,
+measured in separate device calls, pool into one row whose percentiles are those of all their
+requests together, as `cadence bench` pools the seeds of one run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+STAGES = ("api", "to_engine", "queue", "prefill", "codec", "to_api")  # the access log's first_audio_ms
+
+
+def percentiles(samples: list[float], qs: tuple[int, ...]) -> tuple[float | None, ...]:
+    if not samples:
+        return tuple(None for _ in qs)
+    return tuple(round(float(v), 1) for v in np.percentile(np.asarray(samples, dtype=np.float64), qs))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One rate of the protocol's table: its trials (seeds) pooled."""
+
+    rate: float
+    sent: int
+    completed: int
+    failed: int
+    ttfa_ms: tuple[float | None, ...]  # p50, p95, p99 over completed requests
+    with_gap: int  # completed requests whose playback stalled at least once
+    requests_per_s: float | None  # delivered: completed over the measuring windows
+    stages_ms: dict[str, tuple[float, ...]]  # the server's first-audio path: stage -> (p50, p95)
+    seeds: tuple[int, ...] = ()
+    window_s: float | None = None  # the trials' measuring windows added
+    ttfa_samples_ms: list[float] = field(default_factory=list, repr=False)
+    stage_samples_ms: dict[str, list[float]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def measured(
+        cls, rate: float, seeds: list[int], counts: tuple[int, int, int], window_s: float,
+        ttfa_samples_ms: list[float], stage_samples_ms: dict[str, list[float]],
+    ) -> Row:  # fmt: skip
+        """A row from its samples. `counts`: (sent, completed, requests with a playback gap)."""
+        sent, completed, with_gap = counts
+        return cls(
+            rate=rate, sent=sent, completed=completed, failed=sent - completed,
+            ttfa_ms=percentiles(ttfa_samples_ms, (50, 95, 99)), with_gap=with_gap,
+            requests_per_s=completed / window_s if window_s > 0 else None,
+            stages_ms={k: percentiles(v, (50, 95)) for k, v in stage_samples_ms.items() if v},
+            seeds=tuple(seeds), window_s=window_s,
+            ttfa_samples_ms=[round(v, 2) for v in ttfa_samples_ms],
+            stage_samples_ms={k: [round(v, 2) for v in vs] for k, vs in stage_samples_ms.items()},
+        )  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict) -> Row:
+        return cls(**{
+            **data,
+            "ttfa_ms": tuple(data["ttfa_ms"]),
+            "stages_ms": {k: tuple(v) for k, v in data["stages_ms"].items()},
+            "seeds": tuple(data.get("seeds", ())),
+        })  # fmt: skip
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @property
+    def poolable(self) -> bool:
+        return bool(self.seeds) and self.window_s is not None and len(self.ttfa_samples_ms) > 0
+
+
+def pool(rows: list[Row]) -> Row:
+    """Rows of one rate measured with different seeds as one row over all their requests. Rows
+    without samples, or two rows that share a seed, cannot pool: ValueError says which."""
+    rate = rows[0].rate
+    if len(rows) == 1:
+        return rows[0]
+    if not all(r.poolable for r in rows):
+        raise ValueError(f"rate {rate:g} is measured by more than one run, not all with per-request samples")
+    seeds = [s for r in rows for s in r.seeds]
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"rate {rate:g} is measured by two runs with the same seed ({sorted(seeds)})")
+    stages = {k: [v for r in rows for v in r.stage_samples_ms.get(k, [])] for k in STAGES}
+    return Row.measured(
+        rate, sorted(seeds), (sum(r.sent for r in rows), sum(r.completed for r in rows), sum(r.with_gap for r in rows)),
+        sum(r.window_s for r in rows), [v for r in rows for v in r.ttfa_samples_ms], stages,
+    )  # fmt: skip
+
+
+def merge(paths: list[Path], out: Path) -> list[Row]:
+    """The rows of several runs' protocol.json as one table (OUT/protocol.json, .md, .png), by rate;
+    a rate several runs measured with different seeds is pooled. Raises ValueError naming the run
+    whose rows cannot join."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    by_rate: dict[float, list[Row]] = {}
+    for run in runs:
+        for data in run["rows"]:
+            row = Row.from_json(data)
+            by_rate.setdefault(row.rate, []).append(row)
+    merged = [pool(by_rate[rate]) for rate in sorted(by_rate)]
+    summary = {"merged": [str(p) for p in paths], "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs]}
+    write(out, summary, merged)
+    return merged
+
+
+def write(out: Path, summary: dict, rows: list[Row]) -> None:
+    (out / "protocol.json").write_text(json.dumps({**summary, "rows": [r.to_json() for r in rows]}, indent=1) + "\n")
+    (out / "protocol.md").write_text(table(rows) + "\n")
+    plot(rows, out / "protocol.png")
+
+
+def table(rows: list[Row]) -> str:
+    def ms(v: float | None) -> str:
+        return "–" if v is None else f"{v:.1f}"
+
+    lines = [
+        "| requests/s | " + " | ".join(f"{r.rate:g}" for r in rows) + " |",
+        "|---|" + "---:|" * len(rows),
+        "| p50 / p95 / p99 TTFA (ms) | " + " | ".join(" / ".join(ms(v) for v in r.ttfa_ms) for r in rows) + " |",
+        "| requests with a playback gap | " + " | ".join(f"{r.with_gap} / {r.completed}" for r in rows) + " |",
+        "| failed / sent | " + " | ".join(f"{r.failed} / {r.sent}" for r in rows) + " |",
+        "| delivered requests/s | "
+        + " | ".join("–" if r.requests_per_s is None else f"{r.requests_per_s:.2f}" for r in rows)
+        + " |",
+    ]
+    if any(r.seeds for r in rows):
+        lines.append("| seeds | " + " | ".join(" ".join(str(s) for s in r.seeds) or "–" for r in rows) + " |")
+    stages = [s for s in STAGES if any(s in r.stages_ms for r in rows)]
+    if stages:
+        lines += ["", "Where the first audio's time goes in the server, p50 / p95 (ms):", ""]
+        lines += ["| stage | " + " | ".join(f"{r.rate:g}/s" for r in rows) + " |", "|---|" + "---:|" * len(rows)]
+        for stage in stages:
+            cells = [" / ".join(ms(v) for v in r.stages_ms[stage]) if stage in r.stages_ms else "–" for r in rows]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: Path) -> Path | None:
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    x = [r.rate for r in rows]
+    for i, name in enumerate(("p50", "p95", "p99")):
+        left.plot(x, [float("nan") if r.ttfa_ms[i] is None else r.ttfa_ms[i] for r in rows], marker="o", label=name)
+    left.set(xlabel="offered load (requests/s)", ylabel="TTFA (ms)", title="Time to first audible audio")
+    left.legend()
+    right.plot(x, [100 * r.with_gap / max(1, r.completed) for r in rows], marker="o", color="tab:red")
+    right.set(xlabel="offered load (requests/s)", ylabel="% of requests", title="Requests with a playback gap")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
