@@ -25,6 +25,18 @@ def percentiles(samples: list[float], qs: tuple[int, ...]) -> tuple[float | None
 
 
 @dataclass(frozen=True)
+class GapRequest:
+    """A request whose playback ran dry: what the table's gap count is made of."""
+
+    seed: int
+    arrival_s: float  # planned arrival, seconds into its trial (warm-up included)
+    ttfa_ms: float | None
+    underruns: int
+    stall_ms: float  # its playback's stalls added
+    max_chunk_gap_ms: float | None  # its longest wait between two audio chunks
+
+
+@dataclass(frozen=True)
 class Row:
     """One rate of the protocol's table: its trials (seeds) pooled."""
 
@@ -40,11 +52,14 @@ class Row:
     window_s: float | None = None  # the trials' measuring windows added
     ttfa_samples_ms: list[float] = field(default_factory=list, repr=False)
     stage_samples_ms: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    # each request whose playback ran dry: when it arrived, its TTFA and its stalls
+    gap_requests: list[GapRequest] = field(default_factory=list, repr=False)
 
     @classmethod
     def measured(
         cls, rate: float, seeds: list[int], counts: tuple[int, int, int], window_s: float,
         ttfa_samples_ms: list[float], stage_samples_ms: dict[str, list[float]],
+        gap_requests: list[GapRequest] | None = None,
     ) -> Row:  # fmt: skip
         """A row from its samples. `counts`: (sent, completed, requests with a playback gap)."""
         sent, completed, with_gap = counts
@@ -56,6 +71,7 @@ class Row:
             seeds=tuple(seeds), window_s=window_s,
             ttfa_samples_ms=[round(v, 2) for v in ttfa_samples_ms],
             stage_samples_ms={k: [round(v, 2) for v in vs] for k, vs in stage_samples_ms.items()},
+            gap_requests=list(gap_requests or []),
         )  # fmt: skip
 
     @classmethod
@@ -65,6 +81,7 @@ class Row:
             "ttfa_ms": tuple(data["ttfa_ms"]),
             "stages_ms": {k: tuple(v) for k, v in data["stages_ms"].items()},
             "seeds": tuple(data.get("seeds", ())),
+            "gap_requests": [GapRequest(**g) for g in data.get("gap_requests", [])],
         })  # fmt: skip
 
     def to_json(self) -> dict:
@@ -90,6 +107,7 @@ def pool(rows: list[Row]) -> Row:
     return Row.measured(
         rate, sorted(seeds), (sum(r.sent for r in rows), sum(r.completed for r in rows), sum(r.with_gap for r in rows)),
         sum(r.window_s for r in rows), [v for r in rows for v in r.ttfa_samples_ms], stages,
+        [g for r in rows for g in r.gap_requests],
     )  # fmt: skip
 
 
@@ -129,6 +147,8 @@ def table(rows: list[Row]) -> str:
         + " | ".join("–" if r.requests_per_s is None else f"{r.requests_per_s:.2f}" for r in rows)
         + " |",
     ]
+    if any(r.gap_requests for r in rows):
+        lines.append("| longest playback stall (ms) | " + " | ".join(longest_stall(r) for r in rows) + " |")
     if any(r.seeds for r in rows):
         lines.append("| seeds | " + " | ".join(" ".join(str(s) for s in r.seeds) or "–" for r in rows) + " |")
     stages = [s for s in STAGES if any(s in r.stages_ms for r in rows)]
@@ -139,6 +159,10 @@ def table(rows: list[Row]) -> str:
             cells = [" / ".join(ms(v) for v in r.stages_ms[stage]) if stage in r.stages_ms else "–" for r in rows]
             lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def longest_stall(row: Row) -> str:
+    return f"{max(g.stall_ms for g in row.gap_requests):.0f}" if row.gap_requests else "–"
 
 
 def plot(rows: list[Row], path: Path) -> Path | None:

@@ -20,11 +20,12 @@ OUT/protocol.md (one column a rate: TTFA p50/p95/p99, requests with a playback g
 delivered requests/s; then where the first audio's time goes: the p50 and p95 of each stage of its
 path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
 requests with a gap against load) and OUT/serve.log. protocol.json keeps every completed request's
-TTFA and first-audio stages, so `--merge` can write the table and plot of several runs without
-measuring anything: rates measured in separate runs (device calls too short for all of them) side
-by side, and a rate measured by several runs with different seeds pooled over all their requests,
-so the full protocol can be gathered a few rates or seeds a call. A rate two runs measured with the
-same seed is refused.
+TTFA and first-audio stages, and describes each request whose playback ran dry (its arrival in the
+trial, TTFA, stalls, longest wait between chunks; the table's "longest playback stall"). So
+`--merge` can write the table and plot of several runs without measuring anything: rates measured
+in separate runs (device calls too short for all of them) side by side, and a rate measured by
+several runs with different seeds pooled over all their requests, so the full protocol can be
+gathered a few rates or seeds a call. A rate two runs measured with the same seed is refused.
 """
 
 from __future__ import annotations
@@ -44,12 +45,12 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from protocol_table import Row, merge, table, write  # noqa: E402
+from protocol_table import GapRequest, Row, merge, table, write  # noqa: E402
 
 from cadence.bench.aggregate import Aggregate  # noqa: E402
 from cadence.bench.client import ServerConfig  # noqa: E402
 from cadence.bench.load import LoadConfig, Trial  # noqa: E402
-from cadence.bench.metrics import request_metrics  # noqa: E402
+from cadence.bench.metrics import RequestMetrics, request_metrics  # noqa: E402
 from cadence.bench.run import BenchConfig, WorkloadSpec, run_bench  # noqa: E402
 from cadence.bench.workload import parse_fixed_frames  # noqa: E402
 
@@ -155,15 +156,28 @@ def run_protocol(args: argparse.Namespace, url: str, out: Path, log: Path) -> li
 
 def row_of(a: Aggregate, trials: list[Trial], stages: dict[str, list[float]]) -> Row:
     """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
-    kept for pooling with other runs."""
-    ttfa = [
-        m.ttfa_s * 1000
-        for t in trials
-        if t.point.mode == a.mode and t.point.value == a.load
-        for r in t.measured
-        if r.ok and (m := request_metrics(r.exchange.timeline)).ttfa_s is not None
-    ]
-    return Row.measured(a.load, a.seeds, (a.sent, a.completed, a.requests_with_underruns), a.window_s, ttfa, stages)
+    kept for pooling with other runs and the requests whose playback ran dry described."""
+    ttfa, gaps = [], []
+    for trial in trials:
+        if trial.point.mode != a.mode or trial.point.value != a.load:
+            continue
+        for record in trial.measured:
+            if not record.ok:
+                continue
+            m = request_metrics(record.exchange.timeline)
+            if m.ttfa_s is not None:
+                ttfa.append(m.ttfa_s * 1000)
+            if m.underruns:
+                gaps.append(gap_request(trial.seed, record.scheduled_s, m))
+    counts = (a.sent, a.completed, a.requests_with_underruns)
+    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, stages, gaps)
+
+
+def gap_request(seed: int, arrival_s: float | None, m: RequestMetrics) -> GapRequest:
+    def ms(seconds: float | None) -> float | None:
+        return None if seconds is None else round(seconds * 1000, 1)
+
+    return GapRequest(seed, round(arrival_s or 0.0, 3), ms(m.ttfa_s), m.underruns, ms(m.stall_s), ms(m.max_gap_s))
 
 
 ACCESS_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cadence\.access: (\{.*\})$")

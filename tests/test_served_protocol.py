@@ -78,7 +78,9 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
         ttfa = samples[seed]
         row = {"rate": 20.0, "sent": len(ttfa) + 1, "completed": len(ttfa), "failed": 1, "with_gap": seed,
                "ttfa_ms": [0.0, 0.0, 0.0], "requests_per_s": 0.0, "seeds": [seed], "window_s": 10.0 + seed,
-               "ttfa_samples_ms": ttfa, "stages_ms": {}, "stage_samples_ms": {"codec": ttfa[:50]}}  # fmt: skip
+               "ttfa_samples_ms": ttfa, "stages_ms": {}, "stage_samples_ms": {"codec": ttfa[:50]},
+               "gap_requests": [{"seed": seed, "arrival_s": 3.5, "ttfa_ms": 30.0, "underruns": 1,
+                                 "stall_ms": 40.0 + seed, "max_chunk_gap_ms": 120.0}] * seed}  # fmt: skip
         path = tmp_path / name / "protocol.json"
         path.parent.mkdir()
         path.write_text(json.dumps({"size": "1.7b", "seeds": [seed], "rows": [row]}))
@@ -99,6 +101,8 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
         round(float(v), 1) for v in np.percentile(everything[:50] + samples[1][:50], [50, 95])
     ]
     assert "| seeds | 0 1 |" in (tmp_path / "m" / "protocol.md").read_text()
+    assert [g["stall_ms"] for g in row["gap_requests"]] == [41.0]  # the gap's request, described
+    assert "| longest playback stall (ms) | 41 |" in (tmp_path / "m" / "protocol.md").read_text()
     again = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert again.returncode != 0 and "rate 20 is measured by two runs with the same seed" in again.stderr
