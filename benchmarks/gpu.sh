@@ -26,7 +26,7 @@
 #                       (continuous_input.py; SESSIONS a rate and mode) [Continuous input]
 #   stop                stop that server; its log's tail into $OUT/serve.log
 #   tiles               the GEMM and attention tile sweeps (skinny_linear.py, paged_attention.py) that
-#                       tile tables are read from; TILE_ROWS picks the GEMM rows
+#                       tile tables are read from; TILE_ROWS picks the GEMM rows, SIZE the model's shapes
 #   gputests            every test marked gpu
 #   ab TREE [TREE ...]  this tree against each TREE (NAME=DIR, or DIR: another checkout, carried with the
 #                       call), back to back and interleaved over AB_ROUNDS (default "1 2"): decode at
@@ -219,8 +219,8 @@ phase_stop() {
 }
 phase_tiles() {
     # shellcheck disable=SC2086  # TILE_ROWS is a list
-    python3 benchmarks/skinny_linear.py --rows ${TILE_ROWS:-1 16 32 64} --stages 3 4 --json "$OUT/gemm_tiles.json" \
-        2>&1 | tail -40
+    python3 benchmarks/skinny_linear.py --size "$SIZE" --rows ${TILE_ROWS:-1 16 32 64} --stages 3 4 \
+        --json "$OUT/gemm_tiles.json" 2>&1 | tail -40
     # the decode attention with its QK-norm, RoPE and cache write up to 64 rows, the plain one above
     python3 benchmarks/paged_attention.py --batches 1 8 16 64 --context 500 --fused \
         --json "$OUT/attention_tiles_fused.json" 2>&1 | tail -12

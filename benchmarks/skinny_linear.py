@@ -1,10 +1,11 @@
-"""Tile sweep of the weight-streaming GEMM (`triton_streaming_gemm.streaming_gemm`) on the 0.6B model's decode
-shapes, against cuBLAS: weight rows per program, K step, warps, stages and split-K. Each
+"""Tile sweep of the weight-streaming GEMM (`triton_streaming_gemm.streaming_gemm`) on a model size's decode
+shapes (`--size`, default 0.6b), against cuBLAS: weight rows per program, K step, warps, stages and split-K. Each
 configuration is timed as 50 calls inside one CUDA graph (a decode walk replays its GEMMs from a
 graph too), so launch cost counts as it does in the engine, each call on its own copy of the weight
 so that, as in a walk, it is read from HBM rather than L2.
 
-    python benchmarks/skinny_linear.py [--rows 1 16] [--shapes 4096x1024 ...] [--partials] [--json out.json]
+    python benchmarks/skinny_linear.py [--size 1.7b] [--rows 1 16] [--shapes 4096x1024 ...] [--partials] \
+        [--json out.json]
 
 --partials times the split-K tiles without their ticket: the programs only store fp32 partials, for
 the next kernel to add (as the RMSNorm after o and down adds theirs).
@@ -29,15 +30,35 @@ from graph_timing import replay_ms
 from cadence.kernels.linear import triton_streaming_gemm as triton_ops
 from cadence.kernels.tile_table import current_table
 
-# (N, K) of the decode walk's projections and how often one batch-1 walk runs each: the talker's 28
-# layers and codec head, the code predictor's 15 steps x 5 layers and its 15 heads.
+# (N, K) of the decode walk's projections and how often one batch-1 walk runs each, by model size:
+# the talker's 28 layers and codec head, the code predictor's 15 steps x 5 layers and its 15 heads,
+# and on the 1.7B the projection of the talker's 2048-wide states to the code predictor's 1024
+# (15 a walk). The code predictor is the same on both sizes.
+CODE_PREDICTOR = {
+    (4096, 1024): 75,  # QKV
+    (1024, 2048): 75,  # O
+    (6144, 1024): 75,  # gate/up
+    (1024, 3072): 75,  # down
+    (2048, 1024): 15,  # heads
+}
 SHAPES = {
-    (4096, 1024): 28 + 75,  # QKV
-    (1024, 2048): 28 + 75,  # O
-    (6144, 1024): 28 + 75,  # gate/up
-    (1024, 3072): 28 + 75,  # down
-    (3072, 1024): 1,  # talker codec head
-    (2048, 1024): 15,  # code-predictor heads
+    "0.6b": {
+        (4096, 1024): 28 + 75,  # QKV
+        (1024, 2048): 28 + 75,  # O
+        (6144, 1024): 28 + 75,  # gate/up
+        (1024, 3072): 28 + 75,  # down
+        (3072, 1024): 1,  # talker codec head
+        (2048, 1024): 15,  # code-predictor heads
+    },
+    "1.7b": {
+        (4096, 2048): 28,  # talker QKV
+        (2048, 2048): 28,  # talker O
+        (12288, 2048): 28,  # talker gate/up
+        (2048, 6144): 28,  # talker down
+        (3072, 2048): 1,  # talker codec head
+        **CODE_PREDICTOR,
+        (1024, 2048): 75 + 15,  # code-predictor O, and the projection into the code predictor
+    },
 }
 
 
@@ -85,14 +106,16 @@ def main() -> None:
         "--stages", type=int, nargs="+", default=[3],
         help="pipeline stages to sweep (default 3; each adds 48 tiles a shape)",
     )  # fmt: skip
+    p.add_argument("--size", choices=sorted(SHAPES), default="0.6b", help="whose decode shapes (default 0.6b)")
     p.add_argument("--shapes", nargs="+", metavar="NxK", help="only these of the walk's shapes (default: all)")
     p.add_argument("--partials", action="store_true",
                    help="split-K tiles store their partials only, no ticket (the next kernel adds them)")  # fmt: skip
     p.add_argument("--json", help="write every timing here")
     args = p.parse_args()
-    shapes = {nk: c for nk, c in SHAPES.items() if not args.shapes or f"{nk[0]}x{nk[1]}" in args.shapes}
+    walk_shapes = SHAPES[args.size]
+    shapes = {nk: c for nk, c in walk_shapes.items() if not args.shapes or f"{nk[0]}x{nk[1]}" in args.shapes}
     if not shapes:
-        names = ", ".join(f"{n}x{k}" for n, k in SHAPES)
+        names = ", ".join(f"{n}x{k}" for n, k in walk_shapes)
         raise SystemExit(f"--shapes: none of {args.shapes} is a walk shape ({names})")
     if not torch.cuda.is_available():
         raise SystemExit("skinny_linear.py needs a CUDA device")
