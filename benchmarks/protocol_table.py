@@ -13,15 +13,15 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
+from cadence.bench.metrics import summarize
 
 STAGES = ("api", "to_engine", "queue", "prefill", "codec", "to_api")  # the access log's first_audio_ms
 
 
-def percentiles(samples: list[float], qs: tuple[int, ...]) -> tuple[float | None, ...]:
-    if not samples:
-        return tuple(None for _ in qs)
-    return tuple(round(float(v), 1) for v in np.percentile(np.asarray(samples, dtype=np.float64), qs))
+def percentiles(samples: list[float]) -> tuple[float | None, float | None, float | None]:
+    """p50, p95 and p99 of the samples (ms), as `cadence bench` summarizes a distribution."""
+    s = summarize(samples)
+    return tuple(None if v is None else round(v, 1) for v in (s.p50, s.p95, s.p99))
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,9 @@ class Row:
         sent, completed, with_gap = counts
         return cls(
             rate=rate, sent=sent, completed=completed, failed=sent - completed,
-            ttfa_ms=percentiles(ttfa_samples_ms, (50, 95, 99)), with_gap=with_gap,
+            ttfa_ms=percentiles(ttfa_samples_ms), with_gap=with_gap,
             requests_per_s=completed / window_s if window_s > 0 else None,
-            stages_ms={k: percentiles(v, (50, 95)) for k, v in stage_samples_ms.items() if v},
+            stages_ms={k: percentiles(v)[:2] for k, v in stage_samples_ms.items() if v},
             seeds=tuple(seeds), window_s=window_s,
             ttfa_samples_ms=[round(v, 2) for v in ttfa_samples_ms],
             stage_samples_ms={k: [round(v, 2) for v in vs] for k, vs in stage_samples_ms.items()},
