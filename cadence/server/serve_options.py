@@ -131,7 +131,7 @@ def add_capacity_options(parser: argparse.ArgumentParser, defaults: dict[str, An
         "--max-streams",
         type=int,
         help="streams generating at once (default: as many as the KV cache holds at 600 tokens a stream, a prompt "
-        "and ~40 s of audio, at most 256; the startup log and /v1/models say how many)",
+        "and ~40 s of audio, at most 256; the startup log and GET /version say how many)",
     )
     g.add_argument("--max-queue", type=int, help=f"requests waiting beyond that, then 429 ({defaults['max_queue']})")
     g.add_argument("--kv-cache-memory", type=float, help="KV cache size in GB (default: a fraction of free memory)")
