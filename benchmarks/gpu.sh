@@ -30,8 +30,8 @@
 #   gputests            every test marked gpu
 #   ab TREE [TREE ...]  this tree against each TREE (NAME=DIR, or DIR: another checkout, carried with the
 #                       call), back to back and interleaved over AB_ROUNDS (default "1 2"): decode at
-#                       batch 1, 8, 64, 256 and prefill + first frame, each tree timed by its own
-#                       engine_steps.py on its own package; takes the rest of the arguments
+#                       AB_BATCHES (default 1,8,64,256) and prefill + first frame, each tree timed by
+#                       its own engine_steps.py on its own package; takes the rest of the arguments
 #   help                this text
 # The engine phases use the full-size random 0.6B CustomVoice (SIZE=1.7b for the 1.7B), made once
 # with `cadence checkpoint random` from the architecture cadence ships: nothing is downloaded. The
@@ -233,7 +233,7 @@ phase_gputests() {  # the modules that mark tests gpu: others may import clients
         2>&1 | tail -40
 }
 phase_ab() {  # phase_ab TREE...: this tree against each TREE, interleaved rounds
-    local trees=("this=$ROOT") tree name dir round ckpt runs
+    local trees=("this=$ROOT") tree name dir round ckpt runs batches=${AB_BATCHES:-1,8,64,256}
     for tree in "$@"; do
         if [[ $tree == *=* ]]; then trees+=("$tree"); else trees+=("$(basename "$tree")=$tree"); fi
     done
@@ -244,8 +244,8 @@ phase_ab() {  # phase_ab TREE...: this tree against each TREE, interleaved round
             name=${tree%%=*} dir=$(cd "${tree#*=}" && pwd)
             echo "== $name ($dir), round $round"
             (cd "$dir" && PYTHONPATH=$dir${SITE:+:$SITE} timeout 280 python3 benchmarks/engine_steps.py \
-                --model "$ckpt" --device cuda --attention-backend triton --batches 1,8,64,256 \
-                --graph-buckets 1,8,64,256 --context 500 --prompt-lengths 60 --codec-streams= --steps 20 --warmup 5 \
+                --model "$ckpt" --device cuda --attention-backend triton --batches "$batches" \
+                --graph-buckets "$batches" --context 500 --prompt-lengths 60 --codec-streams= --steps 20 --warmup 5 \
                 --kv-gb 30 --json "$runs/${name}_$round.json" > "/tmp/ab_${name}_$round.log" 2>&1) \
                 || { echo "  failed (exit $?; 124: timed out):"; tail -6 "/tmp/ab_${name}_$round.log"; }
             quiet < "/tmp/ab_${name}_$round.log" | sed -n "/^ *batch/,/tokens:/p"
