@@ -11,6 +11,7 @@ import asyncio
 import base64
 import io
 import json
+import re
 import subprocess
 import wave
 
@@ -281,3 +282,16 @@ def test_fifty_concurrent_streams_all_complete(server):
     ):
         assert after[key] - before.get(key, 0) == 50, key
     assert after["cadence_active_streams"] == 0 and after["cadence_inflight_requests"] == 0
+
+
+def test_both_processes_freeze_their_start_up_heap_and_report_collections(server):
+    """The engine and the API process each freeze what start-up made out of the garbage collector's
+    walks (cadence/gc_pauses.py: a full collection otherwise stops every stream for as long as it
+    walks torch's and the model's objects), and /metrics reports each one's collections."""
+    frozen = [int(n) for n in re.findall(r"froze (\d+) start-up objects", server.log())]
+    assert len(frozen) == 2 and min(frozen) > 10_000, server.log()[-3000:]
+    m = server.metrics()
+    for process in ("engine", "api"):
+        labels = f'{{process="{process}"}}'
+        assert m[f"cadence_gc_collections{labels}"] >= 0
+        assert 0 <= m[f"cadence_gc_longest_pause_seconds{labels}"] <= m[f"cadence_gc_seconds{labels}"]

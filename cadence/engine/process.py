@@ -1,4 +1,5 @@
-"""The engine-core process: loads the model, warms it up, then steps the core in a tight loop.
+"""The engine-core process: loads the model, warms it up, freezes the start-up heap out of the
+garbage collector's walks (cadence/gc_pauses.py), then steps the core in a tight loop.
 
     loop: drain ZMQ inputs (submits, cancels) -> core.step() -> send the step's chunks and stats
 
@@ -21,13 +22,14 @@ import msgspec
 import torch
 import zmq
 
+from ..gc_pauses import GcPauses, freeze_startup_heap
 from . import protocol as P
 from .config import EngineConfig
 from .core import EngineCore
 from .engine import build_core
 from .partition import ModelRuntime
 from .process_config import EngineProcessConfig
-from .request import FinishReason, QueueFullError, RequestTooLargeError
+from .request import EngineStats, FinishReason, QueueFullError, RequestTooLargeError
 
 log = logging.getLogger("cadence.engine")
 
@@ -59,6 +61,7 @@ def run(cfg: EngineProcessConfig) -> None:
         outbox.send(P.encode(P.Failed(f"{type(e).__name__}: {e}")))
         code = 1
     else:
+        freeze_startup_heap()  # the model, graphs and imports: never walked by a collection again
         outbox.send(P.encode(P.Ready(info)))
         decoder = P.input_decoder(model.prompt_type, model.params_type)
         try:
@@ -142,6 +145,7 @@ class EngineLoop:
         self.stopping = False
         self._last_sent = 0.0
         self._last_parent_check = time.monotonic()
+        self.gc_pauses = GcPauses().install()
 
     def run(self) -> None:
         while True:
@@ -159,9 +163,15 @@ class EngineLoop:
                     return
             if self.core.has_work():
                 chunks = self.core.step()
-                self._send(P.StepOutput([P.Chunk.from_audio(c) for c in chunks], self.core.stats, True))
+                self._send(P.StepOutput([P.Chunk.from_audio(c) for c in chunks], self._stats(), True))
             elif now - self._last_sent >= HEARTBEAT_S:
-                self._send(P.StepOutput([], self.core.stats, False))
+                self._send(P.StepOutput([], self._stats(), False))
+
+    def _stats(self) -> EngineStats:
+        stats, pauses = self.core.stats, self.gc_pauses
+        stats.gc_collections, stats.gc_seconds = pauses.collections, pauses.seconds
+        stats.gc_longest_seconds = pauses.longest_seconds
+        return stats
 
     def _drain_inbox(self) -> None:
         while True:
@@ -199,7 +209,7 @@ class EngineLoop:
             self.core.cancel(rid)
         while self.core.has_work():
             chunks = self.core.step()
-            self._send(P.StepOutput([P.Chunk.from_audio(c) for c in chunks], self.core.stats, True))
+            self._send(P.StepOutput([P.Chunk.from_audio(c) for c in chunks], self._stats(), True))
 
     def _send(self, msg: P.StepOutput | P.Rejected) -> None:
         self.outbox.send(P.encode(msg))

@@ -296,6 +296,9 @@ def _sum_stats(stats: list[EngineStats]) -> EngineStats:
         out.kv_pages_total += s.kv_pages_total
         out.steps += s.steps
         out.last_step_seconds = max(out.last_step_seconds, s.last_step_seconds)
+        out.gc_collections += s.gc_collections
+        out.gc_seconds += s.gc_seconds
+        out.gc_longest_seconds = max(out.gc_longest_seconds, s.gc_longest_seconds)
         for reason, n in s.finished.items():
             out.finished[reason] = out.finished.get(reason, 0) + n
     return out

@@ -121,6 +121,11 @@ class EngineStats:
     # chunks group into calls is what the chunk policy trades (larger calls are cheaper per frame).
     codec_calls: int = 0
     codec_frames: int = 0
+    # The engine process's garbage collections since start (cadence/gc_pauses.py): a long one stops
+    # every stream at once.
+    gc_collections: int = 0
+    gc_seconds: float = 0.0
+    gc_longest_seconds: float = 0.0
 
 
 class QueueFullError(RuntimeError):

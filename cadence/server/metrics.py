@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..engine import protocol as P
+from ..gc_pauses import GcPauses
 
 # Seconds to first audio: a few ms (warm GPU, idle) to seconds (queued under load).
 TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -56,6 +57,16 @@ class Metrics:
             "cadence_engine_step_seconds", "Engine step time", buckets=STEP_BUCKETS, registry=r
         )
         self.engine_steps = Gauge("cadence_engine_steps", "Engine steps run since start", registry=r)
+        # Python's garbage collections, by process (engine: all replicas'; api: this process):
+        # cadence/gc_pauses.py says why a long one matters.
+        self.gc_collections = Gauge(
+            "cadence_gc_collections", "Garbage collections since start", ["process"], registry=r
+        )
+        self.gc_seconds = Gauge("cadence_gc_seconds", "Time in garbage collection since start", ["process"], registry=r)
+        self.gc_longest = Gauge(
+            "cadence_gc_longest_pause_seconds", "The longest garbage collection since start", ["process"], registry=r
+        )
+        self.api_gc = GcPauses()
         self.ready = Gauge("cadence_ready", "1 when the server accepts requests", registry=r)
         # Data-parallel replicas (cadence/server/replicas.py); the engine gauges above sum over them.
         self.replica_up = Gauge("cadence_replica_up", "1 while the replica serves", ["replica"], registry=r)
@@ -75,6 +86,14 @@ class Metrics:
         self.engine_steps.set(s.steps)
         if msg.stepped:
             self.step_seconds.observe(s.last_step_seconds)
+        self._set_gc("engine", s.gc_collections, s.gc_seconds, s.gc_longest_seconds)
 
     def render(self) -> bytes:
+        gc = self.api_gc
+        self._set_gc("api", gc.collections, gc.seconds, gc.longest_seconds)
         return generate_latest(self.registry)
+
+    def _set_gc(self, process: str, collections: int, seconds: float, longest: float) -> None:
+        self.gc_collections.labels(process).set(collections)
+        self.gc_seconds.labels(process).set(seconds)
+        self.gc_longest.labels(process).set(longest)

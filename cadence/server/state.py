@@ -16,6 +16,7 @@ from ..engine.client import EngineStartError
 from ..engine.config import EngineConfig
 from ..engine.process_config import EngineProcessConfig
 from ..engine.replicas import ReplicaPool
+from ..gc_pauses import freeze_startup_heap
 from ..models.interfaces import Frontend
 from . import errors as E
 from .http import FormLimits
@@ -105,6 +106,8 @@ class ServerState:
             self._fail()
             return
         self.metrics.kv_pages_total.set(info.kv_pages_total)
+        freeze_startup_heap()  # what start-up made, never walked by a collection again
+        self.metrics.api_gc.install()
         self._started_all = True
         self.metrics.ready.set(1)
         if self.on_ready is not None:
@@ -113,6 +116,7 @@ class ServerState:
     async def stop(self, timeout: float = 10.0) -> None:
         self.draining = True
         self.metrics.ready.set(0)
+        self.metrics.api_gc.uninstall()
         if self._ready_task is not None:
             self._ready_task.cancel()
         await self.engine.shutdown(timeout)

@@ -1,0 +1,34 @@
+"""cadence/gc_pauses.py: the start-up heap frozen out of the collector's walks, and collections
+counted and timed by the hook (the served check of both processes is in test_server_api.py)."""
+
+from __future__ import annotations
+
+import gc
+
+from cadence.gc_pauses import GcPauses, freeze_startup_heap
+
+
+def test_freezing_moves_the_live_heap_out_of_collections():
+    kept = [[i] for i in range(5000)]  # live containers the collector would walk
+    try:
+        frozen = freeze_startup_heap()
+        assert frozen == gc.get_freeze_count() >= len(kept)
+        assert all(not any(o is k for o in gc.get_objects(2)) for k in kept[:3])  # not in any generation
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+
+
+def test_every_collection_is_counted_and_timed_until_uninstalled():
+    pauses = GcPauses().install()
+    try:
+        assert pauses.install() is pauses and gc.callbacks.count(pauses) == 1  # installing twice hooks once
+        for _ in range(3):
+            gc.collect()
+        assert pauses.collections >= 3
+        assert 0 < pauses.longest_seconds <= pauses.seconds
+    finally:
+        pauses.uninstall()
+    counted = pauses.collections
+    gc.collect()
+    assert pauses.collections == counted and pauses not in gc.callbacks
