@@ -10,6 +10,8 @@
 #                       (engine_steps.py); CODEC_DTYPES="bfloat16 float16" adds those precisions [Codec]
 #   load                the whole engine: time to first audio alone, then 256 streams at once
 #                       (engine_load.py) [Whole engine]
+#   gc                  a full garbage collection of the engine's process, with and without its start-up
+#                       heap frozen (gc_pause.py) [Garbage collection]
 #   precision           bf16 against fp32: logit error and greedy agreement (precision.py) [bf16 against fp32]
 #   baselines           batch 1 against qwen-tts and faster-qwen3-tts (baselines.py; their wheels come from
 #                       benchmarks/baseline_wheels.sh) [Baselines]
@@ -44,7 +46,7 @@ set -uo pipefail
 
 arity_of() {  # the number of arguments PHASE takes; "rest" for all of them; nothing if unknown
     case $1 in
-        decode | codec | load | precision | baselines | sweep | deadline | scaleout | continuous | stop | tiles \
+        decode | codec | load | gc | precision | baselines | sweep | deadline | scaleout | continuous | stop | tiles \
             | gputests | help) echo 0 ;;
         serve | protocol) echo 1 ;;
         ab) echo rest ;;
@@ -117,6 +119,10 @@ phase_codec() {
 phase_load() {
     python3 benchmarks/engine_load.py --model "$(checkpoint "$SIZE")" --device cuda --streams 256 --frames 150 \
         --ttfa-runs 20 --kv-gb 40 --json "$OUT/load.json" 2>&1 | quiet
+}
+phase_gc() {
+    python3 benchmarks/gc_pause.py --model "$(checkpoint "$SIZE")" --device cuda --json "$OUT/gc_pause.json" 2>&1 \
+        | quiet
 }
 phase_precision() {
     python3 benchmarks/precision.py --model "$(checkpoint "$SIZE")" --device cuda --frames 32 \
