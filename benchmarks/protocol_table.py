@@ -37,6 +37,21 @@ class GapRequest:
 
 
 @dataclass(frozen=True)
+class GcDuring:
+    """One server process's garbage collections while a rate ran (its /metrics before and after)."""
+
+    collections: int
+    ms: float  # their time added
+    longest_ms: float  # the longest since the server started: a bound on this rate's longest
+
+    @staticmethod
+    def pooled(runs: list[GcDuring]) -> GcDuring:
+        return GcDuring(
+            sum(g.collections for g in runs), round(sum(g.ms for g in runs), 2), max(g.longest_ms for g in runs)
+        )
+
+
+@dataclass(frozen=True)
 class Row:
     """One rate of the protocol's table: its trials (seeds) pooled."""
 
@@ -54,12 +69,14 @@ class Row:
     stage_samples_ms: dict[str, list[float]] = field(default_factory=dict, repr=False)
     # each request whose playback ran dry: when it arrived, its TTFA and its stalls
     gap_requests: list[GapRequest] = field(default_factory=list, repr=False)
+    # the server's processes ("engine", "api"): their garbage collections during the rate
+    gc: dict[str, GcDuring] = field(default_factory=dict)
 
     @classmethod
     def measured(
         cls, rate: float, seeds: list[int], counts: tuple[int, int, int], window_s: float,
         ttfa_samples_ms: list[float], stage_samples_ms: dict[str, list[float]],
-        gap_requests: list[GapRequest] | None = None,
+        gap_requests: list[GapRequest] | None = None, gc: dict[str, GcDuring] | None = None,
     ) -> Row:  # fmt: skip
         """A row from its samples. `counts`: (sent, completed, requests with a playback gap)."""
         sent, completed, with_gap = counts
@@ -71,7 +88,7 @@ class Row:
             seeds=tuple(seeds), window_s=window_s,
             ttfa_samples_ms=[round(v, 2) for v in ttfa_samples_ms],
             stage_samples_ms={k: [round(v, 2) for v in vs] for k, vs in stage_samples_ms.items()},
-            gap_requests=list(gap_requests or []),
+            gap_requests=list(gap_requests or []), gc=dict(gc or {}),
         )  # fmt: skip
 
     @classmethod
@@ -82,6 +99,7 @@ class Row:
             "stages_ms": {k: tuple(v) for k, v in data["stages_ms"].items()},
             "seeds": tuple(data.get("seeds", ())),
             "gap_requests": [GapRequest(**g) for g in data.get("gap_requests", [])],
+            "gc": {k: GcDuring(**v) for k, v in data.get("gc", {}).items()},
         })  # fmt: skip
 
     def to_json(self) -> dict:
@@ -104,10 +122,11 @@ def pool(rows: list[Row]) -> Row:
     if len(set(seeds)) < len(seeds):
         raise ValueError(f"rate {rate:g} is measured by two runs with the same seed ({sorted(seeds)})")
     stages = {k: [v for r in rows for v in r.stage_samples_ms.get(k, [])] for k in STAGES}
+    processes = [p for p in ("engine", "api") if all(p in r.gc for r in rows)]
     return Row.measured(
         rate, sorted(seeds), (sum(r.sent for r in rows), sum(r.completed for r in rows), sum(r.with_gap for r in rows)),
         sum(r.window_s for r in rows), [v for r in rows for v in r.ttfa_samples_ms], stages,
-        [g for r in rows for g in r.gap_requests],
+        [g for r in rows for g in r.gap_requests], {p: GcDuring.pooled([r.gc[p] for r in rows]) for p in processes},
     )  # fmt: skip
 
 
@@ -149,6 +168,12 @@ def table(rows: list[Row]) -> str:
     ]
     if any(r.gap_requests for r in rows):
         lines.append("| longest playback stall (ms) | " + " | ".join(longest_stall(r) for r in rows) + " |")
+    if any(r.gc for r in rows):
+        lines.append(
+            "| garbage collections, engine / API: count (longest since start, ms) | "
+            + " | ".join(" / ".join(gc_cell(r, p) for p in ("engine", "api")) for r in rows)
+            + " |"
+        )
     if any(r.seeds for r in rows):
         lines.append("| seeds | " + " | ".join(" ".join(str(s) for s in r.seeds) or "–" for r in rows) + " |")
     stages = [s for s in STAGES if any(s in r.stages_ms for r in rows)]
@@ -159,6 +184,11 @@ def table(rows: list[Row]) -> str:
             cells = [" / ".join(ms(v) for v in r.stages_ms[stage]) if stage in r.stages_ms else "–" for r in rows]
             lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def gc_cell(row: Row, process: str) -> str:
+    g = row.gc.get(process)
+    return "–" if g is None else f"{g.collections} ({g.longest_ms:.1f})"
 
 
 def longest_stall(row: Row) -> str:

@@ -21,7 +21,9 @@ delivered requests/s; then where the first audio's time goes: the p50 and p95 of
 path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
 requests with a gap against load) and OUT/serve.log. protocol.json keeps every completed request's
 TTFA and first-audio stages, and describes each request whose playback ran dry (its arrival in the
-trial, TTFA, stalls, longest wait between chunks; the table's "longest playback stall"). So
+trial, TTFA, stalls, longest wait between chunks; the table's "longest playback stall"), and each
+server process's garbage collections while the rate ran (from /metrics: how many, and the longest
+since start), the pauses that stop every stream of a process at once. So
 `--merge` can write the table and plot of several runs without measuring anything: rates measured
 in separate runs (device calls too short for all of them) side by side, and a rate measured by
 several runs with different seeds pooled over all their requests, so the full protocol can be
@@ -45,7 +47,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from protocol_table import GapRequest, Row, merge, table, write  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from protocol_table import GapRequest, GcDuring, Row, merge, table, write  # noqa: E402
 
 from cadence.bench.aggregate import Aggregate  # noqa: E402
 from cadence.bench.client import ServerConfig  # noqa: E402
@@ -147,14 +150,40 @@ def run_protocol(args: argparse.Namespace, url: str, out: Path, log: Path) -> li
             label=f"cadence-{args.size}",
             progress=sys.stderr.isatty(),
         )
-        start = time.time()
+        start, gc_before = time.time(), gc_counters(url)
         result = run_bench(config)
         stages = first_audio_stages(log, start, time.time())
-        rows += [row_of(a, result.trials, stages) for a in result.points() if a.mode == "open"]
+        gc = gc_during(gc_before, gc_counters(url))
+        rows += [row_of(a, result.trials, stages, gc) for a in result.points() if a.mode == "open"]
     return rows
 
 
-def row_of(a: Aggregate, trials: list[Trial], stages: dict[str, list[float]]) -> Row:
+GcCounters = dict[str, tuple[float, float, float]]  # process -> (collections, seconds, longest seconds)
+
+
+def gc_counters(url: str) -> GcCounters:
+    """Each server process's garbage-collection gauges from /metrics; empty where it has none."""
+    names = {"cadence_gc_collections": 0, "cadence_gc_seconds": 1, "cadence_gc_longest_pause_seconds": 2}
+    values: dict[str, list[float]] = {}
+    text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names and "process" in sample.labels:
+                values.setdefault(sample.labels["process"], [0.0, 0.0, 0.0])[names[sample.name]] = sample.value
+    return {process: (v[0], v[1], v[2]) for process, v in values.items()}
+
+
+def gc_during(before: GcCounters, after: GcCounters) -> dict[str, GcDuring]:
+    return {
+        p: GcDuring(
+            int(after[p][0] - before[p][0]), round((after[p][1] - before[p][1]) * 1e3, 2), round(after[p][2] * 1e3, 2)
+        )
+        for p in after
+        if p in before
+    }
+
+
+def row_of(a: Aggregate, trials: list[Trial], stages: dict[str, list[float]], gc: dict[str, GcDuring]) -> Row:
     """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
     kept for pooling with other runs and the requests whose playback ran dry described."""
     ttfa, gaps = [], []
@@ -170,7 +199,7 @@ def row_of(a: Aggregate, trials: list[Trial], stages: dict[str, list[float]]) ->
             if m.underruns:
                 gaps.append(gap_request(trial.seed, record.scheduled_s, m))
     counts = (a.sent, a.completed, a.requests_with_underruns)
-    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, stages, gaps)
+    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, stages, gaps, gc)
 
 
 def gap_request(seed: int, arrival_s: float | None, m: RequestMetrics) -> GapRequest:

@@ -28,8 +28,11 @@ def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
         assert 0 < p50 <= p95 <= p99
         assert row["seeds"] == [0] and 0 < len(row["ttfa_samples_ms"]) <= row["completed"]  # kept for --merge
         assert min(row["ttfa_samples_ms"]) <= p50 <= max(row["ttfa_samples_ms"])
+        gc = row["gc"]  # both server processes' collections while the rate ran, from /metrics
+        assert set(gc) == {"engine", "api"} and all(g["collections"] >= 0 <= g["longest_ms"] for g in gc.values())
     table = (out / "protocol.md").read_text()
     assert table.startswith("| requests/s | 1 | 2 |") and "playback gap" in table
+    assert "| garbage collections, engine / API" in table
     assert "| prefill |" in table and all(row["stages_ms"]["queue"][0] >= 0 for row in summary["rows"])
     assert (out / "bench" / "1" / "results.json").exists() and (out / "bench" / "2" / "results.json").exists()
     assert Path(out / "serve.log").read_text().count("warm-up synthesis") == 1
@@ -80,7 +83,9 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
                "ttfa_ms": [0.0, 0.0, 0.0], "requests_per_s": 0.0, "seeds": [seed], "window_s": 10.0 + seed,
                "ttfa_samples_ms": ttfa, "stages_ms": {}, "stage_samples_ms": {"codec": ttfa[:50]},
                "gap_requests": [{"seed": seed, "arrival_s": 3.5, "ttfa_ms": 30.0, "underruns": 1,
-                                 "stall_ms": 40.0 + seed, "max_chunk_gap_ms": 120.0}] * seed}  # fmt: skip
+                                 "stall_ms": 40.0 + seed, "max_chunk_gap_ms": 120.0}] * seed,
+               "gc": {"engine": {"collections": 10 + seed, "ms": 2.5, "longest_ms": 0.5 + seed},
+                      "api": {"collections": 3, "ms": 1.0, "longest_ms": 0.25}}}  # fmt: skip
         path = tmp_path / name / "protocol.json"
         path.parent.mkdir()
         path.write_text(json.dumps({"size": "1.7b", "seeds": [seed], "rows": [row]}))
@@ -103,6 +108,9 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
     assert "| seeds | 0 1 |" in (tmp_path / "m" / "protocol.md").read_text()
     assert [g["stall_ms"] for g in row["gap_requests"]] == [41.0]  # the gap's request, described
     assert "| longest playback stall (ms) | 41 |" in (tmp_path / "m" / "protocol.md").read_text()
+    assert row["gc"] == {"engine": {"collections": 21, "ms": 5.0, "longest_ms": 1.5},
+                         "api": {"collections": 6, "ms": 2.0, "longest_ms": 0.25}}  # fmt: skip
+    assert "| 21 (1.5) / 6 (0.2) |" in (tmp_path / "m" / "protocol.md").read_text()
     again = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert again.returncode != 0 and "rate 20 is measured by two runs with the same seed" in again.stderr
