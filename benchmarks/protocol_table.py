@@ -34,6 +34,9 @@ class GapRequest:
     underruns: int
     stall_ms: float  # its playback's stalls added
     max_chunk_gap_ms: float | None  # its longest wait between two audio chunks
+    # the same wait where its chunks reached the server's API process (its access log): near the
+    # client's, the server held the chunk back; far below it, the chunk waited after the server
+    server_max_chunk_gap_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,11 @@ def table(rows: list[Row]) -> str:
     ]
     if any(r.gap_requests for r in rows):
         lines.append("| longest playback stall (ms) | " + " | ".join(longest_stall(r) for r in rows) + " |")
+        lines.append(
+            "| those requests' longest wait for a chunk, client / server (ms) | "
+            + " | ".join(chunk_waits(r) for r in rows)
+            + " |"
+        )
     if any(r.gc for r in rows):
         lines.append(
             "| garbage collections, engine / API: count (longest since start, ms) | "
@@ -189,6 +197,12 @@ def table(rows: list[Row]) -> str:
 def gc_cell(row: Row, process: str) -> str:
     g = row.gc.get(process)
     return "–" if g is None else f"{g.collections} ({g.longest_ms:.1f})"
+
+
+def chunk_waits(row: Row) -> str:
+    client = [g.max_chunk_gap_ms for g in row.gap_requests if g.max_chunk_gap_ms is not None]
+    server = [g.server_max_chunk_gap_ms for g in row.gap_requests if g.server_max_chunk_gap_ms is not None]
+    return " / ".join(f"{max(v):.0f}" if v else "–" for v in (client, server))
 
 
 def longest_stall(row: Row) -> str:

@@ -21,7 +21,8 @@ delivered requests/s; then where the first audio's time goes: the p50 and p95 of
 path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
 requests with a gap against load) and OUT/serve.log. protocol.json keeps every completed request's
 TTFA and first-audio stages, and describes each request whose playback ran dry (its arrival in the
-trial, TTFA, stalls, longest wait between chunks; the table's "longest playback stall"), and each
+trial, TTFA, stalls, longest wait between chunks at the client and, from the access log, at the
+server; the table's "longest playback stall"), and each
 server process's garbage collections while the rate ran (from /metrics: how many, and the longest
 since start), the pauses that stop every stream of a process at once. So
 `--merge` can write the table and plot of several runs without measuring anything: rates measured
@@ -40,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -152,9 +154,10 @@ def run_protocol(args: argparse.Namespace, url: str, out: Path, log: Path) -> li
         )
         start, gc_before = time.time(), gc_counters(url)
         result = run_bench(config)
-        stages = first_audio_stages(log, start, time.time())
+        lines = access_lines(log, start, time.time())
         gc = gc_during(gc_before, gc_counters(url))
-        rows += [row_of(a, result.trials, stages, gc) for a in result.points() if a.mode == "open"]
+        server = ServerSide(first_audio_stages(lines), server_chunk_gaps(lines), gc)
+        rows += [row_of(a, result.trials, server) for a in result.points() if a.mode == "open"]
     return rows
 
 
@@ -183,7 +186,17 @@ def gc_during(before: GcCounters, after: GcCounters) -> dict[str, GcDuring]:
     }
 
 
-def row_of(a: Aggregate, trials: list[Trial], stages: dict[str, list[float]], gc: dict[str, GcDuring]) -> Row:
+@dataclass(frozen=True)
+class ServerSide:
+    """What the server says of a rate's requests: their first-audio stages (ms), each one's longest
+    wait between chunks (ms, by request id), and its processes' garbage collections."""
+
+    stages: dict[str, list[float]]
+    chunk_gaps: dict[str, float]
+    gc: dict[str, GcDuring]
+
+
+def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
     """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
     kept for pooling with other runs and the requests whose playback ran dry described."""
     ttfa, gaps = [], []
@@ -197,27 +210,30 @@ def row_of(a: Aggregate, trials: list[Trial], stages: dict[str, list[float]], gc
             if m.ttfa_s is not None:
                 ttfa.append(m.ttfa_s * 1000)
             if m.underruns:
-                gaps.append(gap_request(trial.seed, record.scheduled_s, m))
+                server_gap = server.chunk_gaps.get(record.exchange.request_id or "")
+                gaps.append(gap_request(trial.seed, record.scheduled_s, m, server_gap))
     counts = (a.sent, a.completed, a.requests_with_underruns)
-    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, stages, gaps, gc)
+    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc)
 
 
-def gap_request(seed: int, arrival_s: float | None, m: RequestMetrics) -> GapRequest:
+def gap_request(seed: int, arrival_s: float | None, m: RequestMetrics, server_gap_ms: float | None) -> GapRequest:
     def ms(seconds: float | None) -> float | None:
         return None if seconds is None else round(seconds * 1000, 1)
 
-    return GapRequest(seed, round(arrival_s or 0.0, 3), ms(m.ttfa_s), m.underruns, ms(m.stall_s), ms(m.max_gap_s))
+    return GapRequest(
+        seed, round(arrival_s or 0.0, 3), ms(m.ttfa_s), m.underruns, ms(m.stall_s), ms(m.max_gap_s), server_gap_ms
+    )
 
 
 ACCESS_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO cadence\.access: (\{.*\})$")
 
 
-def first_audio_stages(log: Path, start: float, end: float) -> dict[str, list[float]]:
-    """Each first-audio stage (ms) of the access-log lines written in [start, end] (warm-up requests
+def access_lines(log: Path, start: float, end: float) -> list[dict]:
+    """The access-log lines of successful requests written in [start, end] (warm-up requests
     included: the log cannot tell them apart)."""
     from datetime import datetime
 
-    values: dict[str, list[float]] = {}
+    lines = []
     for line in log.read_text(errors="replace").splitlines():
         m = ACCESS_LINE.match(line)
         if not m:
@@ -225,9 +241,22 @@ def first_audio_stages(log: Path, start: float, end: float) -> dict[str, list[fl
         when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
         entry = json.loads(m.group(2))
         if start <= when <= end and entry.get("status") == 200:
-            for stage, ms in entry.get("first_audio_ms", {}).items():
-                values.setdefault(stage, []).append(float(ms))
+            lines.append(entry)
+    return lines
+
+
+def first_audio_stages(lines: list[dict]) -> dict[str, list[float]]:
+    """Each first-audio stage (ms) of those lines."""
+    values: dict[str, list[float]] = {}
+    for entry in lines:
+        for stage, ms in entry.get("first_audio_ms", {}).items():
+            values.setdefault(stage, []).append(float(ms))
     return values
+
+
+def server_chunk_gaps(lines: list[dict]) -> dict[str, float]:
+    """Request id -> the longest wait between two of its chunks reaching the API process (ms)."""
+    return {e["id"]: float(e["max_chunk_gap_ms"]) for e in lines if e.get("id") and "max_chunk_gap_ms" in e}
 
 
 def main(argv: list[str] | None = None) -> int:

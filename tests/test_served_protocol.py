@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,8 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
                "ttfa_ms": [0.0, 0.0, 0.0], "requests_per_s": 0.0, "seeds": [seed], "window_s": 10.0 + seed,
                "ttfa_samples_ms": ttfa, "stages_ms": {}, "stage_samples_ms": {"codec": ttfa[:50]},
                "gap_requests": [{"seed": seed, "arrival_s": 3.5, "ttfa_ms": 30.0, "underruns": 1,
-                                 "stall_ms": 40.0 + seed, "max_chunk_gap_ms": 120.0}] * seed,
+                                 "stall_ms": 40.0 + seed, "max_chunk_gap_ms": 120.0,
+                                 "server_max_chunk_gap_ms": 110.0}] * seed,
                "gc": {"engine": {"collections": 10 + seed, "ms": 2.5, "longest_ms": 0.5 + seed},
                       "api": {"collections": 3, "ms": 1.0, "longest_ms": 0.25}}}  # fmt: skip
         path = tmp_path / name / "protocol.json"
@@ -108,9 +110,39 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
     assert "| seeds | 0 1 |" in (tmp_path / "m" / "protocol.md").read_text()
     assert [g["stall_ms"] for g in row["gap_requests"]] == [41.0]  # the gap's request, described
     assert "| longest playback stall (ms) | 41 |" in (tmp_path / "m" / "protocol.md").read_text()
+    assert (
+        "| those requests' longest wait for a chunk, client / server (ms) | 120 / 110 |"
+        in (tmp_path / "m" / "protocol.md").read_text()
+    )
     assert row["gc"] == {"engine": {"collections": 21, "ms": 5.0, "longest_ms": 1.5},
                          "api": {"collections": 6, "ms": 2.0, "longest_ms": 0.25}}  # fmt: skip
     assert "| 21 (1.5) / 6 (0.2) |" in (tmp_path / "m" / "protocol.md").read_text()
     again = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert again.returncode != 0 and "rate 20 is measured by two runs with the same seed" in again.stderr
+
+
+def test_the_servers_side_of_each_request_is_read_from_its_access_log(tmp_path):
+    """The first-audio stages and each request's longest wait between chunks come from the access-log
+    lines written while the rate ran, successful requests only, joined to the client's requests by
+    the X-Request-Id the bench records."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import served_protocol
+
+    def line(when: str, entry: dict) -> str:
+        return f"2026-12-06 10:00:{when} INFO cadence.access: {json.dumps(entry)}"
+
+    ok = {"status": 200, "first_audio_ms": {"prefill": 1.5, "codec": 4.0}}
+    log = tmp_path / "serve.log"
+    log.write_text("\n".join([
+        line("00,000", {"id": "early", **ok, "max_chunk_gap_ms": 50.0}),  # before the rate began
+        line("05,000", {"id": "a", **ok, "max_chunk_gap_ms": 90.5}),
+        "2026-12-06 10:00:05,100 INFO cadence.engine: not an access line",
+        line("06,000", {"id": "b", **ok}),  # one chunk: no wait between chunks
+        line("07,000", {"id": "c", "status": 429}),
+    ]))  # fmt: skip
+    start = datetime(2026, 12, 6, 10, 0, 4).timestamp()
+    lines = served_protocol.access_lines(log, start, start + 10)
+    assert [x["id"] for x in lines] == ["a", "b"]
+    assert served_protocol.first_audio_stages(lines) == {"prefill": [1.5, 1.5], "codec": [4.0, 4.0]}
+    assert served_protocol.server_chunk_gaps(lines) == {"a": 90.5}

@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 from openai import OpenAI
-from serving import FRAME, SAMPLE_RATE, Server, decode_audio, pcm_samples
+from serving import FRAME, SAMPLE_RATE, Server, decode_audio, pcm_samples, wait_for
 
 FRAMES = 5
 FIXED = {"max_new_tokens": FRAMES, "ignore_eos": True}
@@ -295,3 +295,20 @@ def test_both_processes_freeze_their_start_up_heap_and_report_collections(server
         labels = f'{{process="{process}"}}'
         assert m[f"cadence_gc_collections{labels}"] >= 0
         assert 0 <= m[f"cadence_gc_longest_pause_seconds{labels}"] <= m[f"cadence_gc_seconds{labels}"]
+
+
+def test_the_access_log_gives_a_streams_longest_wait_between_chunks(server):
+    """A request of several chunks logs the longest wait between two of them reaching the API process
+    (the server's side of a playback gap); a request of one chunk has no such wait."""
+    body = {"model": MODEL, "input": "Several chunks.", "voice": "aiden", "response_format": "pcm"}
+    ids = {}
+    with server.client() as c:
+        for frames in (12, 1):
+            r = c.post("/v1/audio/speech", json=body | {"max_new_tokens": frames, "ignore_eos": True})
+            assert r.status_code == 200 and len(r.content) == 2 * FRAME * frames
+            ids[frames] = r.headers["x-request-id"]
+    wait_for(lambda: all(any(x["id"] == i for x in server.access_log()) for i in ids.values()), 60, "both log lines")
+    lines = {x["id"]: x for x in server.access_log()}
+    several, one = lines[ids[12]], lines[ids[1]]
+    assert 0 <= several["max_chunk_gap_ms"] <= 1000 * several["duration_s"]
+    assert "max_chunk_gap_ms" not in one

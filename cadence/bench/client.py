@@ -95,6 +95,7 @@ class Exchange:
     outcome: str
     timeline: Timeline
     http_status: int | None = None
+    request_id: str | None = None  # the server's X-Request-Id (cadence's access log names it)
     error: str | None = None
     finish_reason: str | None = None
 
@@ -213,6 +214,7 @@ async def _stream(
     try:
         timeline.headers_s = time.perf_counter() - start
         exchange.http_status = response.status_code
+        exchange.request_id = response.headers.get("x-request-id")
         if response.status_code != 200:
             exchange.outcome = f"http_{response.status_code}"
             exchange.error = _error_message(await response.aread())

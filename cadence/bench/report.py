@@ -48,9 +48,9 @@ DEFINITIONS = {
 
 CSV_COLUMNS = [
     "mode", "load", "seed", "index", "utterance_id", "language", "text_chars", "max_new_tokens", "warmup",
-    "scheduled_s", "sent_s", "finished_s", "outcome", "http_status", "error", "finish_reason", "sample_rate",
-    "headers_s", "ttfb_s", "first_audio_s", "ttfa_s", "e2e_s", "audio_s", "rtf", "leading_silence_s", "chunks",
-    "max_gap_s", "underruns", "stall_s",
+    "scheduled_s", "sent_s", "finished_s", "outcome", "http_status", "request_id", "error", "finish_reason",
+    "sample_rate", "headers_s", "ttfb_s", "first_audio_s", "ttfa_s", "e2e_s", "audio_s", "rtf", "leading_silence_s",
+    "chunks", "max_gap_s", "underruns", "stall_s",
 ]  # fmt: skip
 
 
@@ -99,7 +99,8 @@ def write_requests_csv(trials: list[Trial], path: Path) -> Path:
                     "utterance_id": r.utterance_id, "language": r.language, "text_chars": r.text_chars,
                     "max_new_tokens": r.max_new_tokens, "warmup": r.warmup, "scheduled_s": r.scheduled_s,
                     "sent_s": r.sent_s, "finished_s": r.finished_s, "outcome": ex.outcome,
-                    "http_status": ex.http_status, "error": ex.error, "finish_reason": ex.finish_reason,
+                    "http_status": ex.http_status, "request_id": ex.request_id, "error": ex.error,
+                    "finish_reason": ex.finish_reason,
                     "sample_rate": ex.timeline.sample_rate, "headers_s": ex.timeline.headers_s,
                     "ttfb_s": m.ttfb_s, "first_audio_s": m.first_audio_s, "ttfa_s": m.ttfa_s, "e2e_s": m.e2e_s,
                     "audio_s": m.audio_s, "rtf": m.rtf, "leading_silence_s": m.leading_silence_s,

@@ -5,10 +5,12 @@ segments alike), e.g.
 
     {"id": "speech-…", "route": "/v1/audio/speech", "status": 200, "voice": "ryan", "chars": 42,
      "ttfa_ms": 61.2, "audio_s": 3.04, "frames": 38, "finish_reason": "stop", "duration_s": 1.21,
+     "max_chunk_gap_ms": 95.3,
      "first_audio_ms": {"api": 0.9, "to_engine": 0.4, "queue": 3.1, "prefill": 4.0, "codec": 2.2, "to_api": 1.6}}
 
 `first_audio_ms` splits the time to first audio into the stages of its path (FIRST_AUDIO_STAGES);
-each stage is also a `cadence_first_audio_stage_seconds{stage}` histogram. The engine's timestamps
+each stage is also a `cadence_first_audio_stage_seconds{stage}` histogram. `max_chunk_gap_ms` is the
+longest wait between two of the request's audio chunks reaching the API process. The engine's timestamps
 and the API's are taken on the same monotonic clock (one machine), so their differences hold.
 """
 
@@ -48,6 +50,10 @@ class Outcome:
     arrival: float = field(default_factory=time.monotonic)
     submitted: float | None = None  # handed to the engine
     first_audio: float | None = None
+    last_audio: float | None = None
+    # the longest wait between two of its audio chunks reaching this process: the server's side of a
+    # playback gap (a client's longer wait for the same chunk was spent after it left the server)
+    max_chunk_gap: float | None = None
     first_audio_path: dict[str, float] | None = None  # seconds a stage (FIRST_AUDIO_STAGES)
     audio_seconds: float = 0.0
     frames: int = 0
@@ -59,8 +65,14 @@ class Outcome:
         return self.first_audio - self.arrival if self.first_audio is not None else None
 
     def audio_arrived(self, timings: Timings | None) -> None:
-        """The first audio is here: note when, and what the engine says of its path."""
-        self.first_audio = time.monotonic()
+        """A chunk of audio is here: note when; for the first, what the engine says of its path."""
+        now = time.monotonic()
+        if self.last_audio is not None:
+            self.max_chunk_gap = max(self.max_chunk_gap or 0.0, now - self.last_audio)
+        self.last_audio = now
+        if self.first_audio is not None:
+            return
+        self.first_audio = now
         t = timings
         if self.submitted is None or t is None or None in (t.admitted, t.first_frame, t.first_chunk):
             return
@@ -99,6 +111,8 @@ def record(metrics: Metrics, outcome: Outcome, status: int, error: str | None = 
             "frames": outcome.frames,
             "finish_reason": outcome.finish_reason,
         }
+        if outcome.max_chunk_gap is not None:
+            line["max_chunk_gap_ms"] = round(outcome.max_chunk_gap * 1000, 1)
         if outcome.first_audio_path is not None:
             line["first_audio_ms"] = {k: round(v * 1000, 2) for k, v in outcome.first_audio_path.items()}
         if outcome.runaway_cause:

@@ -97,7 +97,7 @@ class SpeechRun:
             raise E.server_error(f"internal error: {type(e).__name__}") from None
         o = self.outcome
         o.frames = chunk.frame_end
-        if chunk.pcm.size and o.first_audio is None:
+        if chunk.pcm.size:
             o.audio_arrived(chunk.timings)
         if chunk.is_final:
             o.finish_reason = chunk.finish_reason.value if chunk.finish_reason else None

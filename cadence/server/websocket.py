@@ -217,7 +217,7 @@ class SpeechSession(ContinuousInput):
             if isinstance(item, BaseException):
                 error = _api_error(item, job)
                 break
-            if item.pcm.size and outcome.first_audio is None:
+            if item.pcm.size:
                 outcome.audio_arrived(item.timings)
             if data := encoder.encode(item.pcm):
                 await self.ws.send_bytes(data)
