@@ -22,9 +22,9 @@ path in the server, from the access log), OUT/protocol.png (TTFA percentiles and
 requests with a gap against load) and OUT/serve.log. protocol.json keeps every completed request's
 TTFA and first-audio stages, and describes each request whose playback ran dry (its arrival in the
 trial, TTFA, stalls, longest wait between chunks at the client and, from the access log, at the
-server; the table's "longest playback stall"), and each
-server process's garbage collections while the rate ran (from /metrics: how many, and the longest
-since start), the pauses that stop every stream of a process at once. So
+server; the table's "longest playback stall"), and each server process's garbage collections while
+the rate ran (from /metrics: how many, and the longest since start), the pauses that stop every
+stream of a process at once. So
 `--merge` can write the table and plot of several runs without measuring anything: rates measured
 in separate runs (device calls too short for all of them) side by side, and a rate measured by
 several runs with different seeds pooled over all their requests, so the full protocol can be
