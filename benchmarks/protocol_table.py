@@ -74,12 +74,16 @@ class Row:
     gap_requests: list[GapRequest] = field(default_factory=list, repr=False)
     # the server's processes ("engine", "api"): their garbage collections during the rate
     gc: dict[str, GcDuring] = field(default_factory=dict)
+    # the bench client's longest event-loop stall in the rate's trials: a pause every timestamp the
+    # client took then suffered (a playback gap as long is the client's, not the server's)
+    client_stall_ms: float | None = None
 
     @classmethod
     def measured(
         cls, rate: float, seeds: list[int], counts: tuple[int, int, int], window_s: float,
         ttfa_samples_ms: list[float], stage_samples_ms: dict[str, list[float]],
         gap_requests: list[GapRequest] | None = None, gc: dict[str, GcDuring] | None = None,
+        client_stall_ms: float | None = None,
     ) -> Row:  # fmt: skip
         """A row from its samples. `counts`: (sent, completed, requests with a playback gap)."""
         sent, completed, with_gap = counts
@@ -91,7 +95,7 @@ class Row:
             seeds=tuple(seeds), window_s=window_s,
             ttfa_samples_ms=[round(v, 2) for v in ttfa_samples_ms],
             stage_samples_ms={k: [round(v, 2) for v in vs] for k, vs in stage_samples_ms.items()},
-            gap_requests=list(gap_requests or []), gc=dict(gc or {}),
+            gap_requests=list(gap_requests or []), gc=dict(gc or {}), client_stall_ms=client_stall_ms,
         )  # fmt: skip
 
     @classmethod
@@ -130,6 +134,7 @@ def pool(rows: list[Row]) -> Row:
         rate, sorted(seeds), (sum(r.sent for r in rows), sum(r.completed for r in rows), sum(r.with_gap for r in rows)),
         sum(r.window_s for r in rows), [v for r in rows for v in r.ttfa_samples_ms], stages,
         [g for r in rows for g in r.gap_requests], {p: GcDuring.pooled([r.gc[p] for r in rows]) for p in processes},
+        max((r.client_stall_ms for r in rows if r.client_stall_ms is not None), default=None),
     )  # fmt: skip
 
 
@@ -180,6 +185,12 @@ def table(rows: list[Row]) -> str:
         lines.append(
             "| garbage collections, engine / API: count (longest since start, ms) | "
             + " | ".join(" / ".join(gc_cell(r, p) for p in ("engine", "api")) for r in rows)
+            + " |"
+        )
+    if any(r.client_stall_ms is not None for r in rows):
+        lines.append(
+            "| the client's longest event-loop stall (ms) | "
+            + " | ".join("–" if r.client_stall_ms is None else f"{r.client_stall_ms:.0f}" for r in rows)
             + " |"
         )
     if any(r.seeds for r in rows):

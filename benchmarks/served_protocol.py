@@ -24,7 +24,7 @@ TTFA and first-audio stages, and describes each request whose playback ran dry (
 trial, TTFA, stalls, longest wait between chunks at the client and, from the access log, at the
 server; the table's "longest playback stall"), and each server process's garbage collections while
 the rate ran (from /metrics: how many, and the longest since start), the pauses that stop every
-stream of a process at once. So
+stream of a process at once, and the client's own longest event-loop stall. So
 `--merge` can write the table and plot of several runs without measuring anything: rates measured
 in separate runs (device calls too short for all of them) side by side, and a rate measured by
 several runs with different seeds pooled over all their requests, so the full protocol can be
@@ -199,10 +199,11 @@ class ServerSide:
 def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
     """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
     kept for pooling with other runs and the requests whose playback ran dry described."""
-    ttfa, gaps = [], []
+    ttfa, gaps, stalls = [], [], []
     for trial in trials:
         if trial.point.mode != a.mode or trial.point.value != a.load:
             continue
+        stalls += trial.loop_lag_s
         for record in trial.measured:
             if not record.ok:
                 continue
@@ -213,7 +214,8 @@ def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
                 server_gap = server.chunk_gaps.get(record.exchange.request_id or "")
                 gaps.append(gap_request(trial.seed, record.scheduled_s, m, server_gap))
     counts = (a.sent, a.completed, a.requests_with_underruns)
-    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc)
+    stall = round(max(stalls) * 1000, 1) if stalls else None
+    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc, stall)
 
 
 def gap_request(seed: int, arrival_s: float | None, m: RequestMetrics, server_gap_ms: float | None) -> GapRequest:

@@ -29,6 +29,7 @@ def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
         assert 0 < p50 <= p95 <= p99
         assert row["seeds"] == [0] and 0 < len(row["ttfa_samples_ms"]) <= row["completed"]  # kept for --merge
         assert min(row["ttfa_samples_ms"]) <= p50 <= max(row["ttfa_samples_ms"])
+        assert row["client_stall_ms"] >= 0  # the client's own pauses, beside the server's
         gc = row["gc"]  # both server processes' collections while the rate ran, from /metrics
         assert set(gc) == {"engine", "api"} and all(g["collections"] >= 0 <= g["longest_ms"] for g in gc.values())
     table = (out / "protocol.md").read_text()
@@ -87,7 +88,8 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
                                  "stall_ms": 40.0 + seed, "max_chunk_gap_ms": 120.0,
                                  "server_max_chunk_gap_ms": 110.0}] * seed,
                "gc": {"engine": {"collections": 10 + seed, "ms": 2.5, "longest_ms": 0.5 + seed},
-                      "api": {"collections": 3, "ms": 1.0, "longest_ms": 0.25}}}  # fmt: skip
+                      "api": {"collections": 3, "ms": 1.0, "longest_ms": 0.25}},
+               "client_stall_ms": 7.0 + seed}  # fmt: skip
         path = tmp_path / name / "protocol.json"
         path.parent.mkdir()
         path.write_text(json.dumps({"size": "1.7b", "seeds": [seed], "rows": [row]}))
@@ -117,6 +119,10 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
     assert row["gc"] == {"engine": {"collections": 21, "ms": 5.0, "longest_ms": 1.5},
                          "api": {"collections": 6, "ms": 2.0, "longest_ms": 0.25}}  # fmt: skip
     assert "| 21 (1.5) / 6 (0.2) |" in (tmp_path / "m" / "protocol.md").read_text()
+    assert (
+        row["client_stall_ms"] == 8.0
+        and "| the client's longest event-loop stall (ms) | 8 |" in (tmp_path / "m" / "protocol.md").read_text()
+    )
     again = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert again.returncode != 0 and "rate 20 is measured by two runs with the same seed" in again.stderr
