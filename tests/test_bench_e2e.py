@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import gc
 import json
 import os
 import socket
@@ -173,6 +174,7 @@ def config(url: str, out: Path, load: LoadConfig, model: str = "stub-tts", **ser
 
 def test_closed_loop_accounts_for_every_request(stub_url, tmp_path):
     load = LoadConfig(concurrencies=[1, 4], num_requests=9, warmup_requests=2, fixed_frames=5)
+    gc.unfreeze()
     result = run_bench(config(stub_url, tmp_path, load), argv=["test"])
     results, rows = assert_accounted(tmp_path)
     assert [(p["mode"], p["load"], p["sent"], p["completed"]) for p in results["points"]] == [
@@ -193,6 +195,8 @@ def test_closed_loop_accounts_for_every_request(stub_url, tmp_path):
     assert results["config"]["load"]["concurrencies"] == [1, 4]
     assert results["points"][1]["peak_inflight"] <= 4
     assert len(result.trials) == 2
+    assert gc.get_freeze_count() > 0  # each trial froze the client's heap out of the collector's walks
+    gc.unfreeze()
 
 
 def test_open_loop_sends_the_seeded_poisson_schedule(stub_url, tmp_path):
@@ -305,3 +309,5 @@ def test_live_cadence_closed_and_open_loop(cadence_url, tmp_path, stream_format)
         for r in rows:
             # max_new_tokens + ignore_eos: at most `frames` frames of 80 ms (a server may trim a silent first one).
             assert 0 < float(r["audio_s"]) <= frames * 0.08 + 1e-9
+        ids = [r["request_id"] for r in rows]  # the server's X-Request-Id, naming its access-log lines
+        assert all(i.startswith("speech-") for i in ids) and len(set(ids)) == len(ids)

@@ -13,11 +13,14 @@ Warm-up requests are sent and recorded like any other but flagged, and left out 
 The client measures itself too: a ticker on the event loop records how late its wake-ups are. A busy
 client (Python parsing thousands of streams, or a CPU shared with the server) delays every timestamp
 it takes, and that lag is the warning sign that the numbers describe the client, not the server.
+Each trial starts with the client's heap frozen out of the garbage collector's walks: a full
+collection over its imports and earlier trials' records would stall the loop the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import math
 import time
@@ -262,6 +265,10 @@ async def run_trial(
     # latencies; trust_env=False keeps proxy variables from routing benchmark traffic elsewhere.
     limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    # Everything alive now (imports, earlier trials' records) out of the garbage collector's walks:
+    # a full collection over it would stall the event loop, and every timestamp with it.
+    gc.collect()
+    gc.freeze()
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(server.timeout_s), trust_env=False) as client:
         runner = _TrialRunner(client, server, utterances, load, seed, rule, progress)
         watcher = asyncio.create_task(runner.watch_loop())
