@@ -32,7 +32,7 @@ def freeze_startup_heap() -> int:
     return frozen
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: `install` and `uninstall` find this hook, not an equal one
 class GcPauses:
     """Counts and times the process's garbage collections (a `gc.callbacks` hook; `install`)."""
 

@@ -20,9 +20,10 @@ def test_freezing_moves_the_live_heap_out_of_collections():
 
 
 def test_every_collection_is_counted_and_timed_until_uninstalled():
+    other = GcPauses().install()  # another hook, equal in every count: never taken for this one
     pauses = GcPauses().install()
     try:
-        assert pauses.install() is pauses and gc.callbacks.count(pauses) == 1  # installing twice hooks once
+        assert pauses.install() is pauses and sum(c is pauses for c in gc.callbacks) == 1  # installing twice hooks once
         for _ in range(3):
             gc.collect()
         assert pauses.collections >= 3
@@ -31,4 +32,6 @@ def test_every_collection_is_counted_and_timed_until_uninstalled():
         pauses.uninstall()
     counted = pauses.collections
     gc.collect()
-    assert pauses.collections == counted and pauses not in gc.callbacks
+    assert pauses.collections == counted and not any(c is pauses for c in gc.callbacks)
+    assert any(c is other for c in gc.callbacks) and other.collections > counted
+    other.uninstall()
