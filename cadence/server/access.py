@@ -9,9 +9,10 @@ segments alike), e.g.
      "first_audio_ms": {"api": 0.9, "to_engine": 0.4, "queue": 3.1, "prefill": 4.0, "codec": 2.2, "to_api": 1.6}}
 
 `first_audio_ms` splits the time to first audio into the stages of its path (FIRST_AUDIO_STAGES);
-each stage is also a `cadence_first_audio_stage_seconds{stage}` histogram. `max_chunk_gap_ms` is the
-longest wait between two of the request's audio chunks reaching the API process. The engine's timestamps
-and the API's are taken on the same monotonic clock (one machine), so their differences hold.
+each stage is also a `cadence_first_audio_stage_seconds{stage}` histogram. `max_chunk_gap_ms` is
+the longest wait between two of the request's audio chunks reaching the API process. The engine's
+timestamps and the API's are taken on the same monotonic clock (one machine), so their differences
+hold.
 """
 
 from __future__ import annotations
