@@ -199,11 +199,10 @@ class ServerSide:
 def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
     """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
     kept for pooling with other runs and the requests whose playback ran dry described."""
-    ttfa, gaps, stalls = [], [], []
+    ttfa, gaps = [], []
     for trial in trials:
         if trial.point.mode != a.mode or trial.point.value != a.load:
             continue
-        stalls += trial.loop_lag_s
         for record in trial.measured:
             if not record.ok:
                 continue
@@ -214,7 +213,8 @@ def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
                 server_gap = server.chunk_gaps.get(record.exchange.request_id or "")
                 gaps.append(gap_request(trial.seed, record.scheduled_s, m, server_gap))
     counts = (a.sent, a.completed, a.requests_with_underruns)
-    stall = round(max(stalls) * 1000, 1) if stalls else None
+    lag = a.client_loop_lag_s.max  # the client's longest event-loop stall, its trials pooled
+    stall = None if lag is None else round(lag * 1000, 1)
     return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc, stall)
 
 
