@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cadence.bench.metrics import summarize
+from cadence.server.access import FIRST_AUDIO_STAGES
 
-STAGES = ("api", "to_engine", "queue", "prefill", "codec", "to_api")  # the access log's first_audio_ms
+PROCESSES = ("engine", "api")  # the server's processes, as /metrics labels their garbage collections
 
 
 def percentiles(samples: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -128,8 +129,8 @@ def pool(rows: list[Row]) -> Row:
     seeds = [s for r in rows for s in r.seeds]
     if len(set(seeds)) < len(seeds):
         raise ValueError(f"rate {rate:g} is measured by two runs with the same seed ({sorted(seeds)})")
-    stages = {k: [v for r in rows for v in r.stage_samples_ms.get(k, [])] for k in STAGES}
-    processes = [p for p in ("engine", "api") if all(p in r.gc for r in rows)]
+    stages = {k: [v for r in rows for v in r.stage_samples_ms.get(k, [])] for k in FIRST_AUDIO_STAGES}
+    processes = [p for p in PROCESSES if all(p in r.gc for r in rows)]
     return Row.measured(
         rate, sorted(seeds), (sum(r.sent for r in rows), sum(r.completed for r in rows), sum(r.with_gap for r in rows)),
         sum(r.window_s for r in rows), [v for r in rows for v in r.ttfa_samples_ms], stages,
@@ -164,44 +165,37 @@ def table(rows: list[Row]) -> str:
     def ms(v: float | None) -> str:
         return "–" if v is None else f"{v:.1f}"
 
+    def line(label: str, cells: list[str]) -> str:
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    rule = "|---|" + "---:|" * len(rows)
     lines = [
-        "| requests/s | " + " | ".join(f"{r.rate:g}" for r in rows) + " |",
-        "|---|" + "---:|" * len(rows),
-        "| p50 / p95 / p99 TTFA (ms) | " + " | ".join(" / ".join(ms(v) for v in r.ttfa_ms) for r in rows) + " |",
-        "| requests with a playback gap | " + " | ".join(f"{r.with_gap} / {r.completed}" for r in rows) + " |",
-        "| failed / sent | " + " | ".join(f"{r.failed} / {r.sent}" for r in rows) + " |",
-        "| delivered requests/s | "
-        + " | ".join("–" if r.requests_per_s is None else f"{r.requests_per_s:.2f}" for r in rows)
-        + " |",
+        line("requests/s", [f"{r.rate:g}" for r in rows]),
+        rule,
+        line("p50 / p95 / p99 TTFA (ms)", [" / ".join(ms(v) for v in r.ttfa_ms) for r in rows]),
+        line("requests with a playback gap", [f"{r.with_gap} / {r.completed}" for r in rows]),
+        line("failed / sent", [f"{r.failed} / {r.sent}" for r in rows]),
+        line("delivered requests/s", ["–" if r.requests_per_s is None else f"{r.requests_per_s:.2f}" for r in rows]),
     ]
     if any(r.gap_requests for r in rows):
-        lines.append("| longest playback stall (ms) | " + " | ".join(longest_stall(r) for r in rows) + " |")
-        lines.append(
-            "| those requests' longest wait for a chunk, client / server (ms) | "
-            + " | ".join(chunk_waits(r) for r in rows)
-            + " |"
-        )
+        lines.append(line("longest playback stall (ms)", [longest_stall(r) for r in rows]))
+        waits = [chunk_waits(r) for r in rows]
+        lines.append(line("those requests' longest wait for a chunk, client / server (ms)", waits))
     if any(r.gc for r in rows):
-        lines.append(
-            "| garbage collections, engine / API: count (longest since start, ms) | "
-            + " | ".join(" / ".join(gc_cell(r, p) for p in ("engine", "api")) for r in rows)
-            + " |"
-        )
+        cells = [" / ".join(gc_cell(r, p) for p in PROCESSES) for r in rows]
+        lines.append(line("garbage collections, engine / API: count (longest since start, ms)", cells))
     if any(r.client_stall_ms is not None for r in rows):
-        lines.append(
-            "| the client's longest event-loop stall (ms) | "
-            + " | ".join("–" if r.client_stall_ms is None else f"{r.client_stall_ms:.0f}" for r in rows)
-            + " |"
-        )
+        cells = ["–" if r.client_stall_ms is None else f"{r.client_stall_ms:.0f}" for r in rows]
+        lines.append(line("the client's longest event-loop stall (ms)", cells))
     if any(r.seeds for r in rows):
-        lines.append("| seeds | " + " | ".join(" ".join(str(s) for s in r.seeds) or "–" for r in rows) + " |")
-    stages = [s for s in STAGES if any(s in r.stages_ms for r in rows)]
+        lines.append(line("seeds", [" ".join(str(s) for s in r.seeds) or "–" for r in rows]))
+    stages = [s for s in FIRST_AUDIO_STAGES if any(s in r.stages_ms for r in rows)]
     if stages:
         lines += ["", "Where the first audio's time goes in the server, p50 / p95 (ms):", ""]
-        lines += ["| stage | " + " | ".join(f"{r.rate:g}/s" for r in rows) + " |", "|---|" + "---:|" * len(rows)]
+        lines += [line("stage", [f"{r.rate:g}/s" for r in rows]), rule]
         for stage in stages:
             cells = [" / ".join(ms(v) for v in r.stages_ms[stage]) if stage in r.stages_ms else "–" for r in rows]
-            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+            lines.append(line(stage, cells))
     return "\n".join(lines)
 
 
