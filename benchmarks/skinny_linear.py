@@ -41,24 +41,20 @@ CODE_PREDICTOR = {
     (1024, 3072): 75,  # down
     (2048, 1024): 15,  # heads
 }
-SHAPES = {
-    "0.6b": {
-        (4096, 1024): 28 + 75,  # QKV
-        (1024, 2048): 28 + 75,  # O
-        (6144, 1024): 28 + 75,  # gate/up
-        (1024, 3072): 28 + 75,  # down
-        (3072, 1024): 1,  # talker codec head
-        (2048, 1024): 15,  # code-predictor heads
-    },
+TALKERS = {
+    "0.6b": {(4096, 1024): 28, (1024, 2048): 28, (6144, 1024): 28, (1024, 3072): 28, (3072, 1024): 1},
     "1.7b": {
-        (4096, 2048): 28,  # talker QKV
-        (2048, 2048): 28,  # talker O
-        (12288, 2048): 28,  # talker gate/up
-        (2048, 6144): 28,  # talker down
-        (3072, 2048): 1,  # talker codec head
-        **CODE_PREDICTOR,
-        (1024, 2048): 75 + 15,  # code-predictor O, and the projection into the code predictor
+        (4096, 2048): 28,  # QKV
+        (2048, 2048): 28,  # O
+        (12288, 2048): 28,  # gate/up
+        (2048, 6144): 28,  # down
+        (3072, 2048): 1,  # codec head
+        (1024, 2048): 15,  # the projection into the code predictor
     },
+}
+SHAPES = {
+    size: {nk: talker.get(nk, 0) + CODE_PREDICTOR.get(nk, 0) for nk in {**talker, **CODE_PREDICTOR}}
+    for size, talker in TALKERS.items()
 }
 
 
