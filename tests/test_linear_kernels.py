@@ -198,16 +198,28 @@ def test_linear_swiglu(ops, dtype, m, inter):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16] if not INTERPRET else [torch.float32])
-@pytest.mark.parametrize("m,n,k", [(1, 1024, 2048), (5, 1024, 3072), (24, 1024, 3072), (40, 1024, 2048), (3, 96, 1024)])
-def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, streaming, dtype, m, n, k, monkeypatch):
+@pytest.mark.parametrize(
+    "m,n,k,profile",
+    [(1, 1024, 2048, None), (5, 1024, 3072, None), (24, 1024, 3072, None), (40, 1024, 2048, None), (3, 96, 1024, None),
+     (4, 2048, 6144, "h100"), (4, 2048, 2048, "h100")],  # the 1.7B's down (split K) and o (cuBLAS) on the H100
+)  # fmt: skip
+def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, streaming, dtype, m, n, k, profile, monkeypatch):
     """A layer's o or down projection and the residual-add + RMSNorm after it: where the GEMM splits
-    K (o and down up to 64 rows; not the last shape), its programs leave their fp32 partials and the
-    norm kernel adds them in split order, so the GEMM takes no ticket. Against the GEMM's last
-    program adding them then the norm kernel (`linear` then `rms_norm`): the rows' sum the same
-    bits, on every call; the normalised rows too under the interpreter, and within two bf16 steps on
-    a GPU, where the partials' norm reduces over 8 warps, not 4. Within rounding of
-    the PyTorch definition. Without a residual: the two kernels."""
-    from cadence.kernels.linear.triton_streaming_gemm import _split_k_workspace
+    K (o and down up to 64 rows; not the 96-wide shape, nor the 1.7B's o on the H100, which runs on
+    cuBLAS), its programs leave their fp32 partials and the norm kernel adds them in split order, so
+    the GEMM takes no ticket. Against the GEMM's last program adding them then the norm kernel
+    (`linear` then `rms_norm`): the rows' sum the same bits, on every call; the normalised rows too
+    under the interpreter, and within two bf16 steps on a GPU, where the partials' norm reduces over
+    8 warps, not 4. Within rounding of the PyTorch definition. Without a residual: the two kernels.
+    `profile`: the GPU family's tile table the launches take (None: the default table)."""
+    from cadence.kernels.tile_table import current_table, load_profile, using_table
+
+    with using_table(load_profile(profile) if profile else current_table()):
+        check_linear_rms_norm(ops, streaming, dtype, m, n, k, monkeypatch)
+
+
+def check_linear_rms_norm(ops, streaming, dtype, m: int, n: int, k: int, monkeypatch) -> None:
+    from cadence.kernels.linear.triton_streaming_gemm import GemmTiles, _split_k_workspace
     from cadence.kernels.norm import triton_rms_norm
 
     tri, ref = ops
@@ -216,7 +228,7 @@ def test_linear_rms_norm_adds_split_k_partials_in_the_norm(ops, streaming, dtype
     w = (torch.randn(n, k, device=DEV, generator=g) / k**0.5).to(dtype)
     norm_w = (1 + 0.1 * torch.randn(n, device=DEV, generator=g)).to(dtype)
     res = torch.randn(m, n, device=DEV, generator=g).to(dtype)
-    tiles = tri.gemm_tiles(n, k, m) or tri.gemm_tiles(n, k)
+    tiles = tri.gemm_tiles(n, k, m) or GemmTiles()  # cuBLAS's call: no split
     partial_launches = []
     launch = triton_rms_norm.streaming_gemm_partials
     monkeypatch.setattr(triton_rms_norm, "streaming_gemm_partials", lambda *a: partial_launches.append(a) or launch(*a))
