@@ -217,6 +217,26 @@ def test_open_loop_sends_the_seeded_poisson_schedule(stub_url, tmp_path):
     assert all(t["window_s"] >= 0.8 for t in results["trials"])  # at least the arrival window, by definition
 
 
+def test_open_loop_dealt_over_client_processes_keeps_one_schedule(stub_url, tmp_path):
+    """Two client processes: each arrival sent once, by the process it was dealt to, at its planned
+    time on the shared clock; one merged trial a seed, as one process would have written it."""
+    load = LoadConfig(rates=[15.0], duration_s=0.8, warmup_s=0.3, seeds=[0, 1], fixed_frames=3, client_processes=2)
+    result = run_bench(config(stub_url, tmp_path, load), argv=["test"])
+    results, rows = assert_accounted(tmp_path)
+    for seed in (0, 1):
+        schedule = poisson_arrivals(15.0, seed, 0.3, 0.8, None)
+        mine = [r for r in rows if int(r["seed"]) == seed]
+        assert [float(r["scheduled_s"]) for r in mine] == pytest.approx(schedule)
+        assert all(float(r["sent_s"]) >= float(r["scheduled_s"]) for r in mine)  # never early: one clock
+        assert all(r["outcome"] == "ok" for r in mine)
+    assert [t["client_processes"] for t in results["trials"]] == [2, 2]
+    for trial in result.trials:
+        assert 1 <= trial.peak_inflight <= len(trial.records)
+        assert trial.loop_lag_s  # both processes' ticks, pooled
+    (point,) = results["points"]
+    assert point["failed"] == 0 and point["scheduling_lag_s"]["n"] == point["sent"]
+
+
 def test_failures_are_counted_by_status(stub_url, tmp_path):
     lines = ["plain one", "please [429]", "plain two", "crash [500]", "again [429]", "slow [slow]", "plain three"]
     (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n")

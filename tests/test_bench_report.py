@@ -225,6 +225,7 @@ def test_help_explains_units_and_rtf_direction(capsys):
         (["bench", "--fixed-frames", "six"], "--fixed-frames"),
         (["bench", "--rate", "0"], "--rate"),
         (["bench", "--concurrency", "8", "--max-inflight", "4"], "--max-inflight"),
+        (["bench", "--rate", "5", "--client-processes", "0"], "--client-processes"),
         (["bench", "--field", "novalue"], "KEY=VALUE"),
         (["bench", "--extra-json", "[1]"], "JSON object"),
         (["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"], "results file not found"),
@@ -247,6 +248,8 @@ def test_cli_defaults_and_extra_fields():
     opened = build_config(_parse(["bench", "--rate", "1", "5", "--fixed-frames", "auto", "--seeds", "0", "1", "2"]))
     assert opened.load.rates == [1.0, 5.0] and opened.load.concurrencies == [] and opened.load.duration_s == 60.0
     assert opened.load.fixed_frames == "auto" and opened.load.seeds == [0, 1, 2]
+    assert opened.load.client_processes == 1
+    assert build_config(_parse(["bench", "--rate", "9", "--client-processes", "3"])).load.client_processes == 3
 
 
 def _parse(argv: list[str]):

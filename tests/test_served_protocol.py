@@ -4,6 +4,7 @@ real `cadence serve` on the tiny checkpoint, sends Poisson arrivals at two rates
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import datetime
@@ -38,6 +39,11 @@ def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
     assert "| prefill |" in table and all(row["stages_ms"]["queue"][0] >= 0 for row in summary["rows"])
     assert (out / "bench" / "1" / "results.json").exists() and (out / "bench" / "2" / "results.json").exists()
     assert Path(out / "serve.log").read_text().count("warm-up synthesis") == 1
+    # One client process a client core (the last two; on a machine of two cores or fewer, all of them).
+    processes = min(2, len(os.sched_getaffinity(0)))
+    assert summary["client_processes"] == processes
+    bench = json.loads((out / "bench" / "2" / "results.json").read_text())
+    assert [t["client_processes"] for t in bench["trials"]] == [processes]
 
 
 def test_runs_of_separate_rates_merge_into_one_table(tmp_path):

@@ -178,6 +178,14 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup-requests", type=int, default=2, help="closed loop: warm-up requests (default 2)")
     g.add_argument("--seeds", type=int, nargs="+", default=[0], help="one trial per seed per point (default 0)")
     g.add_argument("--max-inflight", type=int, default=4096, help="most requests pending at once (default 4096)")
+    g.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="open loop: deal each trial's arrivals over this many client processes, each with its own event loop "
+        "and connections, so that one busy Python loop does not delay sends and timestamps at high rates "
+        "(default 1; closed loops run in one). Watch client_loop_lag_s: give it more when that grows",
+    )
     g.add_argument("--audible-dbfs", type=float, default=AUDIBLE_DBFS, help="audible threshold (default -45)")
     g.add_argument(
         "--audible-windows",
@@ -260,6 +268,7 @@ def build_config(args: argparse.Namespace):
         warmup_requests=args.warmup_requests,
         seeds=list(args.seeds),
         max_inflight=args.max_inflight,
+        client_processes=args.client_processes,
         fixed_frames=parse_fixed_frames(args.fixed_frames) if args.fixed_frames is not None else None,
     )
     load.validate()

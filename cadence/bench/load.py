@@ -60,6 +60,8 @@ class LoadConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     max_inflight: int = 4096
     fixed_frames: int | str | None = None  # see workload.plan_request
+    # Open loop: the client processes a trial's arrivals are dealt over (cadence/bench/processes.py).
+    client_processes: int = 1
 
     def validate(self) -> None:
         """Raise ValueError naming the option at fault."""
@@ -83,6 +85,8 @@ class LoadConfig:
             raise ValueError("give at least one --seeds value")
         if self.max_inflight < 1:
             raise ValueError(f"--max-inflight must be at least 1, got {self.max_inflight}")
+        if self.client_processes < 1:
+            raise ValueError(f"--client-processes must be at least 1, got {self.client_processes}")
 
     def points(self) -> list[LoadPoint]:
         return [LoadPoint("closed", c) for c in self.concurrencies] + [LoadPoint("open", r) for r in self.rates]
@@ -122,6 +126,7 @@ class Trial:
     # requests/s near the offered rate. None: from the first measured send / to the last finish.
     window_start_s: float | None = None
     window_min_end_s: float | None = None
+    client_processes: int = 1  # the processes that sent its requests
 
     def window_s(self) -> float:
         """Measuring window: its start to the last measured finish (or its minimum end); 0 without requests."""
@@ -154,6 +159,19 @@ def poisson_arrivals(
             return arrivals
 
 
+@dataclass(frozen=True)
+class Share:
+    """The part of an open-loop trial one client process sends: arrival `index` goes to process
+    index % of, and every process counts time from `t0` (perf_counter; None: when the trial starts)."""
+
+    index: int = 0
+    of: int = 1
+    t0: float | None = None
+
+    def takes(self, arrival: int) -> bool:
+        return arrival % self.of == self.index
+
+
 class _TrialRunner:
     """Sends the requests of one trial and keeps the books."""
 
@@ -166,13 +184,14 @@ class _TrialRunner:
         seed: int,
         rule: AudibleRule,
         progress: TrialProgress,
+        share: Share,
     ):
         self.client, self.server, self.utterances, self.load = client, server, utterances, load
-        self.seed, self.rule, self.progress = seed, rule, progress
+        self.seed, self.rule, self.progress, self.share = seed, rule, progress, share
         self.records: list[RequestRecord] = []
         self.inflight = self.peak_inflight = 0
         self.loop_lag_s: list[float] = []
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if share.t0 is None else share.t0
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -232,6 +251,8 @@ class _TrialRunner:
                 slots.release()
 
         for index, at in enumerate(arrivals):
+            if not self.share.takes(index):
+                continue
             delay = at - self.now()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -257,8 +278,10 @@ async def run_trial(
     seed: int,
     rule: AudibleRule,
     progress: TrialProgress | None = None,
+    share: Share = Share(),
 ) -> Trial:
-    """One trial on a fresh connection pool sized so the pool never queues requests itself."""
+    """One trial on a fresh connection pool sized so the pool never queues requests itself; in an
+    open loop, only the arrivals of `share`."""
     progress = progress or TrialProgress()
     pool = int(point.value) if point.mode == "closed" else load.max_inflight
     # httpx's default pool (100 connections) would queue requests inside the client and inflate
@@ -270,7 +293,7 @@ async def run_trial(
     gc.collect()
     gc.freeze()
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(server.timeout_s), trust_env=False) as client:
-        runner = _TrialRunner(client, server, utterances, load, seed, rule, progress)
+        runner = _TrialRunner(client, server, utterances, load, seed, rule, progress, share)
         watcher = asyncio.create_task(runner.watch_loop())
         try:
             if point.mode == "closed":
@@ -295,20 +318,23 @@ def run_trials(
     rule: AudibleRule | None = None,
     board: ProgressBoard | None = None,
 ) -> list[Trial]:
-    """Every (load point, seed) trial in order: points as given (closed loop first), seeds inner."""
+    """Every (load point, seed) trial in order: points as given (closed loop first), seeds inner. Open-loop
+    trials run on `load.client_processes` processes where that is more than one; closed loops in this one."""
+    from .processes import ClientProcesses  # it runs this module's trials in other processes
+
     load.validate()
     if not utterances:
         raise ValueError("the workload holds no utterances")
     rule = rule or AudibleRule()
     board = board or ProgressBoard(enabled=False)
-
-    async def main() -> list[Trial]:
-        trials = []
+    trials = []
+    with board, ClientProcesses(load.client_processes) as processes:
         for point in load.points():
             for seed in load.seeds:
                 progress = board.trial(f"{point.label} seed {seed}", expected_requests(point, load, seed))
-                trials.append(await run_trial(server, utterances, load, point, seed, rule, progress))
-        return trials
-
-    with board:
-        return asyncio.run(main())
+                if point.mode == "open" and processes.count > 1:
+                    trial = processes.run_trial(server, utterances, load, point, seed, rule, progress)
+                else:
+                    trial = asyncio.run(run_trial(server, utterances, load, point, seed, rule, progress))
+                trials.append(trial)
+    return trials

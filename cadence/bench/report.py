@@ -38,7 +38,9 @@ DEFINITIONS = {
     "arriving after the audio before it has finished playing is one underrun, its lateness a stall",
     "scheduling_lag_s": "open loop: actual send time minus the planned Poisson arrival (client-side queueing)",
     "client_loop_lag_s": "how late a 5 ms ticker on the client's event loop woke up; large values mean the client "
-    "was too busy to timestamp promptly, inflating every latency",
+    "was too busy to timestamp promptly, inflating every latency (every client process's ticks pooled)",
+    "client_processes": "open loop: the processes a trial's arrivals were dealt over, round robin in arrival order, "
+    "all counting time from one shared start",
     "window_s": "measuring window, summed over seeds: from the first measured send (closed loop) or the end of "
     "warm-up (open loop) to the last measured finish, and for open loop at least the arrival window",
     "requests_per_s": "completed requests / window_s",
@@ -75,7 +77,13 @@ class BenchResult:
             "definitions": DEFINITIONS,
             "points": [asdict(a) for a in self.points()],
             "trials": [
-                {"seed": t.seed, "started_at": t.started_at, "wall_s": t.wall_s, **asdict(aggregate([t]))}
+                {
+                    "seed": t.seed,
+                    "started_at": t.started_at,
+                    "wall_s": t.wall_s,
+                    "client_processes": t.client_processes,
+                    **asdict(aggregate([t])),
+                }
                 for t in self.trials
             ],
         }
