@@ -41,6 +41,18 @@ class GapRequest:
 
 
 @dataclass(frozen=True)
+class SeedResult:
+    """One trial (seed) of a rate on its own: a row pools its seeds, and one seed unlike the others
+    (an overload, a stalled client) shows here."""
+
+    seed: int
+    ttfa_p95_ms: float | None
+    with_gap: int
+    failed: int
+    client_stall_ms: float | None  # the client's longest event-loop stall in this trial
+
+
+@dataclass(frozen=True)
 class GcDuring:
     """One server process's garbage collections while a rate ran (its /metrics before and after)."""
 
@@ -78,13 +90,14 @@ class Row:
     # the bench client's longest event-loop stall in the rate's trials: a pause every timestamp the
     # client took then suffered (a playback gap as long is the client's, not the server's)
     client_stall_ms: float | None = None
+    by_seed: list[SeedResult] = field(default_factory=list)  # each trial on its own, by seed
 
     @classmethod
     def measured(
         cls, rate: float, seeds: list[int], counts: tuple[int, int, int], window_s: float,
         ttfa_samples_ms: list[float], stage_samples_ms: dict[str, list[float]],
         gap_requests: list[GapRequest] | None = None, gc: dict[str, GcDuring] | None = None,
-        client_stall_ms: float | None = None,
+        client_stall_ms: float | None = None, by_seed: list[SeedResult] | None = None,
     ) -> Row:  # fmt: skip
         """A row from its samples. `counts`: (sent, completed, requests with a playback gap)."""
         sent, completed, with_gap = counts
@@ -97,6 +110,7 @@ class Row:
             ttfa_samples_ms=[round(v, 2) for v in ttfa_samples_ms],
             stage_samples_ms={k: [round(v, 2) for v in vs] for k, vs in stage_samples_ms.items()},
             gap_requests=list(gap_requests or []), gc=dict(gc or {}), client_stall_ms=client_stall_ms,
+            by_seed=sorted(by_seed or [], key=lambda s: s.seed),
         )  # fmt: skip
 
     @classmethod
@@ -108,6 +122,7 @@ class Row:
             "seeds": tuple(data.get("seeds", ())),
             "gap_requests": [GapRequest(**g) for g in data.get("gap_requests", [])],
             "gc": {k: GcDuring(**v) for k, v in data.get("gc", {}).items()},
+            "by_seed": [SeedResult(**s) for s in data.get("by_seed", [])],
         })  # fmt: skip
 
     def to_json(self) -> dict:
@@ -136,6 +151,7 @@ def pool(rows: list[Row]) -> Row:
         sum(r.window_s for r in rows), [v for r in rows for v in r.ttfa_samples_ms], stages,
         [g for r in rows for g in r.gap_requests], {p: GcDuring.pooled([r.gc[p] for r in rows]) for p in processes},
         max((r.client_stall_ms for r in rows if r.client_stall_ms is not None), default=None),
+        [s for r in rows for s in r.by_seed],
     )  # fmt: skip
 
 
@@ -189,6 +205,11 @@ def table(rows: list[Row]) -> str:
         lines.append(line("the client's longest event-loop stall (ms)", cells))
     if any(r.seeds for r in rows):
         lines.append(line("seeds", [" ".join(str(s) for s in r.seeds) or "–" for r in rows]))
+    if any(len(r.by_seed) > 1 for r in rows):
+        cells = [" · ".join(ms(s.ttfa_p95_ms) for s in r.by_seed) or "–" for r in rows]
+        lines.append(line("p95 TTFA by seed (ms)", cells))
+        cells = [" · ".join(str(s.with_gap) for s in r.by_seed) or "–" for r in rows]
+        lines.append(line("requests with a gap by seed", cells))
     stages = [s for s in FIRST_AUDIO_STAGES if any(s in r.stages_ms for r in rows)]
     if stages:
         lines += ["", "Where the first audio's time goes in the server, p50 / p95 (ms):", ""]

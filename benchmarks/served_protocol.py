@@ -21,8 +21,9 @@ Writes OUT/bench/<rate>/ (the bench's results.json, requests.csv and plots), OUT
 OUT/protocol.md (one column a rate: TTFA p50/p95/p99, requests with a playback gap, failures,
 delivered requests/s; then where the first audio's time goes: the p50 and p95 of each stage of its
 path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
-requests with a gap against load) and OUT/serve.log. protocol.json keeps every completed request's
-TTFA and first-audio stages, and describes each request whose playback ran dry (its arrival in the
+requests with a gap against load) and OUT/serve.log. protocol.json keeps each seed's p95 TTFA,
+gaps, failures and client stall on its own (the table shows the first two by seed), every completed
+request's TTFA and first-audio stages, and describes each request whose playback ran dry (its arrival in the
 trial, TTFA, stalls, longest wait between chunks at the client and, from the access log, at the
 server; the table's "longest playback stall"), and each server process's garbage collections while
 the rate ran (from /metrics: how many, and the longest since start), the pauses that stop every
@@ -52,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from protocol_table import GapRequest, GcDuring, Row, merge, table, write  # noqa: E402
+from protocol_table import GapRequest, GcDuring, Row, SeedResult, merge, table, write  # noqa: E402
 
-from cadence.bench.aggregate import Aggregate  # noqa: E402
+from cadence.bench.aggregate import Aggregate, aggregate  # noqa: E402
 from cadence.bench.client import ServerConfig  # noqa: E402
 from cadence.bench.load import LoadConfig, Trial  # noqa: E402
 from cadence.bench.metrics import RequestMetrics, request_metrics  # noqa: E402
@@ -222,15 +223,22 @@ def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
                 server_gap = server.chunk_gaps.get(record.exchange.request_id or "")
                 gaps.append(gap_request(trial.seed, record.scheduled_s, m, server_gap))
     counts = (a.sent, a.completed, a.requests_with_underruns)
-    lag = a.client_loop_lag_s.max  # the client's longest event-loop stall, its trials pooled
-    stall = None if lag is None else round(lag * 1000, 1)
-    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc, stall)
+    stall = ms(a.client_loop_lag_s.max)  # the client's longest event-loop stall, its trials pooled
+    by_seed = [seed_result(t) for t in trials if t.point.mode == a.mode and t.point.value == a.load]
+    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc, stall, by_seed)
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def seed_result(trial: Trial) -> SeedResult:
+    """One trial of a rate on its own."""
+    a = aggregate([trial])
+    return SeedResult(trial.seed, ms(a.ttfa_s.p95), a.requests_with_underruns, a.failed, ms(a.client_loop_lag_s.max))
 
 
 def gap_request(seed: int, arrival_s: float | None, m: RequestMetrics, server_gap_ms: float | None) -> GapRequest:
-    def ms(seconds: float | None) -> float | None:
-        return None if seconds is None else round(seconds * 1000, 1)
-
     return GapRequest(
         seed, round(arrival_s or 0.0, 3), ms(m.ttfa_s), m.underruns, ms(m.stall_s), ms(m.max_gap_s), server_gap_ms
     )

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import pytest
 from serving import REPO, free_port
 
 
@@ -31,6 +32,10 @@ def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
         assert row["seeds"] == [0] and 0 < len(row["ttfa_samples_ms"]) <= row["completed"]  # kept for --merge
         assert min(row["ttfa_samples_ms"]) <= p50 <= max(row["ttfa_samples_ms"])
         assert row["client_stall_ms"] >= 0  # the client's own pauses, beside the server's
+        (seed,) = row["by_seed"]  # the one trial on its own: here the row itself
+        assert (seed["seed"], seed["with_gap"]) == (0, row["with_gap"])
+        assert seed["ttfa_p95_ms"] == pytest.approx(row["ttfa_ms"][1], abs=0.11)  # each rounded to 0.1 ms
+        assert seed["failed"] == row["failed"] and seed["client_stall_ms"] == row["client_stall_ms"]
         gc = row["gc"]  # both server processes' collections while the rate ran, from /metrics
         assert set(gc) == {"engine", "api"} and all(g["collections"] >= 0 <= g["longest_ms"] for g in gc.values())
     table = (out / "protocol.md").read_text()
@@ -95,7 +100,9 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
                                  "server_max_chunk_gap_ms": 110.0}] * seed,
                "gc": {"engine": {"collections": 10 + seed, "ms": 2.5, "longest_ms": 0.5 + seed},
                       "api": {"collections": 3, "ms": 1.0, "longest_ms": 0.25}},
-               "client_stall_ms": 7.0 + seed}  # fmt: skip
+               "client_stall_ms": 7.0 + seed,
+               "by_seed": [{"seed": seed, "ttfa_p95_ms": 20.0 + seed, "with_gap": seed, "failed": 1,
+                            "client_stall_ms": 7.0 + seed}]}  # fmt: skip
         path = tmp_path / name / "protocol.json"
         path.parent.mkdir()
         path.write_text(json.dumps({"size": "1.7b", "seeds": [seed], "rows": [row]}))
@@ -129,6 +136,9 @@ def test_runs_of_one_rate_with_other_seeds_pool_their_requests(tmp_path):
         row["client_stall_ms"] == 8.0
         and "| the client's longest event-loop stall (ms) | 8 |" in (tmp_path / "m" / "protocol.md").read_text()
     )
+    assert [(s["seed"], s["ttfa_p95_ms"]) for s in row["by_seed"]] == [(0, 20.0), (1, 21.0)]  # each run's own trial
+    assert "| p95 TTFA by seed (ms) | 20.0 · 21.0 |" in (tmp_path / "m" / "protocol.md").read_text()
+    assert "| requests with a gap by seed | 0 · 1 |" in (tmp_path / "m" / "protocol.md").read_text()
     again = subprocess.run([*script, "--merge", str(a), str(a), "--out", str(tmp_path / "c")], capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert again.returncode != 0 and "rate 20 is measured by two runs with the same seed" in again.stderr
