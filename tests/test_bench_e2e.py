@@ -29,6 +29,7 @@ import pytest
 
 from cadence.bench import BenchConfig, LoadConfig, ServerConfig, WorkloadSpec, run_bench
 from cadence.bench.load import poisson_arrivals
+from cadence.bench.processes import peak_inflight
 
 SR = 24000
 FRAME = 1920  # samples per 80 ms frame
@@ -201,8 +202,10 @@ def test_closed_loop_accounts_for_every_request(stub_url, tmp_path):
 
 def test_open_loop_sends_the_seeded_poisson_schedule(stub_url, tmp_path):
     load = LoadConfig(rates=[15.0], duration_s=0.8, warmup_s=0.3, seeds=[0, 1], fixed_frames=3)
-    run_bench(config(stub_url, tmp_path, load, stream_format="sse"), argv=["test"])
+    result = run_bench(config(stub_url, tmp_path, load, stream_format="sse"), argv=["test"])
     results, rows = assert_accounted(tmp_path)
+    # The peak a process counts as it sends is the one a merge of processes computes from the records.
+    assert all(t.peak_inflight == peak_inflight(t.records) for t in result.trials)
     for seed in (0, 1):
         schedule = poisson_arrivals(15.0, seed, 0.3, 0.8, None)
         mine = [r for r in rows if int(r["seed"]) == seed]
