@@ -33,7 +33,7 @@ import numpy as np
 
 from .client import Exchange, ServerConfig, send_request
 from .metrics import AudibleRule
-from .progress import ProgressBoard, TrialProgress
+from .progress import TrialProgress
 from .workload import Utterance, plan_request
 
 LOOP_TICK_S = 0.005
@@ -309,32 +309,3 @@ async def run_trial(
         trial.window_start_s = load.warmup_s
         trial.window_min_end_s = None if load.duration_s is None else load.warmup_s + load.duration_s
     return trial
-
-
-def run_trials(
-    server: ServerConfig,
-    utterances: list[Utterance],
-    load: LoadConfig,
-    rule: AudibleRule | None = None,
-    board: ProgressBoard | None = None,
-) -> list[Trial]:
-    """Every (load point, seed) trial in order: points as given (closed loop first), seeds inner. Open-loop
-    trials run on `load.client_processes` processes where that is more than one; closed loops in this one."""
-    from .processes import ClientProcesses  # it runs this module's trials in other processes
-
-    load.validate()
-    if not utterances:
-        raise ValueError("the workload holds no utterances")
-    rule = rule or AudibleRule()
-    board = board or ProgressBoard(enabled=False)
-    trials = []
-    with board, ClientProcesses(load.client_processes) as processes:
-        for point in load.points():
-            for seed in load.seeds:
-                progress = board.trial(f"{point.label} seed {seed}", expected_requests(point, load, seed))
-                if point.mode == "open" and processes.count > 1:
-                    trial = processes.run_trial(server, utterances, load, point, seed, rule, progress)
-                else:
-                    trial = asyncio.run(run_trial(server, utterances, load, point, seed, rule, progress))
-                trials.append(trial)
-    return trials

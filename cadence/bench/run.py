@@ -10,11 +10,12 @@ from rich.console import Console
 
 from .client import ServerConfig
 from .environment import collect_environment
-from .load import LoadConfig, run_trials
+from .load import LoadConfig
 from .metrics import AudibleRule
 from .plots import MISSING_MESSAGE, have_matplotlib, write_plots
 from .progress import ProgressBoard
 from .report import BenchResult, write_requests_csv, write_results_json
+from .trials import run_trials
 from .workload import load_workload
 
 
