@@ -209,10 +209,9 @@ class ServerSide:
 def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
     """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
     kept for pooling with other runs and the requests whose playback ran dry described."""
+    mine = [t for t in trials if t.point.mode == a.mode and t.point.value == a.load]
     ttfa, gaps = [], []
-    for trial in trials:
-        if trial.point.mode != a.mode or trial.point.value != a.load:
-            continue
+    for trial in mine:
         for record in trial.measured:
             if not record.ok:
                 continue
@@ -224,7 +223,7 @@ def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
                 gaps.append(gap_request(trial.seed, record.scheduled_s, m, server_gap))
     counts = (a.sent, a.completed, a.requests_with_underruns)
     stall = ms(a.client_loop_lag_s.max)  # the client's longest event-loop stall, its trials pooled
-    by_seed = [seed_result(t) for t in trials if t.point.mode == a.mode and t.point.value == a.load]
+    by_seed = [seed_result(t) for t in mine]
     return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc, stall, by_seed)
 
 
