@@ -35,3 +35,28 @@ def test_every_collection_is_counted_and_timed_until_uninstalled():
     assert pauses.collections == counted and not any(c is pauses for c in gc.callbacks)
     assert any(c is other for c in gc.callbacks) and other.collections > counted
     other.uninstall()
+
+
+def test_metrics_report_both_processes_before_the_engine_first_reports():
+    """/metrics has both processes' series from the start, at 0, so a reading taken as the server
+    turns ready (before the engine's first stats arrive) can be compared with a later one; the
+    engine's stats then set its series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cadence.engine import protocol as P
+    from cadence.engine.request import EngineStats
+    from cadence.server.metrics import Metrics
+
+    def gc_samples(metrics: Metrics) -> dict[tuple[str, str], float]:
+        families = text_string_to_metric_families(metrics.render().decode())
+        return {(s.name, s.labels["process"]): s.value for f in families for s in f.samples if "process" in s.labels}
+
+    metrics = Metrics()
+    fresh = gc_samples(metrics)
+    for process in ("engine", "api"):
+        assert fresh[("cadence_gc_collections", process)] == 0
+        assert fresh[("cadence_gc_longest_pause_seconds", process)] == 0
+    metrics.on_step(P.StepOutput([], EngineStats(gc_collections=3, gc_seconds=0.01, gc_longest_seconds=0.004), False))
+    reported = gc_samples(metrics)
+    assert reported[("cadence_gc_collections", "engine")] == 3
+    assert reported[("cadence_gc_longest_pause_seconds", "engine")] == 0.004

@@ -67,6 +67,10 @@ class Metrics:
             "cadence_gc_longest_pause_seconds", "The longest garbage collection since start", ["process"], registry=r
         )
         self.api_gc = GcPauses()
+        # Both series exist from the start, so a reading taken as the server turns ready finds them: each
+        # process counts from 0 once it serves (the engine's hook is installed as its loop starts).
+        for process in ("engine", "api"):
+            self._set_gc(process, 0, 0.0, 0.0)
         self.ready = Gauge("cadence_ready", "1 when the server accepts requests", registry=r)
         # Data-parallel replicas (cadence/server/replicas.py); the engine gauges above sum over them.
         self.replica_up = Gauge("cadence_replica_up", "1 while the replica serves", ["replica"], registry=r)
