@@ -59,7 +59,8 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         codec_dtype=args.codec_dtype,
         codec_tf32=args.codec_tf32,
         codec_graph_stream_frames=args.codec_graph_stream_frames,
-        kernels=KernelConfig(profile=args.kernel_profile, pdl_max_rows=args.pdl_max_rows),
+        kernels=KernelConfig(profile=args.kernel_profile, pdl_max_rows=args.pdl_max_rows,
+                             slab_max_rows=args.slab_max_rows),
         graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
     )
     start = time.perf_counter()
@@ -261,6 +262,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "default %(default)s)",
     )
     p.add_argument(
+        "--slab-max-rows",
+        type=int,
+        default=KernelConfig.slab_max_rows,
+        help="decode graphs of at most this many rows run the slab GEMM (Hopper, bf16; 0: off; default "
+        "%(default)s, the engine's)",
+    )
+    p.add_argument(
         "--pdl-max-rows",
         type=int,
         default=KernelConfig.pdl_max_rows,
@@ -340,11 +348,13 @@ def main(argv: list[str] | None = None) -> None:
     graphs = "off" if args.enforce_eager else "on"
     print(
         f"device={dev} ({name}) talker dtype={model.dtype} codec dtype={args.codec_dtype} codec tf32={args.codec_tf32} "
-        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows kernels={args.kernel_profile}"
+        f"backend={args.attention_backend} graphs={graphs} pdl<={args.pdl_max_rows} rows "
+        f"slab<={args.slab_max_rows} rows kernels={args.kernel_profile}"
     )
     results: dict = {"device": str(dev), "device_name": name, "dtype": str(model.dtype),
                      "codec_dtype": args.codec_dtype, "backend": args.attention_backend,
-                     "pdl_max_rows": args.pdl_max_rows, "kernel_profile": args.kernel_profile}  # fmt: skip
+                     "pdl_max_rows": args.pdl_max_rows, "slab_max_rows": args.slab_max_rows,
+                     "kernel_profile": args.kernel_profile}  # fmt: skip
     core, build_s = make_core(model, args, max(args.batches + args.codec_streams))
     results["engine_build_seconds"] = build_s
     results["kv_cache_gb"] = core.talker.kv.nbytes / 2**30

@@ -31,9 +31,11 @@
 #                       tile tables are read from; TILE_ROWS picks the GEMM rows, SIZE the model's shapes
 #   gputests            every test marked gpu
 #   ab TREE [TREE ...]  this tree against each TREE (NAME=DIR, or DIR: another checkout, carried with the
-#                       call), back to back and interleaved over AB_ROUNDS (default "1 2"): decode at
-#                       AB_BATCHES (default 1,8,64,256) and prefill + first frame, each tree timed by
-#                       its own engine_steps.py on its own package; takes the rest of the arguments
+#                       call; DIR+OPTION+OPTION adds engine_steps.py options, e.g. slab8=.+--slab-max-rows=8
+#                       is this tree with another setting), back to back and interleaved over AB_ROUNDS
+#                       (default "1 2"): decode at AB_BATCHES (default 1,8,64,256) and prefill + first
+#                       frame, each tree timed by its own engine_steps.py on its own package; takes the
+#                       rest of the arguments
 #   help                this text
 # The engine phases use the full-size random 0.6B CustomVoice (SIZE=1.7b for the 1.7B), made once
 # with `cadence checkpoint random` from the architecture cadence ships: nothing is downloaded. The
@@ -239,20 +241,23 @@ phase_gputests() {  # the modules that mark tests gpu: others may import clients
         2>&1 | tail -40
 }
 phase_ab() {  # phase_ab TREE...: this tree against each TREE, interleaved rounds
-    local trees=("this=$ROOT") tree name dir round ckpt runs batches=${AB_BATCHES:-1,8,64,256}
+    local trees=("this=$ROOT") tree name spec dir options round ckpt runs batches=${AB_BATCHES:-1,8,64,256}
     for tree in "$@"; do
-        if [[ $tree == *=* ]]; then trees+=("$tree"); else trees+=("$(basename "$tree")=$tree"); fi
+        if [[ $tree == *=* ]]; then trees+=("$tree"); else trees+=("$(basename "${tree%%+*}")=$tree"); fi
     done
     ckpt=$(checkpoint "$SIZE")
     runs=$(mktemp -d /tmp/ab.XXXX)
     for round in ${AB_ROUNDS:-1 2}; do
         for tree in "${trees[@]}"; do
-            name=${tree%%=*} dir=$(cd "${tree#*=}" && pwd)
-            echo "== $name ($dir), round $round"
+            name=${tree%%=*} spec=${tree#*=}
+            dir=$(cd "${spec%%+*}" && pwd) options=""
+            [[ $spec == *+* ]] && options=${spec#*+} && options=${options//+/ }
+            echo "== $name ($dir${options:+ with $options}), round $round"
+            # shellcheck disable=SC2086  # options is a list
             (cd "$dir" && PYTHONPATH=$dir${SITE:+:$SITE} timeout 280 python3 benchmarks/engine_steps.py \
                 --model "$ckpt" --device cuda --attention-backend triton --batches "$batches" \
                 --graph-buckets "$batches" --context 500 --prompt-lengths 60 --codec-streams= --steps 20 --warmup 5 \
-                --kv-gb 30 --json "$runs/${name}_$round.json" > "/tmp/ab_${name}_$round.log" 2>&1) \
+                --kv-gb 30 $options --json "$runs/${name}_$round.json" > "/tmp/ab_${name}_$round.log" 2>&1) \
                 || { echo "  failed (exit $?; 124: timed out):"; tail -6 "/tmp/ab_${name}_$round.log"; }
             quiet < "/tmp/ab_${name}_$round.log" | sed -n "/^ *batch/,/tokens:/p"
         done

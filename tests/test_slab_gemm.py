@@ -27,10 +27,11 @@ EPS = 1e-6
 SHAPES_06B = dict(qkv=(4096, 1024), o=(1024, 2048), gate_up=(6144, 1024), down=(1024, 3072))
 
 
-def test_plans_cover_the_06b_layers_at_one_and_two_rows():
-    """Every GEMM of a 0.6B layer (talker and code predictor alike) has a plan at 1 and 2 rows:
-    128 CTAs, each a slab that leaves room for the next kernel's CTA on its SM."""
-    for rows in (1, 2):
+def test_plans_cover_the_06b_layers_at_one_to_eight_rows():
+    """Every GEMM of a 0.6B layer (talker and code predictor alike) has a plan at 1 to 8 rows:
+    128 CTAs, each a slab that leaves room for the next kernel's CTA on its SM (gate/up's 96 KB slab
+    with eight rows just fits, the warps' sums taking the slab's space after the dots)."""
+    for rows in range(1, MAX_ROWS + 1):
         plans = LayerPlans.of(*SHAPES_06B.values(), rows)
         assert plans is not None
         for plan in (plans.qkv_first, plans.qkv, plans.o, plans.gate_up, plans.down):
@@ -73,7 +74,7 @@ def _reference(x, w, swiglu, norm_w, res):
     return linear.silu_mul(gate_up).float(), total
 
 
-@pytest.mark.parametrize("m", [1, 2])
+@pytest.mark.parametrize("m", [1, 2, 4, 8])
 @pytest.mark.parametrize(
     "n,k,kind", [(4096, 1024, "norm"), (4096, 1024, "norm+res"), (1024, 2048, ""), (3072, 1024, "swiglu+norm+res"),
                  (1024, 3072, ""), (1030, 1024, ""), (2048, 1024, "")],
@@ -123,19 +124,19 @@ def _stack(layers: int = 3):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("rows,decode", [(1, True), (2, True), (2, False)])
+@pytest.mark.parametrize("rows,decode", [(1, True), (2, True), (2, False), (4, True), (8, True), (8, False)])
 def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
     """Three full-size layers over a paged cache of 40 earlier tokens: the slab path (its GEMMs,
     the norms folded into qkv and gate/up, the final norm) gives the layer kernels' hidden states
     and cache writes within bf16 rounding, eagerly and replayed from a CUDA graph captured with
     programmatic dependent launch (the launch the decode graphs use). decode=False: the code
-    predictor's first pass (two rows of one stream, attention through the prefill kernels)."""
+    predictor's first pass (rows of one stream, attention through the prefill kernels)."""
     from cadence.models.qwen3_tts.fused_stack import FusedStack
 
     stack = _stack()
     plain = FusedStack(stack, load_ops("triton"), 64)
-    slab = FusedStack(stack, load_ops("triton"), 64, slab_max_rows=2)
-    assert slab.slab_max_rows == 2 and slab._slab_plans(rows) is not None
+    slab = FusedStack(stack, load_ops("triton"), 64, slab_max_rows=MAX_ROWS)
+    assert slab.slab_max_rows == MAX_ROWS and slab._slab_plans(rows) is not None
     g = torch.Generator(device="cuda").manual_seed(rows)
     ps, ctx = 16, 40
     pages = 4 * rows
@@ -148,7 +149,7 @@ def test_stack_with_slab_gemms_matches_the_layer_kernels(rows, decode):
         positions = torch.full((rows,), ctx - 1, device="cuda")
         lens = torch.full((rows,), ctx, device="cuda")
         slots = table[:, (ctx - 1) // ps] * ps + (ctx - 1) % ps
-    else:  # one stream's two new positions, each row attending its own prefix
+    else:  # one stream's new positions, each row attending its own prefix
         table = torch.arange(pages, device="cuda")[:4].expand(rows, 4).contiguous()
         positions = torch.arange(ctx - rows, ctx, device="cuda")
         lens = positions + 1
@@ -251,14 +252,16 @@ def _emulate(tmp_path: Path, plan, tensors: list[torch.Tensor], n: int, tail: by
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "m,k,kind", [(1, 512, "norm"), (2, 512, "swiglu+norm+res"), (2, 1280, "")]
+    "m,k,kind", [(1, 512, "norm"), (2, 512, "swiglu+norm+res"), (2, 1280, ""), (3, 512, "norm+res"),
+                 (4, 512, "swiglu+norm+res"), (5, 512, ""), (8, 512, "swiglu+norm+res"), (8, 1280, "norm")]
 )  # fmt: skip
 def test_slab_kernel_logic_on_the_cpu(tmp_path, m, k, kind):
     """The kernel's source run on the CPU (tests/cuda_emulation: every CUDA thread a fiber, the bulk
     copies, mbarriers and mma.sync emulated) for small shapes: 40 outputs over four CTAs of 12 rows
     (the last with 4, so its tiles reach past the slab), one and two input rows, the folded norm
     with and without a residual, SwiGLU, K's 64-wide steps spread over the 8 warps (1280: some take
-    3 steps, some 2). Within bf16 rounding of the definition; the residual sum exact."""
+    3 steps, some 2), and three to eight input rows (from five on, the mma tile's upper eight A rows
+    carry rows 4-7). Within bf16 rounding of the definition; the residual sum exact."""
     from cadence.kernels.linear.cuda_slab_gemm import SlabPlan
 
     swiglu, norm, residual = "swiglu" in kind, "norm" in kind, "res" in kind
@@ -338,7 +341,7 @@ def test_slab_attention_logic_on_the_cpu(tmp_path, rows, position):
 
 def test_slab_path_is_off_where_the_kernel_cannot_run(tiny_model):
     """On the CPU (and for fp32 weights, or GPUs before Hopper) a stack asked for the slab GEMM runs
-    the layer kernels; the engine's setting takes 0-2 rows and says which values it allows."""
+    the layer kernels; the engine's setting takes 0-8 rows and says which values it allows."""
     from cadence.engine.config import EngineConfig
     from cadence.kernels.config import KernelConfig
     from cadence.models.qwen3_tts.fused_stack import FusedStack
@@ -346,5 +349,6 @@ def test_slab_path_is_off_where_the_kernel_cannot_run(tiny_model):
     stack = FusedStack(tiny_model.talker.model, load_ops("torch"), 64, slab_max_rows=2)
     assert stack.slab_max_rows == 0
     assert EngineConfig(kernels=KernelConfig(slab_max_rows=2)).kernels.slab_max_rows == 2
-    with pytest.raises(ValueError, match="slab_max_rows must be 0 \\(off\\), 1 or 2"):
-        KernelConfig(slab_max_rows=3)
+    assert KernelConfig(slab_max_rows=MAX_ROWS).slab_max_rows == MAX_ROWS
+    with pytest.raises(ValueError, match="slab_max_rows must be 0 \\(off\\) or 1-8"):
+        KernelConfig(slab_max_rows=MAX_ROWS + 1)

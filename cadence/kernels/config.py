@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from .tile_table import FALLBACK, FAMILIES, TileTable, load_profile
 
 AUTO = "auto"
+# The slab GEMM's input rows at most (linear/cuda/slab_gemm.cu's M: eight rows fill an m16 tile).
+SLAB_MAX_ROWS = 8
 
 
 def family_of(gpu_name: str) -> str | None:
@@ -59,7 +61,7 @@ class KernelConfig:
     # up to 64 rows, where the GEMMs are Triton kernels too; graphs of more rows than the tile table's
     # pdl.trigger_first_above_rows gain from each kernel starting the next before it waits. 0: off.
     pdl_max_rows: int = 64
-    # Decode graphs of at most this many rows (1 or 2; the code predictor's first pass counts two rows
+    # Decode graphs of at most this many rows (1-8; the code predictor's first pass counts two rows
     # a stream) run the decoder stacks' GEMMs as the slab GEMM (kernels/linear/cuda_slab_gemm.py: each
     # CTA's weights copied into shared memory by the copy engine before it waits for the kernel before,
     # the norms before qkv and gate/up folded into those GEMMs; Hopper and newer, bf16, compiled at
@@ -75,8 +77,8 @@ class KernelConfig:
             )
         if self.pdl_max_rows < 0:
             raise ValueError("pdl_max_rows must be >= 0 (0: off)")
-        if not 0 <= self.slab_max_rows <= 2:
-            raise ValueError(f"slab_max_rows must be 0 (off), 1 or 2, got {self.slab_max_rows}")
+        if not 0 <= self.slab_max_rows <= SLAB_MAX_ROWS:
+            raise ValueError(f"slab_max_rows must be 0 (off) or 1-{SLAB_MAX_ROWS}, got {self.slab_max_rows}")
 
     def table_for(self, gpu_name: str | None) -> tuple[TileTable, ProfileChoice]:
         """The tile table this profile gives on a GPU named `gpu_name` (None: no GPU), and the choice

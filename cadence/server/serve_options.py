@@ -17,6 +17,7 @@ from ..cli_options import (
     add_model_arguments,
 )
 from ..engine.config import CODEC_DTYPES
+from ..kernels.config import SLAB_MAX_ROWS
 from ..kernels.tile_table import FALLBACK, FAMILIES
 from .cloning import CloningSettings
 
@@ -118,10 +119,12 @@ def add_kernel_options(parser: argparse.ArgumentParser, defaults: dict[str, Any]
     g.add_argument(
         "--slab-max-rows",
         type=int,
-        choices=[0, 1, 2],
-        help="decode batches of at most N rows (1 or 2) run the talker's and code predictor's matrix products "
-        "as CUDA kernels that load their weights while the kernel before them finishes (Hopper and newer, bf16): "
-        f"the fastest path for one or two streams; 0: off (default {kernels.slab_max_rows})",
+        choices=range(SLAB_MAX_ROWS + 1),
+        metavar=f"{{0-{SLAB_MAX_ROWS}}}",
+        help=f"decode batches of at most N rows (1-{SLAB_MAX_ROWS}; the code predictor's first pass counts two a "
+        "stream) run the talker's and code predictor's matrix products as CUDA kernels that load their weights "
+        "while the kernel before them finishes (Hopper and newer, bf16): the fastest path for a few streams; "
+        f"0: off (default {kernels.slab_max_rows})",
     )
 
 

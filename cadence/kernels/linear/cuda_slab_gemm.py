@@ -1,6 +1,6 @@
 """The slab GEMM (linear/cuda/slab_gemm.cu): the decode GEMM whose weights arrive before it may
-start, for one or two activation rows (batch 1's talker and code-predictor steps and its code
-predictor's first pass).
+start, for one to eight activation rows (the talker's and code predictor's steps of small batches,
+and the code predictor's first pass, two rows a stream).
 
 Every CTA copies its slab of weight rows into shared memory with the copy engine before it waits
 for the kernel before it (programmatic dependent launch), so a GEMM's weight read overlaps the
@@ -11,7 +11,9 @@ GEMMs is about a quarter shorter than the Triton layer kernels' at one row.
 Compiled at first use by NVRTC (`torch.cuda._compile_kernel`), one instance per shape; launched
 through the driver's cuLaunchKernelEx so that PDL can be asked for (PyTorch's launcher cannot).
 Hopper and newer (bulk copies, mbarriers, griddepcontrol). KernelConfig.slab_max_rows (`cadence
-serve --slab-max-rows`) says up to how many rows the decode graphs use it.
+serve --slab-max-rows`) says up to how many rows the decode graphs use it. The tensor cores take
+the rows at no extra cost (an m16 tile holds eight input rows, two A rows each), so a GEMM of eight
+rows takes about as long as one of a single row.
 """
 
 from __future__ import annotations
@@ -23,23 +25,27 @@ from pathlib import Path
 
 import torch
 
+from ..config import SLAB_MAX_ROWS
 from ..launch.nvrtc import compile_source, launch, runs_on
 from ..launch.pdl import pdl_on
 from ..tile_table import current_table
 
 SOURCE = Path(__file__).with_name("cuda") / "slab_gemm.cu"
 THREADS = 256
-MAX_ROWS = 2  # the kernel's input rows at most (slab_gemm.cu's M)
+MAX_ROWS = SLAB_MAX_ROWS  # the kernel's input rows at most (slab_gemm.cu's M)
+# The rows an o GEMM with the attention inside takes at most: one decode row, or the code
+# predictor's first pass (two tokens of one stream in one page).
+ATTENTION_MAX_ROWS = 2
 # A CTA's shared memory at most: two CTAs must fit on an SM (this GEMM's and the next one's, which
-# copies its slab while this one runs).
-SMEM_LIMIT = 112 * 1024
+# copies its slab while this one runs): half of Hopper's 228 KB an SM, less the 1 KB reserved a CTA.
+SMEM_LIMIT = 113 * 1024
 
 
 @dataclass(frozen=True)
 class AttentionShape:
     """The attention an o projection's slab GEMM takes in (linear/cuda/slab_attention.cuh): rows
     whose whole context is one cache page of `page_size` tokens, either one decode row or up to
-    MAX_ROWS consecutive tokens of one stream (the code predictor's first pass)."""
+    ATTENTION_MAX_ROWS consecutive tokens of one stream (the code predictor's first pass)."""
 
     heads: int
     kv_heads: int
@@ -49,7 +55,7 @@ class AttentionShape:
     def fits(self, k: int, m: int) -> bool:
         """The kernel's lane layout: a warp a kv head, a lane a (query head, token)."""
         lanes = self.heads // self.kv_heads * self.page_size
-        return (m <= MAX_ROWS and self.kv_heads == THREADS // 32 and self.head_dim == 128
+        return (m <= ATTENTION_MAX_ROWS and self.kv_heads == THREADS // 32 and self.head_dim == 128
                 and k == self.heads * self.head_dim and self.heads % self.kv_heads == 0 and lanes == 32)  # fmt: skip
 
 
@@ -74,15 +80,16 @@ class SlabPlan:
 
     @property
     def smem(self) -> int:
-        """The slab, the input rows, the mbarrier, the norm's partial sums and the warps' sums of
-        every output, its tiles rounded up to 8 rows (16-byte aligned)."""
+        """The slab (whose space the warps' sums of every output take after the dots, its tiles
+        rounded up to 8 rows), the page's keys and values with an attention, the input rows, the
+        mbarrier and the norm's partial sums (16-byte aligned)."""
         pair = 2 if self.swiglu else 1
-        slab = pair * self.rows_per_cta * self.k * 2
+        sums = (THREADS // 32) * self.m * pair * -(-self.rows_per_cta // 8) * 8 * 4
+        space = -(-max(pair * self.rows_per_cta * self.k * 2, sums) // 16) * 16
+        if (a := self.attention) is not None:
+            space += 2 * a.page_size * a.kv_heads * a.head_dim * 2
         partials = self.m * (THREADS // 32) * 4
-        partials += (THREADS // 32) * self.m * pair * -(-self.rows_per_cta // 8) * 8 * 4
-        if (a := self.attention) is not None:  # the page's keys and values
-            slab += 2 * a.page_size * a.kv_heads * a.head_dim * 2
-        return -(-(slab + self.m * self.k * 2 + 8 + partials) // 16) * 16
+        return -(-(space + self.m * self.k * 2 + 8 + partials) // 16) * 16
 
     @property
     def defines(self) -> tuple[tuple[str, int], ...]:

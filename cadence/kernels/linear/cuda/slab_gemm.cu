@@ -1,4 +1,4 @@
-// The decode GEMM for one or two activation rows whose weights arrive before it may start: each
+// The decode GEMM for one to eight activation rows whose weights arrive before it may start: each
 // CTA's slab of weight rows is copied into shared memory by the copy engine (one cp.async.bulk,
 // completing on an mbarrier) *before* the kernel waits for the one before it (programmatic
 // dependent launch), so the weight read overlaps that kernel and after the wait only the input
@@ -12,7 +12,7 @@
 //
 // Compiled at run time by NVRTC with these macros prepended (cuda_slab_gemm.py; this folder and
 // kernels/cuda_common are the include path, no CUDA header needed):
-//   K        the input width (a multiple of 256)       M        activation rows (1 or 2)
+//   K        the input width (a multiple of 256)       M        activation rows (1-8)
 //   PAIR     1, or 2 for SwiGLU                         NORM     1: the norm folded in
 //   HAS_RES  1: NORM adds a residual first              THREADS  threads a CTA (8 warps)
 //   TRIGGER_FIRST  1: let the next kernel launch before this one's wait (its slab copy starts a
@@ -26,6 +26,7 @@
 
 constexpr int WARPS = THREADS / 32;
 static_assert(K % 256 == 0, "K must be a multiple of 256");
+static_assert(M >= 1 && M <= 8, "1-8 input rows: two rows of an m16 tile each");
 
 // The input rows into shared memory (xs, M x K bf16), normalised with NORM. Each thread takes the
 // same 8-element chunks of every row: at most two a row (K <= 4096).
@@ -93,18 +94,26 @@ __device__ __forceinline__ void load_input(const u16* x, const u16* res, const u
 // multiple of 128). A lane therefore reads a whole 16-byte chunk (two mmas' worth: K's order inside
 // a dot is ours to choose, as long as A and B agree), and in a step of 8 chunks row g reads chunk
 // c + 4 (s ^ (g & 1)) in its load s: the quarter warp's two rows read different halves of 128 bytes.
-// A must then give even and odd weight rows their k in different orders; its rows are spare (one
-// input row needs one of 16): A's row 2m + p is input row m in the order of rows of parity p, and
-// output (m, n) is D[2m + (n & 1)][n], the other D entries pairing mismatched k and unused.
+// A must then give even and odd weight rows their k in different orders, so every input row takes
+// two of A's 16 rows: A's row 2m + p (m < 4) and 2m + p + 8 (m >= 4: rows 8-15, the fragment's
+// upper half, same parity) is input row m in the order of rows of parity p, and output (m, n) is
+// D[2m + (n & 1)][n] (D[2(m - 4) + (n & 1) + 8][n] for m >= 4), the other D entries pairing
+// mismatched k and unused. Rows past four cost a second 16-byte input load a chunk, no more mmas.
 constexpr int TILES = (ROWS + 7) / 8;  // n8 tiles of a slab
 constexpr int STEPS = K / 64;
 constexpr int RED = PAIR * TILES * 8;  // a warp's sums for one input row: its gate (then up) tiles' outputs
+// The slab's space, which the warps' sums (WARPS x M x RED floats) take once the dots are done.
+constexpr size_t SLAB_BYTES = (size_t)PAIR * ROWS * K * 2, RED_BYTES = (size_t)WARPS * M * RED * 4;
+constexpr size_t SLAB_SPACE = ((SLAB_BYTES > RED_BYTES ? SLAB_BYTES : RED_BYTES) + 15) / 16 * 16;
 
 __device__ __forceinline__ void dot_tiles(const uint4* xs, const u16* ws, int mine, int up, float* red, int warp,
                                           int lane) {
   const int g = lane / 4, c = lane % 4, parity = g & 1;
+  constexpr bool UPPER = M > 4;  // A's rows 8-15 in use
   const bool feeds = g < 2 * M;  // this lane holds A's row g: input row g / 2
+  const bool feeds_upper = UPPER && g + 8 < 2 * M;  // and A's row g + 8: input row g / 2 + 4
   const uint4* xrow = xs + (feeds ? g / 2 : 0) * (K / 8);
+  const uint4* xrow_upper = xs + (feeds_upper ? g / 2 + 4 : 0) * (K / 8);
   const uint4* wrow[PAIR * TILES];  // this lane's weight row (B's column g) of each tile
 #pragma unroll
   for (int t = 0; t < PAIR * TILES; ++t)
@@ -117,9 +126,10 @@ __device__ __forceinline__ void dot_tiles(const uint4* xs, const u16* ws, int mi
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const int chunk = step * 8 + c + 4 * (s ^ parity);
-      uint4 x = {};
+      uint4 x = {}, xu = {};
       if (feeds) x = xrow[chunk];
-      const u32 a0[4] = {x.x, 0u, x.y, 0u}, a1[4] = {x.z, 0u, x.w, 0u};
+      if (feeds_upper) xu = xrow_upper[chunk];
+      const u32 a0[4] = {x.x, xu.x, x.y, xu.y}, a1[4] = {x.z, xu.z, x.w, xu.w};
 #pragma unroll
       for (int t = 0; t < PAIR * TILES; ++t) {
         const uint4 w = wrow[t][chunk];
@@ -129,11 +139,16 @@ __device__ __forceinline__ void dot_tiles(const uint4* xs, const u16* ws, int mi
       }
     }
   }
+  __syncthreads();  // every warp is done with the slab, whose space the sums take (red)
   if (!feeds) return;  // lane (g, c) holds D[g][2c + parity] in acc[.][.][parity]: output n = 2c + parity
 #pragma unroll
-  for (int t = 0; t < PAIR * TILES; ++t)
+  for (int t = 0; t < PAIR * TILES; ++t) {
     red[(warp * M + g / 2) * RED + t * 8 + 2 * c + parity] =  // selects: acc stays in registers
         parity ? acc[t][0][1] + acc[t][1][1] : acc[t][0][0] + acc[t][1][0];
+    if (feeds_upper)  // D[g + 8][2c + parity] in acc[.][.][2 + parity]
+      red[(warp * M + g / 2 + 4) * RED + t * 8 + 2 * c + parity] =
+          parity ? acc[t][0][3] + acc[t][1][3] : acc[t][0][2] + acc[t][1][2];
+  }
 }
 
 // After the warps' dots: each output's warp sums added in warp order, SwiGLU, one coalesced store.
@@ -166,18 +181,18 @@ constexpr int KV_ELEMS = 0;
 
 // x [M, K] (rows contiguous; ATTN: M qkv rows); w [PAIR * n, K]; y [M, n]. NORM: res [M, K]
 // (HAS_RES), norm_w [K], res_out [M, K] (HAS_RES: x + res, stored by CTA 0). `rows` weight rows
-// (outputs) a CTA. Shared memory: the slab, (ATTN) the page's keys and values, the input rows,
-// the mbarrier, the norm's partial sums, the warps' sums.
+// (outputs) a CTA. Shared memory: the slab (then the warps' sums), (ATTN) the page's keys and
+// values, the input rows, the mbarrier, the norm's partial sums.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     slab_gemm_kernel(const u16* x, const u16* w, u16* y, const u16* res, const u16* norm_w, u16* res_out, int n,
                      int rows, float eps, Attention at) {
   DYNAMIC_SHARED(smem);
   u16* ws = reinterpret_cast<u16*>(smem);  // PAIR x rows x K: the gate slab, then the up slab
-  u16* kv = ws + (size_t)PAIR * rows * K;  // ATTN: the page's keys and values (KV_ELEMS)
+  u16* kv = reinterpret_cast<u16*>(smem + SLAB_SPACE);  // ATTN: the page's keys and values (KV_ELEMS)
   uint4* xs = reinterpret_cast<uint4*>(kv + KV_ELEMS);  // M x K
   u64* bar = reinterpret_cast<u64*>(xs + M * (K / 8));
   float* partial = reinterpret_cast<float*>(bar + 1);  // M x WARPS: the norm's sums of squares
-  float* red = partial + M * WARPS;                    // WARPS x M x RED: the warps' sums
+  float* red = reinterpret_cast<float*>(smem);         // WARPS x M x RED: the warps' sums, over the slab
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n0 = blockIdx.x * rows, mine = imin(rows, n - n0);
   if (TRIGGER_FIRST) pdl_trigger();
