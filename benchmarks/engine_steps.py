@@ -59,8 +59,9 @@ def make_core(model: Qwen3TTS, args, streams: int, kv_gb: float | None = None):
         codec_dtype=args.codec_dtype,
         codec_tf32=args.codec_tf32,
         codec_graph_stream_frames=args.codec_graph_stream_frames,
-        kernels=KernelConfig(profile=args.kernel_profile, pdl_max_rows=args.pdl_max_rows,
-                             slab_max_rows=args.slab_max_rows),
+        kernels=KernelConfig(
+            profile=args.kernel_profile, pdl_max_rows=args.pdl_max_rows, slab_max_rows=args.slab_max_rows
+        ),
         graph_buckets=tuple(args.graph_buckets) if args.graph_buckets else None,
     )
     start = time.perf_counter()
