@@ -7,7 +7,7 @@ SwiGLU, down GEMM and the next norm (the next layer's input norm or the final on
 norm pair is `linear_rms_norm`, where a split-K GEMM leaves its partials to the norm. `ops` is
 kernels.ops' TritonOps on GPUs and TorchOps elsewhere.
 
-With `slab_max_rows` (Hopper, bf16, up to 2 rows) the four GEMMs are the slab GEMM
+With `slab_max_rows` (Hopper, bf16, up to 8 rows) the four GEMMs are the slab GEMM
 (`cuda_slab_gemm.slab_linear`) instead: each CTA's weights copied into shared memory before the
 kernel waits for the one before, and the norms before qkv and gate/up done inside those GEMMs, so a
 layer is five kernels (four GEMMs and the attention) and only the stack's final norm is a kernel of
