@@ -107,7 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("uvicorn.error").addFilter(_DenialIsNotAnError())
     log.info("loading %s; GET /ready answers 200 once the model is warm", state.settings.model_name)
     try:
-        asyncio.run(server.serve())
+        server.run()  # on uvicorn's choice of event loop: uvloop where it is installed
     finally:
         state.engine.kill()  # only if a forced exit skipped the graceful shutdown
     if server.force_exit and state.exit_code == 0:
@@ -302,6 +302,12 @@ class DrainingServer(uvicorn.Server):
     def request_exit(self) -> None:
         self.state.begin_drain()
         self.should_exit = True
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+        parser = self.config.http_protocol_class.__module__.rsplit(".", 1)[-1].removesuffix("_impl")
+        log.info("HTTP served on the %s event loop, requests parsed by %s", loop, parser)
 
     def handle_exit(self, sig: int, frame) -> None:
         self.state.begin_drain()
