@@ -17,6 +17,11 @@ from cadence.bench.metrics import summarize
 from cadence.server.access import FIRST_AUDIO_STAGES
 
 PROCESSES = ("engine", "api")  # the server's processes, as /metrics labels their garbage collections
+# After the server's stages, what lies outside them: a request's time to first audible audio at the
+# client less the server's own (its access log's ttfa_ms, from the route's start to the first chunk in
+# the API process): the request and the response over HTTP, and the client's handling of both.
+OUTSIDE = "outside"
+STAGES = (*FIRST_AUDIO_STAGES, OUTSIDE)
 
 
 def percentiles(samples: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -144,7 +149,7 @@ def pool(rows: list[Row]) -> Row:
     seeds = [s for r in rows for s in r.seeds]
     if len(set(seeds)) < len(seeds):
         raise ValueError(f"rate {rate:g} is measured by two runs with the same seed ({sorted(seeds)})")
-    stages = {k: [v for r in rows for v in r.stage_samples_ms.get(k, [])] for k in FIRST_AUDIO_STAGES}
+    stages = {k: [v for r in rows for v in r.stage_samples_ms.get(k, [])] for k in STAGES}
     processes = [p for p in PROCESSES if all(p in r.gc for r in rows)]
     return Row.measured(
         rate, sorted(seeds), (sum(r.sent for r in rows), sum(r.completed for r in rows), sum(r.with_gap for r in rows)),
@@ -210,9 +215,9 @@ def table(rows: list[Row]) -> str:
         lines.append(line("p95 TTFA by seed (ms)", cells))
         cells = [" · ".join(str(s.with_gap) for s in r.by_seed) or "–" for r in rows]
         lines.append(line("requests with a gap by seed", cells))
-    stages = [s for s in FIRST_AUDIO_STAGES if any(s in r.stages_ms for r in rows)]
+    stages = [s for s in STAGES if any(s in r.stages_ms for r in rows)]
     if stages:
-        lines += ["", "Where the first audio's time goes in the server, p50 / p95 (ms):", ""]
+        lines += ["", "Where the first audio's time goes: the server's stages, then outside them, p50 / p95 (ms):", ""]
         lines += [line("stage", [f"{r.rate:g}/s" for r in rows]), rule]
         for stage in stages:
             cells = [" / ".join(ms(v) for v in r.stages_ms[stage]) if stage in r.stages_ms else "–" for r in rows]

@@ -20,7 +20,8 @@ comparison in docs/benchmarks.md: rates 1, 4, 10, 20, 40, 60 and 80 requests/s, 
 Writes OUT/bench/<rate>/ (the bench's results.json, requests.csv and plots), OUT/protocol.json and
 OUT/protocol.md (one column a rate: TTFA p50/p95/p99, requests with a playback gap, failures,
 delivered requests/s; then where the first audio's time goes: the p50 and p95 of each stage of its
-path in the server, from the access log), OUT/protocol.png (TTFA percentiles and the share of
+path in the server, from the access log, and of what lies outside them, the client's TTFA less the
+server's own for the same request), OUT/protocol.png (TTFA percentiles and the share of
 requests with a gap against load) and OUT/serve.log. protocol.json keeps each seed's p95 TTFA,
 gaps, failures and client stall on its own (the table shows the first two by seed), every completed
 request's TTFA and first-audio stages, and describes each request whose playback ran dry (its arrival in the
@@ -53,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from protocol_table import GapRequest, GcDuring, Row, SeedResult, merge, table, write  # noqa: E402
+from protocol_table import OUTSIDE, GapRequest, GcDuring, Row, SeedResult, merge, table, write  # noqa: E402
 
 from cadence.bench.aggregate import Aggregate, aggregate  # noqa: E402
 from cadence.bench.client import ServerConfig  # noqa: E402
@@ -166,7 +167,7 @@ def run_protocol(args: argparse.Namespace, url: str, out: Path, log: Path) -> li
         result = run_bench(config)
         lines = access_lines(log, start, time.time())
         gc = gc_during(gc_before, gc_counters(url))
-        server = ServerSide(first_audio_stages(lines), server_chunk_gaps(lines), gc)
+        server = ServerSide(first_audio_stages(lines), server_ttfa(lines), server_chunk_gaps(lines), gc)
         rows += [row_of(a, result.trials, server) for a in result.points() if a.mode == "open"]
     return rows
 
@@ -198,10 +199,12 @@ def gc_during(before: GcCounters, after: GcCounters) -> dict[str, GcDuring]:
 
 @dataclass(frozen=True)
 class ServerSide:
-    """What the server says of a rate's requests: their first-audio stages (ms), each one's longest
-    wait between chunks (ms, by request id), and its processes' garbage collections."""
+    """What the server says of a rate's requests: their first-audio stages (ms), each one's time to
+    first audio and longest wait between chunks (ms, by request id), and its processes' garbage
+    collections."""
 
     stages: dict[str, list[float]]
+    ttfa: dict[str, float]
     chunk_gaps: dict[str, float]
     gc: dict[str, GcDuring]
 
@@ -210,7 +213,7 @@ def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
     """The table's row of one rate: the bench's pooled counts, with each completed request's TTFA
     kept for pooling with other runs and the requests whose playback ran dry described."""
     mine = [t for t in trials if t.point.mode == a.mode and t.point.value == a.load]
-    ttfa, gaps = [], []
+    ttfa, outside, gaps = [], [], []
     for trial in mine:
         for record in trial.measured:
             if not record.ok:
@@ -218,13 +221,16 @@ def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
             m = request_metrics(record.exchange.timeline)
             if m.ttfa_s is not None:
                 ttfa.append(m.ttfa_s * 1000)
+                if (own := server.ttfa.get(record.exchange.request_id or "")) is not None:
+                    outside.append(m.ttfa_s * 1000 - own)
             if m.underruns:
                 server_gap = server.chunk_gaps.get(record.exchange.request_id or "")
                 gaps.append(gap_request(trial.seed, record.scheduled_s, m, server_gap))
     counts = (a.sent, a.completed, a.requests_with_underruns)
     stall = ms(a.client_loop_lag_s.max)  # the client's longest event-loop stall, its trials pooled
     by_seed = [seed_result(t) for t in mine]
-    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, server.stages, gaps, server.gc, stall, by_seed)
+    stages = server.stages | ({OUTSIDE: outside} if outside else {})
+    return Row.measured(a.load, a.seeds, counts, a.window_s, ttfa, stages, gaps, server.gc, stall, by_seed)
 
 
 def ms(seconds: float | None) -> float | None:
@@ -270,6 +276,11 @@ def first_audio_stages(lines: list[dict]) -> dict[str, list[float]]:
         for stage, ms in entry.get("first_audio_ms", {}).items():
             values.setdefault(stage, []).append(float(ms))
     return values
+
+
+def server_ttfa(lines: list[dict]) -> dict[str, float]:
+    """Request id -> the server's own time to first audio (ms): the route's start to the first chunk."""
+    return {e["id"]: float(e["ttfa_ms"]) for e in lines if e.get("id") and e.get("ttfa_ms") is not None}
 
 
 def server_chunk_gaps(lines: list[dict]) -> dict[str, float]:

@@ -42,6 +42,11 @@ def test_the_protocol_writes_its_table(tiny_checkpoint, tmp_path):
     assert table.startswith("| requests/s | 1 | 2 |") and "playback gap" in table
     assert "| garbage collections, engine / API" in table
     assert "| prefill |" in table and all(row["stages_ms"]["queue"][0] >= 0 for row in summary["rows"])
+    # Outside the server's stages: each measured request's TTFA at the client less the server's own,
+    # joined by request id; the client holds audio only after the server has sent it.
+    assert "| outside |" in table
+    assert all(0 < v for row in summary["rows"] for v in row["stage_samples_ms"]["outside"])
+    assert all(len(row["stage_samples_ms"]["outside"]) == len(row["ttfa_samples_ms"]) for row in summary["rows"])
     assert (out / "bench" / "1" / "results.json").exists() and (out / "bench" / "2" / "results.json").exists()
     assert Path(out / "serve.log").read_text().count("warm-up synthesis") == 1
     # One client process a client core (the last two; on a machine of two cores or fewer, all of them).
@@ -154,7 +159,7 @@ def test_the_servers_side_of_each_request_is_read_from_its_access_log(tmp_path):
     def line(when: str, entry: dict) -> str:
         return f"2026-12-06 10:00:{when} INFO cadence.access: {json.dumps(entry)}"
 
-    ok = {"status": 200, "first_audio_ms": {"prefill": 1.5, "codec": 4.0}}
+    ok = {"status": 200, "ttfa_ms": 9.5, "first_audio_ms": {"prefill": 1.5, "codec": 4.0}}
     log = tmp_path / "serve.log"
     log.write_text("\n".join([
         line("00,000", {"id": "early", **ok, "max_chunk_gap_ms": 50.0}),  # before the rate began
@@ -168,3 +173,4 @@ def test_the_servers_side_of_each_request_is_read_from_its_access_log(tmp_path):
     assert [x["id"] for x in lines] == ["a", "b"]
     assert served_protocol.first_audio_stages(lines) == {"prefill": [1.5, 1.5], "codec": [4.0, 4.0]}
     assert served_protocol.server_chunk_gaps(lines) == {"a": 90.5}
+    assert served_protocol.server_ttfa(lines) == {"a": 9.5, "b": 9.5}
