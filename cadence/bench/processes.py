@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import multiprocessing
 import os
 import queue
@@ -68,17 +69,9 @@ def _wait_for_all() -> int:
     return os.getpid()
 
 
-def _run_share(
-    server: ServerConfig,
-    utterances: list[Utterance],
-    load: LoadConfig,
-    point: LoadPoint,
-    seed: int,
-    rule: AudibleRule,
-    share: Share,
-) -> ShareResult:
-    trial = asyncio.run(run_trial(server, utterances, load, point, seed, rule, _QueueProgress(), share))
-    return ShareResult(trial, os.getpid())
+def _run_share(trial: functools.partial) -> ShareResult:
+    """One process's part of a trial: `trial` is run_trial with every argument but its progress."""
+    return ShareResult(asyncio.run(trial(progress=_QueueProgress())), os.getpid())
 
 
 def peak_inflight(records: list[RequestRecord]) -> int:
@@ -153,8 +146,9 @@ class ClientProcesses:
             self._pool = self._start()
         each = dataclasses.replace(load, max_inflight=-(-load.max_inflight // self.count))  # the bound, shared
         t0 = time.perf_counter() + START_DELAY_S
+        trial = functools.partial(run_trial, server, utterances, each, point, seed, rule)
         futures = [
-            self._pool.submit(_run_share, server, utterances, each, point, seed, rule, Share(k, self.count, t0))
+            self._pool.submit(_run_share, functools.partial(trial, share=Share(k, self.count, t0)))
             for k in range(self.count)
         ]
         done = threading.Event()
