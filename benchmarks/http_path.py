@@ -6,7 +6,7 @@ from a raw-socket client, against the server's own account in its access log. Nu
     python benchmarks/http_path.py --stacks installed plain --rounds 3
 
 Each request is a short streamed pcm synthesis on a fresh connection (opened before the clock
-starts). For each: the client's time from sending it to the first byte of audio; the server's time
+starts), read to its end. For each: the client's time from sending it to the first byte of audio; the server's time
 to first audio (the access log's `ttfa_ms`: from the route's start to the first chunk in the API
 process); their difference, the HTTP path outside the route (the request read and parsed, routing,
 the key check, the response started and written, the socket both ways); and the access log's `api`
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import statistics
 import subprocess
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from served_protocol import access_lines, wait_ready
 
 # `plain` hides uvloop and httptools from the server process, so uvicorn takes its fallbacks.
 PRELUDES = {"installed": "", "plain": "import sys; sys.modules['uvloop'] = None; sys.modules['httptools'] = None; "}
@@ -55,47 +56,34 @@ def free_port() -> int:
 def start(stack: str, model: str, device: str, port: int, log: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-c", PRELUDES[stack] + SERVE, "serve", model, "--device", device, "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"cadence serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("cadence serve was not ready within 600 s")
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc, log)
+    except SystemExit:
+        proc.kill()
+        raise
+    return proc
 
 
 def first_byte(port: int, request: bytes) -> tuple[float, str]:
-    """Seconds from sending `request` to the first byte of its body, and its x-request-id."""
+    """Seconds from sending `request` to the first byte of its body, and its x-request-id. The rest
+    of the (chunked) body is read too, so the request completes as a client's would."""
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        start = time.monotonic()
+        start, elapsed = time.monotonic(), None
         s.sendall(request)
         data = b""
-        while b"\r\n\r\n" not in data or not data.split(b"\r\n\r\n", 1)[1]:
+        while not data.endswith(b"\r\n0\r\n\r\n"):  # the last chunk of a chunked body
             chunk = s.recv(65536)
             if not chunk:
                 raise SystemExit(f"the server closed the connection: {data[:300]!r}")
             data += chunk
-        elapsed = time.monotonic() - start
+            if elapsed is None and b"\r\n\r\n" in data and data.split(b"\r\n\r\n", 1)[1]:
+                elapsed = time.monotonic() - start
     head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
     if not head.startswith("HTTP/1.1 200"):
         raise SystemExit(f"the request failed: {head}")
     ids = [line.split(":", 1)[1].strip() for line in head.split("\r\n") if line.lower().startswith("x-request-id:")]
     return elapsed, ids[0]
-
-
-def access_lines(log: Path) -> dict[str, dict]:
-    lines = {}
-    for line in log.read_text(errors="replace").splitlines():
-        if "cadence.access" in line and '"ttfa_ms"' in line:
-            entry = json.loads(line[line.index("{") :])
-            lines[entry["id"]] = entry
-    return lines
 
 
 def measure(stack: str, args: argparse.Namespace, request: bytes, out: Samples, folder: Path, round_: int) -> None:
@@ -110,7 +98,7 @@ def measure(stack: str, args: argparse.Namespace, request: bytes, out: Samples, 
     finally:
         proc.terminate()
         proc.wait(60)
-    lines = access_lines(log)
+    lines = {entry["id"]: entry for entry in access_lines(log, 0.0, math.inf)}
     for seconds, rid in timed:
         entry = lines[rid]
         out.client.append(seconds * 1e3)

@@ -218,13 +218,13 @@ def row_of(a: Aggregate, trials: list[Trial], server: ServerSide) -> Row:
         for record in trial.measured:
             if not record.ok:
                 continue
-            m = request_metrics(record.exchange.timeline)
+            m, rid = request_metrics(record.exchange.timeline), record.exchange.request_id or ""
             if m.ttfa_s is not None:
                 ttfa.append(m.ttfa_s * 1000)
-                if (own := server.ttfa.get(record.exchange.request_id or "")) is not None:
+                if (own := server.ttfa.get(rid)) is not None:
                     outside.append(m.ttfa_s * 1000 - own)
             if m.underruns:
-                server_gap = server.chunk_gaps.get(record.exchange.request_id or "")
+                server_gap = server.chunk_gaps.get(rid)
                 gaps.append(gap_request(trial.seed, record.scheduled_s, m, server_gap))
     counts = (a.sent, a.completed, a.requests_with_underruns)
     stall = ms(a.client_loop_lag_s.max)  # the client's longest event-loop stall, its trials pooled
