@@ -23,10 +23,12 @@
 #   serve SIZE          start cadence serve on a full-size random checkpoint of SIZE (0.6b, 1.7b) in the
 #                       background, pinned off the last two cores (the client's); waits for /ready
 #   protocol SIZE       the served protocol against that server (served_protocol.py): RATES, SEEDS,
-#                       REQUESTS and SECONDS_PER_RATE shorten it to fit a call [Served protocol]
+#                       REQUESTS and SECONDS_PER_RATE shorten it to fit a call; LABEL names its result
+#                       files (protocol-SIZE-LABEL), so that servers started with other SERVE_ARGS
+#                       in one call keep theirs [Served protocol]
 #   continuous          continuous against sentence WebSocket input against that server
 #                       (continuous_input.py; SESSIONS a rate and mode) [Continuous input]
-#   stop                stop that server; its log's tail into $OUT/serve.log
+#   stop                stop that server; its log's tail into $OUT/serve.log (serve-LABEL.log)
 #   tiles               the GEMM and attention tile sweeps (skinny_linear.py, paged_attention.py) that
 #                       tile tables are read from; TILE_ROWS picks the GEMM rows, SIZE the model's shapes
 #   gputests            every test marked gpu
@@ -207,8 +209,8 @@ phase_protocol() {
     python3 benchmarks/served_protocol.py --size "$size" --url http://127.0.0.1:$PORT --log /tmp/serve.log \
         --rates ${RATES:-1 4 10 20 40 60 80} --seeds ${SEEDS:-0 1 2} --requests "${REQUESTS:-1000}" \
         ${SECONDS_PER_RATE:+--max-seconds $SECONDS_PER_RATE} --out /tmp/protocol-"$size" 2>&1 | tail -24
-    cp /tmp/protocol-"$size"/protocol.md "$OUT/protocol-$size.md"
-    cp /tmp/protocol-"$size"/protocol.json "$OUT/protocol-$size.json"
+    cp /tmp/protocol-"$size"/protocol.md "$OUT/protocol-$size${LABEL:+-$LABEL}.md"
+    cp /tmp/protocol-"$size"/protocol.json "$OUT/protocol-$size${LABEL:+-$LABEL}.json"
 }
 phase_continuous() {
     python3 benchmarks/continuous_input.py --url http://127.0.0.1:$PORT --rates 20 50 100 \
@@ -223,7 +225,7 @@ phase_stop() {
     for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     rm -f /tmp/serve.pid
     grep -E "ERROR|Traceback" /tmp/serve.log | head -5
-    tail -c 200000 /tmp/serve.log > "$OUT/serve.log"
+    tail -c 200000 /tmp/serve.log > "$OUT/serve${LABEL:+-$LABEL}.log"
 }
 phase_tiles() {
     # shellcheck disable=SC2086  # TILE_ROWS is a list

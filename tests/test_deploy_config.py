@@ -183,6 +183,7 @@ def test_every_engine_option_reaches_the_engine_config(tmp_path: Path):
     path.write_text("engine:\n  page_size: 32\n  chunk_policy: {max_chunk_frames: 4}\n  runaway: {min_frames: 9}\n")
     flags = ["--max-streams", "3", "--max-queue", "0", "--kv-cache-memory", "0.5", "--kv-cache-fraction", "0.25"]
     flags += ["--prefill-token-budget", "64", "--max-input-tokens", "100", "--max-seq-tokens", "900"]
+    flags += ["--no-step-on-idle"]
     flags += ["--attention-backend", "torch", "--enforce-eager", "--graph-buckets", "1,2", "--chunk-deadline", "0.5"]
     flags += ["--pipeline-codec", "--codec-dtype", "float16", "--no-codec-tf32", "--codec-decode", "chunked"]
     flags += ["--no-runaway-guard", "--pdl-max-rows", "8", "--slab-max-rows", "1", "--kernel-profile", "h100"]
@@ -190,7 +191,8 @@ def test_every_engine_option_reaches_the_engine_config(tmp_path: Path):
     apply_deploy_file(args)
     assert engine_config_from_args(args) == EngineConfig(
         max_streams=3, max_queue=0, kv_cache_memory=0.5, kv_cache_fraction=0.25, page_size=32,
-        prefill_token_budget=64, max_input_tokens=100, max_seq_tokens=900, attention_backend="torch",
+        prefill_token_budget=64, step_on_idle=False, max_input_tokens=100, max_seq_tokens=900,
+        attention_backend="torch",
         enforce_eager=True, graph_buckets=(1, 2), chunk_policy=ChunkPolicy(max_chunk_frames=4, deadline=0.5),
         pipeline_codec=True, codec_dtype="float16", codec_tf32=False, codec_decode="chunked",
         runaway=RunawayGuard(enabled=False, min_frames=9),

@@ -45,6 +45,9 @@ class NullTalker:
     def advance(self) -> None:
         pass
 
+    def busy(self) -> bool:
+        return False
+
     def release(self, slot: int) -> None:
         pass
 

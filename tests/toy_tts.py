@@ -132,6 +132,9 @@ class ToyTalker:
     def advance(self) -> None:
         pass
 
+    def busy(self) -> bool:
+        return False
+
     def append_text(self, slot: int, start: int, ids: list[int]) -> None:
         pass  # the toy speaks only its prompt
 

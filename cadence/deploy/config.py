@@ -62,6 +62,7 @@ ENGINE_KEYS: dict[str, dict[str, Any]] = {
     "kv_cache_fraction": _min(0),
     "page_size": _min(1),
     "prefill_token_budget": _min(1),
+    "step_on_idle": {},
     "max_input_tokens": _min(1),
     "max_seq_tokens": _min(1),
     "attention_backend": {},

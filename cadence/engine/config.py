@@ -121,6 +121,12 @@ class EngineConfig:
     kv_cache_fraction: float = 0.5
     page_size: int = 16  # tokens per KV page
     prefill_token_budget: int = 2048  # prompt tokens prefilled per engine step
+    # Queue a step on the Talker's device only once the last one has run there, taking arrivals in
+    # while it runs: an arrival's prefill then waits for at most the step in flight, not also the
+    # next one queued behind it. Off, the engine queues each step as soon as the last is launched,
+    # which keeps the device busy through the host's work between steps (a fraction of a
+    # millisecond a step) at the cost of up to one more step before an arrival's first frame.
+    step_on_idle: bool = True
     max_queue: int = 256  # requests waiting beyond the free slots; more are refused (the server answers 429)
     max_input_tokens: int = 4096  # text tokens per request
     return_codes: bool = False  # attach each chunk's 16-code frames (debugging, parity tests)

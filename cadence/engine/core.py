@@ -18,6 +18,10 @@ One step:
    go before their read-back, and its first chunk is collected at the end of the step that admits
    it, so first audio waits for no extra step (later chunks are collected in the next step);
 6. finished streams: final chunk, KV pages, slot and codec state freed.
+
+With `step_on_idle` a step is queued on the Talker's device only once the last one has run there
+(ready()); the caller takes requests in while it waits, so an arrival waits for at most the step
+in flight before its prefill runs, never for another queued behind it.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class EngineCore:
         self._codec_in_flight: list[CodecLaunch] = []  # the last step's codec walks, collected in the next
         self._eos_free = talker.eos_free_frames
         self._step_seconds = 0.0  # a moving average of loaded steps' duration (the deadline chunk policy)
+        self._held_since: float | None = None  # when ready() first held the coming step back
 
     # -- requests in ------------------------------------------------------------------------------
 
@@ -142,6 +147,19 @@ class EngineCore:
             return True
         return any(not s.waits_for_text() or s.pending(self._eos_free) for s in self.running.values())
 
+    def ready(self) -> bool:
+        """Whether to step now. With step_on_idle the next step waits while the Talker's device
+        still runs the last one, and the caller takes requests in meanwhile: the step then admits
+        them onto an idle device, so an arrival's prefill and first frame wait for at most the step
+        that was running when it came. The device is only idle for the host's launch of the next
+        step, since each step's host work (read-back, codec collection, chunk delivery) overlaps
+        its own walks."""
+        if not self.config.step_on_idle or not self.talker.busy():
+            return True
+        if self._held_since is None:
+            self._held_since = time.monotonic()
+        return False
+
     def _retry_after(self) -> float:
         """A hint for 429 answers: seconds until a queue place is likely to free up."""
         return max(1.0, round(self.stats.last_step_seconds * 50, 1))
@@ -150,6 +168,10 @@ class EngineCore:
 
     def step(self) -> list[AudioChunk]:
         start = time.monotonic()
+        # A step's time counts from when ready() first held it back: the wait for the device that
+        # the step would otherwise have spent inside (the deadline policy's step, the step metric).
+        began = self._held_since if self._held_since is not None else start
+        self._held_since = None
         out: list[AudioChunk] = []
         self._apply_cancellations(out)
         # Pipelined: chunks after a stream's first are launched before the talker runs, on the frames
@@ -181,7 +203,7 @@ class EngineCore:
             self._collect_codec(out, first)
         self._finish(out)
         self.stats.steps += 1
-        self.stats.last_step_seconds = time.monotonic() - start
+        self.stats.last_step_seconds = time.monotonic() - began
         if self.running:  # idle steps say nothing about how long a loaded one takes
             self._step_seconds += 0.2 * (self.stats.last_step_seconds - self._step_seconds)
         self.stats.running = len(self.running)

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -264,6 +265,9 @@ class Engine:
             if not self.core.has_work():
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
+                continue
+            if not self.core.ready():
+                time.sleep(0)  # the device still runs the last step; let the callers' threads run meanwhile
                 continue
             try:
                 chunks = self.core.step()

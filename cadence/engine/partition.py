@@ -101,6 +101,11 @@ class TalkerPartition(Protocol):
         call it themselves if it was not."""
         ...
 
+    def busy(self) -> bool:
+        """Whether walks queued so far still run on the device (a CPU partition, whose walks run
+        as they are called, never is): EngineConfig.step_on_idle queues the next step once not."""
+        ...
+
     def append_text(self, slot: int, start: int, ids: list[int]) -> None:
         """More of a running request's trailing text (its text was still arriving): `ids` from
         position `start` on, read by the decode walks queued after this call. ValueError if the

@@ -3,6 +3,10 @@ garbage collector's walks (cadence/gc_pauses.py), then steps the core in a tight
 
     loop: drain ZMQ inputs (submits, cancels) -> core.step() -> send the step's chunks and stats
 
+While the device still runs the last step (EngineConfig.step_on_idle) the loop keeps draining its
+inbox instead of stepping, so a request that comes meanwhile is admitted by the step that follows,
+on an idle device.
+
 It never waits on HTTP: when there is work it only polls its inbox without blocking; when idle it
 blocks on the inbox for at most IDLE_POLL_S. It ignores SIGINT/SIGTERM (the API process owns
 shutdown and drains first) and exits on its own when the API process disappears. An exception that
@@ -162,6 +166,8 @@ class EngineLoop:
                     log.warning("the API process is gone; exiting")
                     return
             if self.core.has_work():
+                if not self.core.ready():
+                    continue  # the device still runs the last step: the inbox is polled again meanwhile
                 chunks = self.core.step()
                 self._send(P.StepOutput([P.Chunk.from_audio(c) for c in chunks], self._stats(), True))
             elif now - self._last_sent >= HEARTBEAT_S:

@@ -150,6 +150,14 @@ def add_capacity_options(parser: argparse.ArgumentParser, defaults: dict[str, An
         type=int,
         help=f"prompt tokens prefilled per engine step ({defaults['prefill_token_budget']})",
     )
+    g.add_argument(
+        "--step-on-idle",
+        action=argparse.BooleanOptionalAction,
+        help="queue an engine step on the GPU only once the last one has run there, taking requests in meanwhile: "
+        "a new request's prefill then waits for at most the step in flight (the default). --no-step-on-idle queues "
+        "each step behind the one running, which keeps the GPU busy through the host's work between steps and "
+        "makes an arrival wait up to one step more (docs/benchmarks.md)",
+    )
     g.add_argument("--max-input-tokens", type=int, help=f"longest input in tokens ({defaults['max_input_tokens']})")
     g.add_argument(
         "--max-seq-tokens",

@@ -233,6 +233,11 @@ class Qwen3TTSTalker:
         if self.fast is not None:
             self.fast.advance()
 
+    def busy(self) -> bool:
+        """Every walk runs on the current stream (side branches join it), so its queue says."""
+        dev = self.model.device
+        return dev.type == "cuda" and not torch.cuda.current_stream(dev).query()
+
     def _decode_eager(self, slots: list[int]) -> DecodeOutput:
         talker, st = self.model.talker, self.state
         dev = st.step.device
