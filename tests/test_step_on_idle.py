@@ -5,20 +5,30 @@ device when it came; without it, also for the step the host queued behind that o
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import numpy as np
 import pytest
+import torch
+import zmq
 
+from cadence.engine import protocol as P
 from cadence.engine.config import EngineConfig
 from cadence.engine.core import EngineCore
+from cadence.engine.kv_cache import PagedKVCache
+from cadence.engine.process import EngineLoop
 from cadence.engine.request import EngineRequest
 from cadence.models.qwen3_tts.prompt import Prompt
 from cadence.models.qwen3_tts.sampling import SamplingParams
+from tests.test_engine_schedule import NullTalker, RecordingCodec
 from tests.timed_partitions import Clock, Job, Served, TimedCodec, TimedTalker, WalkTimes, serve
 
 TIMES = WalkTimes(prefill=1.0e-3, frame=2.0e-3, advance=1.5e-3, codec=1.0e-3, host=0.2e-3)
 
 
-def request(i: int, frames: int) -> EngineRequest:
+def request(i: int, frames: int) -> EngineRequest[Prompt, SamplingParams]:
     prompt = Prompt(text_track=tuple(range(40)), codec_track=(None,) * 40, trailing_text=(1, 2, 3), num_text_tokens=30)
     return EngineRequest(f"r{i}", prompt, SamplingParams(max_new_tokens=frames), ignore_eos=True)
 
@@ -81,3 +91,70 @@ def test_the_device_idles_only_for_the_hosts_launch_of_each_step():
     idle = [b.start - a.end for a, b in zip(jobs, jobs[1:], strict=False) if b.start > a.end]
     assert max(idle, default=0.0) <= TIMES.host + 1e-12
     assert len(served.first_audio) == 8
+
+
+class HeldTalker(NullTalker):
+    """A Talker whose device is busy while `held` is set; counts the loop's questions."""
+
+    def __init__(self, max_slots: int):
+        super().__init__(max_slots)
+        self.kv = PagedKVCache(1, 1024, 16, 1, 1, torch.float32, torch.device("cpu"))  # a long stream fits
+        self.held = threading.Event()
+        self.asked = 0
+
+    def busy(self) -> bool:
+        self.asked += 1
+        return self.held.is_set()
+
+
+def test_the_engine_loop_takes_requests_in_while_the_device_runs_the_last_step():
+    """The engine process's loop over real ZMQ sockets: while the device is busy it steps no more, yet
+    a request sent meanwhile reaches the core at once, and is admitted by the step that follows."""
+    ctx = zmq.Context()
+    send, inbox = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    outbox, receive = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    inbox.bind("inproc://engine-in")
+    send.connect("inproc://engine-in")
+    receive.bind("inproc://engine-out")
+    outbox.connect("inproc://engine-out")
+    talker = HeldTalker(4)
+    core = EngineCore(talker, RecordingCodec(), EngineConfig())
+    loop = EngineLoop(core, inbox, outbox, os.getppid(), P.input_decoder(Prompt, SamplingParams))
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        send.send(P.encode(P.Submit(request(0, 10_000))))
+        assert _first_audio(receive, "r0")
+        talker.held.set()
+        asked = talker.asked
+        _until(lambda: talker.asked >= asked + 2)  # the loop is asking again and again: held
+        steps = core.stats.steps
+        send.send(P.encode(P.Submit(request(1, 20))))
+        _until(lambda: "r1" in core.streams)
+        assert core.stats.steps == steps and [s.id for s in core.waiting] == ["r1"]
+        talker.held.clear()
+        assert _first_audio(receive, "r1")
+    finally:
+        send.send(P.encode(P.Shutdown()))
+        thread.join(timeout=30)
+        loop.gc_pauses.uninstall()
+        for socket in (send, inbox, outbox, receive):
+            socket.close(linger=0)
+        ctx.term()
+    assert not thread.is_alive()
+
+
+def _first_audio(receive: zmq.Socket, request_id: str) -> bool:
+    while receive.poll(30_000):
+        msg = P.output_decoder.decode(receive.recv())
+        if isinstance(msg, P.StepOutput) and any(c.request_id == request_id and c.pcm for c in msg.chunks):
+            return True
+    return False
+
+
+def _until(condition) -> None:
+    for _ in range(30_000):
+        if condition():
+            return
+        time.sleep(0.001)
+    raise AssertionError("the engine loop did not get there")
