@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -24,7 +26,11 @@ def test_graphs_sharing_a_pool_reuse_each_others_freed_memory():
         return h.sum()
 
     pool = torch.cuda.graph_pool_handle()
+    # Capture empties the allocator's cache (torch.cuda.graph does): blocks earlier tests left cached
+    # would leave the count below `before` unless they are released first.
+    gc.collect()
     torch.cuda.synchronize(dev)
+    torch.cuda.empty_cache()
     before = torch.cuda.memory_reserved(dev)
     graphs = [capture(work, dev, pool)]
     torch.cuda.synchronize(dev)
