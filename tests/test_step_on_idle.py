@@ -22,21 +22,17 @@ from cadence.engine.process import EngineLoop
 from cadence.engine.request import EngineRequest
 from cadence.models.qwen3_tts.prompt import Prompt
 from cadence.models.qwen3_tts.sampling import SamplingParams
-from tests.test_engine_schedule import NullTalker, RecordingCodec
+from tests.test_engine_schedule import NullTalker, RecordingCodec, request
 from tests.timed_partitions import Clock, Job, Served, TimedCodec, TimedTalker, WalkTimes, serve
 
+PROMPT_TOKENS = 40
 TIMES = WalkTimes(prefill=1.0e-3, frame=2.0e-3, advance=1.5e-3, codec=1.0e-3, host=0.2e-3)
-
-
-def request(i: int, frames: int) -> EngineRequest[Prompt, SamplingParams]:
-    prompt = Prompt(text_track=tuple(range(40)), codec_track=(None,) * 40, trailing_text=(1, 2, 3), num_text_tokens=30)
-    return EngineRequest(f"r{i}", prompt, SamplingParams(max_new_tokens=frames), ignore_eos=True)
 
 
 def poisson(rate: float, seconds: float, frames: int, seed: int = 0) -> list[tuple[float, EngineRequest]]:
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=int(rate * seconds * 2) + 10)
     times = np.cumsum(gaps)
-    return [(float(t), request(i, frames)) for i, t in enumerate(times[times < seconds])]
+    return [(float(t), request(i, frames, PROMPT_TOKENS)) for i, t in enumerate(times[times < seconds])]
 
 
 def run(step_on_idle: bool, arrivals: list[tuple[float, EngineRequest]], codec_stream: bool = False):
@@ -85,7 +81,7 @@ def test_without_it_an_arrival_also_waits_for_the_step_queued_behind(codec_strea
 def test_the_device_idles_only_for_the_hosts_launch_of_each_step():
     """Streams admitted together and run to their end: between one step's Talker walks and the next
     the device waits for no more than the host's part of a step."""
-    arrivals = [(0.0, request(i, 40)) for i in range(8)]
+    arrivals = [(0.0, request(i, 40, PROMPT_TOKENS)) for i in range(8)]
     _, talker, served = run(True, arrivals)
     jobs = talker.queue.jobs
     idle = [b.start - a.end for a, b in zip(jobs, jobs[1:], strict=False) if b.start > a.end]
@@ -123,13 +119,13 @@ def test_the_engine_loop_takes_requests_in_while_the_device_runs_the_last_step()
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
     try:
-        send.send(P.encode(P.Submit(request(0, 10_000))))
+        send.send(P.encode(P.Submit(request(0, 10_000, PROMPT_TOKENS))))
         assert _first_audio(receive, "r0")
         talker.held.set()
         asked = talker.asked
         _until(lambda: talker.asked >= asked + 2)  # the loop is asking again and again: held
         steps = core.stats.steps
-        send.send(P.encode(P.Submit(request(1, 20))))
+        send.send(P.encode(P.Submit(request(1, 20, PROMPT_TOKENS))))
         _until(lambda: "r1" in core.streams)
         assert core.stats.steps == steps and [s.id for s in core.waiting] == ["r1"]
         talker.held.clear()

@@ -21,8 +21,7 @@ from cadence.engine.core import EngineCore
 from cadence.engine.kv_cache import PagedKVCache
 from cadence.engine.partition import Admission, DecodeOutput, HostAudio
 from cadence.engine.request import AudioChunk, EngineRequest
-
-GROUPS, SAMPLES_PER_FRAME = 16, 1920
+from tests.test_engine_schedule import NullTalker, RecordingCodec
 
 
 @dataclass(frozen=True)
@@ -91,24 +90,17 @@ class SimEvent:
         self.clock.now = max(self.clock.now, self.at)
 
 
-class TimedTalker:
-    """Random frames, never EOS; each walk a job of its given time on the Talker's queue. The frame
-    walk's rest (advance) is kept back until the engine asks for it, as the fused walk does."""
+class TimedTalker(NullTalker):
+    """NullTalker's frames (random, never EOS), each walk a job of its given time on the Talker's
+    queue. The frame walk's rest (advance) is kept back until the engine asks for it, as the fused
+    walk does."""
 
     def __init__(self, max_slots: int, clock: Clock, times: WalkTimes):
-        self.max_slots = max_slots
-        self.eos_free_frames = 2
+        super().__init__(max_slots)
         self.kv = PagedKVCache(1, max_slots * 64 + 1, 16, 1, 1, torch.float32, torch.device("cpu"))
         self.queue = DeviceQueue(clock)
         self.times = times
-        self._frames = torch.randint(0, 2048, (max_slots, GROUPS))
         self._kept_back = False
-
-    def tokens_to_reserve(self, request: EngineRequest, max_frames: int) -> int:
-        return len(request.prompt) + max_frames
-
-    def fits(self, tokens: int) -> bool:
-        return True
 
     def prefill(self, admissions: list[Admission]) -> None:
         self.advance()
@@ -117,10 +109,10 @@ class TimedTalker:
 
     def decode(self, slots: list[int]) -> DecodeOutput:
         self.advance()
-        ready = self.queue.run("frame", self.times.frame, slots)
+        output = super().decode(slots)
+        output.ready = self.queue.run("frame", self.times.frame, slots)
         self._kept_back = True
-        frames = self._frames[: len(slots)].clone()
-        return DecodeOutput(frames, torch.zeros(len(slots), dtype=torch.bool), frames, ready)
+        return output
 
     def advance(self) -> None:
         if self._kept_back:
@@ -130,35 +122,21 @@ class TimedTalker:
     def busy(self) -> bool:
         return self.queue.busy()
 
-    def append_text(self, slot: int, start: int, ids: list[int]) -> None:
-        pass
 
-    def release(self, slot: int) -> None:
-        pass
-
-
-class TimedCodec:
-    """A quiet tone of the right length; each chunk a job on the Talker's queue (one GPU's stream, as
-    the codec runs colocated) or, `own_stream`, on a queue of its own, after what the Talker queued
-    before it (its frames)."""
-
-    samples_per_frame = SAMPLES_PER_FRAME
-    sample_rate = 24000
-    device = torch.device("cpu")
-    bytes_per_stream = 0
+class TimedCodec(RecordingCodec):
+    """RecordingCodec's audio (a quiet tone of the right length), each chunk a job on the Talker's
+    queue (one GPU's stream, as the codec runs colocated) or, `own_stream`, on a queue of its own,
+    after what the Talker queued before it (its frames)."""
 
     def __init__(self, talker: TimedTalker, own_stream: bool = False):
+        super().__init__()
         self.talker = talker
         self.queue = DeviceQueue(talker.queue.clock) if own_stream else talker.queue
         self._done: SimEvent | None = None
 
-    def reset(self, slots: list[int], requests: list[EngineRequest] | None = None) -> None:
-        pass
-
     def decode(self, slots: list[int], frames: torch.Tensor, finishing: bool = False) -> torch.Tensor:
         self._done = self.queue.run("codec", self.talker.times.codec, slots, after=self.talker.queue.free_at)
-        t = torch.arange(frames.shape[1] * SAMPLES_PER_FRAME, dtype=torch.float32)
-        return (0.1 * torch.sin(t * 0.05)).expand(frames.shape[0], -1)
+        return super().decode(slots, frames, finishing)
 
     def to_host(self, audio: torch.Tensor, codes: torch.Tensor | None = None) -> HostAudio:
         return HostAudio(audio, self._done, codes)
